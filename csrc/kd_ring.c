@@ -1,0 +1,183 @@
+/* kd_ring.c - the launch ring; protocol in Note [Ring protocol] (kd_ring.h). */
+#include "kd_ring.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+kd_ring *kd_ring_new(uint64_t capacity, int policy)
+{
+    if (capacity > ((uint64_t)1 << 32))
+        return NULL;
+    uint64_t cap = 16;
+    while (cap < capacity)
+        cap <<= 1;
+    kd_ring *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return NULL;
+    /* calloc of a large block maps zero pages lazily: an unused ring costs
+     * address space, not memory. */
+    r->slots = calloc(cap, sizeof(kd_slot));
+    if (r->slots == NULL) {
+        free(r);
+        return NULL;
+    }
+    r->capacity = cap;
+    r->mask = cap - 1;
+    r->policy = policy == KD_RING_DROP_NEW ? KD_RING_DROP_NEW : KD_RING_OVERWRITE;
+    return r;
+}
+
+void kd_ring_free(kd_ring *r)
+{
+    if (r == NULL)
+        return;
+    free(r->slots);
+    free(r);
+}
+
+int kd_ring_reserve(kd_ring *r, uint32_t n, uint64_t *first)
+{
+    if (n == 0 || n > r->capacity) {
+        atomic_fetch_add_explicit(&r->refused, 1, memory_order_relaxed);
+        return -1;
+    }
+    if (r->policy == KD_RING_OVERWRITE) {
+        *first = atomic_fetch_add_explicit(&r->head, n, memory_order_relaxed);
+        return 0;
+    }
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+    for (;;) {
+        uint64_t t = atomic_load_explicit(&r->tail, memory_order_acquire);
+        if (h + n - t > r->capacity) {
+            atomic_fetch_add_explicit(&r->refused, 1, memory_order_relaxed);
+            return -1;
+        }
+        if (atomic_compare_exchange_weak_explicit(&r->head, &h, h + n,
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *first = h;
+            return 0;
+        }
+    }
+}
+
+int kd_ring_commit(kd_ring *r, uint64_t first, uint32_t n)
+{
+    /* Lapped while we were writing: a later writer owns these slots now. */
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+    if (h - first > r->capacity) {
+        atomic_fetch_add_explicit(&r->refused, 1, memory_order_relaxed);
+        return 0;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t t = first + i;
+        atomic_store_explicit(&r->slots[t & r->mask].stamp, t + 1,
+                              memory_order_release);
+    }
+    atomic_fetch_add_explicit(&r->committed, 1, memory_order_release);
+    return 1;
+}
+
+/* Stamp of ticket t relative to what a committed slot for t would hold:
+ * <0 not yet written, 0 committed for t, >0 overwritten by a later ticket. */
+static int slot_state(kd_ring *r, uint64_t t)
+{
+    uint64_t s = atomic_load_explicit(&r->slots[t & r->mask].stamp,
+                                      memory_order_acquire);
+    if (s == t + 1)
+        return 0;
+    return s < t + 1 ? -1 : 1;
+}
+
+int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
+                     kd_ring_visit visit, void *ctx)
+{
+    int64_t visited = 0;
+    uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+    /* Tickets older than head - capacity are gone for certain. */
+    if (head - t > r->capacity) {
+        r->skipped_slots += head - r->capacity - t;
+        t = head - r->capacity;
+    }
+    while (t < head) {
+        int st = slot_state(r, t);
+        if (st < 0)
+            break; /* in flight */
+        const kd_payload *p = &r->slots[t & r->mask].p;
+        if (st > 0 || p->tag != KD_TAG_LAUNCH) {
+            /* lapped, or the tail end of a launch whose header is gone */
+            r->skipped_slots++;
+            t++;
+            continue;
+        }
+        uint32_t n = 1u + p->launch.nslots;
+        if (t + n > head)
+            break; /* header committed but the rest not reserved yet: cannot happen, be safe */
+        int state = 0;
+        for (uint32_t i = 1; i < n && state == 0; i++)
+            state = slot_state(r, t + i);
+        if (state < 0)
+            break;
+        if (state > 0 || n > scratch_cap) {
+            r->skipped_slots += 1;
+            t++;
+            continue;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            memcpy(&scratch[i], &r->slots[(t + i) & r->mask].p, sizeof(kd_payload));
+        /* Re-check the header: a writer that lapped us while copying. */
+        if (slot_state(r, t) != 0) {
+            r->skipped_slots += 1;
+            t++;
+            continue;
+        }
+        if (visit(ctx, scratch, n) != 0) {
+            atomic_store_explicit(&r->tail, t, memory_order_release);
+            return -1;
+        }
+        r->read++;
+        visited++;
+        t += n;
+    }
+    atomic_store_explicit(&r->tail, t, memory_order_release);
+    return visited;
+}
+
+uint64_t kd_ring_lost(const kd_ring *r)
+{
+    uint64_t committed = atomic_load_explicit(&r->committed, memory_order_acquire);
+    uint64_t refused = atomic_load_explicit(&r->refused, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+    /* Launches still unread between tail and head are not lost; while any is
+     * in flight the count below can only under-count, never over-count. */
+    uint64_t unread = 0;
+    if (head > tail) {
+        /* Count committed launch headers still ahead of the cursor. */
+        uint64_t t = tail;
+        kd_ring *rr = (kd_ring *)r;
+        while (t < head) {
+            if (slot_state(rr, t) != 0)
+                break;
+            const kd_payload *p = &rr->slots[t & rr->mask].p;
+            if (p->tag != KD_TAG_LAUNCH)
+                break;
+            unread++;
+            t += 1u + p->launch.nslots;
+        }
+    }
+    uint64_t accounted = r->read + unread;
+    uint64_t overwritten = committed > accounted ? committed - accounted : 0;
+    return refused + overwritten;
+}
+
+void kd_ring_clear(kd_ring *r)
+{
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+    atomic_store_explicit(&r->tail, h, memory_order_release);
+    atomic_store_explicit(&r->committed, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->refused, 0, memory_order_relaxed);
+    r->read = 0;
+    r->skipped_slots = 0;
+}

@@ -1,0 +1,95 @@
+/* kd_ring.h - a fixed-capacity ring of record payloads, many writers, one reader.
+ *
+ * Note [Ring protocol]
+ * Writers reserve a run of consecutive tickets (one ticket = one slot) with a
+ * single atomic operation, fill the payloads, and commit by stamping every
+ * slot with ticket + 1 (release).  A launch is therefore contiguous in ticket
+ * space (it may wrap around the end of the array).  The reader walks tickets
+ * from its cursor; a slot whose stamp is lower than ticket + 1 is still being
+ * written (the reader stops there), a higher stamp means a later writer has
+ * lapped it (the launch is lost to overwriting).
+ *
+ * Two policies when the ring is full:
+ *   KD_RING_OVERWRITE  writers never wait or fail; the oldest unread launches
+ *                      are overwritten.
+ *   KD_RING_DROP_NEW   a launch that does not fit is refused and counted.
+ * Either way the count of lost launches is exact once the reader has caught up:
+ * lost = committed - read (overwritten) + refused.
+ *
+ * Threading: reserve/commit are lock-free and may run on any number of
+ * threads.  kd_ring_read must not run concurrently with writers that could lap
+ * the slots it is copying (kdebug's Python layer guarantees this with the GIL);
+ * concurrent writers that do not lap it are fine.
+ * Nothing here allocates except kd_ring_new.
+ */
+#ifndef KD_RING_H
+#define KD_RING_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "kd_record.h"
+
+enum kd_ring_policy { KD_RING_OVERWRITE = 0, KD_RING_DROP_NEW = 1 };
+
+typedef struct kd_slot {
+    _Atomic uint64_t stamp;
+    kd_payload p;
+} kd_slot;
+
+static_assert(sizeof(kd_slot) == 128, "a ring slot is two cache lines");
+
+typedef struct kd_ring {
+    kd_slot *slots;
+    uint64_t capacity; /* slots, a power of two */
+    uint64_t mask;
+    int policy;
+    _Atomic uint64_t head;      /* next ticket to hand out */
+    _Atomic uint64_t tail;      /* reader cursor: tickets before it are consumed */
+    _Atomic uint64_t committed; /* launches committed */
+    _Atomic uint64_t refused;   /* launches refused: ring full, too large, lapped */
+    uint64_t read;              /* launches the reader returned (reader only) */
+    uint64_t skipped_slots;     /* slots the reader skipped as lost (reader only) */
+} kd_ring;
+
+/* Returns a new ring of at least capacity slots (rounded up to a power of two,
+ * minimum 16), or NULL when out of memory or capacity is above 2^32. */
+kd_ring *kd_ring_new(uint64_t capacity, int policy);
+void kd_ring_free(kd_ring *r);
+
+/* Reserves n consecutive slots.  Returns 0 and the first ticket in *first, or
+ * -1 when the launch is refused (counted in r->refused). */
+int kd_ring_reserve(kd_ring *r, uint32_t n, uint64_t *first);
+
+/* The payload of a reserved ticket. */
+static inline kd_payload *kd_ring_payload(kd_ring *r, uint64_t ticket)
+{
+    return &r->slots[ticket & r->mask].p;
+}
+
+/* Publishes the n slots starting at first as one launch.  If a writer has
+ * lapped them meanwhile (overwrite policy, ring far too small), the launch is
+ * counted as refused instead and 0 is returned; otherwise 1. */
+int kd_ring_commit(kd_ring *r, uint64_t first, uint32_t n);
+
+/* Called by the reader for each complete launch, in ticket order; p points to
+ * n contiguous payloads (header first).  Returns 0 to go on, nonzero to stop. */
+typedef int (*kd_ring_visit)(void *ctx, const kd_payload *p, uint32_t n);
+
+/* Copies out every complete launch from the cursor on, up to the first one
+ * still being written, calling visit for each; scratch must hold
+ * scratch_cap payloads (a launch larger than that is skipped as lost).
+ * Returns the number of launches visited, or -1 if visit asked to stop
+ * (the cursor then points at the launch that stopped it). */
+int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
+                     kd_ring_visit visit, void *ctx);
+
+/* Launches lost so far: refused plus those overwritten before being read.
+ * Exact once kd_ring_read has returned with no launch in flight. */
+uint64_t kd_ring_lost(const kd_ring *r);
+
+/* Forget everything: cursor to head, counters to zero.  Reader side only,
+ * with no writer running. */
+void kd_ring_clear(kd_ring *r);
+
+#endif

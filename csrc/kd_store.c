@@ -1,0 +1,66 @@
+/* kd_store.c - the drained launch store (kd_store.h). */
+#include "kd_store.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void kd_store_init(kd_store *s) { memset(s, 0, sizeof *s); }
+
+void kd_store_free(kd_store *s)
+{
+    free(s->payloads);
+    free(s->launch_off);
+    kd_store_init(s);
+}
+
+void kd_store_clear(kd_store *s)
+{
+    s->npayloads = 0;
+    s->nlaunches = 0;
+}
+
+static int reserve(void **buf, uint64_t *cap, uint64_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    uint64_t c = *cap ? *cap : 256;
+    while (c < need)
+        c *= 2;
+    void *p = realloc(*buf, c * elem);
+    if (p == NULL)
+        return -1;
+    *buf = p;
+    *cap = c;
+    return 0;
+}
+
+int kd_store_append(kd_store *s, const kd_payload *p, uint32_t n)
+{
+    if (n == 0 || p[0].tag != KD_TAG_LAUNCH)
+        return -1;
+    if (reserve((void **)&s->payloads, &s->payload_cap, s->npayloads + n,
+                sizeof(kd_payload)) != 0 ||
+        reserve((void **)&s->launch_off, &s->launch_cap, s->nlaunches + 1,
+                sizeof(uint64_t)) != 0)
+        return -1;
+    memcpy(&s->payloads[s->npayloads], p, (size_t)n * sizeof(kd_payload));
+    s->launch_off[s->nlaunches++] = s->npayloads;
+    s->npayloads += n;
+    return 0;
+}
+
+uint32_t kd_launch_arg_offset(const kd_payload *launch, uint32_t k)
+{
+    uint32_t nargs = launch->launch.nargs;
+    uint32_t nslots = launch->launch.nslots;
+    if (k >= nargs)
+        return 0;
+    uint32_t off = 1;
+    for (uint32_t a = 0; a < k; a++) {
+        if (off > nslots)
+            return 0;
+        const kd_payload *p = &launch[off];
+        off += p->tag == KD_TAG_TENSOR ? kd_tensor_payloads(p->tensor.ndim) : 1;
+    }
+    return off <= nslots ? off : 0;
+}

@@ -1,0 +1,484 @@
+/* test_core.c - tests of kdebug's Python-free C core: ring, string table,
+ * store, renderer.  Built and run under AddressSanitizer and UBSan by
+ * csrc/Makefile (`make -C csrc test`), which the pytest suite calls. */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kd_record.h"
+#include "../kd_render.h"
+#include "../kd_ring.h"
+#include "../kd_store.h"
+#include "../kd_strtab.h"
+
+static int failures = 0;
+static int checks = 0;
+
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        checks++;                                                              \
+        if (!(cond)) {                                                         \
+            failures++;                                                        \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__,   \
+                    #cond);                                                    \
+        }                                                                      \
+    } while (0)
+
+#define CHECK_STR(got, want)                                                   \
+    do {                                                                       \
+        checks++;                                                              \
+        if (strcmp((got), (want)) != 0) {                                      \
+            failures++;                                                        \
+            fprintf(stderr, "%s:%d: got \"%s\", want \"%s\"\n", __FILE__,      \
+                    __LINE__, (got), (want));                                  \
+        }                                                                      \
+    } while (0)
+
+/* ---- helpers: write a launch of nargs int args, marked with a value ---- */
+
+static int write_launch(kd_ring *r, uint32_t nargs, uint64_t mark)
+{
+    uint64_t first;
+    if (kd_ring_reserve(r, 1 + nargs, &first) != 0)
+        return 0;
+    kd_payload *h = kd_ring_payload(r, first);
+    memset(h, 0, sizeof *h);
+    h->launch.tag = KD_TAG_LAUNCH;
+    h->launch.kind = KD_KIND_TRITON;
+    h->launch.nargs = (uint16_t)nargs;
+    h->launch.nslots = (uint16_t)nargs;
+    h->launch.launch_index = mark;
+    for (uint32_t i = 0; i < nargs; i++) {
+        kd_payload *a = kd_ring_payload(r, first + 1 + i);
+        memset(a, 0, sizeof *a);
+        a->scalar.tag = KD_TAG_INT;
+        a->scalar.value.i = (int64_t)(mark * 1000 + i);
+    }
+    return kd_ring_commit(r, first, 1 + nargs);
+}
+
+typedef struct collect {
+    uint64_t marks[100000];
+    uint64_t n;
+    int bad;
+} collect;
+
+static int visit_collect(void *ctx, const kd_payload *p, uint32_t n)
+{
+    collect *c = ctx;
+    if (p[0].tag != KD_TAG_LAUNCH || n != 1u + p[0].launch.nslots)
+        c->bad++;
+    uint64_t mark = p[0].launch.launch_index;
+    for (uint32_t i = 1; i < n; i++)
+        if (p[i].tag != KD_TAG_INT || p[i].scalar.value.i != (int64_t)(mark * 1000 + i - 1))
+            c->bad++;
+    if (c->n < 100000)
+        c->marks[c->n] = mark;
+    c->n++;
+    return 0;
+}
+
+static kd_payload scratch[4096];
+
+static void test_ring_basic(void)
+{
+    kd_ring *r = kd_ring_new(64, KD_RING_OVERWRITE);
+    CHECK(r != NULL && r->capacity == 64);
+    static collect c;
+    memset(&c, 0, sizeof c);
+    for (uint64_t i = 0; i < 10; i++)
+        CHECK(write_launch(r, 3, i) == 1); /* 40 slots */
+    CHECK(kd_ring_read(r, scratch, 4096, visit_collect, &c) == 10);
+    CHECK(c.n == 10 && c.bad == 0);
+    for (uint64_t i = 0; i < 10; i++)
+        CHECK(c.marks[i] == i);
+    CHECK(kd_ring_lost(r) == 0);
+    /* nothing new: reading again returns nothing */
+    CHECK(kd_ring_read(r, scratch, 4096, visit_collect, &c) == 0);
+    kd_ring_free(r);
+}
+
+static void test_ring_wrap_overwrite(void)
+{
+    /* 16 slots, launches of 5 slots: the ring wraps and launches straddle
+     * the end of the array. */
+    kd_ring *r = kd_ring_new(16, KD_RING_OVERWRITE);
+    static collect c;
+    memset(&c, 0, sizeof c);
+    for (uint64_t i = 0; i < 3; i++)
+        write_launch(r, 4, i);
+    CHECK(kd_ring_read(r, scratch, 4096, visit_collect, &c) == 3);
+    /* now write 7 launches (35 slots) without reading: only the last three
+     * fit (15 slots), and one of those may have been partly lapped */
+    for (uint64_t i = 3; i < 10; i++)
+        write_launch(r, 4, i);
+    int64_t got = kd_ring_read(r, scratch, 4096, visit_collect, &c);
+    CHECK(got == 3);
+    CHECK(c.bad == 0);
+    CHECK(c.n == 6);
+    CHECK(c.marks[3] == 7 && c.marks[4] == 8 && c.marks[5] == 9);
+    /* exact count of what was lost: launches 3..6 */
+    CHECK(kd_ring_lost(r) == 4);
+    kd_ring_free(r);
+}
+
+static void test_ring_drop_new(void)
+{
+    kd_ring *r = kd_ring_new(16, KD_RING_DROP_NEW);
+    static collect c;
+    memset(&c, 0, sizeof c);
+    int ok = 0;
+    for (uint64_t i = 0; i < 10; i++)
+        ok += write_launch(r, 4, i); /* 5 slots each: 3 fit */
+    CHECK(ok == 3);
+    CHECK(kd_ring_lost(r) == 7);
+    CHECK(kd_ring_read(r, scratch, 4096, visit_collect, &c) == 3);
+    CHECK(c.marks[0] == 0 && c.marks[2] == 2);
+    /* after reading there is room again */
+    CHECK(write_launch(r, 4, 42) == 1);
+    CHECK(kd_ring_read(r, scratch, 4096, visit_collect, &c) == 1);
+    CHECK(c.marks[3] == 42);
+    CHECK(kd_ring_lost(r) == 7);
+    /* a launch larger than the ring is refused and counted */
+    CHECK(write_launch(r, 40, 43) == 0);
+    CHECK(kd_ring_lost(r) == 8);
+    kd_ring_clear(r);
+    CHECK(kd_ring_lost(r) == 0);
+    kd_ring_free(r);
+}
+
+static void test_ring_in_flight(void)
+{
+    kd_ring *r = kd_ring_new(64, KD_RING_OVERWRITE);
+    static collect c;
+    memset(&c, 0, sizeof c);
+    write_launch(r, 2, 0);
+    /* reserve a launch and leave it uncommitted: the reader stops there */
+    uint64_t first;
+    CHECK(kd_ring_reserve(r, 3, &first) == 0);
+    kd_payload *h = kd_ring_payload(r, first);
+    memset(h, 0, sizeof *h);
+    h->launch.tag = KD_TAG_LAUNCH;
+    h->launch.nslots = 2;
+    h->launch.nargs = 2;
+    h->launch.launch_index = 1;
+    for (int i = 0; i < 2; i++) {
+        kd_payload *a = kd_ring_payload(r, first + 1 + (uint64_t)i);
+        memset(a, 0, sizeof *a);
+        a->scalar.tag = KD_TAG_INT;
+        a->scalar.value.i = 1000 + i;
+    }
+    write_launch(r, 2, 2); /* committed after the in-flight one */
+    CHECK(kd_ring_read(r, scratch, 4096, visit_collect, &c) == 1);
+    CHECK(kd_ring_commit(r, first, 3) == 1);
+    CHECK(kd_ring_read(r, scratch, 4096, visit_collect, &c) == 2);
+    CHECK(c.n == 3 && c.marks[1] == 1 && c.marks[2] == 2 && c.bad == 0);
+    CHECK(kd_ring_lost(r) == 0);
+    kd_ring_free(r);
+}
+
+typedef struct writer_arg {
+    kd_ring *r;
+    uint64_t base;
+    int n;
+} writer_arg;
+
+static void *writer(void *p)
+{
+    writer_arg *a = p;
+    for (int i = 0; i < a->n; i++)
+        write_launch(a->r, (uint32_t)(i % 7), a->base + (uint64_t)i);
+    return NULL;
+}
+
+static void test_ring_threads(void)
+{
+    enum { T = 4, N = 5000 };
+    kd_ring *r = kd_ring_new(1 << 18, KD_RING_OVERWRITE);
+    pthread_t th[T];
+    writer_arg args[T];
+    for (int i = 0; i < T; i++) {
+        args[i] = (writer_arg){r, (uint64_t)(i + 1) * 100000, N};
+        pthread_create(&th[i], NULL, writer, &args[i]);
+    }
+    for (int i = 0; i < T; i++)
+        pthread_join(th[i], NULL);
+    static collect c;
+    memset(&c, 0, sizeof c);
+    CHECK(kd_ring_read(r, scratch, 4096, visit_collect, &c) == T * N);
+    CHECK(c.bad == 0);
+    /* each thread's launches appear once, in that thread's order */
+    uint64_t next[T] = {0};
+    int order_ok = 1;
+    for (uint64_t i = 0; i < c.n; i++) {
+        int t = (int)(c.marks[i] / 100000) - 1;
+        if (t < 0 || t >= T || c.marks[i] % 100000 != next[t])
+            order_ok = 0;
+        else
+            next[t]++;
+    }
+    CHECK(order_ok);
+    CHECK(kd_ring_lost(r) == 0);
+    kd_ring_free(r);
+
+    /* a small ring under the same load: what is read plus what is lost
+     * equals what was written, exactly */
+    r = kd_ring_new(256, KD_RING_OVERWRITE);
+    for (int i = 0; i < T; i++) {
+        args[i] = (writer_arg){r, (uint64_t)(i + 1) * 100000, N};
+        pthread_create(&th[i], NULL, writer, &args[i]);
+    }
+    for (int i = 0; i < T; i++)
+        pthread_join(th[i], NULL);
+    memset(&c, 0, sizeof c);
+    int64_t got = kd_ring_read(r, scratch, 4096, visit_collect, &c);
+    CHECK(got > 0 && c.bad == 0);
+    CHECK((uint64_t)got + kd_ring_lost(r) == (uint64_t)T * N);
+    kd_ring_free(r);
+
+    r = kd_ring_new(256, KD_RING_DROP_NEW);
+    for (int i = 0; i < T; i++) {
+        args[i] = (writer_arg){r, (uint64_t)(i + 1) * 100000, N};
+        pthread_create(&th[i], NULL, writer, &args[i]);
+    }
+    for (int i = 0; i < T; i++)
+        pthread_join(th[i], NULL);
+    memset(&c, 0, sizeof c);
+    got = kd_ring_read(r, scratch, 4096, visit_collect, &c);
+    CHECK(got > 0 && c.bad == 0);
+    CHECK((uint64_t)got + kd_ring_lost(r) == (uint64_t)T * N);
+    kd_ring_free(r);
+}
+
+/* ---- string table ---- */
+
+typedef struct intern_arg {
+    kd_strtab *t;
+    uint32_t ids[2000];
+} intern_arg;
+
+static void *interner(void *p)
+{
+    intern_arg *a = p;
+    char buf[32];
+    for (int i = 0; i < 2000; i++) {
+        int n = snprintf(buf, sizeof buf, "kernel_%d", i);
+        a->ids[i] = kd_strtab_intern(a->t, buf, (size_t)n);
+    }
+    return NULL;
+}
+
+static void test_strtab(void)
+{
+    kd_strtab *t = kd_strtab_new(100000);
+    CHECK(t != NULL);
+    uint32_t a = kd_strtab_intern(t, "in_ptr0", 7);
+    uint32_t b = kd_strtab_intern(t, "out_ptr0", 8);
+    CHECK(a == 1 && b == 2);
+    CHECK(kd_strtab_intern(t, "in_ptr0", 7) == a);
+    CHECK(kd_strtab_intern(t, "in_ptr0xyz", 7) == a); /* length-delimited */
+    size_t n;
+    CHECK_STR(kd_strtab_get(t, b, &n), "out_ptr0");
+    CHECK(n == 8);
+    CHECK_STR(kd_strtab_get(t, 0, NULL), "");
+    CHECK_STR(kd_strtab_get(t, 999, NULL), "");
+    CHECK(kd_strtab_intern(t, "a\0b", 3) == 0); /* embedded NUL refused */
+    CHECK(kd_strtab_intern(t, "", 0) != 0);
+    /* many strings: the index grows, ids stay valid */
+    char buf[32];
+    uint32_t first = 0;
+    for (int i = 0; i < 20000; i++) {
+        int k = snprintf(buf, sizeof buf, "s%d", i);
+        uint32_t id = kd_strtab_intern(t, buf, (size_t)k);
+        if (i == 0)
+            first = id;
+        CHECK(id != 0 || i < 0);
+    }
+    CHECK_STR(kd_strtab_get(t, first, NULL), "s0");
+    CHECK(kd_strtab_intern(t, "s19999", 6) == first + 19999);
+    /* a string longer than a chunk */
+    char *big = malloc(200000);
+    memset(big, 'x', 199999);
+    big[199999] = '\0';
+    uint32_t bid = kd_strtab_intern(t, big, 199999);
+    CHECK(bid != 0 && strlen(kd_strtab_get(t, bid, NULL)) == 199999);
+    free(big);
+    kd_strtab_free(t);
+
+    /* full table */
+    t = kd_strtab_new(2);
+    CHECK(kd_strtab_intern(t, "a", 1) == 1);
+    CHECK(kd_strtab_intern(t, "b", 1) == 2);
+    CHECK(kd_strtab_intern(t, "c", 1) == 0);
+    CHECK(kd_strtab_intern(t, "a", 1) == 1);
+    kd_strtab_free(t);
+
+    /* concurrent interning agrees on ids */
+    t = kd_strtab_new(100000);
+    static intern_arg ia[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        ia[i].t = t;
+        pthread_create(&th[i], NULL, interner, &ia[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    int same = 1;
+    for (int i = 0; i < 2000; i++)
+        for (int k = 1; k < 4; k++)
+            if (ia[k].ids[i] != ia[0].ids[i] || ia[0].ids[i] == 0)
+                same = 0;
+    CHECK(same);
+    CHECK(kd_strtab_count(t) == 2000);
+    kd_strtab_free(t);
+}
+
+/* ---- store + render ---- */
+
+static const char *dtypes[46];
+
+static void fill_tensor(kd_payload *p, uint32_t name, int ndim, const int64_t *sizes,
+                        const int64_t *strides)
+{
+    uint32_t np = kd_tensor_payloads((uint32_t)ndim);
+    memset(p, 0, np * sizeof *p);
+    p[0].tensor.tag = KD_TAG_TENSOR;
+    p[0].tensor.dtype = 6; /* Float */
+    p[0].tensor.ndim = (uint8_t)ndim;
+    p[0].tensor.name_id = name;
+    p[0].tensor.role = KD_ROLE_READ;
+    p[0].tensor.data_ptr = 0x1000;
+    for (int d = 0; d < ndim; d++) {
+        if (d < KD_INLINE_DIMS) {
+            p[0].tensor.sizes[d] = sizes[d];
+            p[0].tensor.strides[d] = strides[d];
+        } else {
+            int k = d - KD_INLINE_DIMS;
+            kd_dims_cont *c = &p[1 + k / KD_CONT_DIMS].dims;
+            c->tag = KD_TAG_DIMS;
+            c->sizes[k % KD_CONT_DIMS] = sizes[d];
+            c->strides[k % KD_CONT_DIMS] = strides[d];
+        }
+    }
+}
+
+static void test_render(void)
+{
+    kd_strtab *t = kd_strtab_new(1000);
+    dtypes[6] = "f32";
+    dtypes[15] = "bf16";
+    kd_render_ctx ctx = {t, dtypes, 46};
+    kd_payload p[16];
+    memset(p, 0, sizeof p);
+    p[0].launch.tag = KD_TAG_LAUNCH;
+    p[0].launch.kind = KD_KIND_TRITON;
+    p[0].launch.flags = KD_LF_GRID | KD_LF_CONFIG;
+    p[0].launch.name_id = kd_strtab_intern(t, "triton_poi_fused_add_0", 22);
+    p[0].launch.config_id = kd_strtab_intern(t, "XBLOCK=1024", 11);
+    p[0].launch.num_warps = 4;
+    p[0].launch.num_stages = 1;
+    p[0].launch.grid[0] = 64;
+    p[0].launch.grid[1] = 128;
+    p[0].launch.grid[2] = 1;
+    int64_t s2[2] = {8, 256}, st2[2] = {256, 1};
+    fill_tensor(&p[1], kd_strtab_intern(t, "in_ptr0", 7), 2, s2, st2);
+    int64_t s6[6] = {1, 2, 3, 4, 5, 6}, st6[6] = {720, 360, 120, 30, 6, 1};
+    fill_tensor(&p[2], kd_strtab_intern(t, "out_ptr0", 8), 6, s6, st6); /* 2 payloads */
+    p[2].tensor.role = KD_ROLE_WRITE;
+    p[4].scalar.tag = KD_TAG_INT;
+    p[4].scalar.name_id = kd_strtab_intern(t, "xnumel", 6);
+    p[4].scalar.value.i = 2048;
+    p[5].scalar.tag = KD_TAG_FLOAT;
+    p[5].scalar.name_id = kd_strtab_intern(t, "eps", 3);
+    p[5].scalar.value.f = 1e-5;
+    int64_t s0[1] = {0}, st0[1] = {1};
+    fill_tensor(&p[6], 0, 0, s0, st0); /* 0-dim, no name */
+    p[0].launch.nargs = 5;
+    p[0].launch.nslots = 6;
+
+    char buf[1024];
+    size_t n = kd_render_launch(&ctx, p, 0, buf, sizeof buf);
+    const char *want = "[triton] triton_poi_fused_add_0(grid=(64, 128, 1), in_ptr0=t: f32[8, 256], "
+                       "out_ptr0=t: f32[1, 2, 3, 4, 5, 6], xnumel=2048, eps=1e-05, arg4=t: f32[])";
+    CHECK_STR(buf, want);
+    CHECK(n == strlen(want));
+    /* truncation keeps snprintf semantics */
+    char small[10];
+    CHECK(kd_render_launch(&ctx, p, 0, small, sizeof small) == strlen(want));
+    CHECK_STR(small, "[triton] ");
+    kd_render_args(&ctx, p, 0, buf, sizeof buf);
+    CHECK_STR(buf, "in_ptr0=t: f32[8, 256], out_ptr0=t: f32[1, 2, 3, 4, 5, 6], xnumel=2048, "
+                   "eps=1e-05, arg4=t: f32[]");
+    kd_render_launch(&ctx, p, KD_RENDER_VERBOSE, buf, sizeof buf);
+    CHECK(strstr(buf, "in_ptr0=t: f32[8, 256]{R, stride=(256, 1), offset=0, ptr=0x1000}") != NULL);
+    CHECK(strstr(buf, "out_ptr0=t: f32[1, 2, 3, 4, 5, 6]{W, stride=(720, 360, 120, 30, 6, 1)") != NULL);
+    CHECK(strstr(buf, "# XBLOCK=1024, num_warps=4, num_stages=1") != NULL);
+
+    /* C++ kernel: no grid */
+    p[0].launch.kind = KD_KIND_CPP;
+    p[0].launch.nargs = 1;
+    p[0].launch.nslots = 1;
+    kd_render_launch(&ctx, p, 0, buf, sizeof buf);
+    CHECK_STR(buf, "[cpp] triton_poi_fused_add_0(in_ptr0=t: f32[8, 256])");
+
+    /* store: append and find argument offsets */
+    kd_store s;
+    kd_store_init(&s);
+    p[0].launch.kind = KD_KIND_TRITON;
+    p[0].launch.nargs = 5;
+    p[0].launch.nslots = 6;
+    for (int i = 0; i < 1000; i++)
+        CHECK(kd_store_append(&s, p, 7) == 0 || i < 0);
+    CHECK(s.nlaunches == 1000 && s.npayloads == 7000);
+    const kd_payload *l = kd_store_launch(&s, 999);
+    CHECK(l->tag == KD_TAG_LAUNCH);
+    CHECK(kd_launch_arg_offset(l, 0) == 1);
+    CHECK(kd_launch_arg_offset(l, 1) == 2);
+    CHECK(kd_launch_arg_offset(l, 2) == 4);
+    CHECK(kd_launch_arg_offset(l, 4) == 6);
+    CHECK(kd_launch_arg_offset(l, 5) == 0);
+    int64_t size, stride;
+    kd_tensor_dim(&l[2], 5, &size, &stride);
+    CHECK(size == 6 && stride == 1);
+    CHECK(kd_store_append(&s, &p[1], 1) == -1); /* not a launch header */
+    kd_store_free(&s);
+    kd_strtab_free(t);
+}
+
+static void test_doubles(void)
+{
+    /* expected strings are Python's repr() of the same values */
+    struct { double v; const char *want; } cases[] = {
+        {1.0, "1.0"}, {0.1, "0.1"}, {1e-05, "1e-05"}, {0.0001, "0.0001"},
+        {100000.0, "100000.0"}, {1e16, "1e+16"}, {1.5e-07, "1.5e-07"},
+        {123456789.123, "123456789.123"}, {-0.0, "-0.0"}, {0.0, "0.0"},
+        {1e22, "1e+22"}, {3.141592653589793, "3.141592653589793"},
+        {2.5e-310, "2.5e-310"}, {-2.5, "-2.5"}, {1234567890123456.0, "1234567890123456.0"},
+        {9007199254740993.0, "9007199254740992.0"}, {0.3, "0.3"}, {1.0 / 3, "0.3333333333333333"},
+        {1e300 * 1e10, "inf"}, {-1e300 * 1e10, "-inf"}, {123e-20, "1.23e-18"},
+    };
+    char buf[64];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kd_render_double(cases[i].v, buf, sizeof buf);
+        CHECK_STR(buf, cases[i].want);
+    }
+    kd_render_double(NAN, buf, sizeof buf);
+    CHECK_STR(buf, "nan");
+}
+
+int main(void)
+{
+    test_ring_basic();
+    test_ring_wrap_overwrite();
+    test_ring_drop_new();
+    test_ring_in_flight();
+    test_ring_threads();
+    test_strtab();
+    test_render();
+    test_doubles();
+    printf("%d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}
