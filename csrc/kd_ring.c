@@ -132,7 +132,7 @@ int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
             t++;
             continue;
         }
-        if (visit(ctx, scratch, n) != 0) {
+        if (visit(ctx, t, scratch, n) != 0) {
             atomic_store_explicit(&r->tail, t, memory_order_release);
             return -1;
         }

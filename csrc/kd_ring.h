@@ -73,8 +73,9 @@ static inline kd_payload *kd_ring_payload(kd_ring *r, uint64_t ticket)
 int kd_ring_commit(kd_ring *r, uint64_t first, uint32_t n);
 
 /* Called by the reader for each complete launch, in ticket order; p points to
- * n contiguous payloads (header first).  Returns 0 to go on, nonzero to stop. */
-typedef int (*kd_ring_visit)(void *ctx, const kd_payload *p, uint32_t n);
+ * n contiguous payloads (header first) copied from tickets first..first+n.
+ * Returns 0 to go on, nonzero to stop. */
+typedef int (*kd_ring_visit)(void *ctx, uint64_t first, const kd_payload *p, uint32_t n);
 
 /* Copies out every complete launch from the cursor on, up to the first one
  * still being written, calling visit for each; scratch must hold

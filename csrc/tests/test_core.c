@@ -66,8 +66,9 @@ typedef struct collect {
     int bad;
 } collect;
 
-static int visit_collect(void *ctx, const kd_payload *p, uint32_t n)
+static int visit_collect(void *ctx, uint64_t first, const kd_payload *p, uint32_t n)
 {
+    (void)first;
     collect *c = ctx;
     if (p[0].tag != KD_TAG_LAUNCH || n != 1u + p[0].launch.nslots)
         c->bad++;

@@ -1,0 +1,680 @@
+/* kd_hook.c - the launch hooks Inductor's generated code runs through.
+ *
+ * Note [Where kdebug hooks Inductor]
+ *  - Triton: CachingAutotuner.run is replaced by a RunHook, a method
+ *    descriptor with vectorcall (no bound-method object per call).  Generated
+ *    code calls kernel.run(*args, stream=s); autotuning benchmarks call the
+ *    launchers directly, so they never pass here.
+ *  - The grid the launcher really used is caught by a RunnerHook wrapped
+ *    around the `runner` in each launcher's globals: every generated launcher
+ *    ends in runner(grid_0, grid_1, grid_2, stream, ...).  While a recorded
+ *    launch is in flight the hook copies the grid and the launcher's config
+ *    into this thread's capture; the last launcher call wins, which is the
+ *    real launch (autotuning benchmarks, if any, run before it).
+ *  - C++ kernels: each cpp_pybinding kernel in a generated module's globals is
+ *    replaced by a CppKernel wrapper (kdebug/inductor.py does the swapping).
+ *  - Upstream's own Triton recording is kept out of the way by replacing the
+ *    get_active_debug_mode name inside triton_heuristics with a filter that
+ *    hides kdebug modes (kd_inductor_get_active_debug_mode).
+ * With no recorder active each hook costs one C call and one thread-local
+ * read before it calls the original.
+ */
+#include <string.h>
+
+#include "kd_py.h"
+#include <structmember.h>
+
+_Thread_local kd_capture kd_tls_capture;
+
+/* Configuration set once by kdebug/inductor.py through _configure(). */
+static PyObject *bench_dict = NULL;      /* dict holding _IN_INDUCTOR_BENCHMARK */
+static PyObject *bench_key = NULL;
+static PyObject *count_dict = NULL;      /* dict holding _ACTIVE_DEBUG_MODE_COUNT */
+static PyObject *count_key = NULL;
+static PyObject *orig_get_active = NULL; /* upstream get_active_debug_mode */
+static PyObject *kd_mode_class = NULL;   /* kdebug.DebugMode */
+static long kd_pushed_modes = 0;         /* GIL: kdebug modes on dispatch stacks */
+
+static PyObject *str_stream, *str_benchmark_run, *str_kdebug_info;
+
+int kd_in_benchmark(void)
+{
+    if (bench_dict == NULL)
+        return 0;
+    PyObject *v = PyDict_GetItemWithError(bench_dict, bench_key);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    return v == Py_True;
+}
+
+/* ------------------------------------------------------------------ */
+/* KernelInfo                                                          */
+
+static void info_dealloc(kd_kernel_info *self)
+{
+    PyMem_Free(self->name_ids);
+    PyMem_Free(self->roles);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static uint32_t intern_obj(PyObject *s)
+{
+    Py_ssize_t n;
+    const char *c = PyUnicode_AsUTF8AndSize(s, &n);
+    if (c == NULL)
+        return 0;
+    uint32_t id = kd_strtab_intern(kd_strings, c, (size_t)n);
+    if (id == 0)
+        PyErr_SetString(PyExc_MemoryError, "kdebug's string table is full");
+    return id;
+}
+
+/* KernelInfo(kind, name, arg_names, roles, device_type, device_index) */
+static PyObject *info_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    int kind, dtype, dindex;
+    PyObject *name, *names, *roles;
+    static char *kwlist[] = {"kind", "name", "arg_names", "roles", "device_type",
+                             "device_index", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iUOOii", kwlist, &kind, &name, &names,
+                                     &roles, &dtype, &dindex))
+        return NULL;
+    if (kind != KD_KIND_TRITON && kind != KD_KIND_CPP) {
+        PyErr_SetString(PyExc_ValueError, "kind must be 1 (triton) or 2 (cpp)");
+        return NULL;
+    }
+    PyObject *ns = PySequence_Fast(names, "arg_names must be a sequence");
+    PyObject *rs = ns ? PySequence_Fast(roles, "roles must be a sequence") : NULL;
+    kd_kernel_info *self = NULL;
+    if (rs == NULL)
+        goto error;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(ns);
+    if (PySequence_Fast_GET_SIZE(rs) != n) {
+        PyErr_SetString(PyExc_ValueError, "arg_names and roles differ in length");
+        goto error;
+    }
+    self = (kd_kernel_info *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        goto error;
+    self->kind = (uint8_t)kind;
+    self->device_type = (uint8_t)dtype;
+    self->device_index = (int8_t)dindex;
+    self->name_id = intern_obj(name);
+    if (self->name_id == 0)
+        goto error;
+    self->nnames = (uint32_t)n;
+    self->name_ids = PyMem_Calloc((size_t)n + 1, sizeof(uint32_t));
+    self->roles = PyMem_Calloc((size_t)n + 1, 1);
+    if (self->name_ids == NULL || self->roles == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = PySequence_Fast_GET_ITEM(ns, i);
+        if (!PyUnicode_Check(s)) {
+            PyErr_SetString(PyExc_TypeError, "arg_names must hold str");
+            goto error;
+        }
+        if ((self->name_ids[i] = intern_obj(s)) == 0)
+            goto error;
+        long role = PyLong_AsLong(PySequence_Fast_GET_ITEM(rs, i));
+        if (role == -1 && PyErr_Occurred())
+            goto error;
+        if (role < 0 || role > 3) {
+            PyErr_SetString(PyExc_ValueError, "a role is 0..3 (1 read, 2 write)");
+            goto error;
+        }
+        self->roles[i] = (uint8_t)role;
+    }
+    Py_DECREF(ns);
+    Py_DECREF(rs);
+    return (PyObject *)self;
+error:
+    Py_XDECREF(ns);
+    Py_XDECREF(rs);
+    Py_XDECREF(self);
+    return NULL;
+}
+
+static PyObject *info_get_name(kd_kernel_info *self, void *c)
+{
+    (void)c;
+    return PyUnicode_FromString(kd_strtab_get(kd_strings, self->name_id, NULL));
+}
+
+static PyObject *info_get_arg_names(kd_kernel_info *self, void *c)
+{
+    (void)c;
+    PyObject *t = PyTuple_New(self->nnames);
+    for (uint32_t i = 0; t && i < self->nnames; i++) {
+        PyObject *s = PyUnicode_FromString(kd_strtab_get(kd_strings, self->name_ids[i], NULL));
+        if (s == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, s);
+    }
+    return t;
+}
+
+static PyObject *info_get_roles(kd_kernel_info *self, void *c)
+{
+    (void)c;
+    PyObject *t = PyTuple_New(self->nnames);
+    for (uint32_t i = 0; t && i < self->nnames; i++)
+        PyTuple_SET_ITEM(t, i, PyLong_FromLong(self->roles[i]));
+    return t;
+}
+
+static PyGetSetDef info_getset[] = {
+    {"name", (getter)info_get_name, NULL, "kernel name", NULL},
+    {"arg_names", (getter)info_get_arg_names, NULL, "argument names", NULL},
+    {"roles", (getter)info_get_roles, NULL, "argument roles (1 read, 2 write)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject kd_KernelInfoType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kdebug._C.KernelInfo",
+    .tp_basicsize = sizeof(kd_kernel_info),
+    .tp_dealloc = (destructor)info_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "What kdebug knows about one kernel: name, argument names and roles.",
+    .tp_new = info_new,
+    .tp_getset = info_getset,
+};
+
+/* ------------------------------------------------------------------ */
+/* RunHook: replaces CachingAutotuner.run                              */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *orig;     /* the original CachingAutotuner.run function */
+    PyObject *builder;  /* builder(autotuner) -> KernelInfo */
+    PyObject *finisher; /* finisher(autotuner, args) -> (g0, g1, g2, config_id, warps, stages, shared) | None */
+} kd_run_hook;
+
+static kd_kernel_info *triton_info(kd_recorder *r, kd_run_hook *h, PyObject *autotuner)
+{
+    PyObject *info = PyObject_GetAttr(autotuner, str_kdebug_info);
+    if (info == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            kd_recorder_error(r, "reading a kernel's kdebug info");
+            return NULL;
+        }
+        PyErr_Clear();
+        info = PyObject_CallOneArg(h->builder, autotuner);
+        if (info == NULL || !PyObject_TypeCheck(info, &kd_KernelInfoType)) {
+            Py_XDECREF(info);
+            kd_recorder_error(r, "describing a Triton kernel (it will not be recorded)");
+            info = Py_NewRef(Py_None);
+        }
+        if (PyObject_SetAttr(autotuner, str_kdebug_info, info) != 0)
+            kd_recorder_error(r, "caching a kernel's kdebug info");
+    }
+    if (info == Py_None) {
+        Py_DECREF(info);
+        return NULL;
+    }
+    Py_DECREF(info); /* the autotuner keeps it alive */
+    return (kd_kernel_info *)info;
+}
+
+static PyObject *run_hook_call(kd_run_hook *self, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    kd_recorder *r = kd_active_recorder();
+    if (r == NULL || nargs < 1)
+        return PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
+
+    uint64_t stream = 0;
+    if (kwnames != NULL) {
+        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t k = 0; k < nk; k++) {
+            PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+            PyObject *val = args[nargs + k];
+            if (key == str_stream || PyUnicode_Compare(key, str_stream) == 0) {
+                if (PyLong_Check(val))
+                    stream = PyLong_AsUnsignedLongLongMask(val);
+            } else if (key == str_benchmark_run ||
+                       PyUnicode_Compare(key, str_benchmark_run) == 0) {
+                int b = PyObject_IsTrue(val);
+                if (b != 0) {
+                    PyErr_Clear();
+                    r->suppressed++;
+                    return PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
+                }
+            }
+        }
+        if (PyErr_Occurred())
+            PyErr_Clear();
+    }
+    PyObject *autotuner = args[0];
+    kd_kernel_info *info = triton_info(r, self, autotuner);
+    if (info == NULL) {
+        r->unrecorded++;
+        return PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
+    }
+    Py_INCREF(r); /* the launch may run Python code that stops the recorder */
+    kd_pending p;
+    kd_launch_begin(r, info, args + 1, nargs - 1, stream, &p);
+    kd_capture saved = kd_tls_capture;
+    memset(&kd_tls_capture, 0, sizeof kd_tls_capture);
+    kd_tls_capture.active = p.ok;
+
+    PyObject *res = PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
+
+    kd_tls_capture.active = 0;
+    if (p.ok && !kd_tls_capture.have_grid) {
+        /* First recorded launch of this launcher: let Python wrap its runner
+         * and compute the grid the launcher used. */
+        PyObject *et, *ev, *etb;
+        PyErr_Fetch(&et, &ev, &etb);
+        PyObject *tup = PyTuple_New(nargs - 1);
+        for (Py_ssize_t i = 1; tup && i < nargs; i++)
+            PyTuple_SET_ITEM(tup, i - 1, Py_NewRef(args[i]));
+        PyObject *g = tup ? PyObject_CallFunctionObjArgs(self->finisher, autotuner, tup, NULL)
+                          : NULL;
+        Py_XDECREF(tup);
+        unsigned long long v[7];
+        if (g != NULL && PyTuple_Check(g) && PyTuple_GET_SIZE(g) == 7) {
+            int bad = 0;
+            for (int i = 0; i < 7; i++) {
+                v[i] = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(g, i));
+                if (PyErr_Occurred())
+                    bad = 1;
+            }
+            if (!bad) {
+                kd_tls_capture.have_grid = 1;
+                kd_tls_capture.grid[0] = (uint32_t)v[0];
+                kd_tls_capture.grid[1] = (uint32_t)v[1];
+                kd_tls_capture.grid[2] = (uint32_t)v[2];
+                kd_tls_capture.have_config = 1;
+                kd_tls_capture.config_id = (uint32_t)v[3];
+                kd_tls_capture.num_warps = (uint16_t)v[4];
+                kd_tls_capture.num_stages = (uint8_t)v[5];
+                kd_tls_capture.shared_mem = (uint32_t)v[6];
+            } else {
+                kd_recorder_error(r, "reading the grid of a Triton launch");
+            }
+        } else if (g == NULL) {
+            kd_recorder_error(r, "finding the grid of a Triton launch");
+        }
+        Py_XDECREF(g);
+        PyErr_Restore(et, ev, etb);
+    }
+    kd_launch_end(r, &p, res == NULL);
+    kd_tls_capture = saved;
+    Py_DECREF(r);
+    return res;
+}
+
+static PyObject *run_hook_descr_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    (void)type;
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static void run_hook_dealloc(kd_run_hook *self)
+{
+    PyObject_GC_UnTrack(self);
+    Py_XDECREF(self->orig);
+    Py_XDECREF(self->builder);
+    Py_XDECREF(self->finisher);
+    PyObject_GC_Del(self);
+}
+
+static int run_hook_traverse(kd_run_hook *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->orig);
+    Py_VISIT(self->builder);
+    Py_VISIT(self->finisher);
+    return 0;
+}
+
+static PyObject *run_hook_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *orig, *builder, *finisher;
+    static char *kwlist[] = {"orig", "builder", "finisher", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO", kwlist, &orig, &builder, &finisher))
+        return NULL;
+    if (!PyCallable_Check(orig) || !PyCallable_Check(builder) || !PyCallable_Check(finisher)) {
+        PyErr_SetString(PyExc_TypeError, "RunHook needs three callables");
+        return NULL;
+    }
+    kd_run_hook *self = PyObject_GC_New(kd_run_hook, type);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)run_hook_call;
+    self->orig = Py_NewRef(orig);
+    self->builder = Py_NewRef(builder);
+    self->finisher = Py_NewRef(finisher);
+    PyObject_GC_Track(self);
+    return (PyObject *)self;
+}
+
+static PyMemberDef run_hook_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(kd_run_hook, orig), READONLY, "the original run"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(kd_run_hook, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyTypeObject kd_RunHookType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kdebug._C.RunHook",
+    .tp_basicsize = sizeof(kd_run_hook),
+    .tp_dealloc = (destructor)run_hook_dealloc,
+    .tp_vectorcall_offset = offsetof(kd_run_hook, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "kdebug's replacement for CachingAutotuner.run (Note [Where kdebug hooks Inductor]).",
+    .tp_traverse = (traverseproc)run_hook_traverse,
+    .tp_descr_get = run_hook_descr_get,
+    .tp_new = run_hook_new,
+    .tp_members = run_hook_members,
+};
+
+/* ------------------------------------------------------------------ */
+/* RunnerHook: wraps a launcher's runner to see the grid                */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *runner;
+    uint32_t config_id;
+    uint16_t num_warps;
+    uint8_t num_stages;
+    uint32_t shared_mem;
+} kd_runner_hook;
+
+static PyObject *runner_hook_call(kd_runner_hook *self, PyObject *const *args, size_t nargsf,
+                                  PyObject *kwnames)
+{
+    if (kd_tls_capture.active && PyVectorcall_NARGS(nargsf) >= 3) {
+        long long g[3];
+        int ok = 1;
+        for (int i = 0; i < 3 && ok; i++) {
+            g[i] = PyLong_Check(args[i]) ? PyLong_AsLongLong(args[i]) : -1;
+            if (g[i] < 0 || g[i] > UINT32_MAX)
+                ok = 0;
+        }
+        if (PyErr_Occurred())
+            PyErr_Clear();
+        if (ok) {
+            kd_tls_capture.have_grid = 1;
+            for (int i = 0; i < 3; i++)
+                kd_tls_capture.grid[i] = (uint32_t)g[i];
+            kd_tls_capture.have_config = 1;
+            kd_tls_capture.config_id = self->config_id;
+            kd_tls_capture.num_warps = self->num_warps;
+            kd_tls_capture.num_stages = self->num_stages;
+            kd_tls_capture.shared_mem = self->shared_mem;
+        }
+    }
+    return PyObject_Vectorcall(self->runner, args, nargsf, kwnames);
+}
+
+static PyObject *runner_hook_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *runner;
+    unsigned int config_id, warps, stages, shared;
+    static char *kwlist[] = {"runner", "config_id", "num_warps", "num_stages", "shared", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OIIII", kwlist, &runner, &config_id, &warps,
+                                     &stages, &shared))
+        return NULL;
+    if (!PyCallable_Check(runner)) {
+        PyErr_SetString(PyExc_TypeError, "runner must be callable");
+        return NULL;
+    }
+    kd_runner_hook *self = PyObject_GC_New(kd_runner_hook, type);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)runner_hook_call;
+    self->runner = Py_NewRef(runner);
+    self->config_id = config_id;
+    self->num_warps = (uint16_t)warps;
+    self->num_stages = (uint8_t)(stages > 255 ? 255 : stages);
+    self->shared_mem = shared;
+    PyObject_GC_Track(self);
+    return (PyObject *)self;
+}
+
+static void runner_hook_dealloc(kd_runner_hook *self)
+{
+    PyObject_GC_UnTrack(self);
+    Py_XDECREF(self->runner);
+    PyObject_GC_Del(self);
+}
+
+static int runner_hook_traverse(kd_runner_hook *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->runner);
+    return 0;
+}
+
+static PyMemberDef runner_hook_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(kd_runner_hook, runner), READONLY, "the original runner"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(kd_runner_hook, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyTypeObject kd_RunnerHookType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kdebug._C.RunnerHook",
+    .tp_basicsize = sizeof(kd_runner_hook),
+    .tp_dealloc = (destructor)runner_hook_dealloc,
+    .tp_vectorcall_offset = offsetof(kd_runner_hook, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Wraps a Triton launcher's runner to capture the launch grid.",
+    .tp_traverse = (traverseproc)runner_hook_traverse,
+    .tp_new = runner_hook_new,
+    .tp_members = runner_hook_members,
+};
+
+/* ------------------------------------------------------------------ */
+/* CppKernel: wraps an Inductor C++ kernel (cpp_pybinding)             */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fn;
+    kd_kernel_info *info;
+} kd_cpp_kernel;
+
+static PyObject *cpp_kernel_call(kd_cpp_kernel *self, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames)
+{
+    kd_recorder *r = kd_active_recorder();
+    if (r == NULL || kwnames != NULL)
+        return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    Py_INCREF(r);
+    kd_pending p;
+    kd_launch_begin(r, self->info, args, PyVectorcall_NARGS(nargsf), 0, &p);
+    kd_capture saved = kd_tls_capture;
+    memset(&kd_tls_capture, 0, sizeof kd_tls_capture);
+    PyObject *res = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    kd_launch_end(r, &p, res == NULL);
+    kd_tls_capture = saved;
+    Py_DECREF(r);
+    return res;
+}
+
+static PyObject *cpp_kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *fn, *info;
+    static char *kwlist[] = {"fn", "info", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!", kwlist, &fn, &kd_KernelInfoType, &info))
+        return NULL;
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "fn must be callable");
+        return NULL;
+    }
+    kd_cpp_kernel *self = PyObject_GC_New(kd_cpp_kernel, type);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)cpp_kernel_call;
+    self->fn = Py_NewRef(fn);
+    self->info = (kd_kernel_info *)Py_NewRef(info);
+    PyObject_GC_Track(self);
+    return (PyObject *)self;
+}
+
+static void cpp_kernel_dealloc(kd_cpp_kernel *self)
+{
+    PyObject_GC_UnTrack(self);
+    Py_XDECREF(self->fn);
+    Py_XDECREF(self->info);
+    PyObject_GC_Del(self);
+}
+
+static int cpp_kernel_traverse(kd_cpp_kernel *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fn);
+    return 0;
+}
+
+static PyObject *cpp_kernel_repr(kd_cpp_kernel *self)
+{
+    return PyUnicode_FromFormat("<kdebug C++ kernel %s>",
+                                kd_strtab_get(kd_strings, self->info->name_id, NULL));
+}
+
+static PyMemberDef cpp_kernel_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(kd_cpp_kernel, fn), READONLY, "the original kernel"},
+    {"info", T_OBJECT, offsetof(kd_cpp_kernel, info), READONLY, "the kernel's KernelInfo"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(kd_cpp_kernel, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyTypeObject kd_CppKernelType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kdebug._C.CppKernel",
+    .tp_basicsize = sizeof(kd_cpp_kernel),
+    .tp_dealloc = (destructor)cpp_kernel_dealloc,
+    .tp_vectorcall_offset = offsetof(kd_cpp_kernel, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_repr = (reprfunc)cpp_kernel_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "An Inductor C++ kernel whose launches kdebug records.",
+    .tp_traverse = (traverseproc)cpp_kernel_traverse,
+    .tp_new = cpp_kernel_new,
+    .tp_members = cpp_kernel_members,
+};
+
+/* ------------------------------------------------------------------ */
+/* Module functions for the hooks                                      */
+
+/* Stands in for get_active_debug_mode inside triton_heuristics: hides
+ * kdebug modes, so upstream's own recording (and its per-launch device
+ * synchronization) never runs for them. */
+static PyObject *kd_inductor_get_active_debug_mode(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    if (count_dict == NULL || orig_get_active == NULL)
+        Py_RETURN_NONE;
+    PyObject *v = PyDict_GetItemWithError(count_dict, count_key);
+    if (v == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyObject_CallNoArgs(orig_get_active);
+    }
+    long count = PyLong_AsLong(v);
+    if (count == -1 && PyErr_Occurred())
+        return NULL;
+    if (count <= kd_pushed_modes)
+        Py_RETURN_NONE;
+    PyObject *mode = PyObject_CallNoArgs(orig_get_active);
+    if (mode == NULL || kd_mode_class == NULL)
+        return mode;
+    int is_kd = PyObject_IsInstance(mode, kd_mode_class);
+    if (is_kd < 0) {
+        Py_DECREF(mode);
+        return NULL;
+    }
+    if (is_kd) {
+        Py_DECREF(mode);
+        Py_RETURN_NONE;
+    }
+    return mode;
+}
+
+static PyObject *kd_configure(PyObject *m, PyObject *args, PyObject *kw)
+{
+    (void)m;
+    PyObject *bd, *cd, *orig, *cls;
+    static char *kwlist[] = {"benchmark_globals", "count_globals", "get_active_debug_mode",
+                             "mode_class", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!OO", kwlist, &PyDict_Type, &bd,
+                                     &PyDict_Type, &cd, &orig, &cls))
+        return NULL;
+    Py_XSETREF(bench_dict, Py_NewRef(bd));
+    Py_XSETREF(count_dict, Py_NewRef(cd));
+    Py_XSETREF(orig_get_active, Py_NewRef(orig));
+    Py_XSETREF(kd_mode_class, Py_NewRef(cls));
+    Py_RETURN_NONE;
+}
+
+static PyObject *kd_modes_pushed(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    long d = PyLong_AsLong(arg);
+    if (d == -1 && PyErr_Occurred())
+        return NULL;
+    kd_pushed_modes += d;
+    if (kd_pushed_modes < 0)
+        kd_pushed_modes = 0;
+    return PyLong_FromLong(kd_pushed_modes);
+}
+
+static PyObject *kd_set_compiling(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    if (on)
+        kd_tls_compiling++;
+    else if (kd_tls_compiling > 0)
+        kd_tls_compiling--;
+    return PyLong_FromLong(kd_tls_compiling);
+}
+
+static PyMethodDef hook_methods[] = {
+    {"_inductor_get_active_debug_mode", kd_inductor_get_active_debug_mode, METH_NOARGS,
+     "get_active_debug_mode for triton_heuristics: hides kdebug modes."},
+    {"_configure", (PyCFunction)(void (*)(void))kd_configure, METH_VARARGS | METH_KEYWORDS,
+     "Point the hooks at upstream DebugMode's module globals."},
+    {"_modes_pushed", kd_modes_pushed, METH_O,
+     "Add to the count of kdebug modes on dispatch stacks; returns it."},
+    {"_set_compiling", kd_set_compiling, METH_O,
+     "Enter (True) or leave (False) a compile region on this thread."},
+    {NULL, NULL, 0, NULL},
+};
+
+int kd_hook_module_init(PyObject *m)
+{
+    str_stream = PyUnicode_InternFromString("stream");
+    str_benchmark_run = PyUnicode_InternFromString("benchmark_run");
+    str_kdebug_info = PyUnicode_InternFromString("_kdebug_info");
+    bench_key = PyUnicode_InternFromString("_IN_INDUCTOR_BENCHMARK");
+    count_key = PyUnicode_InternFromString("_ACTIVE_DEBUG_MODE_COUNT");
+    if (!str_stream || !str_benchmark_run || !str_kdebug_info || !bench_key || !count_key)
+        return -1;
+    if (PyModule_AddFunctions(m, hook_methods) != 0)
+        return -1;
+    PyTypeObject *types[] = {&kd_KernelInfoType, &kd_RunHookType, &kd_RunnerHookType,
+                             &kd_CppKernelType};
+    const char *names[] = {"KernelInfo", "RunHook", "RunnerHook", "CppKernel"};
+    for (int i = 0; i < 4; i++) {
+        if (PyType_Ready(types[i]) != 0)
+            return -1;
+        if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) != 0)
+            return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,130 @@
+/* kd_py.h - declarations shared by the Python-facing C files of kdebug._C
+ * (kd_module.c, kd_recorder.c, kd_hook.c, kd_view.c). */
+#ifndef KD_PY_H
+#define KD_PY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "kd_record.h"
+#include "kd_ring.h"
+#include "kd_store.h"
+#include "kd_strtab.h"
+
+/* The process-wide interned string table (kd_module.c). */
+extern kd_strtab *kd_strings;
+
+/* dtype abbreviations ("f32", ...) indexed by c10::ScalarType (kd_module.c). */
+extern const char *kd_dtype_names[256];
+
+#define KD_MAX_ERROR_MESSAGES 16
+#define KD_ERROR_MESSAGE_BYTES 240
+#define KD_BUILD_SLOTS 4096
+
+/* A Recorder owns one ring and the launches drained from it.
+ * Each field says what protects it; "GIL" fields are touched only with the
+ * GIL held (the launch hooks always hold it). */
+typedef struct kd_recorder {
+    PyObject_HEAD
+    kd_ring *ring;              /* atomics inside */
+    kd_store store;             /* GIL */
+    PyObject **ring_objs;       /* GIL; [capacity] strong refs when store_objects */
+    PyObject **store_objs;      /* GIL; parallel to store.payloads */
+    uint64_t store_objs_cap;    /* GIL */
+    kd_payload *build;          /* GIL; a launch is assembled here, then copied */
+    kd_payload *drain_scratch;  /* GIL */
+    uint32_t drain_cap;
+    int store_objects;
+    PyObject *ops;              /* GIL; strong ref to the operators list while started */
+    PyObject *mode;             /* GIL; strong ref to the DebugMode while started */
+    int started;                /* GIL */
+    int all_threads;            /* GIL */
+    struct kd_recorder *prev;   /* GIL; this thread's recorder before start() */
+    uint64_t next_launch_index; /* GIL */
+    uint64_t errors;            /* GIL; failures inside the hook */
+    uint64_t unrecorded;        /* GIL; launches not recorded because of such a failure */
+    uint64_t suppressed;        /* GIL; launches left out on purpose (compile, benchmark) */
+    uint64_t drain_failures;    /* GIL; launches lost when the store could not grow */
+    int nmessages;
+    char messages[KD_MAX_ERROR_MESSAGES][KD_ERROR_MESSAGE_BYTES];
+} kd_recorder;
+
+extern PyTypeObject kd_RecorderType;
+extern PyTypeObject kd_KernelInfoType;
+extern PyTypeObject kd_RunHookType;
+extern PyTypeObject kd_RunnerHookType;
+extern PyTypeObject kd_CppKernelType;
+extern PyTypeObject kd_LaunchType;
+
+/* Per-kernel facts, computed once when a kernel is first recorded. */
+typedef struct kd_kernel_info {
+    PyObject_HEAD
+    uint32_t name_id;
+    uint8_t kind;
+    uint8_t device_type;
+    int8_t device_index;
+    uint32_t nnames;
+    uint32_t *name_ids; /* argument names, in call order */
+    uint8_t *roles;     /* KD_ROLE_* per argument */
+} kd_kernel_info;
+
+/* ---- recorder.c ---- */
+
+/* The recorder that launches on this thread go to, or NULL.  Also NULL while
+ * this thread is compiling or Inductor is benchmarking. */
+kd_recorder *kd_active_recorder(void);
+
+/* Counts a failure inside the hook with its message (and the pending Python
+ * exception's text, which it clears). */
+void kd_recorder_error(kd_recorder *r, const char *what);
+
+/* A launch being recorded: begun before the kernel runs, ended after. */
+typedef struct kd_pending {
+    uint64_t first;
+    uint32_t n;
+    int ok;
+} kd_pending;
+
+/* Describes the launch of kernel info with arguments args[0..nargs) into the
+ * ring.  Never raises; failures are counted on r. */
+void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args,
+                     Py_ssize_t nargs, uint64_t stream, kd_pending *p);
+
+/* Completes the launch: grid/config from the thread's capture, timing, the
+ * raised flag; then commits it. */
+void kd_launch_end(kd_recorder *r, kd_pending *p, int raised);
+
+/* Moves every complete launch from the ring into the store.  Returns the
+ * number of launches in the store. */
+uint64_t kd_recorder_drain(kd_recorder *r);
+
+/* ---- hook.c: what the runner hook captures during a recorded launch ---- */
+typedef struct kd_capture {
+    int active;
+    int have_grid;
+    int have_config;
+    uint32_t grid[3];
+    uint32_t config_id;
+    uint16_t num_warps;
+    uint8_t num_stages;
+    uint32_t shared_mem;
+} kd_capture;
+
+extern _Thread_local kd_capture kd_tls_capture;
+extern _Thread_local int kd_tls_compiling;
+extern _Thread_local kd_recorder *kd_tls_recorder;
+extern kd_recorder *kd_global_recorder;
+
+/* Is Inductor benchmarking right now (upstream's _IN_INDUCTOR_BENCHMARK)? */
+int kd_in_benchmark(void);
+
+uint64_t kd_now_ns(void);
+
+/* ---- view.c ---- */
+PyObject *kd_launch_view_new(kd_recorder *r, uint64_t index);
+
+/* ---- module.c: hook configuration ---- */
+int kd_hook_module_init(PyObject *m);
+
+#endif

@@ -1,0 +1,601 @@
+/* kd_recorder.c - the Recorder type: one ring, the launches drained from it,
+ * and the code that writes a launch into the ring (the hot path). */
+#include <string.h>
+#include <time.h>
+
+#include "kd_py.h"
+#include "kd_shim.h"
+
+_Thread_local kd_recorder *kd_tls_recorder = NULL;
+kd_recorder *kd_global_recorder = NULL; /* GIL */
+_Thread_local int kd_tls_compiling = 0;
+
+uint64_t kd_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+kd_recorder *kd_active_recorder(void)
+{
+    kd_recorder *r = kd_tls_recorder;
+    if (r == NULL)
+        r = kd_global_recorder;
+    if (r == NULL)
+        return NULL;
+    if (kd_tls_compiling || kd_in_benchmark()) {
+        r->suppressed++;
+        return NULL;
+    }
+    return r;
+}
+
+void kd_recorder_error(kd_recorder *r, const char *what)
+{
+    r->errors++;
+    if (r->nmessages >= KD_MAX_ERROR_MESSAGES) {
+        PyErr_Clear();
+        return;
+    }
+    char *dst = r->messages[r->nmessages++];
+    const char *detail = "";
+    PyObject *type, *value, *tb, *s = NULL;
+    PyErr_Fetch(&type, &value, &tb);
+    if (value != NULL || type != NULL) {
+        s = PyObject_Str(value ? value : type);
+        if (s != NULL)
+            detail = PyUnicode_AsUTF8(s);
+        if (detail == NULL) {
+            PyErr_Clear();
+            detail = "";
+        }
+    }
+    const char *tname = type ? ((PyTypeObject *)type)->tp_name : "";
+    snprintf(dst, KD_ERROR_MESSAGE_BYTES, "%s%s%s%s%s", what, *tname ? ": " : "",
+             tname, *detail ? ": " : "", detail);
+    Py_XDECREF(s);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+/* ---- the launch path (Note [Record layout] in kd_record.h) ---- */
+
+/* Describes one argument at b[0..); returns the payloads used, 0 on failure
+ * (counted by the caller). */
+static uint32_t describe_arg(kd_recorder *r, PyObject *o, uint32_t name_id, uint8_t role,
+                             kd_payload *b, uint32_t room, const char **why)
+{
+    kd_tensor_meta m;
+    int kind = kd_shim_tensor_meta(o, &m);
+    if (kind == 1) {
+        if (m.ndim < 0 || m.ndim > KD_MAX_NDIM) {
+            *why = "tensor with too many dimensions";
+            return 0;
+        }
+        uint32_t np = kd_tensor_payloads((uint32_t)m.ndim);
+        if (np > room) {
+            *why = "launch has more arguments than a record can hold";
+            return 0;
+        }
+        memset(b, 0, sizeof(kd_payload) * np);
+        kd_tensor_arg *t = &b[0].tensor;
+        t->tag = KD_TAG_TENSOR;
+        t->role = role;
+        t->dtype = (uint8_t)m.dtype;
+        t->ndim = (uint8_t)m.ndim;
+        t->device_type = (uint8_t)m.device_type;
+        t->device_index = (int8_t)m.device_index;
+        t->name_id = name_id;
+        t->storage_offset = m.storage_offset;
+        t->data_ptr = m.data_ptr;
+        for (int32_t d = 0; d < m.ndim; d++) {
+            if (d < KD_INLINE_DIMS) {
+                t->sizes[d] = m.sizes[d];
+                t->strides[d] = m.strides[d];
+            } else {
+                int32_t k = d - KD_INLINE_DIMS;
+                kd_dims_cont *c = &b[1 + k / KD_CONT_DIMS].dims;
+                c->tag = KD_TAG_DIMS;
+                c->count++;
+                c->sizes[k % KD_CONT_DIMS] = m.sizes[d];
+                c->strides[k % KD_CONT_DIMS] = m.strides[d];
+            }
+        }
+        return np;
+    }
+    if (kind < 0) {
+        *why = kd_shim_last_error();
+        return 0;
+    }
+    if (room < 1) {
+        *why = "launch has more arguments than a record can hold";
+        return 0;
+    }
+    kd_scalar_arg *s = &b[0].scalar;
+    memset(b, 0, sizeof(kd_payload));
+    s->role = role;
+    s->name_id = name_id;
+    if (o == Py_None) {
+        s->tag = KD_TAG_NONE;
+    } else if (PyBool_Check(o)) {
+        s->tag = KD_TAG_BOOL;
+        s->value.i = o == Py_True;
+    } else if (PyLong_Check(o)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (v == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            overflow = 1;
+        }
+        if (overflow) {
+            s->tag = KD_TAG_OTHER;
+            s->value.type_name_id = kd_strtab_intern(kd_strings, "int (out of int64 range)", 24);
+        } else {
+            s->tag = KD_TAG_INT;
+            s->value.i = v;
+        }
+    } else if (PyFloat_Check(o)) {
+        s->tag = KD_TAG_FLOAT;
+        s->value.f = PyFloat_AS_DOUBLE(o);
+    } else {
+        const char *tn = Py_TYPE(o)->tp_name;
+        s->tag = KD_TAG_OTHER;
+        s->value.type_name_id = kd_strtab_intern(kd_strings, tn, strlen(tn));
+    }
+    (void)r;
+    return 1;
+}
+
+static int read_call_depth(PyObject *mode)
+{
+    static PyObject *name = NULL;
+    if (mode == NULL)
+        return 1;
+    if (name == NULL) {
+        name = PyUnicode_InternFromString("call_depth");
+        if (name == NULL) {
+            PyErr_Clear();
+            return 1;
+        }
+    }
+    PyObject *v = PyObject_GetAttr(mode, name);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 1;
+    }
+    long d = PyLong_AsLong(v);
+    Py_DECREF(v);
+    if (d == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 1;
+    }
+    return d < 0 ? 1 : (int)d + 1;
+}
+
+void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args,
+                     Py_ssize_t nargs, uint64_t stream, kd_pending *p)
+{
+    p->ok = 0;
+    kd_payload *b = r->build;
+    uint32_t used = 1;
+    const char *why = NULL;
+    int first_tensor_seen = 0;
+    uint8_t dev_type = info->device_type;
+    int8_t dev_index = info->device_index;
+    if (nargs > UINT16_MAX)
+        nargs = 0, why = "launch has more than 65535 arguments";
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
+        uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
+        uint32_t k = describe_arg(r, args[i], name_id, role, &b[used],
+                                  KD_BUILD_SLOTS - used, &why);
+        if (k == 0)
+            break;
+        if (!first_tensor_seen && b[used].tag == KD_TAG_TENSOR) {
+            first_tensor_seen = 1;
+            dev_type = b[used].tensor.device_type;
+            dev_index = b[used].tensor.device_index;
+        }
+        used += k;
+    }
+    if (why != NULL) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "could not describe an argument of %s: %s",
+                 kd_strtab_get(kd_strings, info->name_id, NULL), why);
+        kd_recorder_error(r, msg);
+        r->unrecorded++;
+        return;
+    }
+    kd_launch *h = &b[0].launch;
+    memset(b, 0, sizeof(kd_payload));
+    h->tag = KD_TAG_LAUNCH;
+    h->kind = info->kind;
+    h->device_type = dev_type;
+    h->device_index = dev_index;
+    h->nargs = (uint16_t)nargs;
+    h->nslots = (uint16_t)(used - 1);
+    h->name_id = info->name_id;
+    h->stream = stream;
+    h->thread_id = (uint64_t)PyThread_get_thread_ident();
+    h->py_index = (r->ops != NULL && PyList_Check(r->ops)) ? (uint64_t)PyList_GET_SIZE(r->ops) : 0;
+    int depth = read_call_depth(r->mode);
+    h->call_depth = (uint16_t)(depth > UINT16_MAX ? UINT16_MAX : depth);
+
+    if (kd_ring_reserve(r->ring, used, &p->first) != 0)
+        return; /* refused: counted by the ring */
+    h->launch_index = r->next_launch_index++;
+    for (uint32_t i = 0; i < used; i++) {
+        uint64_t t = p->first + i;
+        memcpy(kd_ring_payload(r->ring, t), &b[i], sizeof(kd_payload));
+        if (r->ring_objs != NULL) {
+            PyObject **slot = &r->ring_objs[t & r->ring->mask];
+            PyObject *old = *slot;
+            *slot = NULL;
+            Py_XDECREF(old);
+        }
+    }
+    if (r->ring_objs != NULL) {
+        /* keep the argument objects themselves (store_original_args) */
+        uint32_t off = 1;
+        for (Py_ssize_t i = 0; i < nargs; i++) {
+            const kd_payload *a = &b[off];
+            r->ring_objs[(p->first + off) & r->ring->mask] = Py_NewRef(args[i]);
+            off += a->tag == KD_TAG_TENSOR ? kd_tensor_payloads(a->tensor.ndim) : 1;
+        }
+    }
+    p->n = used;
+    p->ok = 1;
+    kd_launch *rh = &kd_ring_payload(r->ring, p->first)->launch;
+    rh->t_start_ns = kd_now_ns();
+}
+
+void kd_launch_end(kd_recorder *r, kd_pending *p, int raised)
+{
+    if (!p->ok)
+        return;
+    kd_launch *h = &kd_ring_payload(r->ring, p->first)->launch;
+    /* A writer that lapped the ring owns these slots now; commit notices and
+     * counts the launch as lost, so only touch the header when not lapped. */
+    uint64_t head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
+    if (head - p->first <= r->ring->capacity) {
+        h->t_end_ns = kd_now_ns();
+        if (kd_tls_capture.have_grid) {
+            h->grid[0] = kd_tls_capture.grid[0];
+            h->grid[1] = kd_tls_capture.grid[1];
+            h->grid[2] = kd_tls_capture.grid[2];
+            h->flags |= KD_LF_GRID;
+        }
+        if (kd_tls_capture.have_config) {
+            h->config_id = kd_tls_capture.config_id;
+            h->num_warps = kd_tls_capture.num_warps;
+            h->num_stages = kd_tls_capture.num_stages;
+            h->shared_mem = kd_tls_capture.shared_mem;
+            h->flags |= KD_LF_CONFIG;
+        }
+        if (raised)
+            h->flags |= KD_LF_RAISED;
+    }
+    kd_ring_commit(r->ring, p->first, p->n);
+}
+
+/* ---- draining ---- */
+
+static int grow_store_objs(kd_recorder *r, uint64_t need)
+{
+    if (need <= r->store_objs_cap)
+        return 0;
+    uint64_t cap = r->store_objs_cap ? r->store_objs_cap : 1024;
+    while (cap < need)
+        cap *= 2;
+    PyObject **p = PyMem_Realloc(r->store_objs, cap * sizeof(PyObject *));
+    if (p == NULL)
+        return -1;
+    memset(p + r->store_objs_cap, 0, (cap - r->store_objs_cap) * sizeof(PyObject *));
+    r->store_objs = p;
+    r->store_objs_cap = cap;
+    return 0;
+}
+
+static int visit_drain(void *ctx, uint64_t first, const kd_payload *p, uint32_t n)
+{
+    kd_recorder *r = ctx;
+    uint64_t base = r->store.npayloads;
+    if ((r->ring_objs != NULL && grow_store_objs(r, base + n) != 0) ||
+        kd_store_append(&r->store, p, n) != 0) {
+        r->drain_failures++;
+        return 0;
+    }
+    if (r->ring_objs != NULL) {
+        for (uint32_t i = 0; i < n; i++) {
+            PyObject **slot = &r->ring_objs[(first + i) & r->ring->mask];
+            r->store_objs[base + i] = *slot; /* ownership moves to the store */
+            *slot = NULL;
+        }
+    }
+    return 0;
+}
+
+uint64_t kd_recorder_drain(kd_recorder *r)
+{
+    kd_ring_read(r->ring, r->drain_scratch, r->drain_cap, visit_drain, r);
+    return r->store.nlaunches;
+}
+
+/* ------------------------------------------------------------------ */
+/* The Recorder Python type                                            */
+
+static PyObject *rec_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    unsigned long long capacity = 1ull << 20;
+    const char *overflow = "overwrite";
+    int store_objects = 0;
+    static char *kwlist[] = {"capacity", "overflow", "store_objects", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Ksp", kwlist, &capacity, &overflow,
+                                     &store_objects))
+        return NULL;
+    int policy;
+    if (strcmp(overflow, "overwrite") == 0)
+        policy = KD_RING_OVERWRITE;
+    else if (strcmp(overflow, "drop_new") == 0)
+        policy = KD_RING_DROP_NEW;
+    else {
+        PyErr_Format(PyExc_ValueError,
+                     "overflow must be 'overwrite' (keep the newest launches) or "
+                     "'drop_new' (keep the oldest), not '%s'", overflow);
+        return NULL;
+    }
+    if (capacity < 16 || capacity > (1ull << 32)) {
+        PyErr_Format(PyExc_ValueError,
+                     "ring capacity must be between 16 and 2**32 slots (128 bytes each), got %llu",
+                     capacity);
+        return NULL;
+    }
+    kd_recorder *self = (kd_recorder *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    kd_store_init(&self->store);
+    self->ring = kd_ring_new(capacity, policy);
+    self->build = PyMem_Calloc(KD_BUILD_SLOTS, sizeof(kd_payload));
+    self->drain_cap = KD_BUILD_SLOTS;
+    self->drain_scratch = PyMem_Calloc(self->drain_cap, sizeof(kd_payload));
+    self->store_objects = store_objects;
+    if (self->ring && store_objects)
+        self->ring_objs = PyMem_Calloc(self->ring->capacity, sizeof(PyObject *));
+    if (self->ring == NULL || self->build == NULL || self->drain_scratch == NULL ||
+        (store_objects && self->ring_objs == NULL)) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void drop_objects(kd_recorder *self)
+{
+    if (self->ring_objs != NULL)
+        for (uint64_t i = 0; i < self->ring->capacity; i++)
+            Py_CLEAR(self->ring_objs[i]);
+    if (self->store_objs != NULL)
+        for (uint64_t i = 0; i < self->store_objs_cap; i++)
+            Py_CLEAR(self->store_objs[i]);
+}
+
+static int rec_clear_refs(kd_recorder *self)
+{
+    drop_objects(self);
+    Py_CLEAR(self->ops);
+    Py_CLEAR(self->mode);
+    return 0;
+}
+
+static int rec_traverse(kd_recorder *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->ops);
+    Py_VISIT(self->mode);
+    if (self->ring_objs != NULL)
+        for (uint64_t i = 0; i < self->ring->capacity; i++)
+            Py_VISIT(self->ring_objs[i]);
+    if (self->store_objs != NULL)
+        for (uint64_t i = 0; i < self->store_objs_cap; i++)
+            Py_VISIT(self->store_objs[i]);
+    return 0;
+}
+
+static void rec_dealloc(kd_recorder *self)
+{
+    PyObject_GC_UnTrack(self);
+    rec_clear_refs(self);
+    kd_ring_free(self->ring);
+    kd_store_free(&self->store);
+    PyMem_Free(self->ring_objs);
+    PyMem_Free(self->store_objs);
+    PyMem_Free(self->build);
+    PyMem_Free(self->drain_scratch);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* start(mode, ops, all_threads=False): launches on this thread (or, with
+ * all_threads, on every thread with no recorder of its own) go to this one. */
+static PyObject *rec_start(kd_recorder *self, PyObject *args, PyObject *kw)
+{
+    PyObject *mode = Py_None, *ops = Py_None;
+    int all_threads = 0;
+    static char *kwlist[] = {"mode", "ops", "all_threads", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOp", kwlist, &mode, &ops, &all_threads))
+        return NULL;
+    if (self->started) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this kdebug recorder is already recording; a DebugMode can be "
+                        "entered only once at a time");
+        return NULL;
+    }
+    if (all_threads && kd_global_recorder != NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "another DebugMode(record_all_threads=True) is already recording "
+                        "every thread; exit it first");
+        return NULL;
+    }
+    Py_XSETREF(self->mode, mode == Py_None ? NULL : Py_NewRef(mode));
+    Py_XSETREF(self->ops, ops == Py_None ? NULL : Py_NewRef(ops));
+    self->all_threads = all_threads;
+    self->started = 1;
+    Py_INCREF(self); /* the thread-local / global pointer owns one reference */
+    if (all_threads) {
+        kd_global_recorder = self;
+    } else {
+        self->prev = kd_tls_recorder;
+        kd_tls_recorder = self;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *rec_stop(kd_recorder *self, PyObject *unused)
+{
+    (void)unused;
+    if (!self->started)
+        Py_RETURN_NONE;
+    if (self->all_threads) {
+        if (kd_global_recorder == self)
+            kd_global_recorder = NULL;
+    } else {
+        if (kd_tls_recorder != self) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "a kdebug DebugMode must be exited on the thread that entered it, "
+                            "innermost first");
+            return NULL;
+        }
+        kd_tls_recorder = self->prev;
+        self->prev = NULL;
+    }
+    self->started = 0;
+    Py_CLEAR(self->ops);
+    Py_CLEAR(self->mode);
+    Py_DECREF(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *rec_drain(kd_recorder *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(kd_recorder_drain(self));
+}
+
+static PyObject *rec_clear(kd_recorder *self, PyObject *unused)
+{
+    (void)unused;
+    kd_recorder_drain(self);
+    drop_objects(self);
+    kd_store_clear(&self->store);
+    kd_ring_clear(self->ring);
+    self->errors = self->unrecorded = self->suppressed = self->drain_failures = 0;
+    self->nmessages = 0;
+    self->next_launch_index = 0;
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t rec_len(kd_recorder *self) { return (Py_ssize_t)self->store.nlaunches; }
+
+static PyObject *rec_launch(kd_recorder *self, PyObject *arg)
+{
+    Py_ssize_t i = PyNumber_AsSsize_t(arg, PyExc_IndexError);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (i < 0)
+        i += (Py_ssize_t)self->store.nlaunches;
+    if (i < 0 || (uint64_t)i >= self->store.nlaunches) {
+        PyErr_SetString(PyExc_IndexError, "launch index out of range");
+        return NULL;
+    }
+    return kd_launch_view_new(self, (uint64_t)i);
+}
+
+static PyObject *rec_stats(kd_recorder *self, PyObject *unused)
+{
+    (void)unused;
+    kd_ring *g = self->ring;
+    return Py_BuildValue(
+        "{sKsKsKsKsKsKsKsKsKsKss}", "launches",
+        (unsigned long long)atomic_load(&g->committed), "stored",
+        (unsigned long long)self->store.nlaunches, "dropped",
+        (unsigned long long)(kd_ring_lost(g) + self->drain_failures), "refused",
+        (unsigned long long)atomic_load(&g->refused), "errors",
+        (unsigned long long)self->errors, "unrecorded", (unsigned long long)self->unrecorded,
+        "suppressed", (unsigned long long)self->suppressed, "capacity",
+        (unsigned long long)g->capacity, "slots_used",
+        (unsigned long long)(atomic_load(&g->head) - atomic_load(&g->tail)), "store_bytes",
+        (unsigned long long)(self->store.payload_cap * sizeof(kd_payload)), "overflow",
+        g->policy == KD_RING_DROP_NEW ? "drop_new" : "overwrite");
+}
+
+static PyObject *rec_messages(kd_recorder *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *l = PyList_New(self->nmessages);
+    for (int i = 0; l && i < self->nmessages; i++) {
+        PyObject *s = PyUnicode_DecodeUTF8(self->messages[i], (Py_ssize_t)strlen(self->messages[i]),
+                                           "replace");
+        if (s == NULL) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, i, s);
+    }
+    return l;
+}
+
+static PyObject *rec_is_recording(kd_recorder *self, PyObject *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(self->started);
+}
+
+/* Python launches go through the same path as hooked ones (used by tests and
+ * by code that wants to log its own kernels): record(info, args, stream=0). */
+static PyObject *rec_record(kd_recorder *self, PyObject *args, PyObject *kw)
+{
+    PyObject *info, *argv;
+    unsigned long long stream = 0;
+    static char *kwlist[] = {"info", "args", "stream", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|K", kwlist, &kd_KernelInfoType, &info,
+                                     &PyTuple_Type, &argv, &stream))
+        return NULL;
+    kd_pending p;
+    kd_launch_begin(self, (kd_kernel_info *)info, &PyTuple_GET_ITEM(argv, 0),
+                    PyTuple_GET_SIZE(argv), stream, &p);
+    kd_launch_end(self, &p, 0);
+    return PyBool_FromLong(p.ok);
+}
+
+static PyMethodDef rec_methods[] = {
+    {"start", (PyCFunction)(void (*)(void))rec_start, METH_VARARGS | METH_KEYWORDS,
+     "start(mode=None, ops=None, all_threads=False): record launches from now on."},
+    {"stop", (PyCFunction)rec_stop, METH_NOARGS, "Stop recording."},
+    {"drain", (PyCFunction)rec_drain, METH_NOARGS,
+     "Move complete launches from the ring to the store; returns the stored count."},
+    {"clear", (PyCFunction)rec_clear, METH_NOARGS, "Forget every launch and counter."},
+    {"launch", (PyCFunction)rec_launch, METH_O, "launch(i): view of stored launch i."},
+    {"stats", (PyCFunction)rec_stats, METH_NOARGS, "Counters: launches, dropped, errors, ..."},
+    {"messages", (PyCFunction)rec_messages, METH_NOARGS,
+     "The first error messages from inside the hook."},
+    {"is_recording", (PyCFunction)rec_is_recording, METH_NOARGS, "Whether started."},
+    {"record", (PyCFunction)(void (*)(void))rec_record, METH_VARARGS | METH_KEYWORDS,
+     "record(info, args, stream=0): record one launch by hand."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods rec_as_sequence = {.sq_length = (lenfunc)rec_len};
+
+PyTypeObject kd_RecorderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kdebug._C.Recorder",
+    .tp_basicsize = sizeof(kd_recorder),
+    .tp_dealloc = (destructor)rec_dealloc,
+    .tp_as_sequence = &rec_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Recorder(capacity=2**20, overflow='overwrite', store_objects=False): a ring "
+              "of launch records and the launches drained from it.",
+    .tp_traverse = (traverseproc)rec_traverse,
+    .tp_clear = (inquiry)rec_clear_refs,
+    .tp_methods = rec_methods,
+    .tp_new = rec_new,
+};

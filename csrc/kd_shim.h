@@ -1,0 +1,45 @@
+/* kd_shim.h - the extern "C" face of kd_torch.cpp, the one file that includes
+ * libtorch headers.  Every function here is noexcept in effect: no C++
+ * exception crosses into C, and none sets a Python exception.
+ */
+#ifndef KD_SHIM_H
+#define KD_SHIM_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kd_tensor_meta {
+    int32_t ndim;
+    int32_t dtype;        /* c10::ScalarType */
+    int32_t device_type;  /* c10::DeviceType */
+    int32_t device_index;
+    int64_t storage_offset;
+    uint64_t data_ptr;    /* element 0 of the view; 0 when it has no storage */
+    const int64_t *sizes;   /* borrowed from the TensorImpl: valid while obj lives */
+    const int64_t *strides;
+} kd_tensor_meta;
+
+/* Fills *out from a torch.Tensor (or subclass) object.  Returns 1 for a
+ * tensor, 0 for anything else, -1 for a tensor whose metadata cannot be read
+ * (sparse, nested, ...: the reason is in kd_shim_last_error()). */
+int kd_shim_tensor_meta(PyObject *obj, kd_tensor_meta *out);
+
+/* c10::ScalarType of a torch.dtype object, or -1. */
+int kd_shim_dtype_scalar_type(PyObject *dtype);
+
+/* Number of c10::ScalarType values this torch knows. */
+int kd_shim_num_scalar_types(void);
+
+/* The message of the last failure in this thread (static storage). */
+const char *kd_shim_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

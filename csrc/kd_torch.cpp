@@ -1,0 +1,86 @@
+// kd_torch.cpp - the only kdebug file that includes libtorch headers.
+// It reads tensor metadata straight from the at::Tensor behind a Python
+// object and exposes it through the extern "C" API of kd_shim.h.  Every entry
+// point catches c10::Error, std::exception and everything else, so no C++
+// exception reaches the C code that calls it.
+#include "kd_shim.h"
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+namespace {
+
+thread_local char last_error[256] = "";
+
+void set_error(const char *what)
+{
+    std::snprintf(last_error, sizeof last_error, "%s", what);
+}
+
+} // namespace
+
+extern "C" int kd_shim_tensor_meta(PyObject *obj, kd_tensor_meta *out)
+{
+    try {
+        if (!THPVariable_CheckExact(obj) && !THPVariable_Check(obj))
+            return 0;
+        const at::Tensor &t = THPVariable_Unpack(obj);
+        if (!t.defined()) {
+            set_error("undefined tensor");
+            return -1;
+        }
+        if (t.layout() != c10::kStrided) {
+            set_error("tensor layout is not strided (sparse or other): no strides to record");
+            return -1;
+        }
+        const c10::TensorImpl *impl = t.unsafeGetTensorImpl();
+        out->ndim = static_cast<int32_t>(impl->dim());
+        out->dtype = static_cast<int32_t>(t.scalar_type());
+        const c10::Device dev = t.device();
+        out->device_type = static_cast<int32_t>(dev.type());
+        out->device_index = dev.index();
+        out->sizes = impl->sizes().data();
+        out->strides = impl->strides().data();
+        out->storage_offset = impl->storage_offset();
+        // const_data_ptr does not materialize copy-on-write storage: reading
+        // metadata must never change the program's memory.
+        out->data_ptr = impl->has_storage()
+                            ? reinterpret_cast<uint64_t>(t.const_data_ptr())
+                            : 0;
+        return 1;
+    } catch (const c10::Error &e) {
+        set_error(e.what_without_backtrace());
+    } catch (const std::exception &e) {
+        set_error(e.what());
+    } catch (...) {
+        set_error("unknown C++ exception reading tensor metadata");
+    }
+    PyErr_Clear(); // THPVariable_Check may have left a Python error behind
+    return -1;
+}
+
+extern "C" int kd_shim_dtype_scalar_type(PyObject *dtype)
+{
+    try {
+        if (!THPDtype_Check(dtype))
+            return -1;
+        return static_cast<int>(reinterpret_cast<THPDtype *>(dtype)->scalar_type);
+    } catch (...) {
+        PyErr_Clear();
+        return -1;
+    }
+}
+
+extern "C" int kd_shim_num_scalar_types(void)
+{
+    return static_cast<int>(c10::ScalarType::NumOptions);
+}
+
+extern "C" const char *kd_shim_last_error(void) { return last_error; }

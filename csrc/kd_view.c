@@ -1,0 +1,298 @@
+/* kd_view.c - Launch: a read-only view of one stored launch record.
+ * Python objects for a launch are made only when the user asks for them. */
+#include "kd_py.h"
+#include "kd_render.h"
+
+typedef struct {
+    PyObject_HEAD
+    kd_recorder *rec;
+    uint64_t index;
+} kd_launch_view;
+
+PyObject *kd_launch_view_new(kd_recorder *r, uint64_t index)
+{
+    kd_launch_view *v = PyObject_New(kd_launch_view, &kd_LaunchType);
+    if (v == NULL)
+        return NULL;
+    v->rec = (kd_recorder *)Py_NewRef(r);
+    v->index = index;
+    return (PyObject *)v;
+}
+
+static void view_dealloc(kd_launch_view *v)
+{
+    Py_XDECREF(v->rec);
+    PyObject_Free(v);
+}
+
+static const kd_payload *hdr(kd_launch_view *v)
+{
+    return kd_store_launch(&v->rec->store, v->index);
+}
+
+static PyObject *str_id(uint32_t id)
+{
+    size_t n;
+    const char *s = kd_strtab_get(kd_strings, id, &n);
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)n, "replace");
+}
+
+static const char *device_type_name(int t)
+{
+    static const char *names[] = {"cpu", "cuda", "mkldnn", "opengl", "opencl", "ideep",
+                                  "hip", "fpga", "maia", "xla", "vulkan", "metal",
+                                  "xpu", "mps", "meta", "hpu", "ve", "lazy", "ipu",
+                                  "mtia", "privateuseone"};
+    if (t >= 0 && t < (int)(sizeof names / sizeof names[0]))
+        return names[t];
+    return "unknown";
+}
+
+static PyObject *device_str(int type, int index)
+{
+    if (index < 0)
+        return PyUnicode_FromString(device_type_name(type));
+    return PyUnicode_FromFormat("%s:%d", device_type_name(type), index);
+}
+
+#define U64(expr) PyLong_FromUnsignedLongLong((unsigned long long)(expr))
+
+static PyObject *get_kind(kd_launch_view *v, void *c)
+{
+    (void)c;
+    return PyUnicode_FromString(hdr(v)->launch.kind == KD_KIND_CPP ? "cpp" : "triton");
+}
+static PyObject *get_name(kd_launch_view *v, void *c)
+{
+    (void)c;
+    return str_id(hdr(v)->launch.name_id);
+}
+static PyObject *get_grid(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_launch *l = &hdr(v)->launch;
+    if (!(l->flags & KD_LF_GRID))
+        Py_RETURN_NONE;
+    return Py_BuildValue("(III)", l->grid[0], l->grid[1], l->grid[2]);
+}
+static PyObject *get_config(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_launch *l = &hdr(v)->launch;
+    if (!(l->flags & KD_LF_CONFIG))
+        Py_RETURN_NONE;
+    return str_id(l->config_id);
+}
+static PyObject *get_num_warps(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_launch *l = &hdr(v)->launch;
+    if (!(l->flags & KD_LF_CONFIG))
+        Py_RETURN_NONE;
+    return PyLong_FromLong(l->num_warps);
+}
+static PyObject *get_num_stages(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_launch *l = &hdr(v)->launch;
+    if (!(l->flags & KD_LF_CONFIG))
+        Py_RETURN_NONE;
+    return PyLong_FromLong(l->num_stages);
+}
+static PyObject *get_shared(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_launch *l = &hdr(v)->launch;
+    if (!(l->flags & KD_LF_CONFIG))
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLong(l->shared_mem);
+}
+static PyObject *get_device(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_launch *l = &hdr(v)->launch;
+    return device_str(l->device_type, l->device_index);
+}
+static PyObject *get_stream(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.stream); }
+static PyObject *get_thread(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.thread_id); }
+static PyObject *get_index(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.launch_index); }
+static PyObject *get_py_index(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.py_index); }
+static PyObject *get_depth(kd_launch_view *v, void *c) { (void)c; return PyLong_FromLong(hdr(v)->launch.call_depth); }
+static PyObject *get_t0(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.t_start_ns); }
+static PyObject *get_t1(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.t_end_ns); }
+static PyObject *get_nargs(kd_launch_view *v, void *c) { (void)c; return PyLong_FromLong(hdr(v)->launch.nargs); }
+static PyObject *get_raised(kd_launch_view *v, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(hdr(v)->launch.flags & KD_LF_RAISED);
+}
+
+static PyObject *int_tuple(const kd_payload *p, int strides)
+{
+    uint32_t nd = p->tensor.ndim;
+    PyObject *t = PyTuple_New(nd);
+    for (uint32_t d = 0; t && d < nd; d++) {
+        int64_t size, stride;
+        kd_tensor_dim(p, d, &size, &stride);
+        PyObject *x = PyLong_FromLongLong(strides ? stride : size);
+        if (x == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, d, x);
+    }
+    return t;
+}
+
+/* One argument as a tuple:
+ *   ("tensor", name, role, scalar_type, shape, stride, storage_offset, data_ptr, device)
+ *   (kind, name, role, value) for int / float / bool / none / other */
+static PyObject *arg_tuple(const kd_payload *a)
+{
+    const kd_scalar_arg *s = &a->scalar;
+    switch (a->tag) {
+    case KD_TAG_TENSOR: {
+        const kd_tensor_arg *t = &a->tensor;
+        return Py_BuildValue("(sNiiNNLKN)", "tensor", str_id(t->name_id), (int)t->role,
+                             (int)t->dtype, int_tuple(a, 0), int_tuple(a, 1),
+                             (long long)t->storage_offset, (unsigned long long)t->data_ptr,
+                             device_str(t->device_type, t->device_index));
+    }
+    case KD_TAG_INT:
+        return Py_BuildValue("(sNiL)", "int", str_id(s->name_id), (int)s->role,
+                             (long long)s->value.i);
+    case KD_TAG_FLOAT:
+        return Py_BuildValue("(sNid)", "float", str_id(s->name_id), (int)s->role, s->value.f);
+    case KD_TAG_BOOL:
+        return Py_BuildValue("(sNiO)", "bool", str_id(s->name_id), (int)s->role,
+                             s->value.i ? Py_True : Py_False);
+    case KD_TAG_NONE:
+        return Py_BuildValue("(sNiO)", "none", str_id(s->name_id), (int)s->role, Py_None);
+    default:
+        return Py_BuildValue("(sNiN)", "other", str_id(s->name_id), (int)s->role,
+                             str_id(s->value.type_name_id));
+    }
+}
+
+static PyObject *get_args(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_payload *h = hdr(v);
+    uint32_t nargs = h->launch.nargs;
+    PyObject *t = PyTuple_New(nargs);
+    uint32_t off = 1;
+    for (uint32_t i = 0; t && i < nargs; i++) {
+        const kd_payload *a = &h[off];
+        PyObject *x = arg_tuple(a);
+        if (x == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, x);
+        off += a->tag == KD_TAG_TENSOR ? kd_tensor_payloads(a->tensor.ndim) : 1;
+    }
+    return t;
+}
+
+/* The argument objects kept with store_original_args, or None. */
+static PyObject *get_objects(kd_launch_view *v, void *c)
+{
+    (void)c;
+    kd_recorder *r = v->rec;
+    if (r->store_objs == NULL && !r->store_objects)
+        Py_RETURN_NONE;
+    const kd_payload *h = hdr(v);
+    uint64_t base = r->store.launch_off[v->index];
+    uint32_t nargs = h->launch.nargs;
+    PyObject *t = PyTuple_New(nargs);
+    uint32_t off = 1;
+    for (uint32_t i = 0; t && i < nargs; i++) {
+        PyObject *o = NULL;
+        if (r->store_objs != NULL && base + off < r->store_objs_cap)
+            o = r->store_objs[base + off];
+        PyTuple_SET_ITEM(t, i, Py_NewRef(o ? o : Py_None));
+        const kd_payload *a = &h[off];
+        off += a->tag == KD_TAG_TENSOR ? kd_tensor_payloads(a->tensor.ndim) : 1;
+    }
+    return t;
+}
+
+static kd_render_ctx render_ctx(void)
+{
+    kd_render_ctx c = {kd_strings, kd_dtype_names, 256};
+    return c;
+}
+
+typedef size_t (*render_fn)(const kd_render_ctx *, const kd_payload *, int, char *, size_t);
+
+static PyObject *render_with(kd_launch_view *v, PyObject *args, PyObject *kw, render_fn fn)
+{
+    int verbose = 0;
+    static char *kwlist[] = {"verbose", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|p", kwlist, &verbose))
+        return NULL;
+    kd_render_ctx ctx = render_ctx();
+    int flags = verbose ? KD_RENDER_VERBOSE : 0;
+    char buf[1024];
+    size_t n = fn(&ctx, hdr(v), flags, buf, sizeof buf);
+    if (n < sizeof buf)
+        return PyUnicode_DecodeUTF8(buf, (Py_ssize_t)n, "replace");
+    char *big = PyMem_Malloc(n + 1);
+    if (big == NULL)
+        return PyErr_NoMemory();
+    fn(&ctx, hdr(v), flags, big, n + 1);
+    PyObject *s = PyUnicode_DecodeUTF8(big, (Py_ssize_t)n, "replace");
+    PyMem_Free(big);
+    return s;
+}
+
+static PyObject *view_render(kd_launch_view *v, PyObject *args, PyObject *kw)
+{
+    return render_with(v, args, kw, kd_render_launch);
+}
+
+static PyObject *view_render_args(kd_launch_view *v, PyObject *args, PyObject *kw)
+{
+    return render_with(v, args, kw, kd_render_args);
+}
+
+static PyMethodDef view_methods[] = {
+    {"render", (PyCFunction)(void (*)(void))view_render, METH_VARARGS | METH_KEYWORDS,
+     "render(verbose=False): the launch as one line of text (rendered in C)."},
+    {"render_args", (PyCFunction)(void (*)(void))view_render_args, METH_VARARGS | METH_KEYWORDS,
+     "render_args(verbose=False): 'name=value, ...' for every argument."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef view_getset[] = {
+    {"kind", (getter)get_kind, NULL, "'triton' or 'cpp'", NULL},
+    {"kernel_name", (getter)get_name, NULL, "kernel name", NULL},
+    {"grid", (getter)get_grid, NULL, "(x, y, z) as launched, or None", NULL},
+    {"config", (getter)get_config, NULL, "block sizes of the chosen config, or None", NULL},
+    {"num_warps", (getter)get_num_warps, NULL, "num_warps of the chosen config", NULL},
+    {"num_stages", (getter)get_num_stages, NULL, "num_stages of the chosen config", NULL},
+    {"shared_mem", (getter)get_shared, NULL, "shared memory bytes of the launcher", NULL},
+    {"device", (getter)get_device, NULL, "device string", NULL},
+    {"stream", (getter)get_stream, NULL, "raw CUDA stream (0 for CPU kernels)", NULL},
+    {"thread_id", (getter)get_thread, NULL, "Python thread ident of the launching thread", NULL},
+    {"launch_index", (getter)get_index, NULL, "0-based launch number in this recorder", NULL},
+    {"py_index", (getter)get_py_index, NULL, "len(operators) when launched", NULL},
+    {"call_depth", (getter)get_depth, NULL, "DebugMode call depth of the launch", NULL},
+    {"t_start_ns", (getter)get_t0, NULL, "CLOCK_MONOTONIC before the launch", NULL},
+    {"t_end_ns", (getter)get_t1, NULL, "CLOCK_MONOTONIC after the launch returned", NULL},
+    {"nargs", (getter)get_nargs, NULL, "number of arguments", NULL},
+    {"raised", (getter)get_raised, NULL, "whether the launch raised", NULL},
+    {"args", (getter)get_args, NULL, "arguments as tuples (see kdebug.calls)", NULL},
+    {"objects", (getter)get_objects, NULL, "argument objects kept, or None", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject kd_LaunchType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kdebug._C.Launch",
+    .tp_basicsize = sizeof(kd_launch_view),
+    .tp_dealloc = (destructor)view_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A read-only view of one recorded kernel launch.",
+    .tp_methods = view_methods,
+    .tp_getset = view_getset,
+};

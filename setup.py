@@ -1,0 +1,104 @@
+"""Build kdebug's C extension against the torch that is already installed.
+
+kdebug never asks for torch in an isolated build environment (that would pull
+the newest CUDA build of torch, several GB): install torch first, then
+
+    pip install --no-build-isolation -e .
+
+Environment switches:
+    KDEBUG_DEBUG=1        -O0 -g, assertions on
+    KDEBUG_SANITIZE=...   e.g. "address,undefined": build the extension with
+                          these sanitizers (run python with LD_PRELOAD of the
+                          sanitizer runtime)
+"""
+import os
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+MIN_TORCH = (2, 11)
+
+
+def torch_build_info():
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except ImportError:
+        sys.exit(
+            "kdebug builds against the torch that is already installed, and none is.\n"
+            "Install torch first (for example `pip install torch==2.13.0`), then run\n"
+            "`pip install --no-build-isolation -e .` so pip does not fetch another torch."
+        )
+    version = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    if version < MIN_TORCH:
+        sys.exit(
+            f"kdebug needs torch >= {MIN_TORCH[0]}.{MIN_TORCH[1]} (found {torch.__version__}): "
+            "it hooks Inductor's CachingAutotuner.run and mirrors torch.utils._debug_mode, "
+            "whose Triton-kernel records first appear in that form there."
+        )
+    lib_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
+    abi = int(torch.compiled_with_cxx11_abi())
+    # Use the C++ standard torch's own extension builder uses: its headers'
+    # class layouts depend on it (torch 2.13 needs C++20).
+    with open(cpp_extension.__file__) as f:
+        std = "c++20" if "-std=c++20" in f.read() else "c++17"
+    return cpp_extension.include_paths(), lib_dir, (abi, std)
+
+
+C_SOURCES = [
+    "csrc/kd_ring.c",
+    "csrc/kd_strtab.c",
+    "csrc/kd_store.c",
+    "csrc/kd_render.c",
+    "csrc/kd_recorder.c",
+    "csrc/kd_hook.c",
+    "csrc/kd_view.c",
+    "csrc/kd_module.c",
+]
+CXX_SOURCES = ["csrc/kd_torch.cpp"]  # the only file that includes libtorch headers
+
+
+class BuildExt(build_ext):
+    """Compiles .c files as C11 and the one .cpp file as C++17 with torch's ABI."""
+
+    def build_extensions(self):
+        _, _, (abi, std) = torch_build_info()
+        debug = os.environ.get("KDEBUG_DEBUG") == "1"
+        sanitize = os.environ.get("KDEBUG_SANITIZE", "")
+        common = ["-O0", "-g"] if debug else ["-O2", "-DNDEBUG"]
+        if sanitize:
+            common += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"]
+            for ext in self.extensions:
+                ext.extra_link_args.append(f"-fsanitize={sanitize}")
+        c_flags = ["-std=c11", "-D_GNU_SOURCE=1", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                   "-Wno-cast-function-type", "-Wno-missing-field-initializers"]
+        cxx_flags = [f"-std={std}", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-fvisibility=hidden",
+                     "-Wno-unused-parameter"]
+        original = self.compiler._compile
+
+        def _compile(obj, src, ext, cc_args, extra_postargs, pp_opts):
+            flags = cxx_flags if src.endswith(".cpp") else c_flags
+            # drop the distutils defaults that fight ours (-O3 / -DNDEBUG come first)
+            return original(obj, src, ext, cc_args, [*extra_postargs, *common, *flags], pp_opts)
+
+        self.compiler._compile = _compile
+        # a C++ compiler may not accept -std=c11 through its C driver: compile
+        # C files with the C compiler, link with the C++ one
+        super().build_extensions()
+
+
+def extension():
+    include_dirs, lib_dir, _ = torch_build_info()
+    return Extension(
+        "kdebug._C",
+        sources=C_SOURCES + CXX_SOURCES,
+        include_dirs=["csrc", *include_dirs],
+        library_dirs=[lib_dir],
+        libraries=["c10", "torch", "torch_cpu", "torch_python"],
+        extra_link_args=[f"-Wl,-rpath,{lib_dir}"],
+        language="c++",
+    )
+
+
+setup(ext_modules=[extension()], cmdclass={"build_ext": BuildExt})
