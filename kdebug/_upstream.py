@@ -1,0 +1,39 @@
+"""The pieces of torch.utils._debug_mode that kdebug builds on, found by name.
+
+torch 2.11 keeps DebugMode in one module; torch 2.13 splits it into a package
+(_mode, _calls, _utils).  Everything version-dependent is looked up here.
+"""
+from __future__ import annotations
+
+import sys
+
+try:
+    import torch.utils._debug_mode as _dm
+    from torch.utils._debug_mode import DebugMode, _DebugCall, _TritonKernelCall
+except ImportError as e:  # pragma: no cover - torch too old
+    raise ImportError(
+        "kdebug needs torch >= 2.11, whose torch.utils._debug_mode provides DebugMode "
+        f"and _TritonKernelCall ({e}). Upgrade torch."
+    ) from e
+
+from torch.utils._dtype_abbrs import dtype_abbrs
+
+mode_module = sys.modules[DebugMode.__module__]
+"""Module holding _ACTIVE_DEBUG_MODE_COUNT (torch.utils._debug_mode[._mode])."""
+
+
+def _find_utils_module():
+    for name in ("torch.utils._debug_mode._utils", "torch.utils._debug_mode"):
+        mod = sys.modules.get(name)
+        if mod is not None and hasattr(mod, "_IN_INDUCTOR_BENCHMARK"):
+            return mod
+    raise ImportError("cannot find upstream DebugMode's _IN_INDUCTOR_BENCHMARK flag")
+
+
+utils_module = _find_utils_module()
+"""Module holding _IN_INDUCTOR_BENCHMARK and the hash / record-output globals."""
+
+get_active_debug_mode = _dm.get_active_debug_mode
+
+__all__ = ["DebugMode", "_DebugCall", "_TritonKernelCall", "dtype_abbrs", "mode_module",
+           "utils_module", "get_active_debug_mode"]

@@ -1,0 +1,246 @@
+"""Call records for kernel launches, shaped like upstream DebugMode's.
+
+A ``_KernelCall`` is a thin Python face over one record in the C store: its
+attributes are read from the record when asked for, so recording a launch
+creates no Python object at all.  ``_TritonKernelCall`` subclasses upstream's
+``torch.utils._debug_mode._TritonKernelCall`` so ``isinstance`` checks and
+upstream helpers such as ``DebugMode.check_hash_mismatches`` accept it;
+C++ kernels get ``_CppKernelCall``, which does not.
+"""
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+import torch
+
+from . import _upstream
+
+ROLE_NAMES = {0: "-", 1: "R", 2: "W", 3: "RW"}
+
+# debug_string(verbose=True) renders kernel lines with roles, strides, pointers
+_VERBOSE = contextvars.ContextVar("kdebug_verbose", default=False)
+
+_DTYPES_BY_SCALAR_TYPE: dict[int, torch.dtype] = {}
+
+
+def _dtype_of(scalar_type: int) -> torch.dtype | int:
+    if not _DTYPES_BY_SCALAR_TYPE:
+        from . import _C
+
+        for d in vars(torch).values():
+            if isinstance(d, torch.dtype):
+                try:
+                    _DTYPES_BY_SCALAR_TYPE.setdefault(_C.scalar_type(d), d)
+                except TypeError:
+                    pass
+    return _DTYPES_BY_SCALAR_TYPE.get(scalar_type, scalar_type)
+
+
+class TensorInfo:
+    """What kdebug recorded about a tensor argument (the tensor itself is not kept
+    unless ``store_original_args=True``)."""
+
+    __slots__ = ("name", "role", "dtype", "shape", "stride", "storage_offset", "data_ptr", "device")
+
+    def __init__(self, name, role, dtype, shape, stride, storage_offset, data_ptr, device):
+        self.name = name
+        self.role = role
+        self.dtype = dtype
+        self.shape = torch.Size(shape)
+        self.stride = stride
+        self.storage_offset = storage_offset
+        self.data_ptr = data_ptr
+        self.device = torch.device(device)
+
+    @property
+    def reads(self) -> bool:
+        return bool(self.role & 1)
+
+    @property
+    def writes(self) -> bool:
+        return bool(self.role & 2)
+
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __repr__(self) -> str:
+        abbr = _upstream.dtype_abbrs.get(self.dtype, str(self.dtype))
+        return f"t: {abbr}[{', '.join(str(s) for s in self.shape)}]"
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, TensorInfo):
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _arg_value(t: tuple) -> Any:
+    kind = t[0]
+    if kind == "tensor":
+        _, name, role, st, shape, stride, off, ptr, dev = t
+        return TensorInfo(name, role, _dtype_of(st), shape, stride, off, ptr, dev)
+    if kind == "other":
+        return f"<{t[3]}>"
+    return t[3]
+
+
+class _KernelCall(_upstream._DebugCall):
+    """One recorded kernel launch (Triton or C++)."""
+
+    kind = "kernel"
+
+    def __init__(self, launch) -> None:
+        # upstream's _DebugCall fields, without its stack capture
+        self._launch = launch
+        self.call_depth = launch.call_depth
+        self.record = None
+        self.log = None
+        self.output_str = None
+        self.pre_hashes = None
+        self.post_hashes = None
+        self._args = None
+
+    # -- identity and launch configuration --
+    @property
+    def kernel_name(self) -> str:
+        return self._launch.kernel_name
+
+    @property
+    def grid(self) -> tuple[int, int, int] | None:
+        """(x, y, z) exactly as the launcher launched it (Triton only)."""
+        return self._launch.grid
+
+    @property
+    def config(self) -> str | None:
+        """Block sizes of the config the autotuner chose, e.g. 'XBLOCK=1024'."""
+        return self._launch.config
+
+    @property
+    def num_warps(self) -> int | None:
+        return self._launch.num_warps
+
+    @property
+    def num_stages(self) -> int | None:
+        return self._launch.num_stages
+
+    @property
+    def shared_mem(self) -> int | None:
+        return self._launch.shared_mem
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self._launch.device)
+
+    @property
+    def stream(self) -> int:
+        return self._launch.stream
+
+    @property
+    def thread_id(self) -> int:
+        return self._launch.thread_id
+
+    @property
+    def launch_index(self) -> int:
+        return self._launch.launch_index
+
+    @property
+    def raised(self) -> bool:
+        return self._launch.raised
+
+    @property
+    def t_start_ns(self) -> int:
+        return self._launch.t_start_ns
+
+    @property
+    def t_end_ns(self) -> int:
+        return self._launch.t_end_ns
+
+    # -- arguments --
+    def _arg_tuples(self) -> tuple:
+        if self._args is None:
+            self._args = self._launch.args
+        return self._args
+
+    @property
+    def arg_names(self) -> tuple[str, ...]:
+        return tuple(t[1] or f"arg{i}" for i, t in enumerate(self._arg_tuples()))
+
+    @property
+    def roles(self) -> dict[str, str]:
+        """Argument name -> 'R' (read), 'W' (written) or 'RW'."""
+        return {n: ROLE_NAMES[t[2]] for n, t in zip(self.arg_names, self._arg_tuples())}
+
+    @property
+    def written(self) -> list[str]:
+        return [n for n, t in zip(self.arg_names, self._arg_tuples()) if t[2] & 2]
+
+    @property
+    def read(self) -> list[str]:
+        return [n for n, t in zip(self.arg_names, self._arg_tuples()) if t[2] & 1]
+
+    @property
+    def tensor_info(self) -> dict[str, TensorInfo]:
+        """Argument name -> TensorInfo, for every tensor argument."""
+        out = {}
+        for n, t in zip(self.arg_names, self._arg_tuples()):
+            if t[0] == "tensor":
+                out[n] = _arg_value(t)
+        return out
+
+    @property
+    def args(self) -> tuple:
+        """The arguments in call order: the tensors themselves with
+        ``store_original_args=True``, else ``TensorInfo`` objects; scalars as values."""
+        objs = self._launch.objects
+        if objs is not None:
+            return objs
+        return tuple(_arg_value(t) for t in self._arg_tuples())
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(zip(self.arg_names, self.args))
+
+    @property
+    def kwargs_str(self) -> str:
+        """Arguments rendered as upstream renders them (in C)."""
+        return self._launch.render_args()
+
+    # -- upstream _DebugCall protocol --
+    def stringify_args(self, attributes, tensor_memo=None) -> None:
+        pass  # already plain data
+
+    def render(self, attributes) -> str:
+        line = self._launch.render(verbose=_VERBOSE.get())
+        pad = "\n  " + "  " * self.call_depth
+        if self.pre_hashes:
+            line += pad + "# pre-kernel hashes: {" + ", ".join(f"{k}: {v}" for k, v in self.pre_hashes.items()) + "}"
+        if self.post_hashes:
+            line += pad + "# post-kernel hashes: {" + ", ".join(f"{k}: {v}" for k, v in self.post_hashes.items()) + "}"
+        return line + "\n"
+
+    def __iter__(self):
+        yield from [self.kernel_name, (), self.kwargs_str, self.call_depth]
+
+    def __repr__(self) -> str:
+        return self._launch.render()
+
+
+class _TritonKernelCall(_KernelCall, _upstream._TritonKernelCall):
+    """A Triton kernel launch from Inductor-generated code."""
+
+    kind = "triton"
+
+
+class _CppKernelCall(_KernelCall):
+    """An Inductor C++ kernel launch (``cpp_fused_*``)."""
+
+    kind = "cpp"
+
+
+def make_call(launch) -> _KernelCall:
+    return (_CppKernelCall if launch.kind == "cpp" else _TritonKernelCall)(launch)

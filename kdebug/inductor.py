@@ -1,0 +1,324 @@
+"""Where kdebug plugs into Inductor (see Note [Where kdebug hooks Inductor] in
+csrc/kd_hook.c).  ``install()`` is idempotent and runs when the first kdebug
+DebugMode is entered; with no DebugMode active every hook costs one C call.
+
+Python code here runs once per kernel (describing it) or once per generated
+module (wrapping its C++ kernels), never once per launch.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import threading
+import warnings
+from typing import Any
+
+import torch
+
+from . import _C, _upstream
+
+_lock = threading.Lock()
+_installed = False
+_stash: dict[int, tuple[Any, list[str], str]] = {}  # cpp_pybinding result -> (obj, argtypes, source)
+_STASH_LIMIT = 100_000
+
+# c10::DeviceType numbers of the device types Inductor generates kernels for
+_DEVICE_TYPES = {"cpu": 0, "cuda": 1, "hip": 6, "xpu": 12, "mps": 13, "mtia": 19}
+
+
+class KdebugWarning(UserWarning):
+    """A recording problem the user must know about: launches that were not
+    recorded, dropped records, errors inside the hook."""
+
+
+# ---------------------------------------------------------------- Triton
+
+
+def _role(name: str, sig_type: str, mutated: frozenset[str]) -> int:
+    write = name.startswith(("out_ptr", "in_out_ptr")) or name in mutated
+    if name.startswith("out_ptr") and name not in mutated:
+        return 2  # fresh output buffer: written, never read
+    read = not name.startswith("out_ptr") or name.startswith("in_out_ptr")
+    return (1 if read else 0) | (2 if write else 0)
+
+
+def triton_kernel_info(autotuner) -> _C.KernelInfo:
+    """Describes a CachingAutotuner: name, argument names in call order, roles."""
+    meta = getattr(autotuner, "inductor_meta", None) or {}
+    name = meta.get("kernel_name") or autotuner.fn.__name__
+    signature = autotuner.triton_meta.get("signature", {})
+    # run() gets the non-constexpr arguments, in signature order
+    names = [n for n, t in signature.items() if t != "constexpr"]
+    mutated = frozenset(getattr(autotuner, "mutated_arg_names", ()) or ())
+    roles = [_role(n, str(signature[n]), mutated) for n in names]
+    dev_type = getattr(getattr(autotuner, "device_props", None), "type", "cuda")
+    dev_index = autotuner.triton_meta.get("device", 0)
+    if not isinstance(dev_index, int):
+        dev_index = getattr(dev_index, "index", 0) or 0
+    return _C.KernelInfo(_C.KIND_TRITON, name, names, roles,
+                         _DEVICE_TYPES.get(dev_type, 1), dev_index)
+
+
+def _wrap_runner(launcher, cfg_id: int, warps: int, stages: int, shared: int) -> bool:
+    scope = getattr(launcher, "__globals__", None)
+    if not isinstance(scope, dict) or "runner" not in scope:
+        return False
+    runner = scope["runner"]
+    if not isinstance(runner, _C.RunnerHook):
+        scope["runner"] = _C.RunnerHook(runner, cfg_id, warps, stages, shared)
+    return True
+
+
+def triton_finish(autotuner, args: tuple):
+    """After a recorded launch whose grid the runner hook did not see (the
+    launcher's first recorded call): wrap the launcher's runner so later
+    launches report their grid from C, and compute this launch's grid."""
+    launchers = getattr(autotuner, "launchers", None) or []
+    if len(launchers) != 1:
+        return None
+    launcher = launchers[0]
+    cfg = launcher.config
+    cfg_id = _C.intern(", ".join(f"{k}={v}" for k, v in cfg.kwargs.items()))
+    warps = int(getattr(cfg, "num_warps", 0) or 0)
+    stages = int(getattr(cfg, "num_stages", 0) or 0)
+    shared = int(getattr(launcher, "shared", 0) or 0)
+    for target in (launcher, getattr(autotuner, "_cached_launcher", None)):
+        if target is not None:
+            _wrap_runner(target, cfg_id, warps, stages, shared)
+    _, grid = autotuner._interpret_args_grid(args, cfg)
+    g = [int(x) for x in grid]
+    return (g[0], g[1], g[2], cfg_id, warps, stages, shared)
+
+
+# ---------------------------------------------------------------- C++
+
+_KERNEL_SIG = re.compile(r'extern\s+"C"\s+void\s+kernel\s*\(([^)]*)\)', re.S)
+
+
+def _param_names(source: str, n: int) -> list[str]:
+    m = _KERNEL_SIG.search(source)
+    if m is None:
+        return [f"arg{i}" for i in range(n)]
+    params = [p.strip() for p in m.group(1).split(",") if p.strip()]
+    names = [re.findall(r"[A-Za-z_]\w*", p)[-1] for p in params]
+    return names if len(names) == n else [f"arg{i}" for i in range(n)]
+
+
+def cpp_kernel_info(name: str, argtypes: list[str], source: str) -> _C.KernelInfo:
+    """Roles from the pybinding's argument types: ``const T*`` is read, ``T*``
+    written (and read too for in_out_ptr / in_ptr), scalars read."""
+    names = _param_names(source, len(argtypes))
+    roles = []
+    for n, t in zip(names, argtypes):
+        t = t.strip()
+        if "*" in t and not t.startswith("const"):
+            roles.append(2 | (1 if n.startswith(("in_out_ptr", "in_ptr")) else 0))
+        else:
+            roles.append(1)
+    return _C.KernelInfo(_C.KIND_CPP, name, names, roles, 0, -1)
+
+
+def _wrap_cpp(scope: dict, key: str, argtypes: list[str], source: str) -> None:
+    fn = scope.get(key)
+    if fn is None or isinstance(fn, _C.CppKernel) or not callable(fn):
+        return
+    scope[key] = _C.CppKernel(fn, cpp_kernel_info(key, argtypes, source))
+
+
+def _patched_cpp_pybinding(orig):
+    def cpp_pybinding(self, argtypes, source_code):
+        result = orig(self, argtypes, source_code)
+        if len(_stash) < _STASH_LIMIT:
+            _stash[id(result)] = (result, list(argtypes), source_code)
+        return result
+
+    cpp_pybinding.__wrapped__ = orig
+    return cpp_pybinding
+
+
+def _patched_wait(orig):
+    def wait(self, scope):
+        pending = {}
+        for key, value in list(scope.items()):
+            entry = _stash.get(id(value))
+            if entry is not None and entry[0] is value:
+                pending[key] = _stash.pop(id(value))
+        result = orig(self, scope)
+        for key, (_, argtypes, source) in pending.items():
+            _wrap_cpp(scope, key, argtypes, source)
+        return result
+
+    wait.__wrapped__ = orig
+    return wait
+
+
+def _wrap_loaded_modules() -> None:
+    """Wraps the C++ kernels of generated modules loaded before kdebug was."""
+    from torch._inductor.codecache import PyCodeCache
+
+    mods = list(getattr(PyCodeCache, "modules", []))
+    mods += list(getattr(PyCodeCache, "modules_no_attr", {}).values())
+    for mod in mods:
+        path = getattr(mod, "__file__", None)
+        if not path:
+            continue
+        try:
+            with open(path) as f:
+                tree = ast.parse(f.read())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call)):
+                continue
+            call = node.value
+            if not (isinstance(call.func, ast.Attribute) and call.func.attr == "cpp_pybinding"
+                    and len(call.args) == 2):
+                continue
+            try:
+                argtypes = ast.literal_eval(call.args[0])
+                source = ast.literal_eval(call.args[1])
+            except ValueError:
+                continue
+            _wrap_cpp(mod.__dict__, node.targets[0].id, list(argtypes), source)
+
+
+# ---------------------------------------------------------------- bypass paths
+
+_modes = threading.local()  # .stack: kdebug modes entered on this thread
+_global_modes: list = []     # record_all_threads modes
+
+
+def push_mode(mode, all_threads: bool) -> None:
+    if all_threads:
+        _global_modes.append(mode)
+    else:
+        stack = getattr(_modes, "stack", None)
+        if stack is None:
+            stack = _modes.stack = []
+        stack.append(mode)
+
+
+def pop_mode(mode, all_threads: bool) -> None:
+    stack = _global_modes if all_threads else getattr(_modes, "stack", [])
+    if mode in stack:
+        stack.remove(mode)
+
+
+def _current_mode():
+    stack = getattr(_modes, "stack", None)
+    if stack:
+        return stack[-1]
+    return _global_modes[-1] if _global_modes else None
+
+
+def graph_bypass_reason(graph) -> str | None:
+    """Why a compiled graph's launches do not pass through Python, or None."""
+    fx_kwargs = getattr(graph, "fx_kwargs", None) or {}
+    if fx_kwargs.get("aot_mode"):
+        return "AOTInductor"
+    if fx_kwargs.get("cpp_wrapper"):
+        return "cpp_wrapper"
+    cudagraphs = fx_kwargs.get("cudagraphs")
+    if cudagraphs is not None and bool(getattr(cudagraphs, "value", cudagraphs)):
+        return "CUDA-graph replay"
+    return None
+
+
+def _patched_graph_call(orig):
+    def __call__(self, inputs):
+        if _global_modes or getattr(_modes, "stack", None):
+            reason = graph_bypass_reason(self)
+            if reason is not None:
+                mode = _current_mode()
+                if mode is not None:
+                    mode._note_bypass(reason)
+        return orig(self, inputs)
+
+    __call__.__wrapped__ = orig
+    return __call__
+
+
+def _patched_aoti_call(orig):
+    def __call__(self, *args, **kwargs):
+        mode = _current_mode()
+        if mode is not None:
+            mode._note_bypass("AOTInductor")
+        return orig(self, *args, **kwargs)
+
+    __call__.__wrapped__ = orig
+    return __call__
+
+
+def _on_compile_start(args) -> None:
+    _C._set_compiling(True)
+
+
+def _on_compile_end(args) -> None:
+    _C._set_compiling(False)
+
+
+# ---------------------------------------------------------------- install
+
+
+def install() -> None:
+    """Installs every hook (once per process)."""
+    global _installed
+    if _installed:
+        return
+    with _lock:
+        if _installed:
+            return
+        from . import mode as _mode
+
+        _C._set_dtype_names(dict(_upstream.dtype_abbrs))
+        _C._configure(
+            benchmark_globals=vars(_upstream.utils_module),
+            count_globals=vars(_upstream.mode_module),
+            get_active_debug_mode=_upstream.get_active_debug_mode,
+            mode_class=_mode.DebugMode,
+        )
+        from torch._inductor import async_compile
+
+        AC = async_compile.AsyncCompile
+        AC.cpp_pybinding = _patched_cpp_pybinding(AC.cpp_pybinding)
+        AC.wait = _patched_wait(AC.wait)
+
+        from torch._inductor.runtime import triton_heuristics as th
+
+        th.get_active_debug_mode = _C._inductor_get_active_debug_mode
+        th.CachingAutotuner.run = _C.RunHook(th.CachingAutotuner.run, triton_kernel_info, triton_finish)
+
+        from torch._inductor.output_code import CompiledFxGraph
+
+        CompiledFxGraph.__call__ = _patched_graph_call(CompiledFxGraph.__call__)
+        try:
+            from torch._inductor.package.package import AOTICompiledModel
+        except ImportError:  # pragma: no cover
+            AOTICompiledModel = None
+        if AOTICompiledModel is not None:
+            AOTICompiledModel.__call__ = _patched_aoti_call(AOTICompiledModel.__call__)
+
+        handler = torch._dynamo.callback_handler
+        handler.register_start_callback(_on_compile_start)
+        handler.register_end_callback(_on_compile_end)
+
+        _wrap_loaded_modules()
+        _installed = True
+
+
+def config_bypass_warnings() -> list[str]:
+    """Global Inductor settings that make launches skip Python."""
+    cfg = torch._inductor.config
+    out = []
+    if getattr(cfg, "cpp_wrapper", False):
+        out.append("torch._inductor.config.cpp_wrapper=True: kernels launched from the C++ wrapper "
+                   "are not recorded; set it to False while recording")
+    if torch.cuda.is_available() and getattr(cfg.triton, "cudagraphs", False):
+        out.append("torch._inductor.config.triton.cudagraphs=True: launches replayed from CUDA graphs "
+                   "are not recorded; set it to False (or compile with mode='default') while recording")
+    return out
+
+
+def warn(msg: str, stacklevel: int = 3) -> None:
+    warnings.warn(f"kdebug: {msg}", KdebugWarning, stacklevel=stacklevel)

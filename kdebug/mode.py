@@ -1,0 +1,274 @@
+"""kdebug.DebugMode: upstream torch.utils._debug_mode.DebugMode plus a C launch
+recorder that sees every kernel Inductor's generated code launches."""
+from __future__ import annotations
+
+import inspect
+import weakref
+from collections import Counter
+from typing import Any
+
+from . import _C, _upstream, inductor
+from .calls import _VERBOSE, _KernelCall, make_call
+
+_UPSTREAM_FLAGS = [p for p in inspect.signature(_upstream.DebugMode.__init__).parameters if p != "self"]
+
+
+class _OperatorList(list):
+    """``debug_mode.operators``: a list that upstream appends aten-op records to,
+    into which kernel records are merged (in launch order) when it is read.
+
+    Appending does not merge, so recording stays cheap; every way of reading
+    the list merges first."""
+
+    __slots__ = ("_mode",)
+
+    def __init__(self, mode, items=()):
+        super().__init__(items)
+        self._mode = weakref.ref(mode)
+
+    def _sync(self):
+        mode = self._mode()
+        if mode is not None:
+            mode._flush()
+
+
+def _syncing(name):
+    base = getattr(list, name)
+
+    def method(self, *args, **kwargs):
+        self._sync()
+        return base(self, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = base.__doc__
+    return method
+
+
+for _name in ("__iter__", "__getitem__", "__len__", "__contains__", "__reversed__", "__repr__",
+              "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__", "__mul__",
+              "__rmul__", "__iadd__", "__imul__", "__setitem__", "__delitem__", "index", "count",
+              "copy", "pop", "remove", "insert", "extend", "sort", "reverse", "clear"):
+    setattr(_OperatorList, _name, _syncing(_name))
+del _name
+
+
+class DebugMode(_upstream.DebugMode):
+    """``torch.utils._debug_mode.DebugMode`` with kernel-level recording.
+
+    Accepts every flag of upstream's constructor, and:
+
+    record_triton_kernels: record every kernel launched by Inductor-generated code
+        (Triton on GPUs, C++ on CPUs) into a C ring buffer.  Default True, as
+        upstream records Triton kernels whenever a DebugMode is active.
+    kernels_only: record kernel launches only, without pushing a
+        TorchDispatchMode (aten ops are then not intercepted at all: the
+        cheapest way to record).
+    record_all_threads: also record launches from threads that have not
+        entered a DebugMode themselves (dispatch modes are per thread, so aten
+        ops are still recorded only on this thread).
+    ring_capacity: ring size in 128-byte slots (a launch takes one slot plus
+        one per argument).  Memory is touched only as it fills.
+    overflow: 'overwrite' keeps the newest launches when the ring is full,
+        'drop_new' keeps the oldest.  Either way the number of lost launches
+        is counted, reported in ``kernel_stats`` and warned about.
+    """
+
+    def __init__(
+        self,
+        *,
+        record_triton_kernels: bool = True,
+        kernels_only: bool = False,
+        record_all_threads: bool = False,
+        ring_capacity: int = 1 << 20,
+        overflow: str = "overwrite",
+        **upstream_flags: Any,
+    ) -> None:
+        unknown = sorted(set(upstream_flags) - set(_UPSTREAM_FLAGS))
+        if unknown:
+            raise TypeError(
+                f"DebugMode got unknown flag(s) {', '.join(unknown)}. kdebug accepts upstream "
+                f"DebugMode's flags ({', '.join(_UPSTREAM_FLAGS)}) and record_triton_kernels, "
+                "kernels_only, record_all_threads, ring_capacity, overflow."
+            )
+        if kernels_only and not record_triton_kernels:
+            raise ValueError("kernels_only=True records nothing unless record_triton_kernels=True")
+        self._recorder = None
+        super().__init__(**upstream_flags)
+        self.record_triton_kernels = bool(record_triton_kernels)
+        self.kernels_only = bool(kernels_only)
+        self.record_all_threads = bool(record_all_threads)
+        self._recorder = _C.Recorder(int(ring_capacity), overflow,
+                                     store_objects=bool(self.store_original_args))
+        self._materialized = 0
+        self._bypass: Counter[str] = Counter()
+        self._warned: set[str] = set()
+        self._reported = {"dropped": 0, "errors": 0, "unrecorded": 0}
+        self._entered = 0
+
+    # -- operators: upstream's list, with kernel records merged in on read --
+    @property
+    def operators(self) -> list:
+        return self._ops
+
+    @operators.setter
+    def operators(self, value) -> None:
+        self._ops = _OperatorList(self, value)
+        self._materialized = 0
+        if getattr(self, "_recorder", None) is not None:
+            self._recorder.clear()
+
+    def _flush(self) -> None:
+        """Drains the C ring and merges new kernel records into ``operators``."""
+        rec = self._recorder
+        if rec is None:
+            return
+        n = rec.drain()
+        if n > self._materialized:
+            new = []
+            for i in range(self._materialized, n):
+                launch = rec.launch(i)
+                new.append((launch.py_index, launch.launch_index, make_call(launch)))
+            self._materialized = n
+            new.sort(key=lambda t: (t[0], t[1]))
+            ops = self._ops
+            old = list.__getitem__(ops, slice(None))
+            merged: list = []
+            prev = 0
+            for pos, _, call in new:
+                pos = min(pos, len(old))
+                if pos > prev:
+                    merged.extend(old[prev:pos])
+                    prev = pos
+                merged.append(call)
+            merged.extend(old[prev:])
+            list.__setitem__(ops, slice(None), merged)
+        self._report_problems()
+
+    # -- entering and leaving --
+    def __enter__(self):
+        inductor.install()
+        for msg in inductor.config_bypass_warnings():
+            self._warn_once(msg, msg)
+        if not self.kernels_only:
+            super().__enter__()
+            _C._modes_pushed(1)
+        if self.record_triton_kernels:
+            try:
+                self._recorder.start(self, self._ops, self.record_all_threads)
+            except BaseException:
+                if not self.kernels_only:
+                    _C._modes_pushed(-1)
+                    super().__exit__(None, None, None)
+                raise
+            inductor.push_mode(self, self.record_all_threads)
+        self._entered += 1
+        return self
+
+    def __exit__(self, *exc):
+        self._entered -= 1
+        if self.record_triton_kernels:
+            inductor.pop_mode(self, self.record_all_threads)
+            self._recorder.stop()
+        if not self.kernels_only:
+            _C._modes_pushed(-1)
+            super().__exit__(*exc)
+        self._report_problems()
+
+    # -- what went wrong --
+    def _warn_once(self, key: str, msg: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            inductor.warn(msg, stacklevel=4)
+
+    def _note_bypass(self, reason: str) -> None:
+        self._bypass[reason] += 1
+        self._warn_once(
+            "bypass:" + reason,
+            f"a compiled graph runs through {reason}: its kernel launches do not pass through "
+            "Python and are NOT recorded, so this recording is incomplete. "
+            + {
+                "CUDA-graph replay": "Compile with mode='default' (not 'reduce-overhead') or set "
+                "torch._inductor.config.triton.cudagraphs=False to record every launch.",
+                "cpp_wrapper": "Set torch._inductor.config.cpp_wrapper=False to record every launch.",
+                "AOTInductor": "Run the model through torch.compile instead of AOTInductor to record its launches.",
+            }.get(reason, ""),
+        )
+
+    def _report_problems(self) -> None:
+        if self._recorder is None:
+            return
+        s = self._recorder.stats()
+        if s["dropped"] > self._reported["dropped"]:
+            self._reported["dropped"] = s["dropped"]
+            inductor.warn(
+                f"{s['dropped']} kernel launch record(s) were dropped because the ring "
+                f"({s['capacity']} slots, overflow={s['overflow']!r}) was full. Pass a larger "
+                "DebugMode(ring_capacity=...) to keep them.", stacklevel=4)
+        if s["errors"] > self._reported["errors"]:
+            self._reported["errors"] = s["errors"]
+            msgs = self._recorder.messages()
+            inductor.warn(
+                f"{s['errors']} error(s) inside the launch hook; {s['unrecorded']} launch(es) "
+                f"were not recorded. First: {msgs[0] if msgs else '?'}", stacklevel=4)
+
+    @property
+    def kernel_stats(self) -> dict[str, Any]:
+        """Counters of the kernel recorder: launches recorded, dropped (ring
+        overflow), errors and unrecorded launches (failures inside the hook),
+        suppressed (compile-time and autotuning launches, left out on purpose),
+        and launches that bypassed Python (CUDA graphs, cpp_wrapper, AOTI)."""
+        self._flush()
+        s = dict(self._recorder.stats())
+        s["bypassed_graph_calls"] = dict(self._bypass)
+        s["complete"] = not (s["dropped"] or s["unrecorded"] or self._bypass)
+        s["error_messages"] = self._recorder.messages()
+        return s
+
+    @property
+    def complete(self) -> bool:
+        """True when every kernel launch in the recorded region is in ``operators``."""
+        return self.kernel_stats["complete"]
+
+    @property
+    def kernels(self) -> list[_KernelCall]:
+        """Only the kernel launches, in launch order."""
+        return [op for op in self.operators if isinstance(op, _KernelCall)]
+
+    def debug_string(self, show_stack_trace: bool | None = None, verbose: bool = False) -> str:
+        """Upstream's debug string, with kernel lines rendered by kdebug's C core.
+        ``verbose=True`` adds each kernel argument's role, strides, storage offset and
+        pointer, and the launch config.  An incomplete recording starts with a
+        '# kdebug: INCOMPLETE' line saying what is missing."""
+        token = _VERBOSE.set(verbose)
+        try:
+            out = super().debug_string(show_stack_trace)
+        finally:
+            _VERBOSE.reset(token)
+        header = self._incomplete_header()
+        return header + out if header else out
+
+    def _incomplete_header(self) -> str:
+        s = self._recorder.stats() if self._recorder is not None else None
+        if s is None:
+            return ""
+        parts = []
+        if s["dropped"]:
+            parts.append(f"{s['dropped']} launch(es) dropped (ring full)")
+        if s["unrecorded"]:
+            parts.append(f"{s['unrecorded']} launch(es) not recorded (hook errors)")
+        for reason, n in self._bypass.items():
+            parts.append(f"{n} graph call(s) through {reason} not recorded")
+        if not parts:
+            return ""
+        return "# kdebug: INCOMPLETE: " + "; ".join(parts) + "\n"
+
+    def reset(self) -> None:
+        super().reset()
+        if getattr(self, "_recorder", None) is not None:
+            self._bypass.clear()
+            self._reported = {"dropped": 0, "errors": 0, "unrecorded": 0}
+
+
+def get_active_debug_mode() -> DebugMode | None:
+    """The innermost kdebug DebugMode recording on this thread, or None."""
+    return inductor._current_mode()
