@@ -102,7 +102,19 @@ static PyObject *mod_now_ns(PyObject *m, PyObject *unused)
     return PyLong_FromUnsignedLongLong(kd_now_ns());
 }
 
+static PyObject *mod_inject(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    kd_injected_faults = n < 0 ? 0 : n;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"_inject_hook_faults", mod_inject, METH_O,
+     "Tests only: the next n launch descriptions fail inside the hook, as a real failure would."},
     {"intern", mod_intern, METH_O, "intern(s) -> id in kdebug's string table"},
     {"string", mod_string, METH_O, "string(id) -> the interned string"},
     {"_set_dtype_names", mod_set_dtype_names, METH_O,

@@ -116,6 +116,8 @@ extern _Thread_local int kd_tls_compiling;
 extern _Thread_local kd_recorder *kd_tls_recorder;
 extern kd_recorder *kd_global_recorder;
 
+extern long kd_injected_faults;
+
 /* Is Inductor benchmarking right now (upstream's _IN_INDUCTOR_BENCHMARK)? */
 int kd_in_benchmark(void);
 

@@ -9,6 +9,7 @@
 _Thread_local kd_recorder *kd_tls_recorder = NULL;
 kd_recorder *kd_global_recorder = NULL; /* GIL */
 _Thread_local int kd_tls_compiling = 0;
+long kd_injected_faults = 0; /* GIL; tests: make the next N launch descriptions fail */
 
 uint64_t kd_now_ns(void)
 {
@@ -186,6 +187,10 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
     int8_t dev_index = info->device_index;
     if (nargs > UINT16_MAX)
         nargs = 0, why = "launch has more than 65535 arguments";
+    if (kd_injected_faults > 0) {
+        kd_injected_faults--;
+        nargs = 0, why = "injected fault (kdebug._C._inject_hook_faults)";
+    }
     for (Py_ssize_t i = 0; i < nargs; i++) {
         uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
         uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;

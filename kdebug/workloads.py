@@ -1,0 +1,58 @@
+"""Built-in workloads: what ``kdebug demo`` and the benchmarks run."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class TinyBlock(nn.Module):
+    """A pre-norm transformer block: layer norms, attention (softmax), GELU MLP.
+    Small enough to compile in seconds on a CPU; every kind of Inductor kernel
+    (pointwise, reduction, persistent reduction) shows up."""
+
+    def __init__(self, d: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-1, -2)) * (d // self.heads) ** -0.5
+        att = att.masked_fill(torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
+        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+class Transformer(nn.Module):
+    """``n`` pre-norm blocks (the GPU benchmark workload: d=512, 8 heads, 4 blocks)."""
+
+    def __init__(self, n: int = 4, d: int = 512, heads: int = 8) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(TinyBlock(d, heads) for _ in range(n))
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = b(x)
+        return self.ln(x)
+
+
+def train_step_fn(model: nn.Module):
+    """A compiled forward + backward step returning the loss."""
+    compiled = torch.compile(model)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        model.zero_grad(set_to_none=True)
+        loss = compiled(x).float().pow(2).mean()
+        loss.backward()
+        return loss
+
+    return step

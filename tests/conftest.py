@@ -1,0 +1,77 @@
+"""Shared fixtures: real Inductor-compiled functions (C++ kernels on the CPU,
+Triton kernels on a GPU), compiled once per session."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import kdebug
+
+
+def pytest_collection_modifyitems(config, items):
+    has_cuda = torch.cuda.is_available()
+    try:
+        import triton  # noqa: F401
+
+        has_triton = True
+    except ImportError:
+        has_triton = False
+    skip = pytest.mark.skip(reason="needs a CUDA device and Triton (run these on the GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords and not (has_cuda and has_triton):
+            item.add_marker(skip)
+
+
+def pointwise_and_reductions(x, w, b):
+    """Matmul (an extern aten op), a softmax and a layer norm (reductions), pointwise ops."""
+    h = x @ w
+    s = torch.softmax(h, dim=-1)
+    y = torch.nn.functional.layer_norm(s * 2.0 + b, (h.shape[-1],))
+    return y.relu().sum(dim=0), torch.tanh(y)
+
+
+@pytest.fixture(scope="session")
+def cpu_inputs():
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(64, 32, generator=g), torch.randn(32, 16, generator=g),
+            torch.randn(16, generator=g))
+
+
+@pytest.fixture(scope="session")
+def compiled_cpu(cpu_inputs):
+    """A compiled function with C++ kernels, already warm (compiled)."""
+    fn = torch.compile(pointwise_and_reductions)
+    fn(*cpu_inputs)
+    return fn
+
+
+def generated_modules_with(name: str) -> list[str]:
+    """Sources of the Inductor-generated modules that define kernel `name`."""
+    from torch._inductor.codecache import PyCodeCache
+
+    out = []
+    for mod in list(PyCodeCache.modules):
+        if name in vars(mod):
+            with open(mod.__file__) as f:
+                out.append(f.read())
+    return out
+
+
+CALL_RE = re.compile(r"^\s+((?:cpp_fused|triton_)\w*)(?:\.run)?\((.*)\)\s*$", re.M)
+
+
+def kernel_calls_in(source: str) -> list[tuple[str, list[str]]]:
+    """(kernel, [argument expressions]) for each kernel call in a generated module's call()."""
+    body = source[source.index("def call("):]
+    calls = []
+    for m in CALL_RE.finditer(body):
+        args = [a.strip() for a in m.group(2).split(",") if a.strip() and "=" not in a]
+        calls.append((m.group(1), args))
+    return calls
+
+
+@pytest.fixture
+def debug_mode_cls():
+    return kdebug.DebugMode

@@ -1,0 +1,205 @@
+"""Records of real Inductor C++ kernels, checked against the generated code."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.utils._debug_mode as upstream
+
+import kdebug
+from kdebug import DebugMode, TensorInfo, _CppKernelCall, _KernelCall, _TritonKernelCall
+
+from conftest import generated_modules_with, kernel_calls_in
+
+
+def _stored_params(kernel_src: str) -> set[str]:
+    """Parameters a C++ kernel body writes: `p[...] = `, `.store(p + ...)`, atomics."""
+    body = kernel_src[kernel_src.index("{"):]
+    stored = set(re.findall(r"\b(\w+)\[[^\]]*\]\s*=(?!=)", body))
+    stored |= set(re.findall(r"\.store\(\s*(\w+)", body))
+    stored |= set(re.findall(r"atomic_add\(\s*&?\s*(\w+)", body))
+    aliases = dict(re.findall(r"auto\s+(\w+)\s*=\s*(\w+)\s*;", body))
+    return {aliases.get(s, s) for s in stored}
+
+
+def _kernel_sources(module_src: str) -> dict[str, tuple[list[str], str]]:
+    out = {}
+    for m in re.finditer(r"^(cpp_fused\w*) = async_compile\.cpp_pybinding\((\[.*?\]), r'''(.*?)'''\)",
+                         module_src, re.S | re.M):
+        out[m.group(1)] = (eval(m.group(2)), m.group(3))
+    return out
+
+
+def test_kernels_match_generated_code(compiled_cpu, cpu_inputs):
+    with DebugMode(record_triton_kernels=True, store_original_args=True) as dm:
+        out = compiled_cpu(*cpu_inputs)
+    kernels = dm.kernels
+    assert kernels, "no kernel recorded"
+    assert all(isinstance(k, _CppKernelCall) and not isinstance(k, _TritonKernelCall) for k in kernels)
+    assert not any(isinstance(k, upstream._TritonKernelCall) for k in kernels)
+
+    (src,) = generated_modules_with(kernels[0].kernel_name)
+    expected = [c for c in kernel_calls_in(src) if c[0].startswith("cpp_fused")]
+    assert [k.kernel_name for k in kernels] == [name for name, _ in expected]
+    sources = _kernel_sources(src)
+    for k, (name, call_args) in zip(kernels, expected):
+        argtypes, ksrc = sources[name]
+        assert len(k.args) == len(call_args) == len(argtypes)
+        params = re.search(r"kernel\(([^)]*)\)", ksrc).group(1)
+        names = [re.findall(r"\w+", p)[-1] for p in params.split(",")]
+        assert list(k.arg_names) == names
+        stored = _stored_params(ksrc)
+        for n, t, role in zip(names, argtypes, k.roles.values()):
+            assert ("W" in role) == (n in stored), (name, n, role, sorted(stored))
+            assert ("R" in role) == (t.startswith("const") or n.startswith(("in_out_ptr", "in_ptr"))), (name, n, role)
+        # metadata read in C equals the tensors' own
+        for info_tuple, obj in zip(k._launch.args, k._launch.objects):
+            if isinstance(obj, torch.Tensor):
+                kind, _, _, st, shape, stride, off, ptr, dev = info_tuple
+                assert kind == "tensor"
+                assert shape == tuple(obj.shape) and stride == obj.stride()
+                assert off == obj.storage_offset() and ptr == obj.data_ptr()
+                assert st == kdebug._C.scalar_type(obj.dtype) and dev == "cpu"
+            else:
+                assert info_tuple[0] in ("int", "float") and info_tuple[3] == obj
+    # results are untouched by the recorder
+    ref = torch.compile(lambda *a: a)  # noqa: F841 (keep a second compile out of the way)
+    from conftest import pointwise_and_reductions
+
+    for a, b in zip(out, pointwise_and_reductions(*cpu_inputs)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_interleaved_with_aten_ops_in_launch_order(compiled_cpu, cpu_inputs):
+    with DebugMode() as dm:
+        compiled_cpu(*cpu_inputs)
+    names = [op.kernel_name if isinstance(op, _KernelCall) else str(op) for op in dm.operators]
+    mm = next(i for i, n in enumerate(names) if "aten::mm" in n)
+    first_kernel = next(i for i, op in enumerate(dm.operators) if isinstance(op, _KernelCall))
+    assert mm < first_kernel  # the matmul feeds the fused kernel
+    (src,) = generated_modules_with(dm.kernels[0].kernel_name)
+    body = src[src.index("def call("):]
+    assert body.index("extern_kernels.mm") < body.index(dm.kernels[0].kernel_name + "(")
+    # the launch indices increase along operators
+    idx = [op.launch_index for op in dm.operators if isinstance(op, _KernelCall)]
+    assert idx == sorted(idx) and idx[0] == 0
+
+
+def test_debug_string_renders_kernels_like_upstream(compiled_cpu, cpu_inputs):
+    with DebugMode() as dm:
+        compiled_cpu(*cpu_inputs)
+    s = dm.debug_string()
+    k = dm.kernels[0]
+    line = f"[cpp] {k.kernel_name}("
+    assert line in s
+    # upstream's tensor style for every tensor argument
+    for n, info in k.tensor_info.items():
+        shape = ", ".join(str(x) for x in info.shape)
+        assert f"{n}=t: f32[{shape}]" in s
+    assert k.kwargs_str == ", ".join(f"{n}={v!r}" for n, v in k.kwargs.items())
+    v = dm.debug_string(verbose=True)
+    assert "{RW, stride=" in v or "{W, stride=" in v
+    assert "# kdebug: INCOMPLETE" not in s
+
+
+def test_kernels_only_pushes_no_dispatch_mode(compiled_cpu, cpu_inputs):
+    with DebugMode(kernels_only=True) as dm:
+        assert torch._C._len_torch_dispatch_stack() == 0
+        compiled_cpu(*cpu_inputs)
+    assert dm.operators and all(isinstance(op, _KernelCall) for op in dm.operators)
+
+
+def test_upstream_check_hash_mismatches_accepts_kdebug_logs(compiled_cpu, cpu_inputs):
+    logs = []
+    for _ in range(2):
+        with DebugMode() as dm:
+            compiled_cpu(*cpu_inputs)
+        logs.append(dm.logs)
+    assert DebugMode.check_hash_mismatches(logs[0], logs[1]) == []
+    assert len(logs[0]) == len(logs[1]) > len([l for l in logs[0] if isinstance(l, _KernelCall)])
+
+
+def test_nested_modes_record_into_the_innermost(compiled_cpu, cpu_inputs):
+    with DebugMode() as outer:
+        compiled_cpu(*cpu_inputs)
+        with DebugMode() as inner:
+            compiled_cpu(*cpu_inputs)
+        compiled_cpu(*cpu_inputs)
+    n = len(inner.kernels)
+    assert n > 0 and len(outer.kernels) == 2 * n
+
+
+def test_nothing_recorded_outside_the_mode(compiled_cpu, cpu_inputs):
+    with DebugMode() as dm:
+        compiled_cpu(*cpu_inputs)
+    n = dm.kernel_stats["launches"]
+    for _ in range(3):
+        compiled_cpu(*cpu_inputs)
+    assert dm.kernel_stats["launches"] == n
+    assert kdebug._C._inductor_get_active_debug_mode() is None
+
+
+def test_upstream_debug_mode_still_records_its_own(compiled_cpu, cpu_inputs):
+    """Installing kdebug's hooks must not take anything away from upstream's DebugMode."""
+    with DebugMode():
+        pass  # make sure the hooks are installed
+    with upstream.DebugMode() as up:
+        assert kdebug._C._inductor_get_active_debug_mode() is up
+        compiled_cpu(*cpu_inputs)
+    assert any("aten::mm" in str(op) for op in up.operators)
+
+
+def test_compile_inside_the_mode_records_only_runtime_launches(cpu_inputs):
+    def f(x):
+        return (x.sin() * 2).sum(dim=-1) + x.cos().mean()
+
+    x = cpu_inputs[0]
+    with DebugMode() as first:
+        torch.compile(f)(x)  # compiles inside the mode
+    cf = torch.compile(f)
+    with DebugMode() as second:
+        cf(x)
+    assert len(first.kernels) == len(second.kernels) > 0
+    assert [k.kernel_name for k in first.kernels] == [k.kernel_name for k in second.kernels]
+
+
+def test_odd_dtypes_and_layouts(cpu_inputs):
+    def f(a, b, m, z, c):
+        return (a.float() * b.t() + m.to(torch.float32)).sum() + z, (c * 2).to(torch.bfloat16)
+
+    a = torch.randint(-5, 5, (8, 6), dtype=torch.int8)
+    b = torch.randn(6, 8)  # transposed inside: a strided view
+    m = torch.rand(8, 6) > 0.5
+    z = torch.tensor(3.0)  # 0-dim
+    c = torch.randn(2, 3, 4, 5, 6, 7)[:, :, :, 1:, ::2]  # 6-d, non-contiguous, offset
+    cf = torch.compile(f)
+    cf(a, b, m, z, c)
+    with DebugMode(store_original_args=True) as dm:
+        out = cf(a, b, m, z, c)
+    ref = f(a, b, m, z, c)
+    torch.testing.assert_close(out[0], ref[0])
+    torch.testing.assert_close(out[1], ref[1])
+    seen = {}
+    for k in dm.kernels:
+        for t, obj in zip(k._launch.args, k._launch.objects):
+            if isinstance(obj, torch.Tensor):
+                assert t[4] == tuple(obj.shape) and t[5] == obj.stride() and t[6] == obj.storage_offset()
+                seen[obj.dtype] = seen.get(obj.dtype, 0) + 1
+    s = dm.debug_string()
+    assert seen, s
+    for dt, abbr in ((torch.int8, "i8"), (torch.bool, "b8"), (torch.bfloat16, "bf16")):
+        if dt in seen:
+            assert f"t: {abbr}[" in s
+
+
+def test_tensor_info_and_args(compiled_cpu, cpu_inputs):
+    with DebugMode() as dm:
+        compiled_cpu(*cpu_inputs)
+    k = dm.kernels[0]
+    infos = [a for a in k.args if isinstance(a, TensorInfo)]
+    assert infos and all(i.device == torch.device("cpu") for i in infos)
+    assert set(k.written) | set(k.read) == set(k.arg_names)
+    assert k.grid is None and k.config is None  # C++ kernels have no grid
+    assert k.device == torch.device("cpu") and k.stream == 0
+    assert k.t_end_ns >= k.t_start_ns > 0
