@@ -54,6 +54,7 @@ C_SOURCES = [
     "csrc/kd_recorder.c",
     "csrc/kd_hook.c",
     "csrc/kd_view.c",
+    "csrc/kd_fmt.c",
     "csrc/kd_module.c",
 ]
 CXX_SOURCES = ["csrc/kd_torch.cpp"]  # the only file that includes libtorch headers

@@ -145,7 +145,7 @@ PyMODINIT_FUNC PyInit__C(void)
     if (PyType_Ready(&kd_RecorderType) != 0 || PyType_Ready(&kd_LaunchType) != 0 ||
         PyModule_AddObjectRef(m, "Recorder", (PyObject *)&kd_RecorderType) != 0 ||
         PyModule_AddObjectRef(m, "Launch", (PyObject *)&kd_LaunchType) != 0 ||
-        kd_hook_module_init(m) != 0 ||
+        kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 ||
         PyModule_AddIntConstant(m, "KIND_TRITON", KD_KIND_TRITON) != 0 ||
         PyModule_AddIntConstant(m, "KIND_CPP", KD_KIND_CPP) != 0 ||
         PyModule_AddIntConstant(m, "ROLE_READ", KD_ROLE_READ) != 0 ||

@@ -41,6 +41,7 @@ typedef struct kd_recorder {
     int started;                /* GIL */
     int all_threads;            /* GIL */
     struct kd_recorder *prev;   /* GIL; this thread's recorder before start() */
+    PyObject *prev_tls_obj;     /* GIL; ThreadLocalPythonObjects entry before start() */
     uint64_t next_launch_index; /* GIL */
     uint64_t errors;            /* GIL; failures inside the hook */
     uint64_t unrecorded;        /* GIL; launches not recorded because of such a failure */
@@ -115,6 +116,7 @@ extern _Thread_local kd_capture kd_tls_capture;
 extern _Thread_local int kd_tls_compiling;
 extern _Thread_local kd_recorder *kd_tls_recorder;
 extern kd_recorder *kd_global_recorder;
+extern long kd_started_recorders;
 
 extern long kd_injected_faults;
 
@@ -128,5 +130,6 @@ PyObject *kd_launch_view_new(kd_recorder *r, uint64_t index);
 
 /* ---- module.c: hook configuration ---- */
 int kd_hook_module_init(PyObject *m);
+int kd_fmt_module_init(PyObject *m);
 
 #endif

@@ -8,6 +8,7 @@
 
 _Thread_local kd_recorder *kd_tls_recorder = NULL;
 kd_recorder *kd_global_recorder = NULL; /* GIL */
+long kd_started_recorders = 0;           /* GIL */
 _Thread_local int kd_tls_compiling = 0;
 long kd_injected_faults = 0; /* GIL; tests: make the next N launch descriptions fail */
 
@@ -21,8 +22,16 @@ uint64_t kd_now_ns(void)
 kd_recorder *kd_active_recorder(void)
 {
     kd_recorder *r = kd_tls_recorder;
-    if (r == NULL)
-        r = kd_global_recorder;
+    if (r == NULL && kd_started_recorders > 0) {
+        /* A thread torch started for us (autograd's device threads run the
+         * backward on CUDA) carries the entering thread's recorder in
+         * at::ThreadLocalState. */
+        PyObject *o = kd_shim_tls_recorder_get();
+        if (o != NULL && Py_TYPE(o) == &kd_RecorderType && ((kd_recorder *)o)->started)
+            r = (kd_recorder *)o;
+        if (r == NULL)
+            r = kd_global_recorder;
+    }
     if (r == NULL)
         return NULL;
     if (kd_tls_compiling || kd_in_benchmark()) {
@@ -391,6 +400,7 @@ static int rec_clear_refs(kd_recorder *self)
     drop_objects(self);
     Py_CLEAR(self->ops);
     Py_CLEAR(self->mode);
+    Py_CLEAR(self->prev_tls_obj);
     return 0;
 }
 
@@ -444,14 +454,22 @@ static PyObject *rec_start(kd_recorder *self, PyObject *args, PyObject *kw)
     Py_XSETREF(self->mode, mode == Py_None ? NULL : Py_NewRef(mode));
     Py_XSETREF(self->ops, ops == Py_None ? NULL : Py_NewRef(ops));
     self->all_threads = all_threads;
-    self->started = 1;
-    Py_INCREF(self); /* the thread-local / global pointer owns one reference */
     if (all_threads) {
         kd_global_recorder = self;
     } else {
+        PyObject *prev = kd_shim_tls_recorder_get();
+        if (kd_shim_tls_recorder_set((PyObject *)self) != 0) {
+            PyErr_Format(PyExc_RuntimeError, "kdebug could not publish its recorder to torch's "
+                         "thread-local state: %s", kd_shim_last_error());
+            return NULL;
+        }
+        Py_XSETREF(self->prev_tls_obj, Py_XNewRef(prev));
         self->prev = kd_tls_recorder;
         kd_tls_recorder = self;
     }
+    self->started = 1;
+    kd_started_recorders++;
+    Py_INCREF(self); /* the thread-local / global pointer owns one reference */
     Py_RETURN_NONE;
 }
 
@@ -472,8 +490,13 @@ static PyObject *rec_stop(kd_recorder *self, PyObject *unused)
         }
         kd_tls_recorder = self->prev;
         self->prev = NULL;
+        PyObject *prev = self->prev_tls_obj;
+        self->prev_tls_obj = NULL;
+        kd_shim_tls_recorder_set(prev); /* NULL erases */
+        Py_XDECREF(prev);
     }
     self->started = 0;
+    kd_started_recorders--;
     Py_CLEAR(self->ops);
     Py_CLEAR(self->mode);
     Py_DECREF(self);

@@ -35,6 +35,13 @@ int kd_shim_dtype_scalar_type(PyObject *dtype);
 /* Number of c10::ScalarType values this torch knows. */
 int kd_shim_num_scalar_types(void);
 
+/* kdebug's entry in at::impl::ThreadLocalPythonObjects, the Python objects
+ * that torch carries into autograd worker threads (and every other place
+ * that copies at::ThreadLocalState).  _get returns a borrowed reference, or
+ * NULL when unset; _set with NULL unsets.  Returns 0, or -1 on failure. */
+PyObject *kd_shim_tls_recorder_get(void);
+int kd_shim_tls_recorder_set(PyObject *obj);
+
 /* The message of the last failure in this thread (static storage). */
 const char *kd_shim_last_error(void);
 

@@ -9,10 +9,12 @@
 #include <cstring>
 #include <exception>
 
+#include <ATen/ThreadLocalPythonObjects.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/PyInterpreter.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 namespace {
@@ -81,6 +83,45 @@ extern "C" int kd_shim_dtype_scalar_type(PyObject *dtype)
 extern "C" int kd_shim_num_scalar_types(void)
 {
     return static_cast<int>(c10::ScalarType::NumOptions);
+}
+
+namespace {
+const std::string &tls_key()
+{
+    static const std::string key = "kdebug.recorder";
+    return key;
+}
+} // namespace
+
+extern "C" PyObject *kd_shim_tls_recorder_get(void)
+{
+    try {
+        if (!at::impl::ThreadLocalPythonObjects::contains(tls_key()))
+            return nullptr;
+        const auto &obj = at::impl::ThreadLocalPythonObjects::get(tls_key());
+        PyObject *p = obj ? obj->ptr(getPyInterpreter()) : nullptr;
+        return p == Py_None ? nullptr : p;
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+extern "C" int kd_shim_tls_recorder_set(PyObject *obj)
+{
+    try {
+        // torch 2.11 has no erase(): "unset" is an entry holding None
+        if (obj == nullptr)
+            obj = Py_None;
+        Py_INCREF(obj); // SafePyObject steals a reference
+        at::impl::ThreadLocalPythonObjects::set(
+            tls_key(), std::make_shared<c10::SafePyObject>(obj, getPyInterpreter()));
+        return 0;
+    } catch (const std::exception &e) {
+        set_error(e.what());
+    } catch (...) {
+        set_error("unknown C++ exception setting the thread-local recorder");
+    }
+    return -1;
 }
 
 extern "C" const char *kd_shim_last_error(void) { return last_error; }

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import sys
 
+import torch
+
 try:
     import torch.utils._debug_mode as _dm
-    from torch.utils._debug_mode import DebugMode, _DebugCall, _TritonKernelCall
+    from torch.utils._debug_mode import DebugMode, _DebugCall, _OpCall, _TritonKernelCall
 except ImportError as e:  # pragma: no cover - torch too old
     raise ImportError(
         "kdebug needs torch >= 2.11, whose torch.utils._debug_mode provides DebugMode "
@@ -35,5 +37,14 @@ utils_module = _find_utils_module()
 
 get_active_debug_mode = _dm.get_active_debug_mode
 
-__all__ = ["DebugMode", "_DebugCall", "_TritonKernelCall", "dtype_abbrs", "mode_module",
+
+def get_op_name(op) -> str:
+    """Upstream's name for an op (what its rendering starts with)."""
+    if isinstance(op, torch._ops.OpOverload):
+        return op.__qualname__
+    if hasattr(op, "__module__") and hasattr(op, "__name__"):
+        return f"{op.__module__}.{op.__name__}"
+    return str(op)
+
+__all__ = ["DebugMode", "_DebugCall", "_OpCall", "_TritonKernelCall", "get_op_name", "dtype_abbrs", "mode_module",
            "utils_module", "get_active_debug_mode"]

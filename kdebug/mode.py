@@ -7,10 +7,34 @@ import weakref
 from collections import Counter
 from typing import Any
 
+import torch
+
 from . import _C, _upstream, inductor
 from .calls import _VERBOSE, _KernelCall, make_call
 
 _UPSTREAM_FLAGS = [p for p in inspect.signature(_upstream.DebugMode.__init__).parameters if p != "self"]
+_u = _upstream.utils_module
+_len_dispatch_stack = torch._C._len_torch_dispatch_stack
+_NotImplemented = NotImplemented
+
+# Ops that upstream treats specially (profiler contexts, annotations): always
+# through upstream's own __torch_dispatch__.
+_special_ops: dict = {}
+
+
+def _is_special(func) -> bool:
+    special = _special_ops.get(func)
+    if special is None:
+        name = _upstream.get_op_name(func)
+        special = name.startswith("profiler::_record_function") or name.startswith("debug_mode_ops::")
+        _special_ops[func] = special
+    return special
+
+
+def _configure_formatter() -> None:
+    leaves = (float, complex, str, type(None), torch.dtype, torch.device, torch.layout,
+              torch.memory_format, torch.SymInt, torch.SymFloat, torch.SymBool, type(...))
+    _C._configure_fmt(torch.Tensor, torch.nn.Parameter, leaves)
 
 
 class _OperatorList(list):
@@ -104,6 +128,41 @@ class DebugMode(_upstream.DebugMode):
         self._warned: set[str] = set()
         self._reported = {"dropped": 0, "errors": 0, "unrecorded": 0}
         self._entered = 0
+        # Note [Fast aten-op recording]: with these flags every aten-op record
+        # is made by the C formatter (kd_fmt.c), text-identical to upstream's;
+        # anything else goes through upstream's __torch_dispatch__.
+        self._fast = (self.record_realtensor and not self.store_original_args and not self.record_ids
+                      and not self.record_tensor_attributes and not self.record_stack_trace
+                      and not self.record_torchfunction)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if (types or not self._fast or _u._DISPATCH_RECORD_HOOKS or _u._DISPATCH_LOG_HOOKS
+                or _u._DISPATCH_PRE_LOG_HOOKS or _len_dispatch_stack() or _is_special(func)):
+            return super().__torch_dispatch__(func, types, args, kwargs)
+        if kwargs is None:
+            kwargs = {}
+        call = None
+        if not _u._IN_INDUCTOR_BENCHMARK:
+            a = _C.format_args(args)
+            k = _C.format_kwargs(kwargs)
+            if a is _NotImplemented or k is _NotImplemented:
+                return super().__torch_dispatch__(func, types, args, kwargs)
+            call = _upstream._OpCall(func, (), {}, self.call_depth + 1)
+            call.args_str = a
+            call.kwargs_str = k
+            del call.args
+            del call.kwargs
+            if self.fx_stack_trace:
+                call.stack_trace = call.fwd_stack_trace = self.fx_stack_trace
+            self._ops.append(call)
+        result = func(*args, **kwargs)
+        if call is not None and self.record_output:
+            out = _C.format_output(result)
+            if out is _NotImplemented:
+                call.stringify_output(result, self.record_tensor_attributes, None)
+            elif out is not None:
+                call.output_str = out
+        return result
 
     # -- operators: upstream's list, with kernel records merged in on read --
     @property
@@ -147,6 +206,8 @@ class DebugMode(_upstream.DebugMode):
     # -- entering and leaving --
     def __enter__(self):
         inductor.install()
+        if not _special_ops:
+            _configure_formatter()
         for msg in inductor.config_bypass_warnings():
             self._warn_once(msg, msg)
         if not self.kernels_only:

@@ -1,0 +1,289 @@
+/* kd_fmt.c - upstream DebugMode's argument strings, made in C.
+ *
+ * Upstream renders an aten op's argument as str(tree_map(to_str, arg)): every
+ * plain tensor becomes "t: f32[8, 256]", then Python's str() of the result
+ * (so tensors inside containers show up quoted).  kd_format_arg produces the
+ * same text for the cases that cover nearly every op (plain torch.Tensor /
+ * nn.Parameter, exact list / tuple / dict, and simple leaves) and returns
+ * NotImplemented for anything else, so the caller can fall back to upstream's
+ * Python code and stay exact.
+ */
+#include <string.h>
+
+#include "kd_py.h"
+#include "kd_shim.h"
+
+static PyObject *tensor_type = NULL;    /* torch.Tensor */
+static PyObject *parameter_type = NULL; /* torch.nn.Parameter */
+static PyObject *leaf_types = NULL;     /* tuple of types rendered with str()/repr() */
+
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+    int fail;
+} buf;
+
+static void put(buf *b, const char *s, size_t n)
+{
+    if (b->fail)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = PyMem_Realloc(b->p, cap);
+        if (p == NULL) {
+            b->fail = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+
+static void puts_(buf *b, const char *s) { put(b, s, strlen(s)); }
+
+static void put_obj(buf *b, PyObject *s)
+{
+    Py_ssize_t n;
+    const char *c = s ? PyUnicode_AsUTF8AndSize(s, &n) : NULL;
+    if (c == NULL) {
+        b->fail = 1;
+        return;
+    }
+    put(b, c, (size_t)n);
+}
+
+/* 1 written, 0 not a plain tensor, -1 error */
+static int tensor_str(buf *b, PyObject *o, int quoted)
+{
+    PyObject *t = (PyObject *)Py_TYPE(o);
+    if (t != tensor_type && t != parameter_type)
+        return 0;
+    kd_tensor_meta m;
+    if (kd_shim_tensor_meta(o, &m) != 1 || m.dtype < 0 || m.dtype > 255 ||
+        kd_dtype_names[m.dtype] == NULL)
+        return 0;
+    char num[32];
+    if (quoted)
+        put(b, "'", 1);
+    puts_(b, "t: ");
+    puts_(b, kd_dtype_names[m.dtype]);
+    put(b, "[", 1);
+    for (int d = 0; d < m.ndim; d++) {
+        int n = snprintf(num, sizeof num, d ? ", %lld" : "%lld", (long long)m.sizes[d]);
+        put(b, num, (size_t)n);
+    }
+    put(b, "]", 1);
+    if (quoted)
+        put(b, "'", 1);
+    return 1;
+}
+
+/* Appends the rendering of o; top: not inside a container (str, not repr).
+ * Returns 1 done, 0 unsupported (fall back), -1 error. */
+static int fmt(buf *b, PyObject *o, int top, int depth)
+{
+    if (depth > 32)
+        return 0;
+    int r = tensor_str(b, o, !top);
+    if (r != 0)
+        return r;
+    if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
+        int is_list = PyList_CheckExact(o);
+        Py_ssize_t n = is_list ? PyList_GET_SIZE(o) : PyTuple_GET_SIZE(o);
+        put(b, is_list ? "[" : "(", 1);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i)
+                put(b, ", ", 2);
+            PyObject *x = is_list ? PyList_GET_ITEM(o, i) : PyTuple_GET_ITEM(o, i);
+            if ((r = fmt(b, x, 0, depth + 1)) != 1)
+                return r;
+        }
+        if (!is_list && n == 1)
+            put(b, ",", 1);
+        put(b, is_list ? "]" : ")", 1);
+        return b->fail ? -1 : 1;
+    }
+    if (PyDict_CheckExact(o)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        int first = 1;
+        put(b, "{", 1);
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            if (!first)
+                put(b, ", ", 2);
+            first = 0;
+            PyObject *kr = PyObject_Repr(k);
+            if (kr == NULL)
+                return -1;
+            put_obj(b, kr);
+            Py_DECREF(kr);
+            put(b, ": ", 2);
+            if ((r = fmt(b, v, 0, depth + 1)) != 1)
+                return r;
+        }
+        put(b, "}", 1);
+        return b->fail ? -1 : 1;
+    }
+    if (leaf_types == NULL)
+        return 0;
+    int ok = PyObject_TypeCheck(o, &PyLong_Type) ? PyLong_CheckExact(o) || PyBool_Check(o)
+                                                 : 0;
+    if (!ok) {
+        PyObject *t = (PyObject *)Py_TYPE(o);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(leaf_types); i++)
+            if (t == PyTuple_GET_ITEM(leaf_types, i)) {
+                ok = 1;
+                break;
+            }
+    }
+    if (!ok)
+        return 0;
+    PyObject *s = top ? PyObject_Str(o) : PyObject_Repr(o);
+    if (s == NULL)
+        return -1;
+    put_obj(b, s);
+    Py_DECREF(s);
+    return b->fail ? -1 : 1;
+}
+
+static PyObject *finish(buf *b, int r, const char *prefix)
+{
+    PyObject *out;
+    if (r == 1 && !b->fail)
+        out = PyUnicode_DecodeUTF8(b->p ? b->p : "", (Py_ssize_t)b->len, "strict");
+    else if (r == 0 && !PyErr_Occurred())
+        out = Py_NewRef(Py_NotImplemented);
+    else {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        out = NULL;
+    }
+    (void)prefix;
+    PyMem_Free(b->p);
+    return out;
+}
+
+/* format_args(args: tuple) -> ", ".join(_arg_to_str(a) for a in args), or NotImplemented */
+static PyObject *kd_format_args(PyObject *m, PyObject *args)
+{
+    (void)m;
+    if (!PyTuple_Check(args)) {
+        PyErr_SetString(PyExc_TypeError, "format_args expects a tuple");
+        return NULL;
+    }
+    buf b = {0};
+    int r = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args) && r == 1; i++) {
+        if (i)
+            put(&b, ", ", 2);
+        r = fmt(&b, PyTuple_GET_ITEM(args, i), 1, 0);
+    }
+    return finish(&b, r, NULL);
+}
+
+/* format_kwargs(kwargs: dict) -> upstream's kwargs_str ("" or ", k=v, ..."), or NotImplemented */
+static PyObject *kd_format_kwargs(PyObject *m, PyObject *kwargs)
+{
+    (void)m;
+    if (!PyDict_Check(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "format_kwargs expects a dict");
+        return NULL;
+    }
+    buf b = {0};
+    int r = 1;
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (r == 1 && PyDict_Next(kwargs, &pos, &k, &v)) {
+        put(&b, ", ", 2);
+        PyObject *ks = PyObject_Str(k);
+        if (ks == NULL) {
+            PyMem_Free(b.p);
+            return NULL;
+        }
+        put_obj(&b, ks);
+        Py_DECREF(ks);
+        put(&b, "=", 1);
+        r = fmt(&b, v, 1, 0);
+    }
+    if (b.len == 0 && r == 1)
+        put(&b, "", 0);
+    return finish(&b, r, NULL);
+}
+
+/* 1 if every pytree leaf of o is None (vacuously true for empty containers),
+ * 0 if not, -1 if o holds something this does not know (fall back). */
+static int all_none(PyObject *o, int depth)
+{
+    if (o == Py_None)
+        return 1;
+    if (depth > 32)
+        return -1;
+    if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
+        int is_list = PyList_CheckExact(o);
+        Py_ssize_t n = is_list ? PyList_GET_SIZE(o) : PyTuple_GET_SIZE(o);
+        int res = 1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int r = all_none(is_list ? PyList_GET_ITEM(o, i) : PyTuple_GET_ITEM(o, i), depth + 1);
+            if (r < 0)
+                return r;
+            res &= r;
+        }
+        return res;
+    }
+    if (PyDict_CheckExact(o)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        int res = 1;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            int r = all_none(v, depth + 1);
+            if (r < 0)
+                return r;
+            res &= r;
+        }
+        return res;
+    }
+    return 0;
+}
+
+/* format_output(result) -> None (nothing to show), "  ->  ...", or NotImplemented */
+static PyObject *kd_format_output(PyObject *m, PyObject *result)
+{
+    (void)m;
+    int an = all_none(result, 0);
+    if (an == 1)
+        Py_RETURN_NONE;
+    buf b = {0};
+    put(&b, "  ->  ", 6);
+    int r = an < 0 ? 0 : fmt(&b, result, 1, 0);
+    return finish(&b, r, NULL);
+}
+
+static PyObject *kd_configure_fmt(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *t, *p, *leaves;
+    if (!PyArg_ParseTuple(args, "OOO!", &t, &p, &PyTuple_Type, &leaves))
+        return NULL;
+    Py_XSETREF(tensor_type, Py_NewRef(t));
+    Py_XSETREF(parameter_type, Py_NewRef(p));
+    Py_XSETREF(leaf_types, Py_NewRef(leaves));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef fmt_methods[] = {
+    {"format_args", kd_format_args, METH_O,
+     "Upstream DebugMode's args_str for a tuple of op arguments, or NotImplemented."},
+    {"format_kwargs", kd_format_kwargs, METH_O,
+     "Upstream DebugMode's kwargs_str for a dict, or NotImplemented."},
+    {"format_output", kd_format_output, METH_O,
+     "Upstream DebugMode's output_str for an op result (None: nothing), or NotImplemented."},
+    {"_configure_fmt", kd_configure_fmt, METH_VARARGS,
+     "_configure_fmt(torch.Tensor, nn.Parameter, leaf_types)"},
+    {NULL, NULL, 0, NULL},
+};
+
+int kd_fmt_module_init(PyObject *m) { return PyModule_AddFunctions(m, fmt_methods); }
