@@ -34,7 +34,7 @@ class KdebugWarning(UserWarning):
 # ---------------------------------------------------------------- Triton
 
 
-def _role(name: str, sig_type: str, mutated: frozenset[str]) -> int:
+def _role(name: str, mutated: frozenset[str]) -> int:
     write = name.startswith(("out_ptr", "in_out_ptr")) or name in mutated
     if name.startswith("out_ptr") and name not in mutated:
         return 2  # fresh output buffer: written, never read
@@ -50,7 +50,7 @@ def triton_kernel_info(autotuner) -> _C.KernelInfo:
     # run() gets the non-constexpr arguments, in signature order
     names = [n for n, t in signature.items() if t != "constexpr"]
     mutated = frozenset(getattr(autotuner, "mutated_arg_names", ()) or ())
-    roles = [_role(n, str(signature[n]), mutated) for n in names]
+    roles = [_role(n, mutated) for n in names]
     dev_type = getattr(getattr(autotuner, "device_props", None), "type", "cuda")
     dev_index = autotuner.triton_meta.get("device", 0)
     if not isinstance(dev_index, int):

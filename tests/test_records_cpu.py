@@ -64,7 +64,6 @@ def test_kernels_match_generated_code(compiled_cpu, cpu_inputs):
             else:
                 assert info_tuple[0] in ("int", "float") and info_tuple[3] == obj
     # results are untouched by the recorder
-    ref = torch.compile(lambda *a: a)  # noqa: F841 (keep a second compile out of the way)
     from conftest import pointwise_and_reductions
 
     for a, b in zip(out, pointwise_and_reductions(*cpu_inputs)):
