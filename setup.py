@@ -51,6 +51,7 @@ C_SOURCES = [
     "csrc/kd_strtab.c",
     "csrc/kd_store.c",
     "csrc/kd_render.c",
+    "csrc/kd_hash.c",
     "csrc/kd_recorder.c",
     "csrc/kd_hook.c",
     "csrc/kd_view.c",

@@ -306,7 +306,7 @@ static PyObject *run_hook_call(kd_run_hook *self, PyObject *const *args, size_t 
         Py_XDECREF(g);
         PyErr_Restore(et, ev, etb);
     }
-    kd_launch_end(r, &p, res == NULL);
+    kd_launch_end(r, &p, args + 1, nargs - 1, res == NULL);
     kd_tls_capture = saved;
     Py_DECREF(r);
     return res;
@@ -498,7 +498,7 @@ static PyObject *cpp_kernel_call(kd_cpp_kernel *self, PyObject *const *args, siz
     kd_capture saved = kd_tls_capture;
     memset(&kd_tls_capture, 0, sizeof kd_tls_capture);
     PyObject *res = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
-    kd_launch_end(r, &p, res == NULL);
+    kd_launch_end(r, &p, args, PyVectorcall_NARGS(nargsf), res == NULL);
     kd_tls_capture = saved;
     Py_DECREF(r);
     return res;

@@ -1,6 +1,7 @@
 /* kd_module.c - the kdebug._C module: global tables and module setup. */
 #include <string.h>
 
+#include "kd_hash.h"
 #include "kd_py.h"
 #include "kd_shim.h"
 
@@ -112,7 +113,97 @@ static PyObject *mod_inject(PyObject *m, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* _set_hash_config(kinds, hash_inputs, check_readonly, spec) -> the previous as a tuple */
+static PyObject *mod_set_hash_config(PyObject *m, PyObject *args)
+{
+    (void)m;
+    int kinds, inputs, check, spec;
+    if (!PyArg_ParseTuple(args, "iiii", &kinds, &inputs, &check, &spec))
+        return NULL;
+    PyObject *prev = Py_BuildValue("(iiii)", kd_hcfg.kinds, kd_hcfg.hash_inputs,
+                                   kd_hcfg.check_readonly, kd_hcfg.spec);
+    kd_hcfg.kinds = kinds;
+    kd_hcfg.hash_inputs = inputs;
+    kd_hcfg.check_readonly = check;
+    kd_hcfg.spec = spec;
+    return prev;
+}
+
+/* _set_record_outputs(on, budget_bytes) -> the previous as a tuple */
+static PyObject *mod_set_record_outputs(PyObject *m, PyObject *args)
+{
+    (void)m;
+    int on;
+    unsigned long long budget;
+    if (!PyArg_ParseTuple(args, "pK", &on, &budget))
+        return NULL;
+    PyObject *prev = Py_BuildValue("(OK)", kd_hcfg.record_outputs ? Py_True : Py_False,
+                                   (unsigned long long)kd_hcfg.output_budget);
+    kd_hcfg.record_outputs = on;
+    kd_hcfg.output_budget = budget;
+    return prev;
+}
+
+/* _set_hashers(slow, custom): Python callbacks for device tensors and custom hash_fns */
+static PyObject *mod_set_hashers(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *slow, *custom;
+    if (!PyArg_ParseTuple(args, "OO", &slow, &custom))
+        return NULL;
+    Py_XSETREF(kd_slow_hasher, slow == Py_None ? NULL : Py_NewRef(slow));
+    Py_XSETREF(kd_custom_hasher, custom == Py_None ? NULL : Py_NewRef(custom));
+    Py_RETURN_NONE;
+}
+
+/* hash(t, kinds) -> (bitwise, l1, nan, posinf, neginf, xor64, unsupported) for a CPU tensor */
+static PyObject *mod_hash(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *t;
+    int kinds = KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR;
+    if (!PyArg_ParseTuple(args, "O|i", &t, &kinds))
+        return NULL;
+    kd_tensor_meta meta;
+    int r = kd_shim_tensor_meta(t, &meta);
+    if (r != 1) {
+        PyErr_SetString(PyExc_TypeError, r == 0 ? "expected a tensor" : kd_shim_last_error());
+        return NULL;
+    }
+    if (meta.device_type != KD_DEV_CPU) {
+        PyErr_SetString(PyExc_ValueError, "kdebug._C.hash takes CPU tensors");
+        return NULL;
+    }
+    kd_view v = {(const void *)(uintptr_t)meta.data_ptr, meta.dtype, kd_itemsize(meta.dtype),
+                 meta.ndim, meta.sizes, meta.strides};
+    if (v.itemsize == 0) {
+        PyErr_SetString(PyExc_TypeError, "kdebug cannot hash this dtype");
+        return NULL;
+    }
+    uint64_t bitwise = 0, x = 0;
+    kd_norm n = {0, 0, 0, 0};
+    int unsupported = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (kinds & KD_HK_BITWISE)
+        bitwise = kd_hash_bitwise(&v);
+    if ((kinds & KD_HK_NORM) && kd_hash_norm(&v, &n) != 0)
+        unsupported = 1;
+    if ((kinds & KD_HK_XOR) && kd_hash_xor64(&v, &x) != 0)
+        unsupported = 1;
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(KdKKKKi)", (unsigned long long)bitwise, n.l1,
+                         (unsigned long long)n.nan, (unsigned long long)n.posinf,
+                         (unsigned long long)n.neginf, (unsigned long long)x, unsupported);
+}
+
 static PyMethodDef module_methods[] = {
+    {"_set_hash_config", mod_set_hash_config, METH_VARARGS,
+     "Set what launches hash: (kinds, hash_inputs, check_readonly, spec); returns the previous."},
+    {"_set_record_outputs", mod_set_record_outputs, METH_VARARGS,
+     "Set output recording: (on, budget_bytes); returns the previous."},
+    {"_set_hashers", mod_set_hashers, METH_VARARGS, "Set the slow and custom hash callbacks."},
+    {"hash", mod_hash, METH_VARARGS,
+     "hash(t, kinds=7) -> (bitwise, l1, nan, posinf, neginf, xor64, unsupported) of a CPU tensor."},
     {"_inject_hook_faults", mod_inject, METH_O,
      "Tests only: the next n launch descriptions fail inside the hook, as a real failure would."},
     {"intern", mod_intern, METH_O, "intern(s) -> id in kdebug's string table"},
@@ -147,6 +238,10 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddObjectRef(m, "Launch", (PyObject *)&kd_LaunchType) != 0 ||
         kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 ||
         PyModule_AddIntConstant(m, "KIND_TRITON", KD_KIND_TRITON) != 0 ||
+        PyModule_AddIntConstant(m, "HASH_BITWISE", KD_HK_BITWISE) != 0 ||
+        PyModule_AddIntConstant(m, "HASH_NORM", KD_HK_NORM) != 0 ||
+        PyModule_AddIntConstant(m, "HASH_XOR", KD_HK_XOR) != 0 ||
+        PyModule_AddIntConstant(m, "HASH_CUSTOM", KD_HK_CUSTOM) != 0 ||
         PyModule_AddIntConstant(m, "KIND_CPP", KD_KIND_CPP) != 0 ||
         PyModule_AddIntConstant(m, "ROLE_READ", KD_ROLE_READ) != 0 ||
         PyModule_AddIntConstant(m, "ROLE_WRITE", KD_ROLE_WRITE) != 0 ||

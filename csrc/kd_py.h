@@ -47,6 +47,12 @@ typedef struct kd_recorder {
     uint64_t unrecorded;        /* GIL; launches not recorded because of such a failure */
     uint64_t suppressed;        /* GIL; launches left out on purpose (compile, benchmark) */
     uint64_t drain_failures;    /* GIL; launches lost when the store could not grow */
+    uint64_t hash_unsupported;  /* GIL; tensors a hash kind could not decode */
+    uint64_t readonly_changed;  /* GIL; read-only arguments whose bytes changed */
+    uint64_t output_bytes;      /* GIL; bytes of recorded outputs */
+    uint64_t outputs_skipped;   /* GIL; outputs not recorded: budget exceeded */
+    PyObject *outputs;          /* GIL; {launch_index: {name: clone}} */
+    PyObject *custom;           /* GIL; {(launch_index, arg, when): value} */
     int nmessages;
     char messages[KD_MAX_ERROR_MESSAGES][KD_ERROR_MESSAGE_BYTES];
 } kd_recorder;
@@ -70,6 +76,20 @@ typedef struct kd_kernel_info {
     uint8_t *roles;     /* KD_ROLE_* per argument */
 } kd_kernel_info;
 
+/* What to hash and keep around each launch (set by log_tensor_hashes() and
+ * record_outputs(); GIL). */
+typedef struct kd_hash_config {
+    int kinds;            /* KD_HK_* */
+    int hash_inputs;      /* pre-launch hashes of what the kernel reads */
+    int check_readonly;   /* verify read-only arguments are unchanged */
+    int spec;             /* Python-side id of the hash_fn spec */
+    int record_outputs;   /* clone what the kernel writes */
+    uint64_t output_budget; /* bytes of clones kept at most */
+} kd_hash_config;
+extern kd_hash_config kd_hcfg;
+extern PyObject *kd_slow_hasher; /* slow_hasher(tensor, kinds) -> 6-tuple, for non-CPU tensors */
+extern PyObject *kd_custom_hasher; /* custom(recorder, launch_index, arg_index, when, tensor) */
+
 /* ---- recorder.c ---- */
 
 /* The recorder that launches on this thread go to, or NULL.  Also NULL while
@@ -85,6 +105,8 @@ typedef struct kd_pending {
     uint64_t first;
     uint32_t n;
     int ok;
+    uint64_t launch_index;
+    kd_hash_config cfg; /* as it was when the launch began */
 } kd_pending;
 
 /* Describes the launch of kernel info with arguments args[0..nargs) into the
@@ -94,7 +116,8 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
 
 /* Completes the launch: grid/config from the thread's capture, timing, the
  * raised flag; then commits it. */
-void kd_launch_end(kd_recorder *r, kd_pending *p, int raised);
+void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssize_t nargs,
+                   int raised);
 
 /* Moves every complete launch from the ring into the store.  Returns the
  * number of launches in the store. */
@@ -119,6 +142,8 @@ extern kd_recorder *kd_global_recorder;
 extern long kd_started_recorders;
 
 extern long kd_injected_faults;
+
+
 
 /* Is Inductor benchmarking right now (upstream's _IN_INDUCTOR_BENCHMARK)? */
 int kd_in_benchmark(void);

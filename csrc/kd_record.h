@@ -35,6 +35,24 @@ enum kd_tag {
     KD_TAG_NONE = 6,
     KD_TAG_OTHER = 7, /* a value of another Python type: its type name id */
     KD_TAG_DIMS = 8,  /* continuation: more (size, stride) pairs */
+    KD_TAG_HASH = 9,  /* the hashes of the tensor argument before it (kd_hash_rec) */
+};
+
+/* Tensor argument flags. */
+enum kd_tensor_flag {
+    KD_TF_HASHED = 1, /* a KD_TAG_HASH payload follows the argument's dims */
+};
+
+/* Hash kinds, a bit mask (Notes in kd_hash.h). */
+enum kd_hash_kind { KD_HK_BITWISE = 1, KD_HK_NORM = 2, KD_HK_XOR = 4, KD_HK_CUSTOM = 8 };
+
+/* kd_hash_rec.flags */
+enum kd_hash_flag {
+    KD_HF_PRE = 1,          /* pre-launch values present */
+    KD_HF_POST = 2,         /* post-launch values present */
+    KD_HF_CHANGED = 4,      /* a read-only argument's bytes changed during the launch */
+    KD_HF_UNSUPPORTED = 8,  /* the dtype cannot be hashed by this kind (counted) */
+    KD_HF_CHECKED = 16,     /* read-only check done (pre and post bitwise taken) */
 };
 
 enum kd_kind { KD_KIND_TRITON = 1, KD_KIND_CPP = 2 };
@@ -120,12 +138,28 @@ typedef struct kd_dims_cont {
     int64_t strides[KD_CONT_DIMS];
 } kd_dims_cont;
 
+/* Hash values of one tensor argument (a KD_TAG_HASH payload right after its
+ * dims).  Which fields hold values: kinds x (KD_HF_PRE / KD_HF_POST). */
+typedef struct kd_hash_rec {
+    uint8_t tag; /* KD_TAG_HASH */
+    uint8_t kinds;
+    uint8_t flags;
+    uint8_t reserved0;
+    uint16_t spec;   /* which log_tensor_hashes() spec asked (Python side) */
+    uint16_t reserved1;
+    uint64_t bitwise[2]; /* [0] pre, [1] post */
+    double l1[2];
+    uint64_t nan[2], posinf[2], neginf[2];
+    uint64_t xor64[2];
+} kd_hash_rec;
+
 typedef union kd_payload {
     uint8_t tag;
     kd_launch launch;
     kd_tensor_arg tensor;
     kd_scalar_arg scalar;
     kd_dims_cont dims;
+    kd_hash_rec hash;
     uint8_t bytes[KD_PAYLOAD_BYTES];
 } kd_payload;
 
@@ -137,6 +171,7 @@ static_assert(offsetof(kd_tensor_arg, name_id) == offsetof(kd_scalar_arg, name_i
               "arguments share their name_id offset");
 static_assert(offsetof(kd_tensor_arg, role) == offsetof(kd_scalar_arg, role),
               "arguments share their role offset");
+static_assert(sizeof(kd_hash_rec) <= KD_PAYLOAD_BYTES, "kd_hash_rec size");
 static_assert(sizeof(kd_payload) == KD_PAYLOAD_BYTES, "kd_payload size");
 
 /* Number of payloads a tensor of ndim dimensions occupies. */
@@ -145,6 +180,22 @@ static inline uint32_t kd_tensor_payloads(uint32_t ndim)
     if (ndim <= KD_INLINE_DIMS)
         return 1;
     return 1 + (ndim - KD_INLINE_DIMS + KD_CONT_DIMS - 1) / KD_CONT_DIMS;
+}
+
+/* Payloads taken by the argument starting at p[0] (dims and hashes included). */
+static inline uint32_t kd_arg_payloads(const kd_payload *p)
+{
+    if (p->tag != KD_TAG_TENSOR)
+        return 1;
+    return kd_tensor_payloads(p->tensor.ndim) + ((p->tensor.flags & KD_TF_HASHED) ? 1 : 0);
+}
+
+/* The hash payload of a tensor argument starting at p[0], or NULL. */
+static inline kd_hash_rec *kd_arg_hash(kd_payload *p)
+{
+    if (p->tag != KD_TAG_TENSOR || !(p->tensor.flags & KD_TF_HASHED))
+        return NULL;
+    return &p[kd_tensor_payloads(p->tensor.ndim)].hash;
 }
 
 /* Size and stride of dimension d of the tensor argument starting at p[0]. */

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kd_hash.h"
 #include "kd_py.h"
 #include "kd_shim.h"
 
@@ -72,9 +73,14 @@ void kd_recorder_error(kd_recorder *r, const char *what)
 
 /* ---- the launch path (Note [Record layout] in kd_record.h) ---- */
 
+kd_hash_config kd_hcfg = {0, 0, 0, 0, 0, 0};
+PyObject *kd_slow_hasher = NULL;
+PyObject *kd_custom_hasher = NULL;
+
 /* Describes one argument at b[0..); returns the payloads used, 0 on failure
- * (counted by the caller). */
-static uint32_t describe_arg(kd_recorder *r, PyObject *o, uint32_t name_id, uint8_t role,
+ * (counted by the caller).  With `hashed`, one more zeroed KD_TAG_HASH
+ * payload follows the argument. */
+static uint32_t describe_arg(PyObject *o, uint32_t name_id, uint8_t role, int hashed,
                              kd_payload *b, uint32_t room, const char **why)
 {
     kd_tensor_meta m;
@@ -84,7 +90,7 @@ static uint32_t describe_arg(kd_recorder *r, PyObject *o, uint32_t name_id, uint
             *why = "tensor with too many dimensions";
             return 0;
         }
-        uint32_t np = kd_tensor_payloads((uint32_t)m.ndim);
+        uint32_t np = kd_tensor_payloads((uint32_t)m.ndim) + (hashed ? 1 : 0);
         if (np > room) {
             *why = "launch has more arguments than a record can hold";
             return 0;
@@ -112,6 +118,10 @@ static uint32_t describe_arg(kd_recorder *r, PyObject *o, uint32_t name_id, uint
                 c->sizes[k % KD_CONT_DIMS] = m.sizes[d];
                 c->strides[k % KD_CONT_DIMS] = m.strides[d];
             }
+        }
+        if (hashed) {
+            t->flags |= KD_TF_HASHED;
+            b[np - 1].hash.tag = KD_TAG_HASH;
         }
         return np;
     }
@@ -154,8 +164,77 @@ static uint32_t describe_arg(kd_recorder *r, PyObject *o, uint32_t name_id, uint
         s->tag = KD_TAG_OTHER;
         s->value.type_name_id = kd_strtab_intern(kd_strings, tn, strlen(tn));
     }
-    (void)r;
     return 1;
+}
+
+/* Hashes tensor object o with `kinds` into slot `w` (0 pre, 1 post) of h. */
+static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int w,
+                        uint64_t launch_index, Py_ssize_t arg)
+{
+    kd_tensor_meta m;
+    if (kd_shim_tensor_meta(o, &m) != 1)
+        return;
+    h->kinds |= (uint8_t)kinds;
+    h->flags |= (uint8_t)(w ? KD_HF_POST : KD_HF_PRE);
+    if (m.device_type == KD_DEV_CPU) {
+        kd_view v = {(const void *)(uintptr_t)m.data_ptr, m.dtype, kd_itemsize(m.dtype),
+                     m.ndim, m.sizes, m.strides};
+        if (v.itemsize == 0 || (m.data_ptr == 0 && m.ndim > 0)) {
+            h->flags |= KD_HF_UNSUPPORTED;
+            r->hash_unsupported++;
+        } else {
+            if (kinds & KD_HK_BITWISE)
+                h->bitwise[w] = kd_hash_bitwise(&v);
+            if (kinds & KD_HK_NORM) {
+                kd_norm n;
+                if (kd_hash_norm(&v, &n) == 0) {
+                    h->l1[w] = n.l1;
+                    h->nan[w] = n.nan, h->posinf[w] = n.posinf, h->neginf[w] = n.neginf;
+                } else {
+                    h->flags |= KD_HF_UNSUPPORTED;
+                    r->hash_unsupported++;
+                }
+            }
+            if ((kinds & KD_HK_XOR) && kd_hash_xor64(&v, &h->xor64[w]) != 0) {
+                h->flags |= KD_HF_UNSUPPORTED;
+                r->hash_unsupported++;
+            }
+        }
+    } else if (kinds & (KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR)) {
+        PyObject *res = kd_slow_hasher ? PyObject_CallFunction(kd_slow_hasher, "Oi", o, kinds) : NULL;
+        unsigned long long v[7];
+        int ok = res != NULL && PyTuple_Check(res) && PyTuple_GET_SIZE(res) == 7;
+        for (int i = 0; ok && i < 7; i++) {
+            PyObject *x = PyTuple_GET_ITEM(res, i);
+            if (i == 1) {
+                double d = PyFloat_AsDouble(x);
+                memcpy(&v[i], &d, 8);
+            } else {
+                v[i] = PyLong_AsUnsignedLongLongMask(x);
+            }
+            if (PyErr_Occurred())
+                ok = 0;
+        }
+        if (ok) {
+            h->bitwise[w] = v[0];
+            memcpy(&h->l1[w], &v[1], 8);
+            h->nan[w] = v[2], h->posinf[w] = v[3], h->neginf[w] = v[4], h->xor64[w] = v[5];
+            if (v[6]) {
+                h->flags |= KD_HF_UNSUPPORTED;
+                r->hash_unsupported++;
+            }
+        } else {
+            kd_recorder_error(r, "hashing a device tensor");
+        }
+        Py_XDECREF(res);
+    }
+    if ((kinds & KD_HK_CUSTOM) && kd_custom_hasher != NULL) {
+        PyObject *res = PyObject_CallFunction(kd_custom_hasher, "OKniO", (PyObject *)r,
+                                              (unsigned long long)launch_index, arg, w, o);
+        if (res == NULL)
+            kd_recorder_error(r, "the custom hash_fn raised");
+        Py_XDECREF(res);
+    }
 }
 
 static int read_call_depth(PyObject *mode)
@@ -188,6 +267,8 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
                      Py_ssize_t nargs, uint64_t stream, kd_pending *p)
 {
     p->ok = 0;
+    p->cfg = kd_hcfg;
+    int hashing = p->cfg.kinds != 0 || p->cfg.check_readonly;
     kd_payload *b = r->build;
     uint32_t used = 1;
     const char *why = NULL;
@@ -200,17 +281,30 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
         kd_injected_faults--;
         nargs = 0, why = "injected fault (kdebug._C._inject_hook_faults)";
     }
+    p->launch_index = r->next_launch_index++;
     for (Py_ssize_t i = 0; i < nargs; i++) {
         uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
         uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
-        uint32_t k = describe_arg(r, args[i], name_id, role, &b[used],
-                                  KD_BUILD_SLOTS - used, &why);
+        kd_payload *a = &b[used];
+        uint32_t k = describe_arg(args[i], name_id, role, hashing, a, KD_BUILD_SLOTS - used, &why);
         if (k == 0)
             break;
-        if (!first_tensor_seen && b[used].tag == KD_TAG_TENSOR) {
-            first_tensor_seen = 1;
-            dev_type = b[used].tensor.device_type;
-            dev_index = b[used].tensor.device_index;
+        if (a->tag == KD_TAG_TENSOR) {
+            if (!first_tensor_seen) {
+                first_tensor_seen = 1;
+                dev_type = a->tensor.device_type;
+                dev_index = a->tensor.device_index;
+            }
+            kd_hash_rec *h = kd_arg_hash(a);
+            if (h != NULL) {
+                h->spec = (uint16_t)p->cfg.spec;
+                /* before the launch: what the kernel reads (Note [Which arguments are hashed]) */
+                int kinds = (role & KD_ROLE_READ) && p->cfg.hash_inputs ? p->cfg.kinds : 0;
+                if (p->cfg.check_readonly && role == KD_ROLE_READ)
+                    kinds |= KD_HK_BITWISE;
+                if (kinds)
+                    hash_tensor(r, args[i], kinds, h, 0, p->launch_index, i);
+            }
         }
         used += k;
     }
@@ -236,10 +330,10 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
     h->py_index = (r->ops != NULL && PyList_Check(r->ops)) ? (uint64_t)PyList_GET_SIZE(r->ops) : 0;
     int depth = read_call_depth(r->mode);
     h->call_depth = (uint16_t)(depth > UINT16_MAX ? UINT16_MAX : depth);
+    h->launch_index = p->launch_index;
 
     if (kd_ring_reserve(r->ring, used, &p->first) != 0)
         return; /* refused: counted by the ring */
-    h->launch_index = r->next_launch_index++;
     for (uint32_t i = 0; i < used; i++) {
         uint64_t t = p->first + i;
         memcpy(kd_ring_payload(r->ring, t), &b[i], sizeof(kd_payload));
@@ -254,9 +348,8 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
         /* keep the argument objects themselves (store_original_args) */
         uint32_t off = 1;
         for (Py_ssize_t i = 0; i < nargs; i++) {
-            const kd_payload *a = &b[off];
             r->ring_objs[(p->first + off) & r->ring->mask] = Py_NewRef(args[i]);
-            off += a->tag == KD_TAG_TENSOR ? kd_tensor_payloads(a->tensor.ndim) : 1;
+            off += kd_arg_payloads(&b[off]);
         }
     }
     p->n = used;
@@ -265,7 +358,84 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
     rh->t_start_ns = kd_now_ns();
 }
 
-void kd_launch_end(kd_recorder *r, kd_pending *p, int raised)
+/* After the launch: hashes of what the kernel wrote, the read-only check,
+ * and clones of the outputs (record_outputs). */
+static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssize_t nargs)
+{
+    const kd_hash_config *cfg = &p->cfg;
+    PyObject *outs = NULL;
+    uint32_t off = 1;
+    for (Py_ssize_t i = 0; i < nargs && off <= p->n - 1; i++) {
+        kd_payload *a = kd_ring_payload(r->ring, p->first + off);
+        if (a->tag != KD_TAG_TENSOR) {
+            off += 1;
+            continue;
+        }
+        uint8_t role = a->tensor.role;
+        uint32_t np = kd_tensor_payloads(a->tensor.ndim);
+        if (a->tensor.flags & KD_TF_HASHED) {
+            kd_hash_rec *h = &kd_ring_payload(r->ring, p->first + off + np)->hash;
+            int kinds = (role & KD_ROLE_WRITE) ? cfg->kinds : 0;
+            int check = cfg->check_readonly && role == KD_ROLE_READ && (h->flags & KD_HF_PRE);
+            if (check)
+                kinds |= KD_HK_BITWISE;
+            if (kinds)
+                hash_tensor(r, args[i], kinds, h, 1, p->launch_index, i);
+            if (check) {
+                h->flags |= KD_HF_CHECKED;
+                if (h->bitwise[0] != h->bitwise[1]) {
+                    h->flags |= KD_HF_CHANGED;
+                    r->readonly_changed++;
+                }
+            }
+            np += 1;
+        }
+        if (cfg->record_outputs && (role & KD_ROLE_WRITE)) {
+            kd_tensor_meta m;
+            uint64_t nbytes = 0;
+            if (kd_shim_tensor_meta(args[i], &m) == 1) {
+                nbytes = (uint64_t)kd_itemsize(m.dtype);
+                for (int d = 0; d < m.ndim; d++)
+                    nbytes *= (uint64_t)m.sizes[d];
+            }
+            if (r->output_bytes + nbytes > cfg->output_budget) {
+                r->outputs_skipped++;
+            } else {
+                PyObject *c = kd_shim_clone(args[i]);
+                if (c == NULL) {
+                    char msg[200];
+                    snprintf(msg, sizeof msg, "record_outputs could not clone an output: %s",
+                             kd_shim_last_error());
+                    kd_recorder_error(r, msg);
+                } else {
+                    if (outs == NULL)
+                        outs = PyDict_New();
+                    PyObject *name = PyUnicode_FromString(
+                        kd_strtab_get(kd_strings, a->tensor.name_id, NULL));
+                    if (outs == NULL || name == NULL || PyDict_SetItem(outs, name, c) != 0)
+                        kd_recorder_error(r, "keeping a recorded output");
+                    else
+                        r->output_bytes += nbytes;
+                    Py_XDECREF(name);
+                    Py_DECREF(c);
+                }
+            }
+        }
+        off += np;
+    }
+    if (outs != NULL) {
+        PyObject *key = PyLong_FromUnsignedLongLong(p->launch_index);
+        if (r->outputs == NULL)
+            r->outputs = PyDict_New();
+        if (key == NULL || r->outputs == NULL || PyDict_SetItem(r->outputs, key, outs) != 0)
+            kd_recorder_error(r, "keeping recorded outputs");
+        Py_XDECREF(key);
+        Py_DECREF(outs);
+    }
+}
+
+void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssize_t nargs,
+                   int raised)
 {
     if (!p->ok)
         return;
@@ -290,6 +460,12 @@ void kd_launch_end(kd_recorder *r, kd_pending *p, int raised)
         }
         if (raised)
             h->flags |= KD_LF_RAISED;
+        else if (p->cfg.kinds || p->cfg.check_readonly || p->cfg.record_outputs) {
+            PyObject *et, *ev, *etb;
+            PyErr_Fetch(&et, &ev, &etb);
+            after_launch(r, p, args, nargs);
+            PyErr_Restore(et, ev, etb);
+        }
     }
     kd_ring_commit(r->ring, p->first, p->n);
 }
@@ -401,6 +577,8 @@ static int rec_clear_refs(kd_recorder *self)
     Py_CLEAR(self->ops);
     Py_CLEAR(self->mode);
     Py_CLEAR(self->prev_tls_obj);
+    Py_CLEAR(self->outputs);
+    Py_CLEAR(self->custom);
     return 0;
 }
 
@@ -408,6 +586,8 @@ static int rec_traverse(kd_recorder *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->ops);
     Py_VISIT(self->mode);
+    Py_VISIT(self->outputs);
+    Py_VISIT(self->custom);
     if (self->ring_objs != NULL)
         for (uint64_t i = 0; i < self->ring->capacity; i++)
             Py_VISIT(self->ring_objs[i]);
@@ -517,6 +697,9 @@ static PyObject *rec_clear(kd_recorder *self, PyObject *unused)
     kd_store_clear(&self->store);
     kd_ring_clear(self->ring);
     self->errors = self->unrecorded = self->suppressed = self->drain_failures = 0;
+    self->hash_unsupported = self->readonly_changed = self->output_bytes = self->outputs_skipped = 0;
+    Py_CLEAR(self->outputs);
+    Py_CLEAR(self->custom);
     self->nmessages = 0;
     self->next_launch_index = 0;
     Py_RETURN_NONE;
@@ -542,7 +725,7 @@ static PyObject *rec_stats(kd_recorder *self, PyObject *unused)
 {
     (void)unused;
     kd_ring *g = self->ring;
-    return Py_BuildValue(
+    PyObject *d = Py_BuildValue(
         "{sKsKsKsKsKsKsKsKsKsKss}", "launches",
         (unsigned long long)atomic_load(&g->committed), "stored",
         (unsigned long long)self->store.nlaunches, "dropped",
@@ -554,6 +737,20 @@ static PyObject *rec_stats(kd_recorder *self, PyObject *unused)
         (unsigned long long)(atomic_load(&g->head) - atomic_load(&g->tail)), "store_bytes",
         (unsigned long long)(self->store.payload_cap * sizeof(kd_payload)), "overflow",
         g->policy == KD_RING_DROP_NEW ? "drop_new" : "overwrite");
+    if (d == NULL)
+        return NULL;
+    PyObject *more = Py_BuildValue("{sKsKsKsK}", "hash_unsupported",
+                                   (unsigned long long)self->hash_unsupported, "readonly_changed",
+                                   (unsigned long long)self->readonly_changed, "output_bytes",
+                                   (unsigned long long)self->output_bytes, "outputs_skipped",
+                                   (unsigned long long)self->outputs_skipped);
+    if (more == NULL || PyDict_Update(d, more) != 0) {
+        Py_XDECREF(more);
+        Py_DECREF(d);
+        return NULL;
+    }
+    Py_DECREF(more);
+    return d;
 }
 
 static PyObject *rec_messages(kd_recorder *self, PyObject *unused)
@@ -591,9 +788,33 @@ static PyObject *rec_record(kd_recorder *self, PyObject *args, PyObject *kw)
     kd_pending p;
     kd_launch_begin(self, (kd_kernel_info *)info, &PyTuple_GET_ITEM(argv, 0),
                     PyTuple_GET_SIZE(argv), stream, &p);
-    kd_launch_end(self, &p, 0);
+    kd_launch_end(self, &p, &PyTuple_GET_ITEM(argv, 0), PyTuple_GET_SIZE(argv), 0);
     return PyBool_FromLong(p.ok);
 }
+
+static PyObject *rec_get_outputs(kd_recorder *self, void *c)
+{
+    (void)c;
+    if (self->outputs == NULL && (self->outputs = PyDict_New()) == NULL)
+        return NULL;
+    return Py_NewRef(self->outputs);
+}
+
+static PyObject *rec_get_custom(kd_recorder *self, void *c)
+{
+    (void)c;
+    if (self->custom == NULL && (self->custom = PyDict_New()) == NULL)
+        return NULL;
+    return Py_NewRef(self->custom);
+}
+
+static PyGetSetDef rec_getset[] = {
+    {"outputs", (getter)rec_get_outputs, NULL,
+     "{launch_index: {arg name: clone}} recorded by record_outputs()", NULL},
+    {"custom", (getter)rec_get_custom, NULL,
+     "{(launch_index, arg index, 0 pre / 1 post): value} from a custom hash_fn", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
 
 static PyMethodDef rec_methods[] = {
     {"start", (PyCFunction)(void (*)(void))rec_start, METH_VARARGS | METH_KEYWORDS,
@@ -625,5 +846,6 @@ PyTypeObject kd_RecorderType = {
     .tp_traverse = (traverseproc)rec_traverse,
     .tp_clear = (inquiry)rec_clear_refs,
     .tp_methods = rec_methods,
+    .tp_getset = rec_getset,
     .tp_new = rec_new,
 };

@@ -176,7 +176,7 @@ static void args(w *o, const kd_render_ctx *c, const kd_payload *p, int flags)
         switch (q->tag) {
         case KD_TAG_TENSOR:
             tensor(o, c, q, flags);
-            off += kd_tensor_payloads(q->tensor.ndim);
+            off += kd_arg_payloads(q);
             continue;
         case KD_TAG_INT:
             putf(o, "%" PRId64, q->scalar.value.i);

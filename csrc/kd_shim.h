@@ -42,6 +42,11 @@ int kd_shim_num_scalar_types(void);
 PyObject *kd_shim_tls_recorder_get(void);
 int kd_shim_tls_recorder_set(PyObject *obj);
 
+/* A clone of a tensor (new reference), made with Python dispatch and autograd
+ * off so no DebugMode sees it; on CUDA it is queued on the current stream.
+ * NULL on failure (kd_shim_last_error() says why). */
+PyObject *kd_shim_clone(PyObject *tensor);
+
 /* The message of the last failure in this thread (static storage). */
 const char *kd_shim_last_error(void);
 

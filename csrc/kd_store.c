@@ -60,7 +60,7 @@ uint32_t kd_launch_arg_offset(const kd_payload *launch, uint32_t k)
         if (off > nslots)
             return 0;
         const kd_payload *p = &launch[off];
-        off += p->tag == KD_TAG_TENSOR ? kd_tensor_payloads(p->tensor.ndim) : 1;
+        off += kd_arg_payloads(p);
     }
     return off <= nslots ? off : 0;
 }

@@ -11,7 +11,9 @@
 
 #include <ATen/ThreadLocalPythonObjects.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/core/ScalarType.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/PyInterpreter.h>
@@ -122,6 +124,29 @@ extern "C" int kd_shim_tls_recorder_set(PyObject *obj)
         set_error("unknown C++ exception setting the thread-local recorder");
     }
     return -1;
+}
+
+extern "C" PyObject *kd_shim_clone(PyObject *obj)
+{
+    try {
+        if (!THPVariable_Check(obj)) {
+            set_error("not a tensor");
+            return nullptr;
+        }
+        const at::Tensor &t = THPVariable_Unpack(obj);
+        c10::impl::ExcludeDispatchKeyGuard no_python(
+            c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+        at::NoGradGuard no_grad;
+        return THPVariable_Wrap(t.clone());
+    } catch (const c10::Error &e) {
+        set_error(e.what_without_backtrace());
+    } catch (const std::exception &e) {
+        set_error(e.what());
+    } catch (...) {
+        set_error("unknown C++ exception cloning a tensor");
+    }
+    PyErr_Clear();
+    return nullptr;
 }
 
 extern "C" const char *kd_shim_last_error(void) { return last_error; }

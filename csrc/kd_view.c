@@ -189,7 +189,7 @@ static PyObject *get_args(kd_launch_view *v, void *c)
             break;
         }
         PyTuple_SET_ITEM(t, i, x);
-        off += a->tag == KD_TAG_TENSOR ? kd_tensor_payloads(a->tensor.ndim) : 1;
+        off += kd_arg_payloads(a);
     }
     return t;
 }
@@ -212,7 +212,45 @@ static PyObject *get_objects(kd_launch_view *v, void *c)
             o = r->store_objs[base + off];
         PyTuple_SET_ITEM(t, i, Py_NewRef(o ? o : Py_None));
         const kd_payload *a = &h[off];
-        off += a->tag == KD_TAG_TENSOR ? kd_tensor_payloads(a->tensor.ndim) : 1;
+        off += kd_arg_payloads(a);
+    }
+    return t;
+}
+
+static PyObject *hash_side(const kd_hash_rec *h, int w)
+{
+    if (!(h->flags & (w ? KD_HF_POST : KD_HF_PRE)))
+        Py_RETURN_NONE;
+    return Py_BuildValue("(KdKKKK)", (unsigned long long)h->bitwise[w], h->l1[w],
+                         (unsigned long long)h->nan[w], (unsigned long long)h->posinf[w],
+                         (unsigned long long)h->neginf[w], (unsigned long long)h->xor64[w]);
+}
+
+/* Per argument: None, or (kinds, flags, spec, pre, post) where pre / post are
+ * None or (bitwise, l1, nan, posinf, neginf, xor64). */
+static PyObject *get_hashes(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_payload *h = hdr(v);
+    uint32_t nargs = h->launch.nargs;
+    PyObject *t = PyTuple_New(nargs);
+    uint32_t off = 1;
+    for (uint32_t i = 0; t && i < nargs; i++) {
+        const kd_payload *a = &h[off];
+        PyObject *x;
+        if (a->tag == KD_TAG_TENSOR && (a->tensor.flags & KD_TF_HASHED)) {
+            const kd_hash_rec *hr = &a[kd_tensor_payloads(a->tensor.ndim)].hash;
+            x = Py_BuildValue("(iiiNN)", (int)hr->kinds, (int)hr->flags, (int)hr->spec,
+                              hash_side(hr, 0), hash_side(hr, 1));
+        } else {
+            x = Py_NewRef(Py_None);
+        }
+        if (x == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, x);
+        off += kd_arg_payloads(a);
     }
     return t;
 }
@@ -284,6 +322,7 @@ static PyGetSetDef view_getset[] = {
     {"raised", (getter)get_raised, NULL, "whether the launch raised", NULL},
     {"args", (getter)get_args, NULL, "arguments as tuples (see kdebug.calls)", NULL},
     {"objects", (getter)get_objects, NULL, "argument objects kept, or None", NULL},
+    {"hashes", (getter)get_hashes, NULL, "per argument: None or (kinds, flags, spec, pre, post)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

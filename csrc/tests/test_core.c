@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kd_hash.h"
 #include "../kd_record.h"
 #include "../kd_render.h"
 #include "../kd_ring.h"
@@ -470,8 +471,144 @@ static void test_doubles(void)
     CHECK_STR(buf, "nan");
 }
 
+/* ---- hashes ---- */
+
+static uint64_t hash_f32(const float *data, int ndim, const int64_t *sizes, const int64_t *strides)
+{
+    kd_view v = {data, KD_ST_FLOAT, 4, ndim, sizes, strides};
+    return kd_hash_bitwise(&v);
+}
+
+static void test_hash_bitwise(void)
+{
+    /* straight from the definition */
+    int64_t s0[1] = {0}, st[2] = {1, 1};
+    kd_view empty = {NULL, KD_ST_FLOAT, 4, 1, s0, st};
+    CHECK(kd_hash_bitwise(&empty) == kd_fmix64(0 ^ kd_fmix64(0 ^ 0x6A09E667F3BCC909ull)));
+    double one = 1.0;
+    uint64_t w;
+    memcpy(&w, &one, 8);
+    int64_t s1[1] = {1};
+    kd_view d1 = {&one, KD_ST_DOUBLE, 8, 1, s1, st};
+    uint64_t S = kd_fmix64(w ^ 0x9E3779B97F4A7C15ull);
+    CHECK(kd_hash_bitwise(&d1) == kd_fmix64(S ^ kd_fmix64(8 ^ 0x6A09E667F3BCC909ull)));
+    /* three bytes: one zero-padded word */
+    unsigned char b3[3] = {1, 2, 3};
+    int64_t s3[1] = {3};
+    kd_view v3 = {b3, KD_ST_BYTE, 1, 1, s3, st};
+    CHECK(kd_hash_bitwise(&v3) ==
+          kd_fmix64(kd_fmix64(0x030201ull ^ 0x9E3779B97F4A7C15ull) ^ kd_fmix64(3 ^ 0x6A09E667F3BCC909ull)));
+
+    /* a transposed view hashes like its contiguous copy; a slice with an offset too */
+    float a[6 * 7];
+    for (int i = 0; i < 42; i++)
+        a[i] = (float)i * 0.37f - 3.0f;
+    float at[7 * 6];
+    for (int r = 0; r < 6; r++)
+        for (int c = 0; c < 7; c++)
+            at[c * 6 + r] = a[r * 7 + c];
+    int64_t sz[2] = {6, 7}, stc[2] = {7, 1}, stt[2] = {1, 6};
+    CHECK(hash_f32(a, 2, sz, stc) == hash_f32(at, 2, sz, stt));
+    int64_t szs[2] = {3, 3}, sts[2] = {14, 2}; /* a[1::2, 2::2]-like view */
+    float copy[9];
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 3; c++)
+            copy[r * 3 + c] = a[9 + r * 14 + c * 2];
+    int64_t szc[2] = {3, 3}, stcc[2] = {3, 1};
+    CHECK(hash_f32(a + 9, 2, szs, sts) == hash_f32(copy, 2, szc, stcc));
+
+    /* every single bit flip changes the hash; swapping two elements does too */
+    uint64_t h0 = hash_f32(a, 2, sz, stc);
+    int flips_ok = 1;
+    for (int i = 0; i < 42; i++)
+        for (int bit = 0; bit < 32; bit++) {
+            uint32_t u;
+            memcpy(&u, &a[i], 4);
+            u ^= 1u << bit;
+            float saved = a[i];
+            memcpy(&a[i], &u, 4);
+            if (hash_f32(a, 2, sz, stc) == h0)
+                flips_ok = 0;
+            a[i] = saved;
+        }
+    CHECK(flips_ok);
+    int swaps_ok = 1;
+    for (int i = 0; i < 42; i++)
+        for (int j = i + 1; j < 42; j++) {
+            float t = a[i];
+            a[i] = a[j];
+            a[j] = t;
+            if (hash_f32(a, 2, sz, stc) == h0)
+                swaps_ok = 0;
+            a[j] = a[i];
+            a[i] = t;
+        }
+    CHECK(swaps_ok);
+    CHECK(hash_f32(a, 2, sz, stc) == h0);
+    /* equal pairs do not cancel (unlike an XOR hash) */
+    float z2[2] = {0, 0}, p2[2] = {5, 5};
+    int64_t s2[1] = {2};
+    CHECK(hash_f32(z2, 1, s2, st) != hash_f32(p2, 1, s2, st));
+    /* NaNs: equal payloads equal, different payloads different */
+    uint32_t n1 = 0x7fc00001, n2 = 0x7fc00002;
+    float f1[2], f2[2], f3[2];
+    memcpy(&f1[0], &n1, 4), memcpy(&f2[0], &n1, 4), memcpy(&f3[0], &n2, 4);
+    f1[1] = f2[1] = f3[1] = 1.0f;
+    CHECK(hash_f32(f1, 1, s2, st) == hash_f32(f2, 1, s2, st));
+    CHECK(hash_f32(f1, 1, s2, st) != hash_f32(f3, 1, s2, st));
+    /* a 0-dim tensor is one element */
+    kd_view zero_d = {&one, KD_ST_DOUBLE, 8, 0, NULL, NULL};
+    CHECK(kd_hash_bitwise(&zero_d) == kd_hash_bitwise(&d1));
+}
+
+static void test_decode_and_norm(void)
+{
+    uint16_t h;
+    h = 0x3C00; CHECK(kd_decode_float(KD_ST_HALF, &h) == 1.0);
+    h = 0xC000; CHECK(kd_decode_float(KD_ST_HALF, &h) == -2.0);
+    h = 0x0001; CHECK(kd_decode_float(KD_ST_HALF, &h) == ldexp(1.0, -24));
+    h = 0x7C00; CHECK(isinf(kd_decode_float(KD_ST_HALF, &h)));
+    h = 0x3F80; CHECK(kd_decode_float(KD_ST_BFLOAT16, &h) == 1.0);
+    unsigned char b;
+    b = 0x38; CHECK(kd_decode_float(KD_ST_F8E4M3FN, &b) == 1.0);
+    b = 0x7F; CHECK(isnan(kd_decode_float(KD_ST_F8E4M3FN, &b)));
+    b = 0x7E; CHECK(kd_decode_float(KD_ST_F8E4M3FN, &b) == 448.0);
+    b = 0x3C; CHECK(kd_decode_float(KD_ST_F8E5M2, &b) == 1.0);
+    b = 0x7C; CHECK(isinf(kd_decode_float(KD_ST_F8E5M2, &b)));
+    b = 0x40; CHECK(kd_decode_float(KD_ST_F8E4M3FNUZ, &b) == 1.0);
+    b = 0x80; CHECK(isnan(kd_decode_float(KD_ST_F8E5M2FNUZ, &b)));
+    b = 127; CHECK(kd_decode_float(KD_ST_F8E8M0FNU, &b) == 1.0);
+    b = 0x01; CHECK(kd_decode_float(KD_ST_F8E4M3FN, &b) == ldexp(1.0, -9));
+
+    float v[6] = {1.5f, -2.0f, NAN, INFINITY, -INFINITY, 0.25f};
+    int64_t s[1] = {6}, st[1] = {1};
+    kd_view fv = {v, KD_ST_FLOAT, 4, 1, s, st};
+    kd_norm n;
+    CHECK(kd_hash_norm(&fv, &n) == 0);
+    CHECK(n.l1 == 3.75 && n.nan == 1 && n.posinf == 1 && n.neginf == 1);
+    int64_t iv[3] = {-3, 4, 16777217}; /* through float32, as upstream */
+    int64_t s3[1] = {3};
+    kd_view lv = {iv, KD_ST_LONG, 8, 1, s3, st};
+    CHECK(kd_hash_norm(&lv, &n) == 0 && n.l1 == 3.0 + 4.0 + 16777216.0);
+    float cz[4] = {3, 4, 0, -1}; /* complex64: |3+4i| + |0-1i| */
+    int64_t s2[1] = {2};
+    kd_view cv = {cz, KD_ST_COMPLEX_FLOAT, 8, 1, s2, st};
+    CHECK(kd_hash_norm(&cv, &n) == 0 && n.l1 == 6.0);
+    uint64_t x;
+    double d2[2] = {1.0, 1.0};
+    kd_view dv = {d2, KD_ST_DOUBLE, 8, 1, s2, st};
+    CHECK(kd_hash_xor64(&dv, &x) == 0 && x == 0); /* equal pairs cancel, as upstream */
+    int32_t i2[2] = {5, 3};
+    kd_view i2v = {i2, KD_ST_INT, 4, 1, s2, st};
+    CHECK(kd_hash_xor64(&i2v, &x) == 0 && x == (5u ^ 3u));
+    kd_view bad = {v, 16, 1, 1, s, st}; /* QUInt4x2: cannot decode */
+    CHECK(kd_hash_norm(&bad, &n) == -1);
+}
+
 int main(void)
 {
+    test_hash_bitwise();
+    test_decode_and_norm();
     test_ring_basic();
     test_ring_wrap_overwrite();
     test_ring_drop_new();
