@@ -94,16 +94,72 @@ class _KernelCall(_upstream._DebugCall):
 
     kind = "kernel"
 
-    def __init__(self, launch) -> None:
+    def __init__(self, launch, recorder=None) -> None:
         # upstream's _DebugCall fields, without its stack capture
         self._launch = launch
+        self._recorder = recorder
         self.call_depth = launch.call_depth
-        self.record = None
         self.log = None
         self.output_str = None
-        self.pre_hashes = None
-        self.post_hashes = None
         self._args = None
+        self._set: dict[str, Any] = {}
+
+    # -- hashes and recorded outputs (DebugMode.log_tensor_hashes / record_outputs) --
+    def _hashes(self, when: int) -> dict[str, Any] | None:
+        from . import hashing
+
+        out = {}
+        custom = self._recorder.custom if self._recorder is not None else {}
+        for i, (name, h) in enumerate(zip(self.arg_names, self._launch.hashes)):
+            if h is None:
+                continue
+            kinds, flags, spec_id, pre, post = h
+            spec = hashing.spec(spec_id)
+            side = post if when else pre
+            if spec.fn is not None:
+                key = (self.launch_index, i, when)
+                if key in custom:
+                    out[name] = custom[key]
+            elif side is not None and spec.names and (kinds & spec.kinds) == spec.kinds:
+                out[name] = spec.value(side)
+        return out or None
+
+    @property
+    def pre_hashes(self) -> dict[str, Any] | None:
+        """Argument name -> hash before the launch, for what the kernel reads
+        (with log_tensor_hashes(hash_inputs=True))."""
+        return self._set["pre_hashes"] if "pre_hashes" in self._set else self._hashes(0)
+
+    @pre_hashes.setter
+    def pre_hashes(self, value) -> None:
+        self._set["pre_hashes"] = value
+
+    @property
+    def post_hashes(self) -> dict[str, Any] | None:
+        """Argument name -> hash after the launch, for what the kernel writes."""
+        return self._set["post_hashes"] if "post_hashes" in self._set else self._hashes(1)
+
+    @post_hashes.setter
+    def post_hashes(self, value) -> None:
+        self._set["post_hashes"] = value
+
+    @property
+    def record(self) -> dict[str, Any] | None:
+        """{"output": {name: clone}} of what the kernel wrote, with record_outputs()."""
+        if "record" in self._set:
+            return self._set["record"]
+        outs = self._recorder.outputs.get(self.launch_index) if self._recorder is not None else None
+        return {"output": outs} if outs else None
+
+    @record.setter
+    def record(self, value) -> None:
+        self._set["record"] = value
+
+    @property
+    def readonly_violations(self) -> list[str]:
+        """Arguments the kernel only reads whose bytes changed during the launch
+        (log_tensor_hashes(check_inputs_unchanged=True))."""
+        return [n for n, h in zip(self.arg_names, self._launch.hashes) if h is not None and h[1] & 4]
 
     # -- identity and launch configuration --
     @property
@@ -242,5 +298,5 @@ class _CppKernelCall(_KernelCall):
     kind = "cpp"
 
 
-def make_call(launch) -> _KernelCall:
-    return (_CppKernelCall if launch.kind == "cpp" else _TritonKernelCall)(launch)
+def make_call(launch, recorder=None) -> _KernelCall:
+    return (_CppKernelCall if launch.kind == "cpp" else _TritonKernelCall)(launch, recorder)

@@ -31,6 +31,102 @@ class KdebugWarning(UserWarning):
     recorded, dropped records, errors inside the hook."""
 
 
+# ---------------------------------------------------------------- fresh buffers
+
+_ALLOCATORS = ("empty_strided", "empty_strided_cpu", "empty_strided_cuda", "empty_strided_xpu",
+               "empty_strided_mtia", "empty_strided_cpu_pinned", "alloc_from_pool", "empty_strided_p2p")
+
+
+def _call_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def fresh_args(source: str) -> dict[str, frozenset[int]]:
+    """Note [Fresh buffers]: for each kernel called in a generated module's
+    call(), the positions of arguments whose buffer was freshly allocated and
+    not used by anything before that call.  Their bytes before the launch are
+    uninitialized memory: the kernel only writes them (Inductor still names
+    such a buffer in_out_ptr when it reuses it in place), so they are never
+    hashed before the launch.  A kernel called from several places keeps the
+    positions that are fresh at all of them."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "call"]
+    if not calls:
+        return {}
+    fresh: set[str] = set()
+    alias: dict[str, str] = {}
+    out: dict[str, frozenset[int]] = {}
+
+    def base(node) -> str | None:
+        if isinstance(node, ast.Name):
+            return alias.get(node.id, node.id)
+        if isinstance(node, ast.Call) and _call_name(node.func) == "reinterpret_tensor" and node.args:
+            return base(node.args[0])
+        return None
+
+    def used(call: ast.Call) -> None:
+        for a in [*call.args, *(k.value for k in call.keywords)]:
+            b = base(a)
+            if b is not None:
+                fresh.discard(b)
+
+    def visit(stmts) -> None:
+        for st in stmts:
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                t, v = st.targets[0].id, st.value
+                if isinstance(v, ast.Call) and _call_name(v.func) in _ALLOCATORS:
+                    alias.pop(t, None)
+                    fresh.add(t)
+                    continue
+                b = base(v)
+                if b is not None:  # `bufA = bufB` / reinterpret_tensor(bufB, ...): the same memory
+                    alias[t] = b
+                    continue
+            if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call):
+                c = st.value
+                f = c.func
+                kernel = None
+                if isinstance(f, ast.Name):
+                    kernel = f.id
+                elif isinstance(f, ast.Attribute) and f.attr == "run" and isinstance(f.value, ast.Name):
+                    kernel = f.value.id
+                if kernel is not None:
+                    pos = frozenset(i for i, a in enumerate(c.args) if base(a) in fresh)
+                    out[kernel] = out[kernel] & pos if kernel in out else pos
+                used(c)
+                continue
+            for node in ast.walk(st):
+                if isinstance(node, ast.Call):
+                    used(node)
+            for field in ("body", "orelse", "finalbody"):
+                if isinstance(getattr(st, field, None), list) and not isinstance(st, ast.FunctionDef):
+                    visit(getattr(st, field))
+
+    for fn in calls:
+        fresh.clear()
+        alias.clear()
+        visit(fn.body)
+    return out
+
+
+def _module_fresh_args(scope: dict) -> dict[str, frozenset[int]]:
+    path = scope.get("__file__")
+    if not path:
+        return {}
+    try:
+        with open(path) as f:
+            return fresh_args(f.read())
+    except OSError:
+        return {}
+
+
 # ---------------------------------------------------------------- Triton
 
 
@@ -51,6 +147,9 @@ def triton_kernel_info(autotuner) -> _C.KernelInfo:
     names = [n for n, t in signature.items() if t != "constexpr"]
     mutated = frozenset(getattr(autotuner, "mutated_arg_names", ()) or ())
     roles = [_role(n, mutated) for n in names]
+    for i in getattr(autotuner, "_kdebug_fresh", ()):  # Note [Fresh buffers]
+        if i < len(roles) and roles[i] & 2:
+            roles[i] = 2
     dev_type = getattr(getattr(autotuner, "device_props", None), "type", "cuda")
     dev_index = autotuner.triton_meta.get("device", 0)
     if not isinstance(dev_index, int):
@@ -104,25 +203,38 @@ def _param_names(source: str, n: int) -> list[str]:
     return names if len(names) == n else [f"arg{i}" for i in range(n)]
 
 
-def cpp_kernel_info(name: str, argtypes: list[str], source: str) -> _C.KernelInfo:
+def cpp_kernel_info(name: str, argtypes: list[str], source: str,
+                    fresh: frozenset[int] = frozenset()) -> _C.KernelInfo:
     """Roles from the pybinding's argument types: ``const T*`` is read, ``T*``
-    written (and read too for in_out_ptr / in_ptr), scalars read."""
+    written (and read too for in_out_ptr / in_ptr, unless the buffer is
+    fresh: Note [Fresh buffers]), scalars read."""
     names = _param_names(source, len(argtypes))
     roles = []
-    for n, t in zip(names, argtypes):
+    for i, (n, t) in enumerate(zip(names, argtypes)):
         t = t.strip()
         if "*" in t and not t.startswith("const"):
-            roles.append(2 | (1 if n.startswith(("in_out_ptr", "in_ptr")) else 0))
+            reads = n.startswith(("in_out_ptr", "in_ptr")) and i not in fresh
+            roles.append(2 | (1 if reads else 0))
         else:
             roles.append(1)
     return _C.KernelInfo(_C.KIND_CPP, name, names, roles, 0, -1)
 
 
-def _wrap_cpp(scope: dict, key: str, argtypes: list[str], source: str) -> None:
+def _wrap_cpp(scope: dict, key: str, argtypes: list[str], source: str,
+              fresh: dict[str, frozenset[int]]) -> None:
     fn = scope.get(key)
     if fn is None or isinstance(fn, _C.CppKernel) or not callable(fn):
         return
-    scope[key] = _C.CppKernel(fn, cpp_kernel_info(key, argtypes, source))
+    scope[key] = _C.CppKernel(fn, cpp_kernel_info(key, argtypes, source, fresh.get(key, frozenset())))
+
+
+def _mark_fresh_triton(scope: dict, fresh: dict[str, frozenset[int]]) -> None:
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    for key, positions in fresh.items():
+        obj = scope.get(key)
+        if isinstance(obj, CachingAutotuner) and positions:
+            obj._kdebug_fresh = positions
 
 
 def _patched_cpp_pybinding(orig):
@@ -144,8 +256,10 @@ def _patched_wait(orig):
             if entry is not None and entry[0] is value:
                 pending[key] = _stash.pop(id(value))
         result = orig(self, scope)
+        fresh = _module_fresh_args(scope)
         for key, (_, argtypes, source) in pending.items():
-            _wrap_cpp(scope, key, argtypes, source)
+            _wrap_cpp(scope, key, argtypes, source, fresh)
+        _mark_fresh_triton(scope, fresh)
         return result
 
     wait.__wrapped__ = orig
@@ -164,9 +278,12 @@ def _wrap_loaded_modules() -> None:
             continue
         try:
             with open(path) as f:
-                tree = ast.parse(f.read())
+                text = f.read()
+            tree = ast.parse(text)
         except (OSError, SyntaxError, ValueError):
             continue
+        fresh = fresh_args(text)
+        _mark_fresh_triton(mod.__dict__, fresh)
         for node in tree.body:
             if not (isinstance(node, ast.Assign) and len(node.targets) == 1
                     and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call)):
@@ -180,7 +297,7 @@ def _wrap_loaded_modules() -> None:
                 source = ast.literal_eval(call.args[1])
             except ValueError:
                 continue
-            _wrap_cpp(mod.__dict__, node.targets[0].id, list(argtypes), source)
+            _wrap_cpp(mod.__dict__, node.targets[0].id, list(argtypes), source, fresh)
 
 
 # ---------------------------------------------------------------- bypass paths

@@ -2,6 +2,7 @@
 recorder that sees every kernel Inductor's generated code launches."""
 from __future__ import annotations
 
+import contextlib
 import inspect
 import weakref
 from collections import Counter
@@ -9,7 +10,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _upstream, inductor
+from . import _C, _upstream, hashing, inductor
 from .calls import _VERBOSE, _KernelCall, make_call
 
 _UPSTREAM_FLAGS = [p for p in inspect.signature(_upstream.DebugMode.__init__).parameters if p != "self"]
@@ -126,7 +127,8 @@ class DebugMode(_upstream.DebugMode):
         self._materialized = 0
         self._bypass: Counter[str] = Counter()
         self._warned: set[str] = set()
-        self._reported = {"dropped": 0, "errors": 0, "unrecorded": 0}
+        self._reported = {"dropped": 0, "errors": 0, "unrecorded": 0, "outputs_skipped": 0,
+                          "readonly_changed": 0, "hash_unsupported": 0}
         self._entered = 0
         # Note [Fast aten-op recording]: with these flags every aten-op record
         # is made by the C formatter (kd_fmt.c), text-identical to upstream's;
@@ -186,7 +188,7 @@ class DebugMode(_upstream.DebugMode):
             new = []
             for i in range(self._materialized, n):
                 launch = rec.launch(i)
-                new.append((launch.py_index, launch.launch_index, make_call(launch)))
+                new.append((launch.py_index, launch.launch_index, make_call(launch, rec)))
             self._materialized = n
             new.sort(key=lambda t: (t[0], t[1]))
             ops = self._ops
@@ -202,6 +204,53 @@ class DebugMode(_upstream.DebugMode):
             merged.extend(old[prev:])
             list.__setitem__(ops, slice(None), merged)
         self._report_problems()
+
+    # -- hashes and recorded outputs --
+    @staticmethod
+    @contextlib.contextmanager
+    def log_tensor_hashes(hash_fn="norm", hash_inputs: bool = False,
+                          check_inputs_unchanged: bool = False):
+        """Hash tensors around every kernel launch and aten op, as upstream does.
+
+        hash_fn: "norm" (upstream's float64 L1, deterministic for NaN/inf),
+            "hash_tensor" (upstream's XOR hash), "bitwise" (kdebug's 64-bit
+            hash of the bytes in logical order), a list of them, or a callable
+            (slow path).
+        hash_inputs: also hash, before each launch, the arguments the kernel
+            reads (call.pre_hashes); after the launch the arguments it writes
+            are hashed (call.post_hashes).  Fresh output buffers are never
+            hashed before the launch: they hold uninitialized memory.
+        check_inputs_unchanged: verify (bitwise) that every argument a kernel
+            only reads is unchanged by the launch; a kernel that wrote to one
+            is reported (call.readonly_violations, a KdebugWarning).
+        """
+        spec_id, spec = hashing.parse(hash_fn)
+        prev = _C._set_hash_config(spec.kinds, bool(hash_inputs), bool(check_inputs_unchanged), spec_id)
+        if spec.fn is not None:
+            hashing.push_custom(spec.fn)
+        try:
+            with _upstream.DebugMode.log_tensor_hashes(hash_fn=spec.aten_fn(), hash_inputs=hash_inputs):
+                yield
+        finally:
+            if spec.fn is not None:
+                hashing.pop_custom()
+            _C._set_hash_config(*prev)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def record_outputs(max_bytes: int = 4 << 30):
+        """Keep clones of what every kernel writes (call.record["output"]) and of
+        aten-op outputs (as upstream).  Kernel outputs are cloned on the
+        kernel's stream without synchronizing; at most ``max_bytes`` of them are
+        kept, the rest are counted and reported instead of running out of memory."""
+        if max_bytes < 0:
+            raise ValueError("record_outputs(max_bytes=...) must be >= 0")
+        prev = _C._set_record_outputs(True, int(max_bytes))
+        try:
+            with _upstream.DebugMode.record_outputs():
+                yield
+        finally:
+            _C._set_record_outputs(*prev)
 
     # -- entering and leaving --
     def __enter__(self):
@@ -265,6 +314,23 @@ class DebugMode(_upstream.DebugMode):
                 f"{s['dropped']} kernel launch record(s) were dropped because the ring "
                 f"({s['capacity']} slots, overflow={s['overflow']!r}) was full. Pass a larger "
                 "DebugMode(ring_capacity=...) to keep them.", stacklevel=4)
+        if s["outputs_skipped"] > self._reported["outputs_skipped"]:
+            self._reported["outputs_skipped"] = s["outputs_skipped"]
+            inductor.warn(
+                f"record_outputs kept {s['output_bytes']} bytes of kernel outputs, its budget; "
+                f"{s['outputs_skipped']} output(s) were not recorded. Raise it with "
+                "DebugMode.record_outputs(max_bytes=...).", stacklevel=4)
+        if s["readonly_changed"] > self._reported["readonly_changed"]:
+            self._reported["readonly_changed"] = s["readonly_changed"]
+            inductor.warn(
+                f"{s['readonly_changed']} argument(s) that a kernel only reads changed during the "
+                "launch: the kernel wrote to memory it should only read. See "
+                "call.readonly_violations.", stacklevel=4)
+        if s["hash_unsupported"] > self._reported["hash_unsupported"]:
+            self._reported["hash_unsupported"] = s["hash_unsupported"]
+            inductor.warn(
+                f"{s['hash_unsupported']} tensor(s) have a dtype the requested hash cannot decode "
+                "(their values are missing); hash_fn='bitwise' hashes every dtype.", stacklevel=4)
         if s["errors"] > self._reported["errors"]:
             self._reported["errors"] = s["errors"]
             msgs = self._recorder.messages()
@@ -327,7 +393,7 @@ class DebugMode(_upstream.DebugMode):
         super().reset()
         if getattr(self, "_recorder", None) is not None:
             self._bypass.clear()
-            self._reported = {"dropped": 0, "errors": 0, "unrecorded": 0}
+            self._reported = {k: 0 for k in self._reported}
 
 
 def get_active_debug_mode() -> DebugMode | None:

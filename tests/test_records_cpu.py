@@ -31,6 +31,23 @@ def _kernel_sources(module_src: str) -> dict[str, tuple[list[str], str]]:
     return out
 
 
+def _write_first(call, i) -> bool:
+    """Runs the raw kernel twice on copies of its arguments, argument i filled
+    with zeros and with garbage: a kernel that never reads i's old bytes
+    produces the same outputs both times."""
+    from torch._inductor.codecache import PyCodeCache
+
+    kernel = next(vars(m)[call.kernel_name] for m in PyCodeCache.modules if call.kernel_name in vars(m))
+    raw = kernel.__wrapped__
+    results = []
+    for fill in (0.0, 1e30):
+        args = [a.clone() if isinstance(a, torch.Tensor) else a for a in call._launch.objects]
+        args[i].fill_(fill)
+        raw(*args)
+        results.append([a for a in args if isinstance(a, torch.Tensor)])
+    return all(torch.equal(x, y) for x, y in zip(*results))
+
+
 def test_kernels_match_generated_code(compiled_cpu, cpu_inputs):
     with DebugMode(record_triton_kernels=True, store_original_args=True) as dm:
         out = compiled_cpu(*cpu_inputs)
@@ -50,9 +67,15 @@ def test_kernels_match_generated_code(compiled_cpu, cpu_inputs):
         names = [re.findall(r"\w+", p)[-1] for p in params.split(",")]
         assert list(k.arg_names) == names
         stored = _stored_params(ksrc)
-        for n, t, role in zip(names, argtypes, k.roles.values()):
+        for i, (n, t, role) in enumerate(zip(names, argtypes, k.roles.values())):
             assert ("W" in role) == (n in stored), (name, n, role, sorted(stored))
-            assert ("R" in role) == (t.startswith("const") or n.startswith(("in_out_ptr", "in_ptr"))), (name, n, role)
+            declared_read = t.startswith("const") or n.startswith(("in_out_ptr", "in_ptr"))
+            if declared_read and "R" not in role:
+                # kdebug says the buffer is fresh (Note [Fresh buffers]): the
+                # kernel must not depend on its bytes before the launch
+                assert _write_first(k, i), (name, n)
+            else:
+                assert ("R" in role) == declared_read, (name, n, role)
         # metadata read in C equals the tensors' own
         for info_tuple, obj in zip(k._launch.args, k._launch.objects):
             if isinstance(obj, torch.Tensor):

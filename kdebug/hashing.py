@@ -1,0 +1,191 @@
+"""Tensor hashes for kernel and aten-op records (definitions: Notes in csrc/kd_hash.h).
+
+    "bitwise"      kdebug's 64-bit hash of the bytes in logical order
+    "norm"         upstream's float64 L1 norm, NaN / inf handled deterministically
+    "hash_tensor"  upstream's XOR of 64-bit upcast values
+    a list of these, or any callable (slow path)
+
+CPU tensors are hashed by C code.  Tensors on other devices are copied to the
+host and hashed by the same C code (this synchronizes; the CUDA hash kernel
+replaces it where available).
+"""
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Callable
+
+import torch
+
+from . import _C
+
+KINDS = {"bitwise": _C.HASH_BITWISE, "norm": _C.HASH_NORM, "hash_tensor": _C.HASH_XOR}
+
+
+class NormHash(float):
+    """The norm hash of a tensor with NaN or infinite elements.
+
+    Its float value is upstream's (``nan`` when any element is NaN, else
+    ``inf``); unlike upstream's, two NormHash compare equal when the finite
+    part of the L1 norm and the NaN / +inf / -inf counts are equal, so
+    identical tensors always compare equal."""
+
+    __slots__ = ("l1_finite", "nan", "posinf", "neginf")
+
+    def __new__(cls, l1_finite: float, nan: int, posinf: int, neginf: int):
+        value = math.nan if nan else math.inf
+        self = super().__new__(cls, value)
+        self.l1_finite, self.nan, self.posinf, self.neginf = l1_finite, nan, posinf, neginf
+        return self
+
+    def _key(self):
+        return (self.l1_finite, self.nan, self.posinf, self.neginf)
+
+    def __eq__(self, other):
+        if isinstance(other, NormHash):
+            return self._key() == other._key()
+        return False
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        parts = [f"l1_finite={self.l1_finite!r}"]
+        parts += [f"{k}={getattr(self, k)}" for k in ("nan", "posinf", "neginf") if getattr(self, k)]
+        return f"NormHash({', '.join(parts)})"
+
+
+def norm_value(l1: float, nan: int, posinf: int, neginf: int) -> float:
+    if nan or posinf or neginf:
+        return NormHash(l1, nan, posinf, neginf)
+    return l1
+
+
+def _raw(t: torch.Tensor, kinds: int) -> tuple:
+    """(bitwise, l1, nan, posinf, neginf, xor64, unsupported) of any tensor."""
+    with torch._C._DisableTorchDispatch():
+        if t.device.type != "cpu":
+            t = t.detach().to("cpu")
+        if t.is_quantized:
+            t = t.int_repr()
+        return _C.hash(t.detach(), kinds)
+
+
+def bitwise(t: torch.Tensor) -> int:
+    """kdebug's bitwise hash (Note [The bitwise hash] in csrc/kd_hash.h)."""
+    return _raw(t, _C.HASH_BITWISE)[0]
+
+
+def norm(t: torch.Tensor) -> float:
+    """Upstream's norm hash (float64 L1), deterministic for NaN and inf."""
+    r = _raw(t, _C.HASH_NORM)
+    if r[6]:
+        raise TypeError(f"kdebug cannot compute the norm hash of a {t.dtype} tensor; use hash_fn='bitwise'")
+    return norm_value(r[1], r[2], r[3], r[4])
+
+
+def hash_tensor(t: torch.Tensor) -> int:
+    """Upstream's hash_tensor value: XOR of the 64-bit upcast elements."""
+    r = _raw(t, _C.HASH_XOR)
+    if r[6]:
+        raise TypeError(f"kdebug cannot compute hash_tensor of a {t.dtype} tensor; use hash_fn='bitwise'")
+    return r[5]
+
+
+_FNS = {"bitwise": bitwise, "norm": norm, "hash_tensor": hash_tensor}
+
+
+class HashSpec:
+    """What one log_tensor_hashes() call asked for."""
+
+    def __init__(self, names: list[str] | None, fn: Callable | None, single: bool):
+        self.names = names or []
+        self.fn = fn
+        self.single = single
+        self.kinds = 0
+        for n in self.names:
+            self.kinds |= KINDS[n]
+        if fn is not None:
+            self.kinds |= _C.HASH_CUSTOM
+
+    def aten_fn(self) -> Callable:
+        """The function upstream's aten-op hooks call for each tensor."""
+        if self.fn is not None:
+            return self.fn
+        fns = [_FNS[n] for n in self.names]
+        if self.single:
+            return fns[0]
+        return lambda t: tuple(f(t) for f in fns)
+
+    def value(self, side: tuple | None, custom: Any = None):
+        """A kernel argument's hash value(s) from a record side (pre or post)."""
+        if self.fn is not None:
+            return custom
+        if side is None:
+            return None
+        bw, l1, nan, pinf, ninf, x = side
+        vals = []
+        for n in self.names:
+            vals.append(bw if n == "bitwise" else x if n == "hash_tensor" else norm_value(l1, nan, pinf, ninf))
+        return vals[0] if self.single else tuple(vals)
+
+
+_specs: list[HashSpec] = [HashSpec([], None, True)]  # id 0: none
+_specs_lock = threading.Lock()
+
+
+def parse(hash_fn) -> tuple[int, HashSpec]:
+    """(spec id, spec) for a hash_fn argument; a clear error for bad input."""
+    if callable(hash_fn) and not isinstance(hash_fn, str):
+        spec = HashSpec(None, hash_fn, True)
+    elif isinstance(hash_fn, str):
+        if hash_fn not in KINDS:
+            raise ValueError(f"hash_fn={hash_fn!r} is not a hash kdebug knows: use one of "
+                             f"{', '.join(map(repr, KINDS))}, a list of them, or a callable")
+        spec = HashSpec([hash_fn], None, True)
+    elif isinstance(hash_fn, (list, tuple)) and hash_fn and all(isinstance(h, str) for h in hash_fn):
+        bad = [h for h in hash_fn if h not in KINDS]
+        if bad:
+            raise ValueError(f"hash_fn has unknown hash(es) {bad}: use {', '.join(map(repr, KINDS))}")
+        spec = HashSpec(list(hash_fn), None, False)
+    else:
+        raise TypeError(f"hash_fn must be a str, a non-empty list of str or a callable, not {type(hash_fn).__name__}")
+    with _specs_lock:
+        if len(_specs) >= 65535:
+            raise RuntimeError("too many log_tensor_hashes() specs in one process")
+        _specs.append(spec)
+        return len(_specs) - 1, spec
+
+
+def spec(spec_id: int) -> HashSpec:
+    return _specs[spec_id]
+
+
+def _slow_hasher(t: torch.Tensor, kinds: int) -> tuple:
+    return _raw(t, kinds)
+
+
+# custom hash_fns of the active log_tensor_hashes() contexts, innermost last
+# (process-wide, like the C-side hash configuration: kernels launched from
+# autograd's threads are hashed too)
+_custom_fns: list[Callable] = []
+
+
+def _custom_hasher(recorder, launch_index: int, arg: int, when: int, t: torch.Tensor) -> None:
+    if _custom_fns:
+        with torch._C._DisableTorchDispatch():
+            recorder.custom[(launch_index, arg, when)] = _custom_fns[-1](t)
+
+
+def push_custom(fn: Callable) -> None:
+    _custom_fns.append(fn)
+
+
+def pop_custom() -> None:
+    _custom_fns.pop()
+
+
+_C._set_hashers(_slow_hasher, _custom_hasher)
