@@ -59,6 +59,41 @@ C_SOURCES = [
     "csrc/kd_module.c",
 ]
 CXX_SOURCES = ["csrc/kd_torch.cpp"]  # the only file that includes libtorch headers
+CUDA_SOURCE = "csrc/kd_cuda_hash.cu"  # CUDA runtime only, no libtorch headers
+CUDA_STUB = "csrc/kd_cuda_stub.c"     # the same C API where torch has no CUDA
+
+
+def cuda_build_info():
+    """(nvcc, cuda_home, gencode flags) when torch has CUDA and nvcc is there, else None.
+    KDEBUG_NO_CUDA=1 forces a CPU-only build."""
+    if os.environ.get("KDEBUG_NO_CUDA") == "1":
+        return None
+    import shutil
+
+    import torch
+    from torch.utils import cpp_extension
+
+    if torch.version.cuda is None:
+        return None
+    home = cpp_extension.CUDA_HOME
+    nvcc = os.path.join(home, "bin", "nvcc") if home else shutil.which("nvcc")
+    if not nvcc or not os.path.exists(nvcc):
+        print("kdebug: torch has CUDA but nvcc was not found: building without GPU hashing", file=sys.stderr)
+        return None
+    archs = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if archs:
+        caps = [a.replace("+PTX", "") for a in archs.replace(",", ";").split(";") if a.strip()]
+    elif torch.cuda.is_available():
+        caps = sorted({"%d.%d" % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+    else:
+        caps = ["8.0", "9.0"]
+    flags = []
+    for c in caps:
+        n = c.replace(".", "")
+        flags += ["-gencode", f"arch=compute_{n},code=sm_{n}"]
+    n = caps[-1].replace(".", "")
+    flags += ["-gencode", f"arch=compute_{n},code=compute_{n}"]  # PTX for newer GPUs
+    return nvcc, home or os.path.dirname(os.path.dirname(nvcc)), flags
 
 
 class BuildExt(build_ext):
@@ -85,8 +120,21 @@ class BuildExt(build_ext):
             return original(obj, src, ext, cc_args, [*extra_postargs, *common, *flags], pp_opts)
 
         self.compiler._compile = _compile
-        # a C++ compiler may not accept -std=c11 through its C driver: compile
-        # C files with the C compiler, link with the C++ one
+        cuda = cuda_build_info()
+        for ext in self.extensions:
+            if cuda is None:
+                ext.sources.append(CUDA_STUB)
+                continue
+            nvcc, home, gencode = cuda
+            obj = os.path.join(self.build_temp, "kd_cuda_hash.o")
+            os.makedirs(self.build_temp, exist_ok=True)
+            cmd = [nvcc, "-O3", "-std=c++17", "-Xcompiler", "-fPIC", *gencode, "-c", CUDA_SOURCE, "-o", obj]
+            self.spawn(cmd)
+            ext.extra_objects.append(obj)
+            lib = os.path.join(home, "lib64")
+            ext.library_dirs.append(lib)
+            ext.libraries.append("cudart")
+            ext.extra_link_args.append(f"-Wl,-rpath,{lib}")
         super().build_extensions()
 
 

@@ -287,10 +287,46 @@ static void add_abs(nm *c, double a)
         c->acc += fabs(a);
 }
 
+/* Tight loops for the common float types; same order of additions as the
+ * generic loop below (one accumulator, element order), so the same result. */
+#define KD_NORM_LOOP(T, LOAD)                                                  \
+    do {                                                                       \
+        for (uint64_t i = 0; i < n; i++) {                                     \
+            T raw;                                                             \
+            memcpy(&raw, p + i * sizeof(T), sizeof(T));                        \
+            double a = LOAD;                                                   \
+            if (isfinite(a))                                                   \
+                acc += fabs(a);                                                \
+            else                                                               \
+                add_abs(c, a);                                                 \
+        }                                                                      \
+    } while (0)
+
 static void norm_run(void *ctx, const unsigned char *p, uint64_t nbytes)
 {
     nm *c = ctx;
     uint64_t n = nbytes / (uint64_t)c->itemsize;
+    double acc = c->acc;
+    switch (c->st) {
+    case KD_ST_FLOAT:
+        KD_NORM_LOOP(float, (double)raw);
+        c->acc = acc;
+        return;
+    case KD_ST_DOUBLE:
+        KD_NORM_LOOP(double, raw);
+        c->acc = acc;
+        return;
+    case KD_ST_BFLOAT16:
+        KD_NORM_LOOP(uint16_t, bf16_to_double(raw));
+        c->acc = acc;
+        return;
+    case KD_ST_HALF:
+        KD_NORM_LOOP(uint16_t, half_to_double(raw));
+        c->acc = acc;
+        return;
+    default:
+        break;
+    }
     for (uint64_t i = 0; i < n; i++, p += c->itemsize) {
         if (c->kind == K_FLOAT) {
             add_abs(c, kd_decode_float(c->st, p));

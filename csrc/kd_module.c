@@ -1,6 +1,7 @@
 /* kd_module.c - the kdebug._C module: global tables and module setup. */
 #include <string.h>
 
+#include "kd_cuda_hash.h"
 #include "kd_hash.h"
 #include "kd_py.h"
 #include "kd_shim.h"
@@ -196,7 +197,114 @@ static PyObject *mod_hash(PyObject *m, PyObject *args)
                          (unsigned long long)n.neginf, (unsigned long long)x, unsupported);
 }
 
+/* hash_async(t, kinds, stream) -> a 7-tuple now (CPU tensors), an int handle
+ * for a result queued on the GPU (fetch it with hash_fetch), or NotImplemented
+ * (another device, or a build without CUDA: use the slow path). */
+static PyObject *mod_hash_async(PyObject *m, PyObject *args)
+{
+    PyObject *t;
+    int kinds;
+    unsigned long long stream;
+    if (!PyArg_ParseTuple(args, "OiK", &t, &kinds, &stream))
+        return NULL;
+    kd_tensor_meta meta;
+    int r = kd_shim_tensor_meta(t, &meta);
+    if (r != 1) {
+        PyErr_SetString(PyExc_TypeError, r == 0 ? "expected a tensor" : kd_shim_last_error());
+        return NULL;
+    }
+    if (meta.device_type == KD_DEV_CPU) {
+        PyObject *a = Py_BuildValue("(Oi)", t, kinds);
+        PyObject *res = a ? mod_hash(m, a) : NULL;
+        Py_XDECREF(a);
+        return res;
+    }
+    int itemsize = kd_itemsize(meta.dtype);
+    if (meta.device_type != KD_DEV_CUDA || meta.ndim > KD_CUDA_MAX_DIMS || itemsize == 0 ||
+        !kd_cuda_available())
+        Py_RETURN_NOTIMPLEMENTED;
+    kd_cuda_tensor ct;
+    memset(&ct, 0, sizeof ct);
+    ct.data = meta.data_ptr;
+    ct.scalar_type = meta.dtype;
+    ct.itemsize = itemsize;
+    ct.ndim = meta.ndim;
+    ct.numel = 1;
+    int64_t expect = 1;
+    ct.contiguous = 1;
+    for (int d = meta.ndim - 1; d >= 0; d--) {
+        ct.sizes[d] = meta.sizes[d];
+        ct.strides[d] = meta.strides[d];
+        ct.numel *= meta.sizes[d];
+        if (meta.sizes[d] != 1 && meta.strides[d] != expect)
+            ct.contiguous = 0;
+        expect *= meta.sizes[d];
+    }
+    if (ct.numel == 0)
+        return Py_BuildValue("(KdKKKKi)", (unsigned long long)kd_hash_finish(0, 0), 0.0, 0ull, 0ull,
+                             0ull, 0ull, 0);
+    int64_t idx = kd_cuda_hash_enqueue(meta.device_index, stream, kinds, &ct, 1);
+    if (idx < 0) {
+        PyErr_SetString(PyExc_RuntimeError, kd_cuda_last_error());
+        return NULL;
+    }
+    return PyLong_FromLongLong(((int64_t)meta.device_index << 48) | idx);
+}
+
+/* hash_fetch(handle) -> the 7-tuple of a queued GPU hash (collects if needed) */
+static PyObject *mod_hash_fetch(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    long long h = PyLong_AsLongLong(arg);
+    if (h == -1 && PyErr_Occurred())
+        return NULL;
+    int device = (int)(h >> 48);
+    int64_t idx = h & ((1ll << 48) - 1);
+    const kd_cuda_result *res = kd_cuda_hash_result(device, idx);
+    if (res == NULL) {
+        if (kd_cuda_hash_collect() != 0) {
+            PyErr_SetString(PyExc_RuntimeError, kd_cuda_last_error());
+            return NULL;
+        }
+        res = kd_cuda_hash_result(device, idx);
+    }
+    if (res == NULL) {
+        PyErr_SetString(PyExc_KeyError, "no such GPU hash");
+        return NULL;
+    }
+    return Py_BuildValue("(KdKKKKi)", (unsigned long long)kd_hash_finish(res->S, res->nbytes), res->l1,
+                         (unsigned long long)res->nan, (unsigned long long)res->posinf,
+                         (unsigned long long)res->neginf, (unsigned long long)res->xor64,
+                         (int)res->unsupported);
+}
+
+static PyObject *mod_hash_collect(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    if (kd_cuda_hash_collect() != 0) {
+        PyErr_SetString(PyExc_RuntimeError, kd_cuda_last_error());
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(kd_cuda_syncs());
+}
+
+static PyObject *mod_gpu_info(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return Py_BuildValue("{sOsKsL}", "available", kd_cuda_available() ? Py_True : Py_False,
+                         "syncs", (unsigned long long)kd_cuda_syncs(), "in_flight",
+                         (long long)kd_cuda_hash_outstanding());
+}
+
 static PyMethodDef module_methods[] = {
+    {"hash_async", mod_hash_async, METH_VARARGS,
+     "hash_async(t, kinds, stream) -> 7-tuple, int handle (GPU, queued), or NotImplemented"},
+    {"hash_fetch", mod_hash_fetch, METH_O, "hash_fetch(handle) -> 7-tuple (collects if needed)"},
+    {"hash_collect", mod_hash_collect, METH_NOARGS,
+     "Synchronize once and read every queued GPU hash back; returns kdebug's sync count."},
+    {"gpu_info", mod_gpu_info, METH_NOARGS, "{'available', 'syncs', 'in_flight'} of GPU hashing"},
     {"_set_hash_config", mod_set_hash_config, METH_VARARGS,
      "Set what launches hash: (kinds, hash_inputs, check_readonly, spec); returns the previous."},
     {"_set_record_outputs", mod_set_record_outputs, METH_VARARGS,

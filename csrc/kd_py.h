@@ -53,6 +53,7 @@ typedef struct kd_recorder {
     uint64_t outputs_skipped;   /* GIL; outputs not recorded: budget exceeded */
     PyObject *outputs;          /* GIL; {launch_index: {name: clone}} */
     PyObject *custom;           /* GIL; {(launch_index, arg, when): value} */
+    uint64_t resolved_upto;     /* GIL; stored launches before this have no pending GPU hash */
     int nmessages;
     char messages[KD_MAX_ERROR_MESSAGES][KD_ERROR_MESSAGE_BYTES];
 } kd_recorder;
@@ -106,6 +107,7 @@ typedef struct kd_pending {
     uint32_t n;
     int ok;
     uint64_t launch_index;
+    uint64_t stream;
     kd_hash_config cfg; /* as it was when the launch began */
 } kd_pending;
 
@@ -122,6 +124,10 @@ void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssiz
 /* Moves every complete launch from the ring into the store.  Returns the
  * number of launches in the store. */
 uint64_t kd_recorder_drain(kd_recorder *r);
+
+/* Fills in the GPU hashes of stored launches (collecting them first: one
+ * device synchronization).  Returns how many are still missing. */
+uint64_t kd_recorder_resolve(kd_recorder *r);
 
 /* ---- hook.c: what the runner hook captures during a recorded launch ---- */
 typedef struct kd_capture {

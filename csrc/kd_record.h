@@ -53,6 +53,8 @@ enum kd_hash_flag {
     KD_HF_CHANGED = 4,      /* a read-only argument's bytes changed during the launch */
     KD_HF_UNSUPPORTED = 8,  /* the dtype cannot be hashed by this kind (counted) */
     KD_HF_CHECKED = 16,     /* read-only check done (pre and post bitwise taken) */
+    KD_HF_PENDING_PRE = 32, /* pre values are on the GPU: bitwise[0] holds the result index */
+    KD_HF_PENDING_POST = 64,/* post values likewise, in bitwise[1] */
 };
 
 enum kd_kind { KD_KIND_TRITON = 1, KD_KIND_CPP = 2 };

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kd_cuda_hash.h"
 #include "kd_hash.h"
 #include "kd_py.h"
 #include "kd_shim.h"
@@ -167,16 +168,94 @@ static uint32_t describe_arg(PyObject *o, uint32_t name_id, uint8_t role, int ha
     return 1;
 }
 
-/* Hashes tensor object o with `kinds` into slot `w` (0 pre, 1 post) of h. */
+/* CUDA tensors to hash, queued as one kernel (Note [Hashing on the GPU]). */
+typedef struct gpu_batch {
+    kd_cuda_tensor t[KD_CUDA_BATCH];
+    kd_hash_rec *h[KD_CUDA_BATCH];
+    int w[KD_CUDA_BATCH];
+    int n, device, kinds;
+    uint64_t stream;
+} gpu_batch;
+
+static void batch_flush(kd_recorder *r, gpu_batch *b)
+{
+    if (b->n == 0)
+        return;
+    int64_t first = kd_cuda_hash_enqueue(b->device, b->stream, b->kinds, b->t, b->n);
+    for (int i = 0; i < b->n; i++) {
+        kd_hash_rec *h = b->h[i];
+        if (first < 0) {
+            h->flags &= (uint8_t)~(b->w[i] ? KD_HF_POST : KD_HF_PRE);
+            continue;
+        }
+        h->bitwise[b->w[i]] = (uint64_t)(first + i);
+        h->flags |= (uint8_t)(b->w[i] ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE);
+    }
+    if (first < 0) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "queuing GPU hashes: %s", kd_cuda_last_error());
+        kd_recorder_error(r, msg);
+    }
+    b->n = 0;
+}
+
+/* Queues a CUDA tensor's hashes; 0 if this build or view cannot (the caller
+ * falls back to the slow path). */
+static int batch_add(kd_recorder *r, gpu_batch *b, const kd_tensor_meta *m, int kinds,
+                     kd_hash_rec *h, int w, uint64_t stream)
+{
+    if (b == NULL || m->device_type != KD_DEV_CUDA || m->ndim > KD_CUDA_MAX_DIMS ||
+        !kd_cuda_available() || kd_itemsize(m->dtype) == 0)
+        return 0;
+    if (b->n && (b->n == KD_CUDA_BATCH || b->device != m->device_index || b->kinds != kinds))
+        batch_flush(r, b);
+    kd_cuda_tensor *t = &b->t[b->n];
+    memset(t, 0, sizeof *t);
+    t->data = m->data_ptr;
+    t->scalar_type = m->dtype;
+    t->itemsize = kd_itemsize(m->dtype);
+    t->ndim = m->ndim;
+    t->numel = 1;
+    int64_t expect = 1;
+    int contiguous = 1;
+    for (int d = m->ndim - 1; d >= 0; d--) {
+        t->sizes[d] = m->sizes[d];
+        t->strides[d] = m->strides[d];
+        t->numel *= m->sizes[d];
+        if (m->sizes[d] != 1 && m->strides[d] != expect)
+            contiguous = 0;
+        expect *= m->sizes[d];
+    }
+    t->contiguous = contiguous;
+    if (t->numel == 0) {
+        /* nothing to read: the empty tensor's values are known */
+        h->bitwise[w] = kd_hash_finish(0, 0);
+        return 1;
+    }
+    b->h[b->n] = h;
+    b->w[b->n] = w;
+    b->device = m->device_index;
+    b->kinds = kinds;
+    b->stream = stream;
+    b->n++;
+    return 1;
+}
+
+/* Hashes tensor object o with `kinds` into slot `w` (0 pre, 1 post) of h.
+ * CUDA tensors go to the batch b (queued on `stream`), CPU tensors are hashed
+ * here, anything else through the slow Python path. */
 static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int w,
-                        uint64_t launch_index, Py_ssize_t arg)
+                        uint64_t launch_index, Py_ssize_t arg, gpu_batch *b, uint64_t stream)
 {
     kd_tensor_meta m;
     if (kd_shim_tensor_meta(o, &m) != 1)
         return;
     h->kinds |= (uint8_t)kinds;
     h->flags |= (uint8_t)(w ? KD_HF_POST : KD_HF_PRE);
-    if (m.device_type == KD_DEV_CPU) {
+    int std_kinds = kinds & (KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR);
+    if (std_kinds && batch_add(r, b, &m, std_kinds, h, w, stream)) {
+        /* queued */
+    } else if (m.device_type == KD_DEV_CPU) {
         kd_view v = {(const void *)(uintptr_t)m.data_ptr, m.dtype, kd_itemsize(m.dtype),
                      m.ndim, m.sizes, m.strides};
         if (v.itemsize == 0 || (m.data_ptr == 0 && m.ndim > 0)) {
@@ -282,6 +361,9 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
         nargs = 0, why = "injected fault (kdebug._C._inject_hook_faults)";
     }
     p->launch_index = r->next_launch_index++;
+    p->stream = stream;
+    gpu_batch batch;
+    batch.n = 0;
     for (Py_ssize_t i = 0; i < nargs; i++) {
         uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
         uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
@@ -303,11 +385,12 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
                 if (p->cfg.check_readonly && role == KD_ROLE_READ)
                     kinds |= KD_HK_BITWISE;
                 if (kinds)
-                    hash_tensor(r, args[i], kinds, h, 0, p->launch_index, i);
+                    hash_tensor(r, args[i], kinds, h, 0, p->launch_index, i, &batch, stream);
             }
         }
         used += k;
     }
+    batch_flush(r, &batch); /* before the kernel, on its stream */
     if (why != NULL) {
         char msg[200];
         snprintf(msg, sizeof msg, "could not describe an argument of %s: %s",
@@ -364,6 +447,8 @@ static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, P
 {
     const kd_hash_config *cfg = &p->cfg;
     PyObject *outs = NULL;
+    gpu_batch batch;
+    batch.n = 0;
     uint32_t off = 1;
     for (Py_ssize_t i = 0; i < nargs && off <= p->n - 1; i++) {
         kd_payload *a = kd_ring_payload(r->ring, p->first + off);
@@ -380,14 +465,9 @@ static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, P
             if (check)
                 kinds |= KD_HK_BITWISE;
             if (kinds)
-                hash_tensor(r, args[i], kinds, h, 1, p->launch_index, i);
-            if (check) {
-                h->flags |= KD_HF_CHECKED;
-                if (h->bitwise[0] != h->bitwise[1]) {
-                    h->flags |= KD_HF_CHANGED;
-                    r->readonly_changed++;
-                }
-            }
+                hash_tensor(r, args[i], kinds, h, 1, p->launch_index, i, &batch, p->stream);
+            if (check)
+                h->flags |= KD_HF_CHECKED; /* compared below, once the batch is queued */
             np += 1;
         }
         if (cfg->record_outputs && (role & KD_ROLE_WRITE)) {
@@ -422,6 +502,25 @@ static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, P
             }
         }
         off += np;
+    }
+    batch_flush(r, &batch); /* after the kernel, on its stream */
+    if (cfg->check_readonly) {
+        /* values still on the GPU are compared when they are resolved */
+        off = 1;
+        for (Py_ssize_t i = 0; i < nargs && off <= p->n - 1; i++) {
+            kd_payload *a = kd_ring_payload(r->ring, p->first + off);
+            if (a->tag == KD_TAG_TENSOR && (a->tensor.flags & KD_TF_HASHED)) {
+                uint32_t np = kd_tensor_payloads(a->tensor.ndim);
+                kd_hash_rec *h = &kd_ring_payload(r->ring, p->first + off + np)->hash;
+                if ((h->flags & KD_HF_CHECKED) &&
+                    !(h->flags & (KD_HF_PENDING_PRE | KD_HF_PENDING_POST)) &&
+                    h->bitwise[0] != h->bitwise[1]) {
+                    h->flags |= KD_HF_CHANGED;
+                    r->readonly_changed++;
+                }
+            }
+            off += kd_arg_payloads(a);
+        }
     }
     if (outs != NULL) {
         PyObject *key = PyLong_FromUnsignedLongLong(p->launch_index);
@@ -511,6 +610,70 @@ uint64_t kd_recorder_drain(kd_recorder *r)
 {
     kd_ring_read(r->ring, r->drain_scratch, r->drain_cap, visit_drain, r);
     return r->store.nlaunches;
+}
+
+/* Fills one side of a hash record from the GPU's result; 0 if not there yet. */
+static int resolve_side(kd_recorder *r, kd_hash_rec *h, int w, int device)
+{
+    const kd_cuda_result *res = kd_cuda_hash_result(device, (int64_t)h->bitwise[w]);
+    if (res == NULL)
+        return 0;
+    h->bitwise[w] = kd_hash_finish(res->S, res->nbytes);
+    h->l1[w] = res->l1;
+    h->nan[w] = res->nan, h->posinf[w] = res->posinf, h->neginf[w] = res->neginf;
+    h->xor64[w] = res->xor64;
+    if (res->unsupported && (h->kinds & (KD_HK_NORM | KD_HK_XOR))) {
+        h->flags |= KD_HF_UNSUPPORTED;
+        r->hash_unsupported++;
+    }
+    h->flags &= (uint8_t) ~(w ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE);
+    return 1;
+}
+
+uint64_t kd_recorder_resolve(kd_recorder *r)
+{
+    uint64_t unresolved = 0;
+    int collected = 0;
+    uint64_t first_pending = UINT64_MAX;
+    for (uint64_t i = r->resolved_upto; i < r->store.nlaunches; i++) {
+        kd_payload *l = &r->store.payloads[r->store.launch_off[i]];
+        uint32_t off = 1;
+        int pending_here = 0;
+        for (uint32_t a = 0; a < l->launch.nargs && off <= l->launch.nslots; a++) {
+            kd_payload *q = &l[off];
+            kd_hash_rec *h = kd_arg_hash(q);
+            off += kd_arg_payloads(q);
+            if (h == NULL || !(h->flags & (KD_HF_PENDING_PRE | KD_HF_PENDING_POST)))
+                continue;
+            if (!collected) {
+                if (kd_cuda_hash_collect() != 0) {
+                    char msg[300];
+                    snprintf(msg, sizeof msg, "reading GPU hashes: %s", kd_cuda_last_error());
+                    kd_recorder_error(r, msg);
+                }
+                collected = 1;
+            }
+            int dev = q->tensor.device_index < 0 ? 0 : q->tensor.device_index;
+            int ok = 1;
+            for (int w = 0; w < 2; w++)
+                if ((h->flags & (w ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE)) && !resolve_side(r, h, w, dev))
+                    ok = 0;
+            if (!ok) {
+                pending_here = 1;
+                unresolved++;
+                continue;
+            }
+            if ((h->flags & KD_HF_CHECKED) && h->bitwise[0] != h->bitwise[1] &&
+                !(h->flags & KD_HF_CHANGED)) {
+                h->flags |= KD_HF_CHANGED;
+                r->readonly_changed++;
+            }
+        }
+        if (pending_here && first_pending == UINT64_MAX)
+            first_pending = i;
+    }
+    r->resolved_upto = first_pending == UINT64_MAX ? r->store.nlaunches : first_pending;
+    return unresolved;
 }
 
 /* ------------------------------------------------------------------ */
@@ -689,12 +852,19 @@ static PyObject *rec_drain(kd_recorder *self, PyObject *unused)
     return PyLong_FromUnsignedLongLong(kd_recorder_drain(self));
 }
 
+static PyObject *rec_resolve(kd_recorder *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(kd_recorder_resolve(self));
+}
+
 static PyObject *rec_clear(kd_recorder *self, PyObject *unused)
 {
     (void)unused;
     kd_recorder_drain(self);
     drop_objects(self);
     kd_store_clear(&self->store);
+    self->resolved_upto = 0;
     kd_ring_clear(self->ring);
     self->errors = self->unrecorded = self->suppressed = self->drain_failures = 0;
     self->hash_unsupported = self->readonly_changed = self->output_bytes = self->outputs_skipped = 0;
@@ -739,7 +909,9 @@ static PyObject *rec_stats(kd_recorder *self, PyObject *unused)
         g->policy == KD_RING_DROP_NEW ? "drop_new" : "overwrite");
     if (d == NULL)
         return NULL;
-    PyObject *more = Py_BuildValue("{sKsKsKsK}", "hash_unsupported",
+    PyObject *more = Py_BuildValue("{sKsKsKsKsKsK}", "gpu_syncs",
+                                   (unsigned long long)kd_cuda_syncs(), "gpu_hashes_in_flight",
+                                   (unsigned long long)kd_cuda_hash_outstanding(), "hash_unsupported",
                                    (unsigned long long)self->hash_unsupported, "readonly_changed",
                                    (unsigned long long)self->readonly_changed, "output_bytes",
                                    (unsigned long long)self->output_bytes, "outputs_skipped",
@@ -823,6 +995,9 @@ static PyMethodDef rec_methods[] = {
     {"drain", (PyCFunction)rec_drain, METH_NOARGS,
      "Move complete launches from the ring to the store; returns the stored count."},
     {"clear", (PyCFunction)rec_clear, METH_NOARGS, "Forget every launch and counter."},
+    {"resolve", (PyCFunction)rec_resolve, METH_NOARGS,
+     "Fill in GPU hashes of stored launches (collects them: one device synchronization); "
+     "returns how many are still missing."},
     {"launch", (PyCFunction)rec_launch, METH_O, "launch(i): view of stored launch i."},
     {"stats", (PyCFunction)rec_stats, METH_NOARGS, "Counters: launches, dropped, errors, ..."},
     {"messages", (PyCFunction)rec_messages, METH_NOARGS,

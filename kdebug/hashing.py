@@ -5,9 +5,10 @@
     "hash_tensor"  upstream's XOR of 64-bit upcast values
     a list of these, or any callable (slow path)
 
-CPU tensors are hashed by C code.  Tensors on other devices are copied to the
-host and hashed by the same C code (this synchronizes; the CUDA hash kernel
-replaces it where available).
+CPU tensors are hashed by C code.  CUDA tensors are hashed by kdebug's CUDA
+kernel (Note [Hashing on the GPU], csrc/kd_cuda_hash.h); tensors on other
+devices, or on CUDA with a build without it, are copied to the host and hashed
+by the C code (this synchronizes).
 """
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def norm_value(l1: float, nan: int, posinf: int, neginf: int) -> float:
 
 
 def _raw(t: torch.Tensor, kinds: int) -> tuple:
-    """(bitwise, l1, nan, posinf, neginf, xor64, unsupported) of any tensor."""
+    """(bitwise, l1, nan, posinf, neginf, xor64, unsupported) of any tensor,
+    computed on the host (copying it there first)."""
     with torch._C._DisableTorchDispatch():
         if t.device.type != "cpu":
             t = t.detach().to("cpu")
@@ -74,22 +76,47 @@ def _raw(t: torch.Tensor, kinds: int) -> tuple:
         return _C.hash(t.detach(), kinds)
 
 
-def bitwise(t: torch.Tensor) -> int:
-    """kdebug's bitwise hash (Note [The bitwise hash] in csrc/kd_hash.h)."""
-    return _raw(t, _C.HASH_BITWISE)[0]
+def stream_of(t: torch.Tensor) -> int:
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
 
 
-def norm(t: torch.Tensor) -> float:
+def start(t: torch.Tensor, kinds: int):
+    """Starts hashing t: a 7-tuple when done at once (CPU), an int handle when
+    queued on t's current CUDA stream (fetch with finish), else the host path."""
+    with torch._C._DisableTorchDispatch():
+        if t.is_quantized:
+            t = t.int_repr()
+        r = _C.hash_async(t.detach(), kinds, stream_of(t))
+        if r is NotImplemented:
+            return _raw(t, kinds)
+        return r
+
+
+def finish(r) -> tuple:
+    return _C.hash_fetch(r) if isinstance(r, int) else r
+
+
+def _hash7(t: torch.Tensor, kinds: int, on_host: bool) -> tuple:
+    return _raw(t, kinds) if on_host else finish(start(t, kinds))
+
+
+def bitwise(t: torch.Tensor, on_host: bool = False) -> int:
+    """kdebug's bitwise hash (Note [The bitwise hash] in csrc/kd_hash.h).
+    CUDA tensors are hashed on their device unless on_host=True."""
+    return _hash7(t, _C.HASH_BITWISE, on_host)[0]
+
+
+def norm(t: torch.Tensor, on_host: bool = False) -> float:
     """Upstream's norm hash (float64 L1), deterministic for NaN and inf."""
-    r = _raw(t, _C.HASH_NORM)
+    r = _hash7(t, _C.HASH_NORM, on_host)
     if r[6]:
         raise TypeError(f"kdebug cannot compute the norm hash of a {t.dtype} tensor; use hash_fn='bitwise'")
     return norm_value(r[1], r[2], r[3], r[4])
 
 
-def hash_tensor(t: torch.Tensor) -> int:
+def hash_tensor(t: torch.Tensor, on_host: bool = False) -> int:
     """Upstream's hash_tensor value: XOR of the 64-bit upcast elements."""
-    r = _raw(t, _C.HASH_XOR)
+    r = _hash7(t, _C.HASH_XOR, on_host)
     if r[6]:
         raise TypeError(f"kdebug cannot compute hash_tensor of a {t.dtype} tensor; use hash_fn='bitwise'")
     return r[5]
@@ -158,6 +185,30 @@ def parse(hash_fn) -> tuple[int, HashSpec]:
             raise RuntimeError("too many log_tensor_hashes() specs in one process")
         _specs.append(spec)
         return len(_specs) - 1, spec
+
+
+class Pending:
+    """A hash still on the GPU; replaced by its value when results are read."""
+
+    __slots__ = ("handle", "spec")
+
+    def __init__(self, handle: int, spec: "HashSpec"):
+        self.handle, self.spec = handle, spec
+
+    def value(self):
+        r = _C.hash_fetch(self.handle)
+        return self.spec.value(r[:6])
+
+    def __repr__(self):
+        return repr(self.value())
+
+
+def start_value(t: torch.Tensor, spec: "HashSpec"):
+    """The spec's value for t now, or a Pending one queued on the GPU."""
+    r = start(t, spec.kinds)
+    if isinstance(r, int):
+        return Pending(r, spec)
+    return spec.value(r[:6])
 
 
 def spec(spec_id: int) -> HashSpec:

@@ -32,6 +32,75 @@ def _is_special(func) -> bool:
     return special
 
 
+# Dispatch hooks that kdebug's own log_tensor_hashes() / record_outputs()
+# installed through upstream: id(hook) -> ("hash", spec, hash_inputs) | ("record",).
+# When only these are installed, the fast path does their work itself, with
+# hashes queued on the GPU instead of synchronizing per op.
+_kd_hooks: dict[int, tuple] = {}
+
+
+@contextlib.contextmanager
+def _registering(kind: tuple):
+    lists = (_u._DISPATCH_RECORD_HOOKS, _u._DISPATCH_LOG_HOOKS, _u._DISPATCH_PRE_LOG_HOOKS)
+    before = {id(h) for lst in lists for h in lst}
+    added: list[int] = []
+
+    def note():
+        for lst in lists:
+            for h in lst:
+                if id(h) not in before and id(h) not in _kd_hooks:
+                    _kd_hooks[id(h)] = kind
+                    added.append(id(h))
+
+    try:
+        yield note
+    finally:
+        for i in added:
+            _kd_hooks.pop(i, None)
+
+
+_skip_hash: dict = {}
+
+
+def _hash_skipped(func) -> bool:
+    """Upstream's hash hooks skip ops whose name mentions 'empty' or 'profiler'."""
+    v = _skip_hash.get(func)
+    if v is None:
+        name = str(func)
+        v = _skip_hash[func] = "empty" in name or "profiler" in name
+    return v
+
+
+def _own_hooks():
+    """(hash entry or None, record?) when every installed hook is kdebug's own
+    and at most one of each kind is active; None otherwise."""
+    rec = _u._DISPATCH_RECORD_HOOKS
+    log = _u._DISPATCH_LOG_HOOKS
+    pre = _u._DISPATCH_PRE_LOG_HOOKS
+    if len(rec) > 1 or len(log) > 1 or len(pre) > 1:
+        return None
+    entry = None
+    for h in log:
+        entry = _kd_hooks.get(id(h))
+        if entry is None or entry[0] != "hash" or entry[1].fn is not None:
+            return None
+    for h in pre:
+        e = _kd_hooks.get(id(h))
+        if e is None or e is not entry:
+            return None
+    for h in rec:
+        e = _kd_hooks.get(id(h))
+        if e is None or e[0] != "record":
+            return None
+    return entry, bool(rec)
+
+
+def _tree_hash(obj, spec):
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda x: hashing.start_value(x, spec) if isinstance(x, torch.Tensor) else None, obj)
+
+
 def _configure_formatter() -> None:
     leaves = (float, complex, str, type(None), torch.dtype, torch.device, torch.layout,
               torch.memory_format, torch.SymInt, torch.SymFloat, torch.SymBool, type(...))
@@ -130,6 +199,7 @@ class DebugMode(_upstream.DebugMode):
         self._reported = {"dropped": 0, "errors": 0, "unrecorded": 0, "outputs_skipped": 0,
                           "readonly_changed": 0, "hash_unsupported": 0}
         self._entered = 0
+        self._pending_calls: list = []
         # Note [Fast aten-op recording]: with these flags every aten-op record
         # is made by the C formatter (kd_fmt.c), text-identical to upstream's;
         # anything else goes through upstream's __torch_dispatch__.
@@ -138,11 +208,17 @@ class DebugMode(_upstream.DebugMode):
                       and not self.record_torchfunction)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if (types or not self._fast or _u._DISPATCH_RECORD_HOOKS or _u._DISPATCH_LOG_HOOKS
-                or _u._DISPATCH_PRE_LOG_HOOKS or _len_dispatch_stack() or _is_special(func)):
+        hooks = None
+        if _u._DISPATCH_RECORD_HOOKS or _u._DISPATCH_LOG_HOOKS or _u._DISPATCH_PRE_LOG_HOOKS:
+            hooks = _own_hooks()
+            if hooks is None:
+                return super().__torch_dispatch__(func, types, args, kwargs)
+        if types or not self._fast or _len_dispatch_stack() or _is_special(func):
             return super().__torch_dispatch__(func, types, args, kwargs)
         if kwargs is None:
             kwargs = {}
+        if hooks is not None:
+            return self._dispatch_with_hooks(func, args, kwargs, hooks)
         call = None
         if not _u._IN_INDUCTOR_BENCHMARK:
             a = _C.format_args(args)
@@ -184,6 +260,8 @@ class DebugMode(_upstream.DebugMode):
         if rec is None:
             return
         n = rec.drain()
+        rec.resolve()  # GPU hashes: one synchronization, only when results are read
+        self._resolve_aten_hashes()
         if n > self._materialized:
             new = []
             for i in range(self._materialized, n):
@@ -204,6 +282,71 @@ class DebugMode(_upstream.DebugMode):
             merged.extend(old[prev:])
             list.__setitem__(ops, slice(None), merged)
         self._report_problems()
+
+    def _dispatch_with_hooks(self, func, args, kwargs, hooks):
+        """The fast path with kdebug's own hash / record hooks: what upstream's
+        hooks would store, with GPU hashes queued instead of synchronizing."""
+        (entry, record) = hooks
+        a = _C.format_args(args)
+        k = _C.format_kwargs(kwargs)
+        if a is _NotImplemented or k is _NotImplemented:
+            return super().__torch_dispatch__(func, (), args, kwargs)
+        call = None
+        if not _u._IN_INDUCTOR_BENCHMARK:
+            call = _upstream._OpCall(func, (), {}, self.call_depth + 1)
+            call.args_str = a
+            call.kwargs_str = k
+            del call.args
+            del call.kwargs
+            if self.fx_stack_trace:
+                call.stack_trace = call.fwd_stack_trace = self.fx_stack_trace
+            self._ops.append(call)
+        pending = False
+        if entry is not None and call is not None and entry[2] and not _hash_skipped(func):
+            from torch.utils._pytree import tree_all
+
+            h = _tree_hash((args, kwargs), entry[1])
+            if not tree_all(lambda x: x is None, h):
+                call.log = {"input_hash": h}
+                pending = True
+        result = func(*args, **kwargs)
+        if call is None:
+            return result
+        if self.record_output:
+            out = _C.format_output(result)
+            if out is _NotImplemented:
+                call.stringify_output(result, self.record_tensor_attributes, None)
+            elif out is not None:
+                call.output_str = out
+        if record:
+            from torch.utils._pytree import tree_map
+
+            call.record = {"output": tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, result)}
+        if entry is not None:
+            if call.log is None:
+                call.log = {}
+            if not _hash_skipped(func):
+                from torch.utils._pytree import tree_all
+
+                h = _tree_hash(result, entry[1])
+                if not tree_all(lambda x: x is None, h):
+                    call.log["hash"] = h
+                    pending = True
+        if pending:
+            self._pending_calls.append(call)
+        return result
+
+    def _resolve_aten_hashes(self) -> None:
+        if not self._pending_calls:
+            return
+        from torch.utils._pytree import tree_map
+
+        def value(x):
+            return x.value() if isinstance(x, hashing.Pending) else x
+
+        for call in self._pending_calls:
+            call.log = {key: tree_map(value, v) for key, v in call.log.items()}
+        self._pending_calls.clear()
 
     # -- hashes and recorded outputs --
     @staticmethod
@@ -229,7 +372,9 @@ class DebugMode(_upstream.DebugMode):
         if spec.fn is not None:
             hashing.push_custom(spec.fn)
         try:
-            with _upstream.DebugMode.log_tensor_hashes(hash_fn=spec.aten_fn(), hash_inputs=hash_inputs):
+            with _registering(("hash", spec, bool(hash_inputs))) as note, \
+                    _upstream.DebugMode.log_tensor_hashes(hash_fn=spec.aten_fn(), hash_inputs=hash_inputs):
+                note()
                 yield
         finally:
             if spec.fn is not None:
@@ -247,7 +392,8 @@ class DebugMode(_upstream.DebugMode):
             raise ValueError("record_outputs(max_bytes=...) must be >= 0")
         prev = _C._set_record_outputs(True, int(max_bytes))
         try:
-            with _upstream.DebugMode.record_outputs():
+            with _registering(("record",)) as note, _upstream.DebugMode.record_outputs():
+                note()
                 yield
         finally:
             _C._set_record_outputs(*prev)

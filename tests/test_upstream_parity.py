@@ -111,3 +111,35 @@ def test_eager_ops_with_kwargs_and_lists_match_upstream():
         work()
     assert kd.debug_string() == up.debug_string()
     assert [str(type(o).__name__) for o in kd.operators] == [str(type(o).__name__) for o in up.operators]
+
+
+@pytest.mark.parametrize("hash_inputs", [False, True])
+def test_hash_annotations_match_upstream(hash_inputs):
+    """kdebug hashes aten ops in its fast path (queued on the GPU there); with
+    hash_fn='hash_tensor' the values are exactly upstream's."""
+    x = torch.randn(6, 5)
+    w = torch.randn(5, 4)
+
+    def work():
+        y = torch.mm(x, w).relu()
+        return y.sum(dim=0), torch.cat([y, y * 2])
+
+    with upstream.DebugMode() as up, upstream.DebugMode.log_tensor_hashes("hash_tensor", hash_inputs=hash_inputs):
+        work()
+    with DebugMode() as kd, DebugMode.log_tensor_hashes("hash_tensor", hash_inputs=hash_inputs):
+        work()
+    assert "'hash':" in kd.debug_string()
+    assert kd.debug_string() == up.debug_string()
+    assert [op.log for op in kd.operators] == [op.log for op in up.operators]
+
+
+def test_record_outputs_of_aten_ops_match_upstream():
+    x = torch.randn(3, 4)
+    with upstream.DebugMode() as up, upstream.DebugMode.record_outputs():
+        (x * 2).sin()
+    with DebugMode() as kd, DebugMode.record_outputs():
+        (x * 2).sin()
+    assert len(kd.operators) == len(up.operators)
+    for a, b in zip(kd.operators, up.operators):
+        assert torch.equal(a.record["output"], b.record["output"])
+    assert kd.debug_string() == up.debug_string()

@@ -1,0 +1,453 @@
+// kd_cuda_hash.cu - the GPU side of kdebug's tensor hashes
+// (Note [Hashing on the GPU] in kd_cuda_hash.h; definitions in kd_hash.h).
+// No libtorch headers here: the CUDA runtime only.
+#include "kd_cuda_hash.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kCapacity = 8192;       // results in flight per device
+constexpr int kNormBlocks = 128;      // max blocks per tensor when the norm is asked for
+constexpr int kMaxBlocks = 4096;      // otherwise
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+enum { HK_BITWISE = 1, HK_NORM = 2, HK_XOR = 4 };
+
+struct Batch {
+    kd_cuda_tensor t[KD_CUDA_BATCH];
+    int64_t slot[KD_CUDA_BATCH];
+    int first_block[KD_CUDA_BATCH + 1];
+    int n;
+    int kinds;
+};
+
+__device__ __forceinline__ uint64_t fmix64(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ull;
+    k ^= k >> 33;
+    return k;
+}
+
+__device__ __forceinline__ int64_t elem_offset(const kd_cuda_tensor &T, int64_t e)
+{
+    int64_t off = 0;
+    for (int d = T.ndim - 1; d >= 0; --d) {
+        int64_t s = T.sizes[d];
+        int64_t i = e % s;
+        e /= s;
+        off += i * T.strides[d];
+    }
+    return off;
+}
+
+// Word p of the logical byte stream (zero-padded past nbytes).
+__device__ uint64_t word_at(const kd_cuda_tensor &T, uint64_t p, uint64_t nbytes)
+{
+    const uint8_t *base = reinterpret_cast<const uint8_t *>(T.data);
+    uint64_t b0 = p * 8;
+    if (T.contiguous) {
+        if (b0 + 8 <= nbytes && ((T.data + b0) & 7) == 0)
+            return *reinterpret_cast<const uint64_t *>(base + b0);
+        uint64_t w = 0;
+        for (int k = 0; k < 8 && b0 + k < nbytes; k++)
+            w |= (uint64_t)base[b0 + k] << (8 * k);
+        return w;
+    }
+    uint64_t w = 0;
+    int isz = T.itemsize;
+    int k = 0;
+    while (k < 8 && b0 + k < nbytes) {
+        uint64_t b = b0 + k;
+        int64_t e = (int64_t)(b / isz);
+        int bi = (int)(b % isz);
+        const uint8_t *ep = base + elem_offset(T, e) * isz;
+        while (k < 8 && bi < isz && b0 + k < nbytes) {
+            w |= (uint64_t)ep[bi] << (8 * k);
+            k++;
+            bi++;
+        }
+    }
+    return w;
+}
+
+// ---- value decoding (mirrors kd_hash.c) ----
+
+__device__ double f8(uint8_t x, int eb, int mb, int bias, bool fnuz, bool fn)
+{
+    if (fnuz && x == 0x80)
+        return __longlong_as_double(0x7ff8000000000000ll);
+    int s = x >> 7, e = (x >> mb) & ((1 << eb) - 1), m = x & ((1 << mb) - 1);
+    if (fn && e == (1 << eb) - 1 && m == (1 << mb) - 1)
+        return __longlong_as_double(0x7ff8000000000000ll);
+    if (!fn && !fnuz && e == (1 << eb) - 1)
+        return m ? __longlong_as_double(0x7ff8000000000000ll) : (s ? -INFINITY : INFINITY);
+    double v = e == 0 ? ldexp((double)m, 1 - bias - mb) : ldexp((double)((1 << mb) + m), e - bias - mb);
+    return s ? -v : v;
+}
+
+__device__ double dec_float(int st, const uint8_t *p)
+{
+    switch (st) {
+    case 5: { // half
+        uint16_t h = p[0] | (p[1] << 8);
+        int s = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+        if (e == 31) {
+            uint32_t u = ((uint32_t)s << 31) | 0x7f800000u | ((uint32_t)m << 13);
+            return (double)__uint_as_float(u);
+        }
+        double v = e == 0 ? ldexp((double)m, -24) : ldexp((double)(1024 + m), e - 25);
+        return s ? -v : v;
+    }
+    case 15: { // bfloat16
+        uint32_t u = (uint32_t)(p[0] | (p[1] << 8)) << 16;
+        return (double)__uint_as_float(u);
+    }
+    case 6: {
+        uint32_t u = p[0] | (p[1] << 8) | (p[2] << 16) | ((uint32_t)p[3] << 24);
+        return (double)__uint_as_float(u);
+    }
+    case 7: {
+        uint64_t u = 0;
+        for (int i = 0; i < 8; i++)
+            u |= (uint64_t)p[i] << (8 * i);
+        return __longlong_as_double((long long)u);
+    }
+    case 23: return f8(p[0], 5, 2, 15, false, false);
+    case 24: return f8(p[0], 4, 3, 7, false, true);
+    case 25: return f8(p[0], 5, 2, 16, true, false);
+    case 26: return f8(p[0], 4, 3, 8, true, false);
+    case 44: return p[0] == 0xff ? __longlong_as_double(0x7ff8000000000000ll) : ldexp(1.0, (int)p[0] - 127);
+    default: return 0.0;
+    }
+}
+
+__device__ int value_kind(int st)
+{
+    switch (st) {
+    case 5: case 15: case 6: case 7: case 23: case 24: case 25: case 26: case 44: return 0;
+    case 11: case 0: case 1: case 2: case 3: case 4: case 27: case 28: case 29: return 1;
+    case 8: case 9: case 10: return 2;
+    default: return -1;
+    }
+}
+
+__device__ int64_t dec_int(int st, const uint8_t *p)
+{
+    uint64_t u = 0;
+    switch (st) {
+    case 11: return p[0] != 0;
+    case 0: return p[0];
+    case 1: return (int8_t)p[0];
+    case 2: return (int16_t)(p[0] | (p[1] << 8));
+    case 27: return (uint16_t)(p[0] | (p[1] << 8));
+    case 3: return (int32_t)(p[0] | (p[1] << 8) | (p[2] << 16) | ((uint32_t)p[3] << 24));
+    case 28: return (uint32_t)(p[0] | (p[1] << 8) | (p[2] << 16) | ((uint32_t)p[3] << 24));
+    default:
+        for (int i = 0; i < 8; i++)
+            u |= (uint64_t)p[i] << (8 * i);
+        return (int64_t)u;
+    }
+}
+
+__device__ __forceinline__ unsigned long long warp_sum(unsigned long long v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ unsigned long long warp_xor(unsigned long long v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v ^= __shfl_down_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__global__ void __launch_bounds__(kThreads) hash_kernel(const Batch b, kd_cuda_result *res,
+                                                        double *partials)
+{
+    int ti = 0;
+    while (ti + 1 < b.n && (int)blockIdx.x >= b.first_block[ti + 1])
+        ti++;
+    const kd_cuda_tensor &T = b.t[ti];
+    const int lb = blockIdx.x - b.first_block[ti];
+    const int nb = b.first_block[ti + 1] - b.first_block[ti];
+    const int slot = (int)(b.slot[ti] % kCapacity);
+    kd_cuda_result *R = &res[slot];
+    const uint64_t nbytes = (uint64_t)T.numel * (uint64_t)T.itemsize;
+    const uint64_t stride = (uint64_t)nb * kThreads;
+    const uint64_t start = (uint64_t)lb * kThreads + threadIdx.x;
+    const int lane = threadIdx.x & 31;
+
+    if (b.kinds & HK_BITWISE) {
+        const uint64_t nwords = (nbytes + 7) / 8;
+        unsigned long long S = 0;
+        if (T.contiguous && (T.data & 15) == 0) {
+            // two words per 16-byte load
+            const uint64_t npairs = nbytes / 16;
+            const ulonglong2 *q = reinterpret_cast<const ulonglong2 *>(T.data);
+            for (uint64_t i = start; i < npairs; i += stride) {
+                ulonglong2 v = q[i];
+                S += fmix64(v.x ^ ((2 * i + 1) * kGolden));
+                S += fmix64(v.y ^ ((2 * i + 2) * kGolden));
+            }
+            for (uint64_t p = 2 * npairs + start; p < nwords; p += stride)
+                S += fmix64(word_at(T, p, nbytes) ^ ((p + 1) * kGolden));
+        } else {
+            for (uint64_t p = start; p < nwords; p += stride)
+                S += fmix64(word_at(T, p, nbytes) ^ ((p + 1) * kGolden));
+        }
+        S = warp_sum(S);
+        if (lane == 0 && S)
+            atomicAdd(reinterpret_cast<unsigned long long *>(&R->S), S);
+    }
+
+    if (b.kinds & (HK_NORM | HK_XOR)) {
+        const int kind = value_kind(T.scalar_type);
+        const uint8_t *base = reinterpret_cast<const uint8_t *>(T.data);
+        const int isz = T.itemsize;
+        double l1 = 0.0;
+        unsigned long long nan = 0, pinf = 0, ninf = 0, x = 0;
+        if (kind >= 0) {
+            for (uint64_t e = start; e < (uint64_t)T.numel; e += stride) {
+                const uint8_t *p = base + (T.contiguous ? (int64_t)e : elem_offset(T, (int64_t)e)) * isz;
+                if (kind == 0) {
+                    double v = dec_float(T.scalar_type, p);
+                    x ^= (unsigned long long)__double_as_longlong(v);
+                    if (isnan(v)) nan++;
+                    else if (isinf(v)) (v > 0 ? pinf : ninf)++;
+                    else l1 += fabs(v);
+                } else if (kind == 1) {
+                    int64_t iv = dec_int(T.scalar_type, p);
+                    x ^= (unsigned long long)iv;
+                    l1 += fabs((double)(float)iv);
+                } else {
+                    int hs = isz / 2;
+                    int fst = T.scalar_type == 8 ? 5 : T.scalar_type == 9 ? 6 : 7;
+                    double re = dec_float(fst, p), im = dec_float(fst, p + hs);
+                    x ^= (unsigned long long)__double_as_longlong(re) ^ (unsigned long long)__double_as_longlong(im);
+                    if (isnan(re) || isnan(im)) nan++;
+                    else if (isinf(re) || isinf(im)) pinf++;
+                    else l1 += hypot(re, im);
+                }
+            }
+        } else if (lb == 0 && threadIdx.x == 0) {
+            R->unsupported = 1;
+        }
+        if (b.kinds & HK_XOR) {
+            x = warp_xor(x);
+            if (lane == 0 && x)
+                atomicXor(reinterpret_cast<unsigned long long *>(&R->xor64), x);
+        }
+        if (b.kinds & HK_NORM) {
+            nan = warp_sum(nan), pinf = warp_sum(pinf), ninf = warp_sum(ninf);
+            if (lane == 0) {
+                if (nan) atomicAdd(reinterpret_cast<unsigned long long *>(&R->nan), nan);
+                if (pinf) atomicAdd(reinterpret_cast<unsigned long long *>(&R->posinf), pinf);
+                if (ninf) atomicAdd(reinterpret_cast<unsigned long long *>(&R->neginf), ninf);
+            }
+            // the float64 sum: a fixed tree in the block, then the partials in order
+            __shared__ double sh[kThreads];
+            sh[threadIdx.x] = l1;
+            __syncthreads();
+            for (int w = kThreads / 2; w > 0; w >>= 1) {
+                if ((int)threadIdx.x < w)
+                    sh[threadIdx.x] += sh[threadIdx.x + w];
+                __syncthreads();
+            }
+            if (threadIdx.x == 0) {
+                partials[(int64_t)slot * kNormBlocks + lb] = sh[0];
+                __threadfence();
+                unsigned t = atomicAdd(&R->ticket, 1u);
+                if (t == (unsigned)nb - 1) {
+                    __threadfence();
+                    double sum = 0.0;
+                    volatile double *vp = partials + (int64_t)slot * kNormBlocks;
+                    for (int i = 0; i < nb; i++)
+                        sum += vp[i];
+                    R->l1 = sum;
+                }
+            }
+        }
+    }
+    if (lb == 0 && threadIdx.x == 0)
+        R->nbytes = nbytes;
+}
+
+// ---- host side ----
+
+struct DeviceState {
+    kd_cuda_result *res = nullptr; // [kCapacity]
+    double *partials = nullptr;    // [kCapacity * kNormBlocks]
+    int64_t next = 0;              // results queued
+    int64_t collected = 0;         // results copied to the host
+    std::vector<kd_cuda_result> host;
+};
+
+std::mutex mu;
+DeviceState devs[64];
+uint64_t syncs = 0;
+char last_error[256] = "";
+
+void set_error(const char *what, cudaError_t e)
+{
+    std::snprintf(last_error, sizeof last_error, "%s: %s (%d)", what, cudaGetErrorString(e), (int)e);
+}
+
+struct DeviceGuard {
+    int prev = -1;
+    explicit DeviceGuard(int d)
+    {
+        cudaGetDevice(&prev);
+        if (prev != d)
+            cudaSetDevice(d);
+    }
+    ~DeviceGuard()
+    {
+        if (prev >= 0)
+            cudaSetDevice(prev);
+    }
+};
+
+int ensure(int device, DeviceState &s)
+{
+    if (s.res != nullptr)
+        return 0;
+    cudaError_t e = cudaMalloc(&s.res, sizeof(kd_cuda_result) * kCapacity);
+    if (e == cudaSuccess)
+        e = cudaMemset(s.res, 0, sizeof(kd_cuda_result) * kCapacity);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&s.partials, sizeof(double) * kCapacity * kNormBlocks);
+    if (e != cudaSuccess) {
+        set_error("allocating kdebug's hash buffers", e);
+        return -1;
+    }
+    (void)device;
+    return 0;
+}
+
+int collect_locked(int device)
+{
+    DeviceState &s = devs[device];
+    if (s.next == s.collected)
+        return 0;
+    DeviceGuard g(device);
+    cudaError_t e = cudaDeviceSynchronize();
+    syncs++;
+    if (e != cudaSuccess) {
+        set_error("synchronizing to read hashes", e);
+        return -1;
+    }
+    int64_t n = s.next - s.collected;
+    size_t old = s.host.size();
+    s.host.resize(old + (size_t)n);
+    int64_t first = s.collected % kCapacity;
+    int64_t run1 = n < kCapacity - first ? n : kCapacity - first;
+    e = cudaMemcpy(&s.host[old], s.res + first, sizeof(kd_cuda_result) * run1, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess)
+        e = cudaMemset(s.res + first, 0, sizeof(kd_cuda_result) * run1);
+    if (e == cudaSuccess && run1 < n) {
+        e = cudaMemcpy(&s.host[old + run1], s.res, sizeof(kd_cuda_result) * (n - run1),
+                       cudaMemcpyDeviceToHost);
+        if (e == cudaSuccess)
+            e = cudaMemset(s.res, 0, sizeof(kd_cuda_result) * (n - run1));
+    }
+    if (e != cudaSuccess) {
+        set_error("reading hashes back", e);
+        return -1;
+    }
+    s.collected = s.next;
+    return 0;
+}
+
+} // namespace
+
+extern "C" int kd_cuda_available(void)
+{
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+extern "C" int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, const kd_cuda_tensor *t, int n)
+{
+    if (device < 0 || device >= 64 || n <= 0 || n > KD_CUDA_BATCH) {
+        std::snprintf(last_error, sizeof last_error, "bad hash batch (device %d, %d tensors)", device, n);
+        return -1;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    DeviceState &s = devs[device];
+    DeviceGuard g(device);
+    if (ensure(device, s) != 0)
+        return -1;
+    if (s.next + n - s.collected > kCapacity && collect_locked(device) != 0)
+        return -1; // the ring is full: read it back first (one synchronization)
+    Batch b;
+    std::memset(&b, 0, sizeof b);
+    b.n = n;
+    b.kinds = kinds;
+    int blocks = 0;
+    int cap = (kinds & HK_NORM) ? kNormBlocks : kMaxBlocks;
+    for (int i = 0; i < n; i++) {
+        b.t[i] = t[i];
+        b.slot[i] = s.next + i;
+        uint64_t nbytes = (uint64_t)t[i].numel * (uint64_t)t[i].itemsize;
+        uint64_t work = t[i].numel > (int64_t)(nbytes / 8) ? (uint64_t)t[i].numel : nbytes / 8;
+        uint64_t want = (work + (uint64_t)kThreads * 8 - 1) / ((uint64_t)kThreads * 8);
+        int nb = want < 1 ? 1 : want > (uint64_t)cap ? cap : (int)want;
+        b.first_block[i] = blocks;
+        blocks += nb;
+    }
+    b.first_block[n] = blocks;
+    hash_kernel<<<blocks, kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(b, s.res, s.partials);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        set_error("launching kdebug's hash kernel", e);
+        return -1;
+    }
+    int64_t first = s.next;
+    s.next += n;
+    return first;
+}
+
+extern "C" int kd_cuda_hash_collect(void)
+{
+    std::lock_guard<std::mutex> lock(mu);
+    int rc = 0;
+    for (int d = 0; d < 64; d++)
+        if (devs[d].next != devs[d].collected && collect_locked(d) != 0)
+            rc = -1;
+    return rc;
+}
+
+extern "C" const kd_cuda_result *kd_cuda_hash_result(int device, int64_t index)
+{
+    if (device < 0 || device >= 64)
+        return nullptr;
+    std::lock_guard<std::mutex> lock(mu);
+    DeviceState &s = devs[device];
+    if (index < 0 || index >= s.collected || (size_t)index >= s.host.size())
+        return nullptr;
+    return &s.host[(size_t)index];
+}
+
+extern "C" int64_t kd_cuda_hash_outstanding(void)
+{
+    std::lock_guard<std::mutex> lock(mu);
+    int64_t n = 0;
+    for (int d = 0; d < 64; d++)
+        n += devs[d].next - devs[d].collected;
+    return n;
+}
+
+extern "C" uint64_t kd_cuda_syncs(void) { return syncs; }
+
+extern "C" const char *kd_cuda_last_error(void) { return last_error; }

@@ -1,0 +1,77 @@
+/* kd_cuda_hash.h - hashing CUDA tensors on the GPU without stalling it.
+ *
+ * Note [Hashing on the GPU]
+ * kd_cuda_hash_enqueue queues one hash kernel for up to KD_CUDA_BATCH tensors
+ * on the stream of the launch they belong to, right after it; results land in
+ * a device ring of kd_cuda_result.  Nothing synchronizes until the results
+ * are needed: kd_cuda_hash_collect (when the user reads results, when the ring
+ * is full, or when a DebugMode exits) synchronizes the device once and copies
+ * every new result to the host, where kd_cuda_hash_result finds it by its
+ * global index.  Definitions are those of kd_hash.h: bitwise and hash_tensor
+ * sums are order-free (64-bit integer add / xor atomics); the norm's float64
+ * sum uses a fixed split (blocks, threads, tree) that depends on the tensor's
+ * size only, so it is the same on every run.
+ * kd_cuda_stub.c provides the same API for builds without CUDA.
+ */
+#ifndef KD_CUDA_HASH_H
+#define KD_CUDA_HASH_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KD_CUDA_BATCH 16
+#define KD_CUDA_MAX_DIMS 8
+
+typedef struct kd_cuda_tensor {
+    uint64_t data; /* device address of logical element 0 */
+    int32_t scalar_type;
+    int32_t itemsize;
+    int32_t ndim;
+    int32_t contiguous;
+    int64_t numel;
+    int64_t sizes[KD_CUDA_MAX_DIMS];
+    int64_t strides[KD_CUDA_MAX_DIMS]; /* elements */
+} kd_cuda_tensor;
+
+typedef struct kd_cuda_result {
+    uint64_t S;      /* bitwise sum; kd_hash_finish(S, nbytes) is the hash */
+    uint64_t nbytes;
+    double l1;
+    uint64_t nan, posinf, neginf;
+    uint64_t xor64;
+    uint32_t ticket; /* blocks done (device side) */
+    uint32_t unsupported;
+} kd_cuda_result;
+
+/* 1 when this build hashes on CUDA devices. */
+int kd_cuda_available(void);
+
+/* Queues the hashes (kd_hash_kind mask) of n <= KD_CUDA_BATCH tensors on
+ * `stream` (a cudaStream_t) of `device`.  Returns the global index of the
+ * first result (results are first .. first + n - 1), or -1 on failure with
+ * kd_cuda_last_error() set. */
+int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, const kd_cuda_tensor *t, int n);
+
+/* Synchronizes each device with results in flight and copies them to the
+ * host.  Returns 0, or -1 on failure. */
+int kd_cuda_hash_collect(void);
+
+/* The result of a global index on a device once collected, else NULL. */
+const kd_cuda_result *kd_cuda_hash_result(int device, int64_t index);
+
+/* Results queued but not yet collected, on all devices. */
+int64_t kd_cuda_hash_outstanding(void);
+
+/* Device synchronizations kdebug has made (for tests and reports). */
+uint64_t kd_cuda_syncs(void);
+
+const char *kd_cuda_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,152 @@
+"""GPU hashing (issue 3), on the GPU machine: the CUDA kernel agrees with the
+C code, runs without per-kernel synchronization, and is deterministic."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kdebug
+from kdebug import DebugMode, _C, hashing
+from kdebug.workloads import TinyBlock, train_step_fn
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+          torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128,
+          torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+def _make(dtype, shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g) * 5
+    if dtype == torch.bool:
+        return (x > 0).cuda()
+    if dtype.is_complex:
+        return torch.complex(x, x * 0.5).to(dtype).cuda()
+    return x.to(dtype).cuda()
+
+
+def test_the_cuda_kernel_is_built():
+    assert _C.gpu_info()["available"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_and_cpu_agree(dtype):
+    for shape in [(), (0,), (1,), (3,), (7, 5), (4, 6, 10), (3, 1, 17)]:
+        t = _make(dtype, shape)
+        views = [t]
+        if t.dim() >= 2:
+            views += [t.transpose(0, 1), t[1:, ::2]]
+        if t.dim() == 3:
+            views.append(t.permute(2, 0, 1)[::3])
+        for v in views:
+            assert hashing.bitwise(v) == hashing.bitwise(v, on_host=True), (dtype, shape, v.stride())
+            if dtype not in (torch.float8_e4m3fn, torch.float8_e5m2) or True:
+                assert hashing.hash_tensor(v) == hashing.hash_tensor(v, on_host=True)
+            g, c = hashing.norm(v), hashing.norm(v, on_host=True)
+            assert g == pytest.approx(c, rel=1e-12, abs=1e-12)
+
+
+def test_misaligned_and_large_tensors():
+    base = torch.arange(1 << 12, dtype=torch.int8, device="cuda")
+    for off in range(1, 9):
+        v = base[off:off + 1001]  # data pointer not 8-byte aligned, odd length
+        assert hashing.bitwise(v) == hashing.bitwise(v, on_host=True)
+    big = torch.randn(64 << 20 >> 2, device="cuda")  # 64 MB
+    assert hashing.bitwise(big) == hashing.bitwise(big, on_host=True)
+    assert hashing.hash_tensor(big) == hashing.hash_tensor(big, on_host=True)
+    assert hashing.norm(big) == pytest.approx(hashing.norm(big, on_host=True), rel=1e-9)
+    big6 = torch.randn(2, 3, 4, 5, 6, 7, device="cuda").permute(5, 3, 1, 0, 2, 4)
+    assert hashing.bitwise(big6) == hashing.bitwise(big6, on_host=True)
+
+
+def test_gpu_norm_is_deterministic_and_handles_nan():
+    t = torch.randn(3_000_000, device="cuda")
+    vals = {hashing.norm(t) for _ in range(5)}
+    assert len(vals) == 1
+    t[17] = float("nan")
+    t[1000] = float("inf")
+    a, b = hashing.norm(t), hashing.norm(t.clone())
+    assert a == b and a.nan == 1 and a.posinf == 1
+
+
+@pytest.fixture(scope="module")
+def block_step():
+    torch.manual_seed(0)
+    model = TinyBlock(d=256, heads=8).cuda()
+    x = torch.randn(4, 128, 256, device="cuda")
+    step = train_step_fn(model)
+    step(x)
+    step(x)
+    torch.cuda.synchronize()
+    return step, x
+
+
+def test_no_synchronization_while_recording_hashes(block_step):
+    step, x = block_step
+    syncs0 = _C.gpu_info()["syncs"]
+    torch.cuda.set_sync_debug_mode("error")  # any torch-level sync raises
+    try:
+        with DebugMode() as dm:
+            with DebugMode.log_tensor_hashes(hash_fn=["bitwise", "norm"], hash_inputs=True), \
+                    DebugMode.record_outputs():
+                step(x)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert _C.gpu_info()["syncs"] == syncs0  # kdebug itself did not synchronize either
+    assert _C.gpu_info()["in_flight"] > 0    # the hashes are queued on the GPU
+    kernels = dm.kernels                     # reading results: one synchronization
+    assert _C.gpu_info()["syncs"] == syncs0 + 1 and _C.gpu_info()["in_flight"] == 0
+    assert kernels and all(k.post_hashes for k in kernels)
+    # kernel post hashes equal hashes of the recorded clones, computed on the host
+    for k in kernels:
+        for n, clone in k.record["output"].items():
+            assert k.post_hashes[n][0] == hashing.bitwise(clone, on_host=True)
+    aten = [op for op in dm.operators if not isinstance(op, kdebug._KernelCall) and op.log and "hash" in op.log]
+    assert aten and all(not isinstance(v, hashing.Pending) for op in aten for v in [op.log["hash"]])
+
+
+def test_identical_steps_hash_identically(block_step):
+    step, x = block_step
+    runs = []
+    for _ in range(2):
+        with DebugMode() as dm:
+            with DebugMode.log_tensor_hashes(hash_fn=["bitwise", "norm", "hash_tensor"], hash_inputs=True):
+                step(x)
+        runs.append([(k.kernel_name, k.pre_hashes, k.post_hashes) for k in dm.kernels])
+        aten = [op.log for op in dm.operators if not isinstance(op, kdebug._KernelCall)]
+        runs[-1].append(aten)
+    assert runs[0] == runs[1]
+
+
+def test_pre_and_post_follow_roles_on_triton_kernels(block_step):
+    step, x = block_step
+    with DebugMode(store_original_args=True) as dm:
+        with DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            step(x)
+    for k in dm.kernels:
+        tensors = {n for n, a in zip(k.arg_names, k.args) if isinstance(a, torch.Tensor)}
+        assert set(k.post_hashes) == {n for n in tensors if "W" in k.roles[n]}
+        assert set(k.pre_hashes or {}) == {n for n in tensors if "R" in k.roles[n]}
+
+
+def test_index_add_output_differs_with_identical_inputs():
+    """The GPU non-determinism of the notes, seen in hashes: the kernel doing
+    the atomic adds gets identical inputs and writes different outputs."""
+    def f(x, ind):
+        return torch.zeros(100, device=x.device).index_add(0, ind, x)
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(200_000, device="cuda", generator=g)
+    ind = torch.randint(0, 100, (200_000,), device="cuda", generator=g)
+    cf = torch.compile(f)
+    cf(x, ind)
+    runs = []
+    for _ in range(4):
+        with DebugMode(kernels_only=True) as dm:
+            with DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+                cf(x, ind)
+        runs.append(dm.kernels)
+    diverging = [(i, k.kernel_name) for r in runs[1:] for i, (k, k0) in enumerate(zip(r, runs[0]))
+                 if k.post_hashes != k0.post_hashes and k.pre_hashes == k0.pre_hashes]
+    assert diverging, "expected a kernel whose outputs differ with identical inputs"
