@@ -298,7 +298,189 @@ static PyObject *mod_gpu_info(PyObject *m, PyObject *unused)
                          (long long)kd_cuda_hash_outstanding());
 }
 
+/* ---- hashing aten-op arguments and results as pytrees (the fast path) ---- */
+
+/* A hash still on the GPU inside an aten-op record: (handle, spec id). */
+typedef struct {
+    PyObject_HEAD
+    long long handle;
+    int spec;
+} kd_pending_hash;
+
+static PyObject *pending_repr(kd_pending_hash *self)
+{
+    return PyUnicode_FromFormat("<kdebug pending GPU hash %lld>", self->handle);
+}
+
+static PyTypeObject kd_PendingHashType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kdebug._C.PendingHash",
+    .tp_basicsize = sizeof(kd_pending_hash),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_repr = (reprfunc)pending_repr,
+    .tp_doc = "A hash queued on the GPU; DebugMode replaces it by its value when results are read.",
+};
+
+/* Hashes every plain tensor leaf of an exact list / tuple / dict tree.
+ * Returns the tree with leaves replaced (None for non-tensors; a value from
+ * value_fn(7-tuple) for hashes done now; a PendingHash for queued ones), or
+ * NotImplemented for a tree it does not know; *all_none tells whether every
+ * leaf is None. */
+static PyObject *tree_hash(PyObject *o, int kinds, int spec, unsigned long long stream,
+                           PyObject *value_fn, int *all_none, int depth)
+{
+    if (depth > 32)
+        Py_RETURN_NOTIMPLEMENTED;
+    if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
+        int is_list = PyList_CheckExact(o);
+        Py_ssize_t n = is_list ? PyList_GET_SIZE(o) : PyTuple_GET_SIZE(o);
+        PyObject *out = is_list ? PyList_New(n) : PyTuple_New(n);
+        for (Py_ssize_t i = 0; out && i < n; i++) {
+            PyObject *x = tree_hash(is_list ? PyList_GET_ITEM(o, i) : PyTuple_GET_ITEM(o, i), kinds,
+                                    spec, stream, value_fn, all_none, depth + 1);
+            if (x == NULL || x == Py_NotImplemented) {
+                Py_DECREF(out);
+                return x;
+            }
+            if (is_list)
+                PyList_SET_ITEM(out, i, x);
+            else
+                PyTuple_SET_ITEM(out, i, x);
+        }
+        return out;
+    }
+    if (PyDict_CheckExact(o)) {
+        PyObject *out = PyDict_New(), *k, *v;
+        Py_ssize_t pos = 0;
+        while (out && PyDict_Next(o, &pos, &k, &v)) {
+            PyObject *x = tree_hash(v, kinds, spec, stream, value_fn, all_none, depth + 1);
+            if (x == NULL || x == Py_NotImplemented) {
+                Py_DECREF(out);
+                return x;
+            }
+            int rc = PyDict_SetItem(out, k, x);
+            Py_DECREF(x);
+            if (rc != 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        return out;
+    }
+    kd_tensor_meta meta;
+    int r = kd_shim_tensor_meta(o, &meta);
+    if (r == 0) {
+        /* subclasses of containers (namedtuples, torch.return_types, ...) are
+         * pytree nodes upstream descends into: leave them to Python */
+        if (PyTuple_Check(o) || PyList_Check(o) || PyDict_Check(o))
+            Py_RETURN_NOTIMPLEMENTED;
+        Py_RETURN_NONE; /* a leaf that is not a tensor */
+    }
+    if (r < 0)
+        Py_RETURN_NOTIMPLEMENTED;
+    *all_none = 0;
+    PyObject *a = Py_BuildValue("(OiK)", o, kinds, stream);
+    PyObject *h = a ? mod_hash_async(NULL, a) : NULL;
+    Py_XDECREF(a);
+    if (h == NULL || h == Py_NotImplemented)
+        return h;
+    if (PyLong_Check(h)) {
+        kd_pending_hash *p = PyObject_New(kd_pending_hash, &kd_PendingHashType);
+        if (p != NULL) {
+            p->handle = PyLong_AsLongLong(h);
+            p->spec = spec;
+        }
+        Py_DECREF(h);
+        return (PyObject *)p;
+    }
+    PyObject *v = PyObject_CallFunctionObjArgs(value_fn, h, NULL);
+    Py_DECREF(h);
+    return v;
+}
+
+/* tree_hash(obj, kinds, spec, stream, value_fn) -> tree (or None when every
+ * leaf is None), or NotImplemented */
+static PyObject *mod_tree_hash(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *obj, *value_fn;
+    int kinds, spec;
+    unsigned long long stream;
+    if (!PyArg_ParseTuple(args, "OiiKO", &obj, &kinds, &spec, &stream, &value_fn))
+        return NULL;
+    int all_none = 1;
+    PyObject *t = tree_hash(obj, kinds, spec, stream, value_fn, &all_none, 0);
+    if (t != NULL && t != Py_NotImplemented && all_none) {
+        Py_DECREF(t);
+        Py_RETURN_NONE;
+    }
+    return t;
+}
+
+/* Replaces PendingHash leaves by value_fn(7-tuple, spec) in an exact list / tuple / dict tree. */
+static PyObject *tree_resolve(PyObject *o, PyObject *value_fn, int depth)
+{
+    if (Py_TYPE(o) == &kd_PendingHashType) {
+        kd_pending_hash *p = (kd_pending_hash *)o;
+        PyObject *h = PyLong_FromLongLong(p->handle);
+        PyObject *r = h ? mod_hash_fetch(NULL, h) : NULL;
+        Py_XDECREF(h);
+        if (r == NULL)
+            return NULL;
+        PyObject *v = PyObject_CallFunction(value_fn, "Oi", r, p->spec);
+        Py_DECREF(r);
+        return v;
+    }
+    if (depth > 32)
+        return Py_NewRef(o);
+    if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
+        int is_list = PyList_CheckExact(o);
+        Py_ssize_t n = is_list ? PyList_GET_SIZE(o) : PyTuple_GET_SIZE(o);
+        PyObject *out = is_list ? PyList_New(n) : PyTuple_New(n);
+        for (Py_ssize_t i = 0; out && i < n; i++) {
+            PyObject *x = tree_resolve(is_list ? PyList_GET_ITEM(o, i) : PyTuple_GET_ITEM(o, i), value_fn,
+                                       depth + 1);
+            if (x == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            if (is_list)
+                PyList_SET_ITEM(out, i, x);
+            else
+                PyTuple_SET_ITEM(out, i, x);
+        }
+        return out;
+    }
+    if (PyDict_CheckExact(o)) {
+        PyObject *out = PyDict_New(), *k, *v;
+        Py_ssize_t pos = 0;
+        while (out && PyDict_Next(o, &pos, &k, &v)) {
+            PyObject *x = tree_resolve(v, value_fn, depth + 1);
+            if (x == NULL || PyDict_SetItem(out, k, x) != 0) {
+                Py_XDECREF(x);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(x);
+        }
+        return out;
+    }
+    return Py_NewRef(o);
+}
+
+static PyObject *mod_tree_resolve(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *obj, *value_fn;
+    if (!PyArg_ParseTuple(args, "OO", &obj, &value_fn))
+        return NULL;
+    return tree_resolve(obj, value_fn, 0);
+}
+
 static PyMethodDef module_methods[] = {
+    {"tree_hash", mod_tree_hash, METH_VARARGS,
+     "tree_hash(obj, kinds, spec, stream, value_fn): hash every tensor leaf (GPU ones queued)."},
+    {"tree_resolve", mod_tree_resolve, METH_VARARGS,
+     "tree_resolve(obj, value_fn): replace PendingHash leaves by value_fn(7-tuple, spec)."},
     {"hash_async", mod_hash_async, METH_VARARGS,
      "hash_async(t, kinds, stream) -> 7-tuple, int handle (GPU, queued), or NotImplemented"},
     {"hash_fetch", mod_hash_fetch, METH_O, "hash_fetch(handle) -> 7-tuple (collects if needed)"},
@@ -342,6 +524,8 @@ PyMODINIT_FUNC PyInit__C(void)
     if (m == NULL)
         return NULL;
     if (PyType_Ready(&kd_RecorderType) != 0 || PyType_Ready(&kd_LaunchType) != 0 ||
+        PyType_Ready(&kd_PendingHashType) != 0 ||
+        PyModule_AddObjectRef(m, "PendingHash", (PyObject *)&kd_PendingHashType) != 0 ||
         PyModule_AddObjectRef(m, "Recorder", (PyObject *)&kd_RecorderType) != 0 ||
         PyModule_AddObjectRef(m, "Launch", (PyObject *)&kd_LaunchType) != 0 ||
         kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 ||

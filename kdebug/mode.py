@@ -95,10 +95,39 @@ def _own_hooks():
     return entry, bool(rec)
 
 
-def _tree_hash(obj, spec):
-    from torch.utils._pytree import tree_map
+_out_args: dict = {}
 
-    return tree_map(lambda x: hashing.start_value(x, spec) if isinstance(x, torch.Tensor) else None, obj)
+
+def _without_outs(func, kwargs: dict) -> dict:
+    """kwargs with the op's out= arguments as None: before the op they hold
+    whatever memory the buffer had (Note [Fresh buffers] for aten ops)."""
+    outs = _out_args.get(func)
+    if outs is None:
+        try:
+            outs = frozenset(a.name for a in func._schema.arguments if a.is_out)
+        except AttributeError:
+            outs = frozenset()
+        _out_args[func] = outs
+    if not outs or not kwargs:
+        return kwargs
+    return {k: (None if k in outs else v) for k, v in kwargs.items()}
+
+
+def _spec_value(r, spec_id=None, _spec=[None]):
+    return (hashing.spec(spec_id) if spec_id is not None else _spec[0]).value(r[:6])
+
+
+def _tree_hash(obj, spec, spec_id):
+    """Hashes every tensor leaf (GPU ones queued): C for plain trees, else pytree.
+    None when no leaf is a tensor."""
+    stream = torch.cuda.current_stream().cuda_stream if torch.cuda.is_initialized() else 0
+    t = _C.tree_hash(obj, spec.kinds, spec_id, stream, lambda r: spec.value(r[:6]))
+    if t is not _NotImplemented:
+        return t
+    from torch.utils._pytree import tree_all, tree_map
+
+    t = tree_map(lambda x: hashing.start_value(x, spec) if isinstance(x, torch.Tensor) else None, obj)
+    return None if tree_all(lambda x: x is None, t) else t
 
 
 def _configure_formatter() -> None:
@@ -303,10 +332,8 @@ class DebugMode(_upstream.DebugMode):
             self._ops.append(call)
         pending = False
         if entry is not None and call is not None and entry[2] and not _hash_skipped(func):
-            from torch.utils._pytree import tree_all
-
-            h = _tree_hash((args, kwargs), entry[1])
-            if not tree_all(lambda x: x is None, h):
+            h = _tree_hash((args, _without_outs(func, kwargs)), entry[1], entry[3])
+            if h is not None:
                 call.log = {"input_hash": h}
                 pending = True
         result = func(*args, **kwargs)
@@ -326,10 +353,8 @@ class DebugMode(_upstream.DebugMode):
             if call.log is None:
                 call.log = {}
             if not _hash_skipped(func):
-                from torch.utils._pytree import tree_all
-
-                h = _tree_hash(result, entry[1])
-                if not tree_all(lambda x: x is None, h):
+                h = _tree_hash(result, entry[1], entry[3])
+                if h is not None:
                     call.log["hash"] = h
                     pending = True
         if pending:
@@ -345,7 +370,11 @@ class DebugMode(_upstream.DebugMode):
             return x.value() if isinstance(x, hashing.Pending) else x
 
         for call in self._pending_calls:
-            call.log = {key: tree_map(value, v) for key, v in call.log.items()}
+            log = {}
+            for key, v in call.log.items():
+                v = _C.tree_resolve(v, _spec_value)  # C-made trees
+                log[key] = tree_map(value, v)        # pytree-made ones (rare)
+            call.log = log
         self._pending_calls.clear()
 
     # -- hashes and recorded outputs --
@@ -372,7 +401,7 @@ class DebugMode(_upstream.DebugMode):
         if spec.fn is not None:
             hashing.push_custom(spec.fn)
         try:
-            with _registering(("hash", spec, bool(hash_inputs))) as note, \
+            with _registering(("hash", spec, bool(hash_inputs), spec_id)) as note, \
                     _upstream.DebugMode.log_tensor_hashes(hash_fn=spec.aten_fn(), hash_inputs=hash_inputs):
                 note()
                 yield
