@@ -12,7 +12,8 @@
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;       // bitwise / hash_tensor launches
+constexpr int kNormThreads = 1024;  // launches that compute the norm
 constexpr int kCapacity = 8192;       // results in flight per device
 constexpr int kNormBlocks = 128;      // max blocks per tensor when the norm is asked for
 constexpr int kMaxBlocks = 4096;      // otherwise
@@ -172,9 +173,69 @@ __device__ __forceinline__ unsigned long long warp_xor(unsigned long long v)
     return v;
 }
 
-__global__ void __launch_bounds__(kThreads) hash_kernel(const Batch b, kd_cuda_result *res,
-                                                        double *partials)
+// Sum / xor over the block (exact integer ops: any order gives the same result).
+template <int NT> __device__ unsigned long long block_sum(unsigned long long v)
 {
+    __shared__ unsigned long long part[NT / 32];
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    unsigned long long t = 0;
+    if (threadIdx.x == 0)
+        for (int i = 0; i < NT / 32; i++)
+            t += part[i];
+    __syncthreads();
+    return t;
+}
+
+template <int NT> __device__ unsigned long long block_xor(unsigned long long v)
+{
+    __shared__ unsigned long long part[NT / 32];
+    v = warp_xor(v);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    unsigned long long t = 0;
+    if (threadIdx.x == 0)
+        for (int i = 0; i < NT / 32; i++)
+            t ^= part[i];
+    __syncthreads();
+    return t;
+}
+
+struct ValueAcc {
+    double l1 = 0.0;
+    unsigned long long nan = 0, pinf = 0, ninf = 0, x = 0;
+};
+
+__device__ __forceinline__ void add_value(ValueAcc &a, int kind, int st, int isz, const uint8_t *p)
+{
+    if (kind == 0) {
+        double v = dec_float(st, p);
+        a.x ^= (unsigned long long)__double_as_longlong(v);
+        if (isnan(v)) a.nan++;
+        else if (isinf(v)) (v > 0 ? a.pinf : a.ninf)++;
+        else a.l1 += fabs(v);
+    } else if (kind == 1) {
+        int64_t iv = dec_int(st, p);
+        a.x ^= (unsigned long long)iv;
+        a.l1 += fabs((double)(float)iv);
+    } else {
+        int hs = isz / 2;
+        int fst = st == 8 ? 5 : st == 9 ? 6 : 7;
+        double re = dec_float(fst, p), im = dec_float(fst, p + hs);
+        a.x ^= (unsigned long long)__double_as_longlong(re) ^ (unsigned long long)__double_as_longlong(im);
+        if (isnan(re) || isnan(im)) a.nan++;
+        else if (isinf(re) || isinf(im)) a.pinf++;
+        else a.l1 += hypot(re, im);
+    }
+}
+
+template <int NT>
+__global__ void __launch_bounds__(NT) hash_kernel(const Batch b, kd_cuda_result *res, double *partials)
+{
+    constexpr int kThreads = NT;
     int ti = 0;
     while (ti + 1 < b.n && (int)blockIdx.x >= b.first_block[ti + 1])
         ti++;
@@ -186,7 +247,6 @@ __global__ void __launch_bounds__(kThreads) hash_kernel(const Batch b, kd_cuda_r
     const uint64_t nbytes = (uint64_t)T.numel * (uint64_t)T.itemsize;
     const uint64_t stride = (uint64_t)nb * kThreads;
     const uint64_t start = (uint64_t)lb * kThreads + threadIdx.x;
-    const int lane = threadIdx.x & 31;
 
     if (b.kinds & HK_BITWISE) {
         const uint64_t nwords = (nbytes + 7) / 8;
@@ -206,8 +266,8 @@ __global__ void __launch_bounds__(kThreads) hash_kernel(const Batch b, kd_cuda_r
             for (uint64_t p = start; p < nwords; p += stride)
                 S += fmix64(word_at(T, p, nbytes) ^ ((p + 1) * kGolden));
         }
-        S = warp_sum(S);
-        if (lane == 0 && S)
+        S = block_sum<NT>(S);
+        if (threadIdx.x == 0 && S)
             atomicAdd(reinterpret_cast<unsigned long long *>(&R->S), S);
     }
 
@@ -215,42 +275,39 @@ __global__ void __launch_bounds__(kThreads) hash_kernel(const Batch b, kd_cuda_r
         const int kind = value_kind(T.scalar_type);
         const uint8_t *base = reinterpret_cast<const uint8_t *>(T.data);
         const int isz = T.itemsize;
-        double l1 = 0.0;
-        unsigned long long nan = 0, pinf = 0, ninf = 0, x = 0;
+        ValueAcc acc;
         if (kind >= 0) {
-            for (uint64_t e = start; e < (uint64_t)T.numel; e += stride) {
-                const uint8_t *p = base + (T.contiguous ? (int64_t)e : elem_offset(T, (int64_t)e)) * isz;
-                if (kind == 0) {
-                    double v = dec_float(T.scalar_type, p);
-                    x ^= (unsigned long long)__double_as_longlong(v);
-                    if (isnan(v)) nan++;
-                    else if (isinf(v)) (v > 0 ? pinf : ninf)++;
-                    else l1 += fabs(v);
-                } else if (kind == 1) {
-                    int64_t iv = dec_int(T.scalar_type, p);
-                    x ^= (unsigned long long)iv;
-                    l1 += fabs((double)(float)iv);
-                } else {
-                    int hs = isz / 2;
-                    int fst = T.scalar_type == 8 ? 5 : T.scalar_type == 9 ? 6 : 7;
-                    double re = dec_float(fst, p), im = dec_float(fst, p + hs);
-                    x ^= (unsigned long long)__double_as_longlong(re) ^ (unsigned long long)__double_as_longlong(im);
-                    if (isnan(re) || isnan(im)) nan++;
-                    else if (isinf(re) || isinf(im)) pinf++;
-                    else l1 += hypot(re, im);
+            const uint64_t numel = (uint64_t)T.numel;
+            const int st = T.scalar_type;
+            uint64_t e = start;
+            if (T.contiguous && kind == 0 && st == 6 && (T.data & 3) == 0) {
+                // float32: four independent loads in flight, added in element order
+                const float *f = reinterpret_cast<const float *>(T.data);
+                for (; e + 3 * stride < numel; e += 4 * stride) {
+                    float v0 = f[e], v1 = f[e + stride], v2 = f[e + 2 * stride], v3 = f[e + 3 * stride];
+                    add_value(acc, 0, 6, 4, reinterpret_cast<const uint8_t *>(&v0));
+                    add_value(acc, 0, 6, 4, reinterpret_cast<const uint8_t *>(&v1));
+                    add_value(acc, 0, 6, 4, reinterpret_cast<const uint8_t *>(&v2));
+                    add_value(acc, 0, 6, 4, reinterpret_cast<const uint8_t *>(&v3));
                 }
+            }
+            for (; e < numel; e += stride) {
+                const uint8_t *p = base + (T.contiguous ? (int64_t)e : elem_offset(T, (int64_t)e)) * isz;
+                add_value(acc, kind, st, isz, p);
             }
         } else if (lb == 0 && threadIdx.x == 0) {
             R->unsupported = 1;
         }
+        double l1 = acc.l1;
+        unsigned long long nan = acc.nan, pinf = acc.pinf, ninf = acc.ninf, x = acc.x;
         if (b.kinds & HK_XOR) {
-            x = warp_xor(x);
-            if (lane == 0 && x)
+            x = block_xor<NT>(x);
+            if (threadIdx.x == 0 && x)
                 atomicXor(reinterpret_cast<unsigned long long *>(&R->xor64), x);
         }
         if (b.kinds & HK_NORM) {
-            nan = warp_sum(nan), pinf = warp_sum(pinf), ninf = warp_sum(ninf);
-            if (lane == 0) {
+            nan = block_sum<NT>(nan), pinf = block_sum<NT>(pinf), ninf = block_sum<NT>(ninf);
+            if (threadIdx.x == 0) {
                 if (nan) atomicAdd(reinterpret_cast<unsigned long long *>(&R->nan), nan);
                 if (pinf) atomicAdd(reinterpret_cast<unsigned long long *>(&R->posinf), pinf);
                 if (ninf) atomicAdd(reinterpret_cast<unsigned long long *>(&R->neginf), ninf);
@@ -395,19 +452,24 @@ extern "C" int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, 
     b.n = n;
     b.kinds = kinds;
     int blocks = 0;
-    int cap = (kinds & HK_NORM) ? kNormBlocks : kMaxBlocks;
+    const bool norm = (kinds & HK_NORM) != 0;
+    const int threads = norm ? kNormThreads : kThreads;
+    int cap = norm ? kNormBlocks : kMaxBlocks;
     for (int i = 0; i < n; i++) {
         b.t[i] = t[i];
         b.slot[i] = s.next + i;
         uint64_t nbytes = (uint64_t)t[i].numel * (uint64_t)t[i].itemsize;
         uint64_t work = t[i].numel > (int64_t)(nbytes / 8) ? (uint64_t)t[i].numel : nbytes / 8;
-        uint64_t want = (work + (uint64_t)kThreads * 8 - 1) / ((uint64_t)kThreads * 8);
+        uint64_t want = (work + (uint64_t)threads * 8 - 1) / ((uint64_t)threads * 8);
         int nb = want < 1 ? 1 : want > (uint64_t)cap ? cap : (int)want;
         b.first_block[i] = blocks;
         blocks += nb;
     }
     b.first_block[n] = blocks;
-    hash_kernel<<<blocks, kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(b, s.res, s.partials);
+    if (norm)
+        hash_kernel<kNormThreads><<<blocks, kNormThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(b, s.res, s.partials);
+    else
+        hash_kernel<kThreads><<<blocks, kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(b, s.res, s.partials);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         set_error("launching kdebug's hash kernel", e);

@@ -243,6 +243,8 @@ static PyObject *mod_hash_async(PyObject *m, PyObject *args)
     if (ct.numel == 0)
         return Py_BuildValue("(KdKKKKi)", (unsigned long long)kd_hash_finish(0, 0), 0.0, 0ull, 0ull,
                              0ull, 0ull, 0);
+    if (stream == 0) /* the tensor's device's current stream */
+        stream = kd_shim_current_stream(meta.device_type, meta.device_index);
     int64_t idx = kd_cuda_hash_enqueue(meta.device_index, stream, kinds, &ct, 1);
     if (idx < 0) {
         PyErr_SetString(PyExc_RuntimeError, kd_cuda_last_error());
@@ -397,6 +399,49 @@ static PyObject *tree_hash(PyObject *o, int kinds, int spec, unsigned long long 
     return v;
 }
 
+/* tree_clone(obj) -> obj with every tensor leaf cloned (no dispatch mode sees
+ * it, queued on the current stream), or NotImplemented for unknown trees. */
+static PyObject *tree_clone(PyObject *o, int depth)
+{
+    if (depth > 32)
+        Py_RETURN_NOTIMPLEMENTED;
+    if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
+        int is_list = PyList_CheckExact(o);
+        Py_ssize_t n = is_list ? PyList_GET_SIZE(o) : PyTuple_GET_SIZE(o);
+        PyObject *out = is_list ? PyList_New(n) : PyTuple_New(n);
+        for (Py_ssize_t i = 0; out && i < n; i++) {
+            PyObject *x = tree_clone(is_list ? PyList_GET_ITEM(o, i) : PyTuple_GET_ITEM(o, i), depth + 1);
+            if (x == NULL || x == Py_NotImplemented) {
+                Py_DECREF(out);
+                return x;
+            }
+            if (is_list)
+                PyList_SET_ITEM(out, i, x);
+            else
+                PyTuple_SET_ITEM(out, i, x);
+        }
+        return out;
+    }
+    if (PyTuple_Check(o) || PyList_Check(o) || PyDict_Check(o))
+        Py_RETURN_NOTIMPLEMENTED;
+    kd_tensor_meta meta;
+    int r = kd_shim_tensor_meta(o, &meta);
+    if (r == 0)
+        return Py_NewRef(o);
+    if (r < 0)
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *c = kd_shim_clone(o);
+    if (c == NULL)
+        Py_RETURN_NOTIMPLEMENTED;
+    return c;
+}
+
+static PyObject *mod_tree_clone(PyObject *m, PyObject *obj)
+{
+    (void)m;
+    return tree_clone(obj, 0);
+}
+
 /* tree_hash(obj, kinds, spec, stream, value_fn) -> tree (or None when every
  * leaf is None), or NotImplemented */
 static PyObject *mod_tree_hash(PyObject *m, PyObject *args)
@@ -479,6 +524,8 @@ static PyObject *mod_tree_resolve(PyObject *m, PyObject *args)
 static PyMethodDef module_methods[] = {
     {"tree_hash", mod_tree_hash, METH_VARARGS,
      "tree_hash(obj, kinds, spec, stream, value_fn): hash every tensor leaf (GPU ones queued)."},
+    {"tree_clone", mod_tree_clone, METH_O,
+     "tree_clone(obj): clones of every tensor leaf (C++, no dispatch mode), or NotImplemented."},
     {"tree_resolve", mod_tree_resolve, METH_VARARGS,
      "tree_resolve(obj, value_fn): replace PendingHash leaves by value_fn(7-tuple, spec)."},
     {"hash_async", mod_hash_async, METH_VARARGS,

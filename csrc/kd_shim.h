@@ -47,6 +47,10 @@ int kd_shim_tls_recorder_set(PyObject *obj);
  * NULL on failure (kd_shim_last_error() says why). */
 PyObject *kd_shim_clone(PyObject *tensor);
 
+/* The raw handle (cudaStream_t for CUDA) of the current stream of a device,
+ * 0 when there is none. */
+uint64_t kd_shim_current_stream(int device_type, int device_index);
+
 /* The message of the last failure in this thread (static storage). */
 const char *kd_shim_last_error(void);
 

@@ -13,6 +13,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/ScalarType.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/Dtype.h>
@@ -147,6 +149,20 @@ extern "C" PyObject *kd_shim_clone(PyObject *obj)
     }
     PyErr_Clear();
     return nullptr;
+}
+
+extern "C" uint64_t kd_shim_current_stream(int device_type, int device_index)
+{
+    try {
+        const auto type = static_cast<c10::DeviceType>(device_type);
+        if (!c10::impl::hasDeviceGuardImpl(type))
+            return 0;
+        const c10::Stream s = c10::impl::getDeviceGuardImpl(type)->getStream(
+            c10::Device(type, static_cast<c10::DeviceIndex>(device_index)));
+        return reinterpret_cast<uint64_t>(s.native_handle());
+    } catch (...) {
+        return 0;
+    }
 }
 
 extern "C" const char *kd_shim_last_error(void) { return last_error; }

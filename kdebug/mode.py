@@ -120,8 +120,8 @@ def _spec_value(r, spec_id=None, _spec=[None]):
 def _tree_hash(obj, spec, spec_id):
     """Hashes every tensor leaf (GPU ones queued): C for plain trees, else pytree.
     None when no leaf is a tensor."""
-    stream = torch.cuda.current_stream().cuda_stream if torch.cuda.is_initialized() else 0
-    t = _C.tree_hash(obj, spec.kinds, spec_id, stream, lambda r: spec.value(r[:6]))
+    # stream 0: C finds each tensor's current stream itself
+    t = _C.tree_hash(obj, spec.kinds, spec_id, 0, lambda r: spec.value(r[:6]))
     if t is not _NotImplemented:
         return t
     from torch.utils._pytree import tree_all, tree_map
@@ -346,9 +346,12 @@ class DebugMode(_upstream.DebugMode):
             elif out is not None:
                 call.output_str = out
         if record:
-            from torch.utils._pytree import tree_map
+            out = _C.tree_clone(result)
+            if out is _NotImplemented:
+                from torch.utils._pytree import tree_map
 
-            call.record = {"output": tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, result)}
+                out = tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, result)
+            call.record = {"output": out}
         if entry is not None:
             if call.log is None:
                 call.log = {}

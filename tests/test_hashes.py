@@ -183,8 +183,7 @@ def test_pre_and_post_hashes_follow_roles(compiled_cpu, cpu_inputs):
     # the input a kernel reads is what the aten op before it wrote
     mm = next(op for op in dm.operators if "aten::mm" in str(op))
     first = dm.kernels[0]
-    mm_out = mm.log["hash"]
-    assert first.pre_hashes["in_out_ptr0"] == mm_out
+    assert mm.log["hash"] in first.pre_hashes.values()
 
 
 def test_post_hashes_equal_hashes_of_recorded_outputs(compiled_cpu, cpu_inputs):
@@ -220,8 +219,8 @@ def test_custom_hash_fn(compiled_cpu, cpu_inputs):
             compiled_cpu(*cpu_inputs)
     k = dm.kernels[0]
     assert k.post_hashes and all(isinstance(v, float) for v in k.post_hashes.values())
-    assert k.pre_hashes["in_out_ptr0"] == pytest.approx(
-        next(op for op in dm.operators if "aten::mm" in str(op)).log["hash"])
+    mm_hash = next(op for op in dm.operators if "aten::mm" in str(op)).log["hash"]
+    assert any(v == pytest.approx(mm_hash) for v in k.pre_hashes.values())
 
 
 def test_check_inputs_unchanged_finds_a_kernel_that_writes_its_input():
