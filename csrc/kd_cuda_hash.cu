@@ -20,13 +20,16 @@ constexpr int kMaxBlocks = 4096;      // otherwise
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 enum { HK_BITWISE = 1, HK_NORM = 2, HK_XOR = 4 };
 
-struct Batch {
-    kd_cuda_tensor t[KD_CUDA_BATCH];
-    int64_t slot[KD_CUDA_BATCH];
-    int first_block[KD_CUDA_BATCH + 1];
+// The kernel's parameter block, sized to the batch: a launch copies all of
+// it, and most batches hold one to four tensors.
+template <int CAP> struct BatchT {
+    kd_cuda_tensor t[CAP];
+    int64_t slot[CAP];
+    int first_block[CAP + 1];
     int n;
     int kinds;
 };
+using Batch = BatchT<KD_CUDA_BATCH>;
 
 __device__ __forceinline__ uint64_t fmix64(uint64_t k)
 {
@@ -232,8 +235,8 @@ __device__ __forceinline__ void add_value(ValueAcc &a, int kind, int st, int isz
     }
 }
 
-template <int NT>
-__global__ void __launch_bounds__(NT) hash_kernel(const Batch b, kd_cuda_result *res, double *partials)
+template <int NT, int CAP>
+__global__ void __launch_bounds__(NT) hash_kernel(const BatchT<CAP> b, kd_cuda_result *res, double *partials)
 {
     constexpr int kThreads = NT;
     int ti = 0;
@@ -392,6 +395,22 @@ int ensure(int device, DeviceState &s)
     return 0;
 }
 
+template <int CAP>
+void launch(const Batch &full, bool norm, int blocks, cudaStream_t st, DeviceState &s)
+{
+    BatchT<CAP> b;
+    std::memcpy(b.t, full.t, sizeof b.t);
+    std::memcpy(b.slot, full.slot, sizeof b.slot);
+    for (int i = 0; i <= CAP; i++)
+        b.first_block[i] = full.first_block[i <= full.n ? i : full.n];
+    b.n = full.n;
+    b.kinds = full.kinds;
+    if (norm)
+        hash_kernel<kNormThreads, CAP><<<blocks, kNormThreads, 0, st>>>(b, s.res, s.partials);
+    else
+        hash_kernel<kThreads, CAP><<<blocks, kThreads, 0, st>>>(b, s.res, s.partials);
+}
+
 int collect_locked(int device)
 {
     DeviceState &s = devs[device];
@@ -466,10 +485,13 @@ extern "C" int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, 
         blocks += nb;
     }
     b.first_block[n] = blocks;
-    if (norm)
-        hash_kernel<kNormThreads><<<blocks, kNormThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(b, s.res, s.partials);
+    cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
+    if (n == 1)
+        launch<1>(b, norm, blocks, st, s);
+    else if (n <= 4)
+        launch<4>(b, norm, blocks, st, s);
     else
-        hash_kernel<kThreads><<<blocks, kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(b, s.res, s.partials);
+        launch<KD_CUDA_BATCH>(b, norm, blocks, st, s);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         set_error("launching kdebug's hash kernel", e);
