@@ -2,6 +2,7 @@
 // (Note [Hashing on the GPU] in kd_cuda_hash.h; definitions in kd_hash.h).
 // No libtorch headers here: the CUDA runtime only.
 #include "kd_cuda_hash.h"
+#include "kd_hash.h" // the definition: kd_fmix64, KD_HASH_GOLDEN
 
 #include <cuda_runtime.h>
 
@@ -17,7 +18,7 @@ constexpr int kNormThreads = 1024;  // launches that compute the norm
 constexpr int kCapacity = 8192;       // results in flight per device
 constexpr int kNormBlocks = 128;      // max blocks per tensor when the norm is asked for
 constexpr int kMaxBlocks = 4096;      // otherwise
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+constexpr uint64_t kGolden = KD_HASH_GOLDEN;
 enum { HK_BITWISE = 1, HK_NORM = 2, HK_XOR = 4 };
 
 // The kernel's parameter block, sized to the batch: a launch copies all of
@@ -31,15 +32,7 @@ template <int CAP> struct BatchT {
 };
 using Batch = BatchT<KD_CUDA_BATCH>;
 
-__device__ __forceinline__ uint64_t fmix64(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ull;
-    k ^= k >> 33;
-    return k;
-}
+__device__ __forceinline__ uint64_t fmix64(uint64_t k) { return kd_fmix64(k); }
 
 __device__ __forceinline__ int64_t elem_offset(const kd_cuda_tensor &T, int64_t e)
 {
@@ -162,47 +155,33 @@ __device__ int64_t dec_int(int st, const uint8_t *p)
     }
 }
 
-__device__ __forceinline__ unsigned long long warp_sum(unsigned long long v)
+// Exact integer reductions (sum / xor): any order gives the same result.
+struct SumOp {
+    __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const { return a + b; }
+};
+struct XorOp {
+    __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const { return a ^ b; }
+};
+
+template <class Op> __device__ __forceinline__ unsigned long long warp_reduce(unsigned long long v, Op op)
 {
     for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_down_sync(0xffffffffu, v, o);
+        v = op(v, __shfl_down_sync(0xffffffffu, v, o));
     return v;
 }
 
-__device__ __forceinline__ unsigned long long warp_xor(unsigned long long v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v ^= __shfl_down_sync(0xffffffffu, v, o);
-    return v;
-}
-
-// Sum / xor over the block (exact integer ops: any order gives the same result).
-template <int NT> __device__ unsigned long long block_sum(unsigned long long v)
+// The block's reduction, in thread 0 (uniform control flow: every thread calls it).
+template <int NT, class Op> __device__ unsigned long long block_reduce(unsigned long long v, Op op)
 {
     __shared__ unsigned long long part[NT / 32];
-    v = warp_sum(v);
+    v = warp_reduce(v, op);
     if ((threadIdx.x & 31) == 0)
         part[threadIdx.x >> 5] = v;
     __syncthreads();
     unsigned long long t = 0;
     if (threadIdx.x == 0)
         for (int i = 0; i < NT / 32; i++)
-            t += part[i];
-    __syncthreads();
-    return t;
-}
-
-template <int NT> __device__ unsigned long long block_xor(unsigned long long v)
-{
-    __shared__ unsigned long long part[NT / 32];
-    v = warp_xor(v);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = v;
-    __syncthreads();
-    unsigned long long t = 0;
-    if (threadIdx.x == 0)
-        for (int i = 0; i < NT / 32; i++)
-            t ^= part[i];
+            t = op(t, part[i]);
     __syncthreads();
     return t;
 }
@@ -269,7 +248,7 @@ __global__ void __launch_bounds__(NT) hash_kernel(const BatchT<CAP> b, kd_cuda_r
             for (uint64_t p = start; p < nwords; p += stride)
                 S += fmix64(word_at(T, p, nbytes) ^ ((p + 1) * kGolden));
         }
-        S = block_sum<NT>(S);
+        S = block_reduce<NT>(S, SumOp());
         if (threadIdx.x == 0 && S)
             atomicAdd(reinterpret_cast<unsigned long long *>(&R->S), S);
     }
@@ -304,12 +283,12 @@ __global__ void __launch_bounds__(NT) hash_kernel(const BatchT<CAP> b, kd_cuda_r
         double l1 = acc.l1;
         unsigned long long nan = acc.nan, pinf = acc.pinf, ninf = acc.ninf, x = acc.x;
         if (b.kinds & HK_XOR) {
-            x = block_xor<NT>(x);
+            x = block_reduce<NT>(x, XorOp());
             if (threadIdx.x == 0 && x)
                 atomicXor(reinterpret_cast<unsigned long long *>(&R->xor64), x);
         }
         if (b.kinds & HK_NORM) {
-            nan = block_sum<NT>(nan), pinf = block_sum<NT>(pinf), ninf = block_sum<NT>(ninf);
+            nan = block_reduce<NT>(nan, SumOp()), pinf = block_reduce<NT>(pinf, SumOp()), ninf = block_reduce<NT>(ninf, SumOp());
             if (threadIdx.x == 0) {
                 if (nan) atomicAdd(reinterpret_cast<unsigned long long *>(&R->nan), nan);
                 if (pinf) atomicAdd(reinterpret_cast<unsigned long long *>(&R->posinf), pinf);

@@ -31,6 +31,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Shared with the CUDA kernel (kd_cuda_hash.cu), so both compute one definition. */
+#ifdef __CUDACC__
+#define KD_HOST_DEVICE __host__ __device__
+#else
+#define KD_HOST_DEVICE
+#endif
+
 /* c10::ScalarType numbers kdebug needs to decode values (stable in c10). */
 enum kd_scalar_type {
     KD_ST_BYTE = 0, KD_ST_CHAR = 1, KD_ST_SHORT = 2, KD_ST_INT = 3, KD_ST_LONG = 4,
@@ -43,10 +50,14 @@ enum kd_scalar_type {
     KD_ST_UINT32 = 28, KD_ST_UINT64 = 29, KD_ST_F8E8M0FNU = 44, KD_ST_F4E2M1FNX2 = 45,
 };
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Bytes per element of a scalar type, 0 if unknown. */
 int kd_itemsize(int scalar_type);
 
-static inline uint64_t kd_fmix64(uint64_t k)
+static inline KD_HOST_DEVICE uint64_t kd_fmix64(uint64_t k)
 {
     k ^= k >> 33;
     k *= 0xff51afd7ed558ccdull;
@@ -60,7 +71,7 @@ static inline uint64_t kd_fmix64(uint64_t k)
 #define KD_HASH_LSALT 0x6A09E667F3BCC909ull
 
 /* H from the sum S and the logical byte length L. */
-static inline uint64_t kd_hash_finish(uint64_t S, uint64_t L)
+static inline KD_HOST_DEVICE uint64_t kd_hash_finish(uint64_t S, uint64_t L)
 {
     return kd_fmix64(S ^ kd_fmix64(L ^ KD_HASH_LSALT));
 }
@@ -92,5 +103,9 @@ int kd_hash_xor64(const kd_view *v, uint64_t *out);
 /* Decodes element i of a contiguous buffer of a floating type as a double
  * (half, bfloat16, the float8 kinds); for tests and the norm. */
 double kd_decode_float(int scalar_type, const void *elem);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

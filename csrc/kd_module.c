@@ -322,13 +322,12 @@ static PyTypeObject kd_PendingHashType = {
     .tp_doc = "A hash queued on the GPU; DebugMode replaces it by its value when results are read.",
 };
 
-/* Hashes every plain tensor leaf of an exact list / tuple / dict tree.
- * Returns the tree with leaves replaced (None for non-tensors; a value from
- * value_fn(7-tuple) for hashes done now; a PendingHash for queued ones), or
- * NotImplemented for a tree it does not know; *all_none tells whether every
- * leaf is None. */
-static PyObject *tree_hash(PyObject *o, int kinds, int spec, unsigned long long stream,
-                           PyObject *value_fn, int *all_none, int depth)
+/* Rebuilds an exact list / tuple / dict tree with every other object mapped by
+ * leaf(o, ctx) (a new reference, NULL with an exception, or NotImplemented to
+ * give up: the caller then falls back to Python's pytree). */
+typedef PyObject *(*kd_leaf_fn)(PyObject *o, void *ctx);
+
+static PyObject *tree_map_c(PyObject *o, kd_leaf_fn leaf, void *ctx, int depth)
 {
     if (depth > 32)
         Py_RETURN_NOTIMPLEMENTED;
@@ -337,8 +336,8 @@ static PyObject *tree_hash(PyObject *o, int kinds, int spec, unsigned long long 
         Py_ssize_t n = is_list ? PyList_GET_SIZE(o) : PyTuple_GET_SIZE(o);
         PyObject *out = is_list ? PyList_New(n) : PyTuple_New(n);
         for (Py_ssize_t i = 0; out && i < n; i++) {
-            PyObject *x = tree_hash(is_list ? PyList_GET_ITEM(o, i) : PyTuple_GET_ITEM(o, i), kinds,
-                                    spec, stream, value_fn, all_none, depth + 1);
+            PyObject *x = tree_map_c(is_list ? PyList_GET_ITEM(o, i) : PyTuple_GET_ITEM(o, i), leaf, ctx,
+                                     depth + 1);
             if (x == NULL || x == Py_NotImplemented) {
                 Py_DECREF(out);
                 return x;
@@ -354,7 +353,7 @@ static PyObject *tree_hash(PyObject *o, int kinds, int spec, unsigned long long 
         PyObject *out = PyDict_New(), *k, *v;
         Py_ssize_t pos = 0;
         while (out && PyDict_Next(o, &pos, &k, &v)) {
-            PyObject *x = tree_hash(v, kinds, spec, stream, value_fn, all_none, depth + 1);
+            PyObject *x = tree_map_c(v, leaf, ctx, depth + 1);
             if (x == NULL || x == Py_NotImplemented) {
                 Py_DECREF(out);
                 return x;
@@ -368,19 +367,57 @@ static PyObject *tree_hash(PyObject *o, int kinds, int spec, unsigned long long 
         }
         return out;
     }
+    return leaf(o, ctx);
+}
+
+/* Subclasses of containers (namedtuples, torch.return_types, ...) are pytree
+ * nodes upstream descends into: leave them to Python. */
+static int is_other_node(PyObject *o) { return PyTuple_Check(o) || PyList_Check(o) || PyDict_Check(o); }
+
+static PyObject *clone_leaf(PyObject *o, void *ctx)
+{
+    (void)ctx;
+    if (is_other_node(o))
+        Py_RETURN_NOTIMPLEMENTED;
     kd_tensor_meta meta;
     int r = kd_shim_tensor_meta(o, &meta);
-    if (r == 0) {
-        /* subclasses of containers (namedtuples, torch.return_types, ...) are
-         * pytree nodes upstream descends into: leave them to Python */
-        if (PyTuple_Check(o) || PyList_Check(o) || PyDict_Check(o))
-            Py_RETURN_NOTIMPLEMENTED;
-        Py_RETURN_NONE; /* a leaf that is not a tensor */
-    }
+    if (r == 0)
+        return Py_NewRef(o);
+    PyObject *c = r > 0 ? kd_shim_clone(o) : NULL;
+    if (c == NULL)
+        Py_RETURN_NOTIMPLEMENTED;
+    return c;
+}
+
+/* tree_clone(obj) -> obj with every tensor leaf cloned (no dispatch mode sees
+ * it, queued on the current stream), or NotImplemented for unknown trees. */
+static PyObject *mod_tree_clone(PyObject *m, PyObject *obj)
+{
+    (void)m;
+    return tree_map_c(obj, clone_leaf, NULL, 0);
+}
+
+typedef struct hash_ctx {
+    int kinds, spec, all_none;
+    unsigned long long stream;
+    PyObject *value_fn;
+} hash_ctx;
+
+/* None for a non-tensor; value_fn(7-tuple) for a hash done now; a
+ * PendingHash for one queued on the GPU. */
+static PyObject *hash_leaf(PyObject *o, void *vctx)
+{
+    hash_ctx *c = vctx;
+    if (is_other_node(o))
+        Py_RETURN_NOTIMPLEMENTED;
+    kd_tensor_meta meta;
+    int r = kd_shim_tensor_meta(o, &meta);
+    if (r == 0)
+        Py_RETURN_NONE;
     if (r < 0)
         Py_RETURN_NOTIMPLEMENTED;
-    *all_none = 0;
-    PyObject *a = Py_BuildValue("(OiK)", o, kinds, stream);
+    c->all_none = 0;
+    PyObject *a = Py_BuildValue("(OiK)", o, c->kinds, c->stream);
     PyObject *h = a ? mod_hash_async(NULL, a) : NULL;
     Py_XDECREF(a);
     if (h == NULL || h == Py_NotImplemented)
@@ -389,136 +426,62 @@ static PyObject *tree_hash(PyObject *o, int kinds, int spec, unsigned long long 
         kd_pending_hash *p = PyObject_New(kd_pending_hash, &kd_PendingHashType);
         if (p != NULL) {
             p->handle = PyLong_AsLongLong(h);
-            p->spec = spec;
+            p->spec = c->spec;
         }
         Py_DECREF(h);
         return (PyObject *)p;
     }
-    PyObject *v = PyObject_CallFunctionObjArgs(value_fn, h, NULL);
+    PyObject *v = PyObject_CallFunctionObjArgs(c->value_fn, h, NULL);
     Py_DECREF(h);
     return v;
 }
 
-/* tree_clone(obj) -> obj with every tensor leaf cloned (no dispatch mode sees
- * it, queued on the current stream), or NotImplemented for unknown trees. */
-static PyObject *tree_clone(PyObject *o, int depth)
-{
-    if (depth > 32)
-        Py_RETURN_NOTIMPLEMENTED;
-    if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
-        int is_list = PyList_CheckExact(o);
-        Py_ssize_t n = is_list ? PyList_GET_SIZE(o) : PyTuple_GET_SIZE(o);
-        PyObject *out = is_list ? PyList_New(n) : PyTuple_New(n);
-        for (Py_ssize_t i = 0; out && i < n; i++) {
-            PyObject *x = tree_clone(is_list ? PyList_GET_ITEM(o, i) : PyTuple_GET_ITEM(o, i), depth + 1);
-            if (x == NULL || x == Py_NotImplemented) {
-                Py_DECREF(out);
-                return x;
-            }
-            if (is_list)
-                PyList_SET_ITEM(out, i, x);
-            else
-                PyTuple_SET_ITEM(out, i, x);
-        }
-        return out;
-    }
-    if (PyTuple_Check(o) || PyList_Check(o) || PyDict_Check(o))
-        Py_RETURN_NOTIMPLEMENTED;
-    kd_tensor_meta meta;
-    int r = kd_shim_tensor_meta(o, &meta);
-    if (r == 0)
-        return Py_NewRef(o);
-    if (r < 0)
-        Py_RETURN_NOTIMPLEMENTED;
-    PyObject *c = kd_shim_clone(o);
-    if (c == NULL)
-        Py_RETURN_NOTIMPLEMENTED;
-    return c;
-}
-
-static PyObject *mod_tree_clone(PyObject *m, PyObject *obj)
-{
-    (void)m;
-    return tree_clone(obj, 0);
-}
-
-/* tree_hash(obj, kinds, spec, stream, value_fn) -> tree (or None when every
- * leaf is None), or NotImplemented */
+/* tree_hash(obj, kinds, spec, stream, value_fn) -> the tree of hashes (None
+ * when no leaf is a tensor), or NotImplemented */
 static PyObject *mod_tree_hash(PyObject *m, PyObject *args)
 {
     (void)m;
-    PyObject *obj, *value_fn;
-    int kinds, spec;
-    unsigned long long stream;
-    if (!PyArg_ParseTuple(args, "OiiKO", &obj, &kinds, &spec, &stream, &value_fn))
+    hash_ctx c = {0, 0, 1, 0, NULL};
+    PyObject *obj;
+    if (!PyArg_ParseTuple(args, "OiiKO", &obj, &c.kinds, &c.spec, &c.stream, &c.value_fn))
         return NULL;
-    int all_none = 1;
-    PyObject *t = tree_hash(obj, kinds, spec, stream, value_fn, &all_none, 0);
-    if (t != NULL && t != Py_NotImplemented && all_none) {
+    PyObject *t = tree_map_c(obj, hash_leaf, &c, 0);
+    if (t != NULL && t != Py_NotImplemented && c.all_none) {
         Py_DECREF(t);
         Py_RETURN_NONE;
     }
     return t;
 }
 
-/* Replaces PendingHash leaves by value_fn(7-tuple, spec) in an exact list / tuple / dict tree. */
-static PyObject *tree_resolve(PyObject *o, PyObject *value_fn, int depth)
+/* PendingHash -> value_fn(7-tuple, spec); anything else unchanged. */
+static PyObject *resolve_leaf(PyObject *o, void *ctx)
 {
-    if (Py_TYPE(o) == &kd_PendingHashType) {
-        kd_pending_hash *p = (kd_pending_hash *)o;
-        PyObject *h = PyLong_FromLongLong(p->handle);
-        PyObject *r = h ? mod_hash_fetch(NULL, h) : NULL;
-        Py_XDECREF(h);
-        if (r == NULL)
-            return NULL;
-        PyObject *v = PyObject_CallFunction(value_fn, "Oi", r, p->spec);
-        Py_DECREF(r);
-        return v;
-    }
-    if (depth > 32)
+    if (Py_TYPE(o) != &kd_PendingHashType)
         return Py_NewRef(o);
-    if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
-        int is_list = PyList_CheckExact(o);
-        Py_ssize_t n = is_list ? PyList_GET_SIZE(o) : PyTuple_GET_SIZE(o);
-        PyObject *out = is_list ? PyList_New(n) : PyTuple_New(n);
-        for (Py_ssize_t i = 0; out && i < n; i++) {
-            PyObject *x = tree_resolve(is_list ? PyList_GET_ITEM(o, i) : PyTuple_GET_ITEM(o, i), value_fn,
-                                       depth + 1);
-            if (x == NULL) {
-                Py_DECREF(out);
-                return NULL;
-            }
-            if (is_list)
-                PyList_SET_ITEM(out, i, x);
-            else
-                PyTuple_SET_ITEM(out, i, x);
-        }
-        return out;
-    }
-    if (PyDict_CheckExact(o)) {
-        PyObject *out = PyDict_New(), *k, *v;
-        Py_ssize_t pos = 0;
-        while (out && PyDict_Next(o, &pos, &k, &v)) {
-            PyObject *x = tree_resolve(v, value_fn, depth + 1);
-            if (x == NULL || PyDict_SetItem(out, k, x) != 0) {
-                Py_XDECREF(x);
-                Py_DECREF(out);
-                return NULL;
-            }
-            Py_DECREF(x);
-        }
-        return out;
-    }
-    return Py_NewRef(o);
+    kd_pending_hash *p = (kd_pending_hash *)o;
+    PyObject *h = PyLong_FromLongLong(p->handle);
+    PyObject *r = h ? mod_hash_fetch(NULL, h) : NULL;
+    Py_XDECREF(h);
+    if (r == NULL)
+        return NULL;
+    PyObject *v = PyObject_CallFunction((PyObject *)ctx, "Oi", r, p->spec);
+    Py_DECREF(r);
+    return v;
 }
 
+/* tree_resolve(obj, value_fn) -> obj with PendingHash leaves replaced by their values */
 static PyObject *mod_tree_resolve(PyObject *m, PyObject *args)
 {
     (void)m;
     PyObject *obj, *value_fn;
     if (!PyArg_ParseTuple(args, "OO", &obj, &value_fn))
         return NULL;
-    return tree_resolve(obj, value_fn, 0);
+    PyObject *t = tree_map_c(obj, resolve_leaf, value_fn, 0);
+    if (t == Py_NotImplemented) { /* deeper than any op's output: leave it */
+        Py_DECREF(t);
+        return Py_NewRef(obj);
+    }
+    return t;
 }
 
 static PyMethodDef module_methods[] = {

@@ -250,26 +250,39 @@ class DebugMode(_upstream.DebugMode):
             return self._dispatch_with_hooks(func, args, kwargs, hooks)
         call = None
         if not _u._IN_INDUCTOR_BENCHMARK:
-            a = _C.format_args(args)
-            k = _C.format_kwargs(kwargs)
-            if a is _NotImplemented or k is _NotImplemented:
+            call = self._new_op_call(func, args, kwargs)
+            if call is None:
                 return super().__torch_dispatch__(func, types, args, kwargs)
-            call = _upstream._OpCall(func, (), {}, self.call_depth + 1)
-            call.args_str = a
-            call.kwargs_str = k
-            del call.args
-            del call.kwargs
-            if self.fx_stack_trace:
-                call.stack_trace = call.fwd_stack_trace = self.fx_stack_trace
-            self._ops.append(call)
         result = func(*args, **kwargs)
-        if call is not None and self.record_output:
-            out = _C.format_output(result)
-            if out is _NotImplemented:
-                call.stringify_output(result, self.record_tensor_attributes, None)
-            elif out is not None:
-                call.output_str = out
+        if call is not None:
+            self._set_output(call, result)
         return result
+
+    def _new_op_call(self, func, args, kwargs):
+        """An _OpCall with upstream's exact text, made by the C formatter and
+        appended to operators; None when the formatter does not know the args."""
+        a = _C.format_args(args)
+        k = _C.format_kwargs(kwargs)
+        if a is _NotImplemented or k is _NotImplemented:
+            return None
+        call = _upstream._OpCall(func, (), {}, self.call_depth + 1)
+        call.args_str = a
+        call.kwargs_str = k
+        del call.args
+        del call.kwargs
+        if self.fx_stack_trace:
+            call.stack_trace = call.fwd_stack_trace = self.fx_stack_trace
+        self._ops.append(call)
+        return call
+
+    def _set_output(self, call, result) -> None:
+        if not self.record_output:
+            return
+        out = _C.format_output(result)
+        if out is _NotImplemented:
+            call.stringify_output(result, self.record_tensor_attributes, None)
+        elif out is not None:
+            call.output_str = out
 
     # -- operators: upstream's list, with kernel records merged in on read --
     @property
@@ -316,20 +329,11 @@ class DebugMode(_upstream.DebugMode):
         """The fast path with kdebug's own hash / record hooks: what upstream's
         hooks would store, with GPU hashes queued instead of synchronizing."""
         (entry, record) = hooks
-        a = _C.format_args(args)
-        k = _C.format_kwargs(kwargs)
-        if a is _NotImplemented or k is _NotImplemented:
-            return super().__torch_dispatch__(func, (), args, kwargs)
         call = None
         if not _u._IN_INDUCTOR_BENCHMARK:
-            call = _upstream._OpCall(func, (), {}, self.call_depth + 1)
-            call.args_str = a
-            call.kwargs_str = k
-            del call.args
-            del call.kwargs
-            if self.fx_stack_trace:
-                call.stack_trace = call.fwd_stack_trace = self.fx_stack_trace
-            self._ops.append(call)
+            call = self._new_op_call(func, args, kwargs)
+            if call is None:
+                return super().__torch_dispatch__(func, (), args, kwargs)
         pending = False
         if entry is not None and call is not None and entry[2] and not _hash_skipped(func):
             h = _tree_hash((args, _without_outs(func, kwargs)), entry[1], entry[3])
@@ -339,12 +343,7 @@ class DebugMode(_upstream.DebugMode):
         result = func(*args, **kwargs)
         if call is None:
             return result
-        if self.record_output:
-            out = _C.format_output(result)
-            if out is _NotImplemented:
-                call.stringify_output(result, self.record_tensor_attributes, None)
-            elif out is not None:
-                call.output_str = out
+        self._set_output(call, result)
         if record:
             out = _C.tree_clone(result)
             if out is _NotImplemented:
@@ -482,39 +481,36 @@ class DebugMode(_upstream.DebugMode):
             }.get(reason, ""),
         )
 
+    # counter -> what the warning says (Note: each warns once per new count)
+    _PROBLEMS = {
+        "dropped": lambda s, msgs: (
+            f"{s['dropped']} kernel launch record(s) were dropped because the ring "
+            f"({s['capacity']} slots, overflow={s['overflow']!r}) was full. Pass a larger "
+            "DebugMode(ring_capacity=...) to keep them."),
+        "outputs_skipped": lambda s, msgs: (
+            f"record_outputs kept {s['output_bytes']} bytes of kernel outputs, its budget; "
+            f"{s['outputs_skipped']} output(s) were not recorded. Raise it with "
+            "DebugMode.record_outputs(max_bytes=...)."),
+        "readonly_changed": lambda s, msgs: (
+            f"{s['readonly_changed']} argument(s) that a kernel only reads changed during the "
+            "launch: the kernel wrote to memory it should only read. See call.readonly_violations."),
+        "hash_unsupported": lambda s, msgs: (
+            f"{s['hash_unsupported']} tensor(s) have a dtype the requested hash cannot decode "
+            "(their values are missing); hash_fn='bitwise' hashes every dtype."),
+        "errors": lambda s, msgs: (
+            f"{s['errors']} error(s) inside the launch hook; {s['unrecorded']} launch(es) "
+            f"were not recorded. First: {msgs[0] if msgs else '?'}"),
+    }
+
     def _report_problems(self) -> None:
         if self._recorder is None:
             return
         s = self._recorder.stats()
-        if s["dropped"] > self._reported["dropped"]:
-            self._reported["dropped"] = s["dropped"]
-            inductor.warn(
-                f"{s['dropped']} kernel launch record(s) were dropped because the ring "
-                f"({s['capacity']} slots, overflow={s['overflow']!r}) was full. Pass a larger "
-                "DebugMode(ring_capacity=...) to keep them.", stacklevel=4)
-        if s["outputs_skipped"] > self._reported["outputs_skipped"]:
-            self._reported["outputs_skipped"] = s["outputs_skipped"]
-            inductor.warn(
-                f"record_outputs kept {s['output_bytes']} bytes of kernel outputs, its budget; "
-                f"{s['outputs_skipped']} output(s) were not recorded. Raise it with "
-                "DebugMode.record_outputs(max_bytes=...).", stacklevel=4)
-        if s["readonly_changed"] > self._reported["readonly_changed"]:
-            self._reported["readonly_changed"] = s["readonly_changed"]
-            inductor.warn(
-                f"{s['readonly_changed']} argument(s) that a kernel only reads changed during the "
-                "launch: the kernel wrote to memory it should only read. See "
-                "call.readonly_violations.", stacklevel=4)
-        if s["hash_unsupported"] > self._reported["hash_unsupported"]:
-            self._reported["hash_unsupported"] = s["hash_unsupported"]
-            inductor.warn(
-                f"{s['hash_unsupported']} tensor(s) have a dtype the requested hash cannot decode "
-                "(their values are missing); hash_fn='bitwise' hashes every dtype.", stacklevel=4)
-        if s["errors"] > self._reported["errors"]:
-            self._reported["errors"] = s["errors"]
-            msgs = self._recorder.messages()
-            inductor.warn(
-                f"{s['errors']} error(s) inside the launch hook; {s['unrecorded']} launch(es) "
-                f"were not recorded. First: {msgs[0] if msgs else '?'}", stacklevel=4)
+        for key, message in self._PROBLEMS.items():
+            if s[key] > self._reported.get(key, 0):
+                self._reported[key] = s[key]
+                msgs = self._recorder.messages() if key == "errors" else []
+                inductor.warn(message(s, msgs), stacklevel=4)
 
     @property
     def kernel_stats(self) -> dict[str, Any]:
