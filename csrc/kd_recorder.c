@@ -258,7 +258,11 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
     } else if (m.device_type == KD_DEV_CPU) {
         kd_view v = {(const void *)(uintptr_t)m.data_ptr, m.dtype, kd_itemsize(m.dtype),
                      m.ndim, m.sizes, m.strides};
-        if (v.itemsize == 0 || (m.data_ptr == 0 && m.ndim > 0)) {
+        int64_t numel = 1;
+        for (int d = 0; d < m.ndim; d++)
+            numel *= m.sizes[d];
+        /* an empty tensor may have no storage: its hashes need none */
+        if (v.itemsize == 0 || (m.data_ptr == 0 && numel > 0)) {
             h->flags |= KD_HF_UNSUPPORTED;
             r->hash_unsupported++;
         } else {

@@ -347,3 +347,19 @@ class Runner:
     assert out["cpp_fused_a_0"] == {0}          # buf2 aliases the fresh buf0; buf3 was written by mm
     assert out["triton_poi_b_1"] == frozenset()  # fresh at its first call site only
     assert fresh_args("not python (") == {}
+
+
+def test_empty_tensors_around_a_kernel_are_hashed_not_unsupported():
+    def kernel(a, out):
+        out.copy_(a)
+
+    info = _C.KernelInfo(_C.KIND_CPP, "empty_kernel", ["in_ptr0", "out_ptr0"], [1, 2], 0, -1)
+    wrapped = _C.CppKernel(kernel, info)
+    a, out = torch.empty(0, 3), torch.empty(0, 3)
+    with DebugMode(kernels_only=True) as dm:
+        with DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            wrapped(a, out)
+    (k,) = dm.kernels
+    assert k.pre_hashes == {"in_ptr0": fmix64(0 ^ fmix64(0 ^ LSALT))}
+    assert k.post_hashes == {"out_ptr0": fmix64(0 ^ fmix64(0 ^ LSALT))}
+    assert dm.kernel_stats["hash_unsupported"] == 0
