@@ -157,6 +157,16 @@ static PyObject *mod_set_hashers(PyObject *m, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* The 7-tuple every hash entry point returns:
+ * (bitwise, l1, nan, posinf, neginf, xor64, unsupported). */
+static PyObject *hash7(uint64_t bitwise, double l1, uint64_t nan, uint64_t posinf, uint64_t neginf,
+                       uint64_t x, int unsupported)
+{
+    return Py_BuildValue("(KdKKKKi)", (unsigned long long)bitwise, l1, (unsigned long long)nan,
+                         (unsigned long long)posinf, (unsigned long long)neginf,
+                         (unsigned long long)x, unsupported);
+}
+
 /* hash(t, kinds) -> (bitwise, l1, nan, posinf, neginf, xor64, unsupported) for a CPU tensor */
 static PyObject *mod_hash(PyObject *m, PyObject *args)
 {
@@ -192,9 +202,7 @@ static PyObject *mod_hash(PyObject *m, PyObject *args)
     if ((kinds & KD_HK_XOR) && kd_hash_xor64(&v, &x) != 0)
         unsupported = 1;
     Py_END_ALLOW_THREADS
-    return Py_BuildValue("(KdKKKKi)", (unsigned long long)bitwise, n.l1,
-                         (unsigned long long)n.nan, (unsigned long long)n.posinf,
-                         (unsigned long long)n.neginf, (unsigned long long)x, unsupported);
+    return hash7(bitwise, n.l1, n.nan, n.posinf, n.neginf, x, unsupported);
 }
 
 /* hash_async(t, kinds, stream) -> a 7-tuple now (CPU tensors), an int handle
@@ -219,30 +227,11 @@ static PyObject *mod_hash_async(PyObject *m, PyObject *args)
         Py_XDECREF(a);
         return res;
     }
-    int itemsize = kd_itemsize(meta.dtype);
-    if (meta.device_type != KD_DEV_CUDA || meta.ndim > KD_CUDA_MAX_DIMS || itemsize == 0 ||
-        !kd_cuda_available())
-        Py_RETURN_NOTIMPLEMENTED;
     kd_cuda_tensor ct;
-    memset(&ct, 0, sizeof ct);
-    ct.data = meta.data_ptr;
-    ct.scalar_type = meta.dtype;
-    ct.itemsize = itemsize;
-    ct.ndim = meta.ndim;
-    ct.numel = 1;
-    int64_t expect = 1;
-    ct.contiguous = 1;
-    for (int d = meta.ndim - 1; d >= 0; d--) {
-        ct.sizes[d] = meta.sizes[d];
-        ct.strides[d] = meta.strides[d];
-        ct.numel *= meta.sizes[d];
-        if (meta.sizes[d] != 1 && meta.strides[d] != expect)
-            ct.contiguous = 0;
-        expect *= meta.sizes[d];
-    }
+    if (!kd_cuda_describe(&meta, &ct))
+        Py_RETURN_NOTIMPLEMENTED;
     if (ct.numel == 0)
-        return Py_BuildValue("(KdKKKKi)", (unsigned long long)kd_hash_finish(0, 0), 0.0, 0ull, 0ull,
-                             0ull, 0ull, 0);
+        return hash7(kd_hash_finish(0, 0), 0.0, 0, 0, 0, 0, 0);
     if (stream == 0) /* the tensor's device's current stream */
         stream = kd_shim_current_stream(meta.device_type, meta.device_index);
     int64_t idx = kd_cuda_hash_enqueue(meta.device_index, stream, kinds, &ct, 1);
@@ -274,10 +263,8 @@ static PyObject *mod_hash_fetch(PyObject *m, PyObject *arg)
         PyErr_SetString(PyExc_KeyError, "no such GPU hash");
         return NULL;
     }
-    return Py_BuildValue("(KdKKKKi)", (unsigned long long)kd_hash_finish(res->S, res->nbytes), res->l1,
-                         (unsigned long long)res->nan, (unsigned long long)res->posinf,
-                         (unsigned long long)res->neginf, (unsigned long long)res->xor64,
-                         (int)res->unsupported);
+    return hash7(kd_hash_finish(res->S, res->nbytes), res->l1, res->nan, res->posinf, res->neginf,
+                 res->xor64, (int)res->unsupported);
 }
 
 static PyObject *mod_hash_collect(PyObject *m, PyObject *unused)

@@ -125,6 +125,13 @@ void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssiz
  * number of launches in the store. */
 uint64_t kd_recorder_drain(kd_recorder *r);
 
+/* Describes a tensor for the CUDA hash kernel.  Returns 1 when this build can
+ * hash it there (a CUDA tensor of a known dtype, at most KD_CUDA_MAX_DIMS
+ * dims), else 0 (the caller uses another path). */
+struct kd_tensor_meta;
+struct kd_cuda_tensor;
+int kd_cuda_describe(const struct kd_tensor_meta *m, struct kd_cuda_tensor *t);
+
 /* Fills in the GPU hashes of stored launches (collecting them first: one
  * device synchronization).  Returns how many are still missing. */
 uint64_t kd_recorder_resolve(kd_recorder *r);

@@ -199,34 +199,43 @@ static void batch_flush(kd_recorder *r, gpu_batch *b)
     b->n = 0;
 }
 
-/* Queues a CUDA tensor's hashes; 0 if this build or view cannot (the caller
- * falls back to the slow path). */
-static int batch_add(kd_recorder *r, gpu_batch *b, const kd_tensor_meta *m, int kinds,
-                     kd_hash_rec *h, int w, uint64_t stream)
+int kd_cuda_describe(const kd_tensor_meta *m, kd_cuda_tensor *t)
 {
-    if (b == NULL || m->device_type != KD_DEV_CUDA || m->ndim > KD_CUDA_MAX_DIMS ||
-        !kd_cuda_available() || kd_itemsize(m->dtype) == 0)
+    int itemsize = kd_itemsize(m->dtype);
+    if (m->device_type != KD_DEV_CUDA || m->ndim > KD_CUDA_MAX_DIMS || itemsize == 0 ||
+        !kd_cuda_available())
         return 0;
-    if (b->n && (b->n == KD_CUDA_BATCH || b->device != m->device_index || b->kinds != kinds))
-        batch_flush(r, b);
-    kd_cuda_tensor *t = &b->t[b->n];
     memset(t, 0, sizeof *t);
     t->data = m->data_ptr;
     t->scalar_type = m->dtype;
-    t->itemsize = kd_itemsize(m->dtype);
+    t->itemsize = itemsize;
     t->ndim = m->ndim;
     t->numel = 1;
+    t->contiguous = 1;
     int64_t expect = 1;
-    int contiguous = 1;
     for (int d = m->ndim - 1; d >= 0; d--) {
         t->sizes[d] = m->sizes[d];
         t->strides[d] = m->strides[d];
         t->numel *= m->sizes[d];
         if (m->sizes[d] != 1 && m->strides[d] != expect)
-            contiguous = 0;
+            t->contiguous = 0;
         expect *= m->sizes[d];
     }
-    t->contiguous = contiguous;
+    return 1;
+}
+
+/* Queues a CUDA tensor's hashes; 0 if this build or view cannot (the caller
+ * falls back to the slow path). */
+static int batch_add(kd_recorder *r, gpu_batch *b, const kd_tensor_meta *m, int kinds,
+                     kd_hash_rec *h, int w, uint64_t stream)
+{
+    kd_cuda_tensor probe;
+    if (b == NULL || !kd_cuda_describe(m, &probe))
+        return 0;
+    if (b->n && (b->n == KD_CUDA_BATCH || b->device != m->device_index || b->kinds != kinds))
+        batch_flush(r, b);
+    kd_cuda_tensor *t = &b->t[b->n];
+    *t = probe;
     if (t->numel == 0) {
         /* nothing to read: the empty tensor's values are known */
         h->bitwise[w] = kd_hash_finish(0, 0);
