@@ -76,17 +76,13 @@ def _raw(t: torch.Tensor, kinds: int) -> tuple:
         return _C.hash(t.detach(), kinds)
 
 
-def stream_of(t: torch.Tensor) -> int:
-    return 0  # C uses the current stream of the tensor's device
-
-
 def start(t: torch.Tensor, kinds: int):
     """Starts hashing t: a 7-tuple when done at once (CPU), an int handle when
     queued on t's current CUDA stream (fetch with finish), else the host path."""
     with torch._C._DisableTorchDispatch():
         if t.is_quantized:
             t = t.int_repr()
-        r = _C.hash_async(t.detach(), kinds, stream_of(t))
+        r = _C.hash_async(t.detach(), kinds, 0)  # 0: the current stream of t's device
         if r is NotImplemented:
             return _raw(t, kinds)
         return r
@@ -215,10 +211,6 @@ def spec(spec_id: int) -> HashSpec:
     return _specs[spec_id]
 
 
-def _slow_hasher(t: torch.Tensor, kinds: int) -> tuple:
-    return _raw(t, kinds)
-
-
 # custom hash_fns of the active log_tensor_hashes() contexts, innermost last
 # (process-wide, like the C-side hash configuration: kernels launched from
 # autograd's threads are hashed too)
@@ -239,4 +231,4 @@ def pop_custom() -> None:
     _custom_fns.pop()
 
 
-_C._set_hashers(_slow_hasher, _custom_hasher)
+_C._set_hashers(_raw, _custom_hasher)

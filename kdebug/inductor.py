@@ -57,6 +57,10 @@ def fresh_args(source: str) -> dict[str, frozenset[int]]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return {}
+    return _fresh_args_of(tree)
+
+
+def _fresh_args_of(tree: ast.AST) -> dict[str, frozenset[int]]:
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "call"]
     if not calls:
         return {}
@@ -282,7 +286,7 @@ def _wrap_loaded_modules() -> None:
             tree = ast.parse(text)
         except (OSError, SyntaxError, ValueError):
             continue
-        fresh = fresh_args(text)
+        fresh = _fresh_args_of(tree)
         _mark_fresh_triton(mod.__dict__, fresh)
         for node in tree.body:
             if not (isinstance(node, ast.Assign) and len(node.targets) == 1

@@ -113,21 +113,21 @@ def _without_outs(func, kwargs: dict) -> dict:
     return {k: (None if k in outs else v) for k, v in kwargs.items()}
 
 
-def _spec_value(r, spec_id=None, _spec=[None]):
-    return (hashing.spec(spec_id) if spec_id is not None else _spec[0]).value(r[:6])
+def _spec_value(r, spec_id):
+    return hashing.spec(spec_id).value(r[:6])
 
 
 def _tree_hash(obj, spec, spec_id):
     """Hashes every tensor leaf (GPU ones queued): C for plain trees, else pytree.
-    None when no leaf is a tensor."""
+    Returns (tree, made_by_pytree); the tree is None when no leaf is a tensor."""
     # stream 0: C finds each tensor's current stream itself
     t = _C.tree_hash(obj, spec.kinds, spec_id, 0, lambda r: spec.value(r[:6]))
     if t is not _NotImplemented:
-        return t
+        return t, False
     from torch.utils._pytree import tree_all, tree_map
 
     t = tree_map(lambda x: hashing.start_value(x, spec) if isinstance(x, torch.Tensor) else None, obj)
-    return None if tree_all(lambda x: x is None, t) else t
+    return (None if tree_all(lambda x: x is None, t) else t), True
 
 
 def _configure_formatter() -> None:
@@ -227,8 +227,7 @@ class DebugMode(_upstream.DebugMode):
         self._warned: set[str] = set()
         self._reported = {"dropped": 0, "errors": 0, "unrecorded": 0, "outputs_skipped": 0,
                           "readonly_changed": 0, "hash_unsupported": 0}
-        self._entered = 0
-        self._pending_calls: list = []
+        self._pending_calls: list = []  # (aten call, made by pytree) with hashes still on the GPU
         # Note [Fast aten-op recording]: with these flags every aten-op record
         # is made by the C formatter (kd_fmt.c), text-identical to upstream's;
         # anything else goes through upstream's __torch_dispatch__.
@@ -334,9 +333,9 @@ class DebugMode(_upstream.DebugMode):
             call = self._new_op_call(func, args, kwargs)
             if call is None:
                 return super().__torch_dispatch__(func, (), args, kwargs)
-        pending = False
+        pending = by_pytree = False
         if entry is not None and call is not None and entry[2] and not _hash_skipped(func):
-            h = _tree_hash((args, _without_outs(func, kwargs)), entry[1], entry[3])
+            h, by_pytree = _tree_hash((args, _without_outs(func, kwargs)), entry[1], entry[3])
             if h is not None:
                 call.log = {"input_hash": h}
                 pending = True
@@ -355,12 +354,13 @@ class DebugMode(_upstream.DebugMode):
             if call.log is None:
                 call.log = {}
             if not _hash_skipped(func):
-                h = _tree_hash(result, entry[1], entry[3])
+                h, post_by_pytree = _tree_hash(result, entry[1], entry[3])
                 if h is not None:
                     call.log["hash"] = h
                     pending = True
+                    by_pytree = by_pytree or post_by_pytree
         if pending:
-            self._pending_calls.append(call)
+            self._pending_calls.append((call, by_pytree))
         return result
 
     def _resolve_aten_hashes(self) -> None:
@@ -371,11 +371,11 @@ class DebugMode(_upstream.DebugMode):
         def value(x):
             return x.value() if isinstance(x, hashing.Pending) else x
 
-        for call in self._pending_calls:
+        for call, by_pytree in self._pending_calls:
             log = {}
             for key, v in call.log.items():
-                v = _C.tree_resolve(v, _spec_value)  # C-made trees
-                log[key] = tree_map(value, v)        # pytree-made ones (rare)
+                v = _C.tree_resolve(v, _spec_value)
+                log[key] = tree_map(value, v) if by_pytree else v  # pytree-made trees (rare)
             call.log = log
         self._pending_calls.clear()
 
@@ -448,11 +448,9 @@ class DebugMode(_upstream.DebugMode):
                     super().__exit__(None, None, None)
                 raise
             inductor.push_mode(self, self.record_all_threads)
-        self._entered += 1
         return self
 
     def __exit__(self, *exc):
-        self._entered -= 1
         if self.record_triton_kernels:
             inductor.pop_mode(self, self.record_all_threads)
             self._recorder.stop()

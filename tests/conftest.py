@@ -7,7 +7,6 @@ import re
 import pytest
 import torch
 
-import kdebug
 
 
 def pytest_collection_modifyitems(config, items):
@@ -70,8 +69,3 @@ def kernel_calls_in(source: str) -> list[tuple[str, list[str]]]:
         args = [a.strip() for a in m.group(2).split(",") if a.strip() and "=" not in a]
         calls.append((m.group(1), args))
     return calls
-
-
-@pytest.fixture
-def debug_mode_cls():
-    return kdebug.DebugMode
