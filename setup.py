@@ -57,9 +57,10 @@ C_SOURCES = [
     "csrc/kd_view.c",
     "csrc/kd_fmt.c",
     "csrc/kd_module.c",
+    "csrc/kd_defer.c",
 ]
 CXX_SOURCES = ["csrc/kd_torch.cpp"]  # the only file that includes libtorch headers
-CUDA_SOURCE = "csrc/kd_cuda_hash.cu"  # CUDA runtime only, no libtorch headers
+CUDA_SOURCES = ["csrc/kd_cuda_hash.cu", "csrc/kd_cuda_copy.cu"]  # CUDA runtime only, no libtorch headers
 CUDA_STUB = "csrc/kd_cuda_stub.c"     # the same C API where torch has no CUDA
 
 
@@ -126,11 +127,11 @@ class BuildExt(build_ext):
                 ext.sources.append(CUDA_STUB)
                 continue
             nvcc, home, gencode = cuda
-            obj = os.path.join(self.build_temp, "kd_cuda_hash.o")
             os.makedirs(self.build_temp, exist_ok=True)
-            cmd = [nvcc, "-O3", "-std=c++17", "-Xcompiler", "-fPIC", *gencode, "-c", CUDA_SOURCE, "-o", obj]
-            self.spawn(cmd)
-            ext.extra_objects.append(obj)
+            for src in CUDA_SOURCES:
+                obj = os.path.join(self.build_temp, os.path.basename(src)[:-3] + ".o")
+                self.spawn([nvcc, "-O3", "-std=c++17", "-Xcompiler", "-fPIC", *gencode, "-c", src, "-o", obj])
+                ext.extra_objects.append(obj)
             lib = os.path.join(home, "lib64")
             ext.library_dirs.append(lib)
             ext.libraries.append("cudart")

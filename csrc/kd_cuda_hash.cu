@@ -13,11 +13,11 @@
 
 namespace {
 
-constexpr int kThreads = 256;       // bitwise / hash_tensor launches
-constexpr int kNormThreads = 1024;  // launches that compute the norm
+constexpr int kThreads = 256;         // threads per block
 constexpr int kCapacity = 8192;       // results in flight per device
-constexpr int kNormBlocks = 128;      // max blocks per tensor when the norm is asked for
+constexpr int kNormBlocks = 1024;     // max blocks per tensor when the norm is asked for
 constexpr int kMaxBlocks = 4096;      // otherwise
+constexpr int64_t kPartials = 1 << 20; // the norm's per-block partial sums: a ring per device
 constexpr uint64_t kGolden = KD_HASH_GOLDEN;
 enum { HK_BITWISE = 1, HK_NORM = 2, HK_XOR = 4 };
 
@@ -29,6 +29,7 @@ template <int CAP> struct BatchT {
     int first_block[CAP + 1];
     int n;
     int kinds;
+    int64_t pbase; // block b's norm partial goes to partials[pbase + b]
 };
 using Batch = BatchT<KD_CUDA_BATCH>;
 
@@ -214,10 +215,10 @@ __device__ __forceinline__ void add_value(ValueAcc &a, int kind, int st, int isz
     }
 }
 
-template <int NT, int CAP>
-__global__ void __launch_bounds__(NT) hash_kernel(const BatchT<CAP> b, kd_cuda_result *res, double *partials)
+template <int CAP>
+__global__ void __launch_bounds__(kThreads) hash_kernel(const BatchT<CAP> b, kd_cuda_result *res, double *partials)
 {
-    constexpr int kThreads = NT;
+    constexpr int NT = kThreads;
     int ti = 0;
     while (ti + 1 < b.n && (int)blockIdx.x >= b.first_block[ti + 1])
         ti++;
@@ -304,13 +305,13 @@ __global__ void __launch_bounds__(NT) hash_kernel(const BatchT<CAP> b, kd_cuda_r
                 __syncthreads();
             }
             if (threadIdx.x == 0) {
-                partials[(int64_t)slot * kNormBlocks + lb] = sh[0];
+                partials[b.pbase + blockIdx.x] = sh[0];
                 __threadfence();
                 unsigned t = atomicAdd(&R->ticket, 1u);
                 if (t == (unsigned)nb - 1) {
                     __threadfence();
                     double sum = 0.0;
-                    volatile double *vp = partials + (int64_t)slot * kNormBlocks;
+                    volatile double *vp = partials + b.pbase + b.first_block[ti];
                     for (int i = 0; i < nb; i++)
                         sum += vp[i];
                     R->l1 = sum;
@@ -326,16 +327,28 @@ __global__ void __launch_bounds__(NT) hash_kernel(const BatchT<CAP> b, kd_cuda_r
 
 struct DeviceState {
     kd_cuda_result *res = nullptr; // [kCapacity]
-    double *partials = nullptr;    // [kCapacity * kNormBlocks]
+    double *partials = nullptr;    // [kPartials], a ring (Note [Norm partials])
     int64_t next = 0;              // results queued
     int64_t collected = 0;         // results copied to the host
+    int64_t pnext = 0;             // next free partial
+    uint64_t pstream = 0;          // the stream of every launch since the partials last wrapped
+    bool pmixed = false;           // ... or launches on several streams since then
     std::vector<kd_cuda_result> host;
 };
+
+// Note [Norm partials]
+// Each block of a norm launch writes its partial sum to partials[pbase + block]
+// and the tensor's last block adds them up in order.  Launches take their
+// partials from a ring; a launch only reads its own partials while it runs,
+// so reuse after a wrap is safe when every launch since the previous wrap was
+// on the same stream (they ran in order).  After launches on several streams,
+// a wrap waits for the device first (counted in kd_cuda_syncs).
 
 std::mutex mu;
 DeviceState devs[64];
 uint64_t syncs = 0;
 char last_error[256] = "";
+int available = -1;
 
 void set_error(const char *what, cudaError_t e)
 {
@@ -349,6 +362,8 @@ struct DeviceGuard {
         cudaGetDevice(&prev);
         if (prev != d)
             cudaSetDevice(d);
+        else
+            prev = -1;
     }
     ~DeviceGuard()
     {
@@ -357,7 +372,7 @@ struct DeviceGuard {
     }
 };
 
-int ensure(int device, DeviceState &s)
+int ensure(DeviceState &s)
 {
     if (s.res != nullptr)
         return 0;
@@ -365,17 +380,16 @@ int ensure(int device, DeviceState &s)
     if (e == cudaSuccess)
         e = cudaMemset(s.res, 0, sizeof(kd_cuda_result) * kCapacity);
     if (e == cudaSuccess)
-        e = cudaMalloc(&s.partials, sizeof(double) * kCapacity * kNormBlocks);
+        e = cudaMalloc(&s.partials, sizeof(double) * kPartials);
     if (e != cudaSuccess) {
         set_error("allocating kdebug's hash buffers", e);
         return -1;
     }
-    (void)device;
     return 0;
 }
 
 template <int CAP>
-void launch(const Batch &full, bool norm, int blocks, cudaStream_t st, DeviceState &s)
+void launch(const Batch &full, int blocks, cudaStream_t st, DeviceState &s)
 {
     BatchT<CAP> b;
     std::memcpy(b.t, full.t, sizeof b.t);
@@ -384,10 +398,19 @@ void launch(const Batch &full, bool norm, int blocks, cudaStream_t st, DeviceSta
         b.first_block[i] = full.first_block[i <= full.n ? i : full.n];
     b.n = full.n;
     b.kinds = full.kinds;
-    if (norm)
-        hash_kernel<kNormThreads, CAP><<<blocks, kNormThreads, 0, st>>>(b, s.res, s.partials);
-    else
-        hash_kernel<kThreads, CAP><<<blocks, kThreads, 0, st>>>(b, s.res, s.partials);
+    b.pbase = full.pbase;
+    hash_kernel<CAP><<<blocks, kThreads, 0, st>>>(b, s.res, s.partials);
+}
+
+int sync_device(const char *why)
+{
+    cudaError_t e = cudaDeviceSynchronize();
+    syncs++;
+    if (e != cudaSuccess) {
+        set_error(why, e);
+        return -1;
+    }
+    return 0;
 }
 
 int collect_locked(int device)
@@ -396,18 +419,15 @@ int collect_locked(int device)
     if (s.next == s.collected)
         return 0;
     DeviceGuard g(device);
-    cudaError_t e = cudaDeviceSynchronize();
-    syncs++;
-    if (e != cudaSuccess) {
-        set_error("synchronizing to read hashes", e);
+    if (sync_device("synchronizing to read hashes") != 0)
         return -1;
-    }
     int64_t n = s.next - s.collected;
     size_t old = s.host.size();
     s.host.resize(old + (size_t)n);
     int64_t first = s.collected % kCapacity;
     int64_t run1 = n < kCapacity - first ? n : kCapacity - first;
-    e = cudaMemcpy(&s.host[old], s.res + first, sizeof(kd_cuda_result) * run1, cudaMemcpyDeviceToHost);
+    cudaError_t e = cudaMemcpy(&s.host[old], s.res + first, sizeof(kd_cuda_result) * run1,
+                               cudaMemcpyDeviceToHost);
     if (e == cudaSuccess)
         e = cudaMemset(s.res + first, 0, sizeof(kd_cuda_result) * run1);
     if (e == cudaSuccess && run1 < n) {
@@ -421,6 +441,28 @@ int collect_locked(int device)
         return -1;
     }
     s.collected = s.next;
+    s.pmixed = false; // the device is idle: every partial is free
+    return 0;
+}
+
+// Reserves `blocks` partials for a launch on `stream` (Note [Norm partials]).
+int reserve_partials(DeviceState &s, int blocks, uint64_t stream, int64_t *base)
+{
+    if (s.pnext + blocks > kPartials) {
+        if (s.pmixed || s.pstream != stream) {
+            if (sync_device("waiting for hash launches on several streams") != 0)
+                return -1;
+        }
+        s.pnext = 0;
+        s.pmixed = false;
+        s.pstream = stream;
+    } else if (s.pnext == 0) {
+        s.pstream = stream;
+    } else if (s.pstream != stream) {
+        s.pmixed = true;
+    }
+    *base = s.pnext;
+    s.pnext += blocks;
     return 0;
 }
 
@@ -428,8 +470,11 @@ int collect_locked(int device)
 
 extern "C" int kd_cuda_available(void)
 {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    if (available < 0) {
+        int n = 0;
+        available = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    }
+    return available;
 }
 
 extern "C" int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, const kd_cuda_tensor *t, int n)
@@ -441,36 +486,37 @@ extern "C" int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, 
     std::lock_guard<std::mutex> lock(mu);
     DeviceState &s = devs[device];
     DeviceGuard g(device);
-    if (ensure(device, s) != 0)
+    if (ensure(s) != 0)
         return -1;
     if (s.next + n - s.collected > kCapacity && collect_locked(device) != 0)
         return -1; // the ring is full: read it back first (one synchronization)
     Batch b;
-    std::memset(&b, 0, sizeof b);
     b.n = n;
     b.kinds = kinds;
+    b.pbase = 0;
     int blocks = 0;
     const bool norm = (kinds & HK_NORM) != 0;
-    const int threads = norm ? kNormThreads : kThreads;
-    int cap = norm ? kNormBlocks : kMaxBlocks;
+    const int cap = norm ? kNormBlocks : kMaxBlocks;
     for (int i = 0; i < n; i++) {
         b.t[i] = t[i];
         b.slot[i] = s.next + i;
         uint64_t nbytes = (uint64_t)t[i].numel * (uint64_t)t[i].itemsize;
         uint64_t work = t[i].numel > (int64_t)(nbytes / 8) ? (uint64_t)t[i].numel : nbytes / 8;
-        uint64_t want = (work + (uint64_t)threads * 8 - 1) / ((uint64_t)threads * 8);
+        uint64_t want = (work + (uint64_t)kThreads * 8 - 1) / ((uint64_t)kThreads * 8);
         int nb = want < 1 ? 1 : want > (uint64_t)cap ? cap : (int)want;
         b.first_block[i] = blocks;
         blocks += nb;
     }
     b.first_block[n] = blocks;
+    if (norm && reserve_partials(s, blocks, stream, &b.pbase) != 0)
+        return -1;
     cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
     if (n == 1)
-        launch<1>(b, norm, blocks, st, s);
+        launch<1>(b, blocks, st, s);
     else if (n <= 4)
-        launch<4>(b, norm, blocks, st, s);
+        launch<4>(b, blocks, st, s);
     else
-        launch<KD_CUDA_BATCH>(b, norm, blocks, st, s);
+        launch<KD_CUDA_BATCH>(b, blocks, st, s);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         set_error("launching kdebug's hash kernel", e);
@@ -479,6 +525,27 @@ extern "C" int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, 
     int64_t first = s.next;
     s.next += n;
     return first;
+}
+
+extern "C" int kd_cuda_stream_wait(int device, uint64_t from, uint64_t to)
+{
+    if (device < 0 || device >= 64 || from == to)
+        return 0;
+    std::lock_guard<std::mutex> lock(mu);
+    DeviceGuard g(device);
+    static cudaEvent_t events[64];
+    cudaError_t e = cudaSuccess;
+    if (events[device] == nullptr)
+        e = cudaEventCreateWithFlags(&events[device], cudaEventDisableTiming);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(events[device], reinterpret_cast<cudaStream_t>(from));
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(to), events[device], 0);
+    if (e != cudaSuccess) {
+        set_error("ordering streams after kdebug's hash kernels", e);
+        return -1;
+    }
+    return 0;
 }
 
 extern "C" int kd_cuda_hash_collect(void)

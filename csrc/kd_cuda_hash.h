@@ -55,6 +55,10 @@ int kd_cuda_available(void);
  * kd_cuda_last_error() set. */
 int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, const kd_cuda_tensor *t, int n);
 
+/* Orders stream `to` after the work queued so far on stream `from` (an event).
+ * Returns 0, or -1 on failure. */
+int kd_cuda_stream_wait(int device, uint64_t from, uint64_t to);
+
 /* Synchronizes each device with results in flight and copies them to the
  * host.  Returns 0, or -1 on failure. */
 int kd_cuda_hash_collect(void);

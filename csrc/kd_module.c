@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "kd_cuda_hash.h"
+#include "kd_defer.h"
 #include "kd_hash.h"
 #include "kd_py.h"
 #include "kd_shim.h"
@@ -271,6 +272,7 @@ static PyObject *mod_hash_collect(PyObject *m, PyObject *unused)
 {
     (void)m;
     (void)unused;
+    kd_defer_flush();
     if (kd_cuda_hash_collect() != 0) {
         PyErr_SetString(PyExc_RuntimeError, kd_cuda_last_error());
         return NULL;
@@ -289,12 +291,23 @@ static PyObject *mod_gpu_info(PyObject *m, PyObject *unused)
 
 /* ---- hashing aten-op arguments and results as pytrees (the fast path) ---- */
 
-/* A hash still on the GPU inside an aten-op record: (handle, spec id). */
+/* A hash still on the GPU inside an aten-op record: (handle, spec id).
+ * handle is KD_PENDING_DEFERRED until the deferred queue is flushed
+ * (Note [Deferred GPU work]), KD_PENDING_FAILED if queuing failed. */
 typedef struct {
     PyObject_HEAD
     long long handle;
     int spec;
 } kd_pending_hash;
+
+#define KD_PENDING_DEFERRED (-1)
+#define KD_PENDING_FAILED (-2)
+
+static void pending_sink(PyObject *owner, uint64_t aux, int w, int device, int64_t index, const char *error)
+{
+    (void)aux, (void)w, (void)error;
+    ((kd_pending_hash *)owner)->handle = index < 0 ? KD_PENDING_FAILED : (((long long)device << 48) | index);
+}
 
 static PyObject *pending_repr(kd_pending_hash *self)
 {
@@ -370,7 +383,7 @@ static PyObject *clone_leaf(PyObject *o, void *ctx)
     int r = kd_shim_tensor_meta(o, &meta);
     if (r == 0)
         return Py_NewRef(o);
-    PyObject *c = r > 0 ? kd_shim_clone(o) : NULL;
+    PyObject *c = r > 0 ? kd_defer_clone(o, &meta, 0) : NULL;
     if (c == NULL)
         Py_RETURN_NOTIMPLEMENTED;
     return c;
@@ -404,6 +417,17 @@ static PyObject *hash_leaf(PyObject *o, void *vctx)
     if (r < 0)
         Py_RETURN_NOTIMPLEMENTED;
     c->all_none = 0;
+    kd_cuda_tensor ct;
+    if (kd_defer_enabled() && kd_cuda_describe(&meta, &ct) && ct.numel > 0) {
+        kd_pending_hash *p = PyObject_New(kd_pending_hash, &kd_PendingHashType);
+        if (p == NULL)
+            return NULL;
+        p->handle = KD_PENDING_DEFERRED;
+        p->spec = c->spec;
+        uint64_t stream = c->stream ? c->stream : kd_shim_current_stream(meta.device_type, meta.device_index);
+        kd_defer_hash(o, &ct, meta.device_index, stream, c->kinds, pending_sink, (PyObject *)p, 0, 0);
+        return (PyObject *)p;
+    }
     PyObject *a = Py_BuildValue("(OiK)", o, c->kinds, c->stream);
     PyObject *h = a ? mod_hash_async(NULL, a) : NULL;
     Py_XDECREF(a);
@@ -446,6 +470,10 @@ static PyObject *resolve_leaf(PyObject *o, void *ctx)
     if (Py_TYPE(o) != &kd_PendingHashType)
         return Py_NewRef(o);
     kd_pending_hash *p = (kd_pending_hash *)o;
+    if (p->handle == KD_PENDING_DEFERRED)
+        kd_defer_flush();
+    if (p->handle < 0) /* queuing failed: counted in defer_stats, reported by DebugMode */
+        Py_RETURN_NONE;
     PyObject *h = PyLong_FromLongLong(p->handle);
     PyObject *r = h ? mod_hash_fetch(NULL, h) : NULL;
     Py_XDECREF(h);
@@ -471,7 +499,87 @@ static PyObject *mod_tree_resolve(PyObject *m, PyObject *args)
     return t;
 }
 
+/* ---- deferred GPU work (Note [Deferred GPU work]) ---- */
+
+static PyObject *mod_set_defer(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    return PyBool_FromLong(kd_defer_set(on));
+}
+
+static PyObject *mod_defer_flush(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    return PyLong_FromLong(kd_defer_flush());
+}
+
+static PyObject *mod_defer_pending(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    kd_defer_stats st;
+    kd_defer_get_stats(&st);
+    return PyBool_FromLong(st.pending != 0);
+}
+
+/* defer_guard(tensors): an aten op is about to write these (on the current
+ * stream): flush deferred work that overlaps them. */
+static PyObject *mod_defer_guard(PyObject *m, PyObject *seq)
+{
+    (void)m;
+    PyObject *fast = PySequence_Fast(seq, "defer_guard expects a sequence of tensors");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
+        kd_tensor_meta meta;
+        int r = kd_shim_tensor_meta(o, &meta);
+        if (r < 0) {
+            kd_defer_flush(); /* cannot bound it: assume it overlaps */
+            break;
+        }
+        if (r == 0 || meta.device_type != KD_DEV_CUDA)
+            continue;
+        kd_cuda_tensor t;
+        if (!kd_cuda_describe(&meta, &t)) {
+            kd_defer_flush();
+            break;
+        }
+        uint64_t lo, hi;
+        kd_defer_extent(&t, &lo, &hi);
+        kd_defer_guard(meta.device_index, kd_shim_current_stream(meta.device_type, meta.device_index), lo, hi);
+    }
+    Py_DECREF(fast);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_defer_stats(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    kd_defer_stats st;
+    kd_defer_get_stats(&st);
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsKss}", "queued_hashes", (unsigned long long)st.queued_hashes,
+                         "queued_copies", (unsigned long long)st.queued_copies,
+                         "flushes", (unsigned long long)st.flushes,
+                         "hash_launches", (unsigned long long)st.hash_launches,
+                         "copy_launches", (unsigned long long)st.copy_launches,
+                         "hazard_flushes", (unsigned long long)st.hazard_flushes,
+                         "stream_flushes", (unsigned long long)st.stream_flushes,
+                         "hash_failures", (unsigned long long)st.hash_failures,
+                         "copy_failures", (unsigned long long)st.copy_failures,
+                         "pending", (unsigned long long)st.pending,
+                         "last_error", kd_defer_last_error());
+}
+
 static PyMethodDef module_methods[] = {
+    {"_set_defer", mod_set_defer, METH_O, "_set_defer(on) -> previous: batch GPU hashes / copies (Note [Deferred GPU work])."},
+    {"defer_flush", mod_defer_flush, METH_NOARGS, "defer_flush(): launch every deferred GPU hash / copy now."},
+    {"defer_pending", mod_defer_pending, METH_NOARGS, "defer_pending() -> True when GPU work is deferred."},
+    {"defer_guard", mod_defer_guard, METH_O, "defer_guard(tensors): flush deferred work these writes would overlap."},
+    {"defer_stats", mod_defer_stats, METH_NOARGS, "defer_stats() -> counters of the deferred GPU work."},
     {"tree_hash", mod_tree_hash, METH_VARARGS,
      "tree_hash(obj, kinds, spec, stream, value_fn): hash every tensor leaf (GPU ones queued)."},
     {"tree_clone", mod_tree_clone, METH_O,

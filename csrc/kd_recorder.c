@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "kd_cuda_hash.h"
+#include "kd_defer.h"
 #include "kd_hash.h"
 #include "kd_py.h"
 #include "kd_shim.h"
@@ -172,10 +173,45 @@ static uint32_t describe_arg(PyObject *o, uint32_t name_id, uint8_t role, int ha
 typedef struct gpu_batch {
     kd_cuda_tensor t[KD_CUDA_BATCH];
     kd_hash_rec *h[KD_CUDA_BATCH];
+    PyObject *obj[KD_CUDA_BATCH]; /* borrowed: the launch's arguments */
+    uint64_t pos[KD_CUDA_BATCH];  /* ring index of h (relative to the launch before it is reserved) */
     int w[KD_CUDA_BATCH];
     int n, device, kinds;
     uint64_t stream;
 } gpu_batch;
+
+/* Where a deferred hash lands: the hash payload at ring index `pos`, unless
+ * the ring has been lapped since (that launch is then counted as lost). */
+static void ring_sink(PyObject *owner, uint64_t pos, int w, int device, int64_t index, const char *error)
+{
+    kd_recorder *r = (kd_recorder *)owner;
+    (void)device;
+    uint64_t head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
+    if (head - pos > r->ring->capacity)
+        return;
+    kd_hash_rec *h = &kd_ring_payload(r->ring, pos)->hash;
+    if (index < 0) {
+        h->flags &= (uint8_t)~(w ? (KD_HF_POST | KD_HF_PENDING_POST) : (KD_HF_PRE | KD_HF_PENDING_PRE));
+        char msg[300];
+        snprintf(msg, sizeof msg, "queuing GPU hashes: %s", error ? error : "");
+        kd_recorder_error(r, msg);
+        return;
+    }
+    h->bitwise[w] = (uint64_t)index;
+}
+
+/* Hands a batch to the deferred queue (Note [Deferred GPU work]): the hash
+ * records are marked pending now and get their result index at the flush. */
+static void batch_defer(kd_recorder *r, gpu_batch *b, uint64_t base)
+{
+    for (int i = 0; i < b->n; i++) {
+        kd_hash_rec *h = b->h[i];
+        h->flags |= (uint8_t)(b->w[i] ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE);
+        kd_defer_hash(b->obj[i], &b->t[i], b->device, b->stream, b->kinds, ring_sink, (PyObject *)r,
+                      base + b->pos[i], b->w[i]);
+    }
+    b->n = 0;
+}
 
 static void batch_flush(kd_recorder *r, gpu_batch *b)
 {
@@ -227,7 +263,7 @@ int kd_cuda_describe(const kd_tensor_meta *m, kd_cuda_tensor *t)
 /* Queues a CUDA tensor's hashes; 0 if this build or view cannot (the caller
  * falls back to the slow path). */
 static int batch_add(kd_recorder *r, gpu_batch *b, const kd_tensor_meta *m, int kinds,
-                     kd_hash_rec *h, int w, uint64_t stream)
+                     kd_hash_rec *h, int w, uint64_t stream, PyObject *obj, uint64_t pos)
 {
     kd_cuda_tensor probe;
     if (b == NULL || !kd_cuda_describe(m, &probe))
@@ -243,6 +279,8 @@ static int batch_add(kd_recorder *r, gpu_batch *b, const kd_tensor_meta *m, int 
     }
     b->h[b->n] = h;
     b->w[b->n] = w;
+    b->obj[b->n] = obj;
+    b->pos[b->n] = pos;
     b->device = m->device_index;
     b->kinds = kinds;
     b->stream = stream;
@@ -254,7 +292,8 @@ static int batch_add(kd_recorder *r, gpu_batch *b, const kd_tensor_meta *m, int 
  * CUDA tensors go to the batch b (queued on `stream`), CPU tensors are hashed
  * here, anything else through the slow Python path. */
 static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int w,
-                        uint64_t launch_index, Py_ssize_t arg, gpu_batch *b, uint64_t stream)
+                        uint64_t launch_index, Py_ssize_t arg, gpu_batch *b, uint64_t stream,
+                        uint64_t pos)
 {
     kd_tensor_meta m;
     if (kd_shim_tensor_meta(o, &m) != 1)
@@ -262,7 +301,7 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
     h->kinds |= (uint8_t)kinds;
     h->flags |= (uint8_t)(w ? KD_HF_POST : KD_HF_PRE);
     int std_kinds = kinds & (KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR);
-    if (std_kinds && batch_add(r, b, &m, std_kinds, h, w, stream)) {
+    if (std_kinds && batch_add(r, b, &m, std_kinds, h, w, stream, o, pos)) {
         /* queued */
     } else if (m.device_type == KD_DEV_CPU) {
         kd_view v = {(const void *)(uintptr_t)m.data_ptr, m.dtype, kd_itemsize(m.dtype),
@@ -329,6 +368,28 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
     }
 }
 
+/* Before a CUDA launch runs: flush deferred work it would overwrite. */
+static void guard_writes(uint8_t dev_type, PyObject *const *args, Py_ssize_t nargs,
+                         const kd_kernel_info *info, uint64_t stream)
+{
+    if (dev_type != KD_DEV_CUDA || !kd_defer_enabled())
+        return;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
+        kd_tensor_meta m;
+        kd_cuda_tensor t;
+        if (!(role & KD_ROLE_WRITE) || kd_shim_tensor_meta(args[i], &m) != 1 || m.device_type != KD_DEV_CUDA)
+            continue;
+        if (!kd_cuda_describe(&m, &t)) {
+            kd_defer_flush(); /* a view we cannot bound: assume it overlaps */
+            return;
+        }
+        uint64_t lo, hi;
+        kd_defer_extent(&t, &lo, &hi);
+        kd_defer_guard(m.device_index, stream, lo, hi);
+    }
+}
+
 static int read_call_depth(PyObject *mode)
 {
     static PyObject *name = NULL;
@@ -377,6 +438,11 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
     p->stream = stream;
     gpu_batch batch;
     batch.n = 0;
+    /* Note [Deferred GPU work]: pre-launch hashes of what the launch only reads
+     * may wait; under check_inputs_unchanged they run before it. */
+    const int defer = kd_defer_enabled() && !p->cfg.check_readonly;
+    if (kd_defer_enabled() && dev_type == KD_DEV_CUDA)
+        kd_defer_guard(dev_index, stream, 0, 0); /* another stream: flush and order */
     for (Py_ssize_t i = 0; i < nargs; i++) {
         uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
         uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
@@ -398,18 +464,21 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
                 if (p->cfg.check_readonly && role == KD_ROLE_READ)
                     kinds |= KD_HK_BITWISE;
                 if (kinds)
-                    hash_tensor(r, args[i], kinds, h, 0, p->launch_index, i, &batch, stream);
+                    hash_tensor(r, args[i], kinds, h, 0, p->launch_index, i, &batch, stream,
+                                (uint64_t)((kd_payload *)h - b));
             }
         }
         used += k;
     }
-    batch_flush(r, &batch); /* before the kernel, on its stream */
+    if (!defer || why != NULL)
+        batch_flush(r, &batch); /* before the kernel, on its stream */
     if (why != NULL) {
         char msg[200];
         snprintf(msg, sizeof msg, "could not describe an argument of %s: %s",
                  kd_strtab_get(kd_strings, info->name_id, NULL), why);
         kd_recorder_error(r, msg);
         r->unrecorded++;
+        guard_writes(dev_type, args, nargs, info, stream);
         return;
     }
     kd_launch *h = &b[0].launch;
@@ -428,8 +497,13 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
     h->call_depth = (uint16_t)(depth > UINT16_MAX ? UINT16_MAX : depth);
     h->launch_index = p->launch_index;
 
-    if (kd_ring_reserve(r->ring, used, &p->first) != 0)
+    if (batch.n) /* the records say pending from here on */
+        for (int i = 0; i < batch.n; i++)
+            batch.h[i]->flags |= (uint8_t)KD_HF_PENDING_PRE;
+    if (kd_ring_reserve(r->ring, used, &p->first) != 0) {
+        guard_writes(dev_type, args, nargs, info, stream);
         return; /* refused: counted by the ring */
+    }
     for (uint32_t i = 0; i < used; i++) {
         uint64_t t = p->first + i;
         memcpy(kd_ring_payload(r->ring, t), &b[i], sizeof(kd_payload));
@@ -448,6 +522,9 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
             off += kd_arg_payloads(&b[off]);
         }
     }
+    if (batch.n)
+        batch_defer(r, &batch, p->first);
+    guard_writes(dev_type, args, nargs, info, stream);
     p->n = used;
     p->ok = 1;
     kd_launch *rh = &kd_ring_payload(r->ring, p->first)->launch;
@@ -478,13 +555,16 @@ static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, P
             if (check)
                 kinds |= KD_HK_BITWISE;
             if (kinds)
-                hash_tensor(r, args[i], kinds, h, 1, p->launch_index, i, &batch, p->stream);
+                hash_tensor(r, args[i], kinds, h, 1, p->launch_index, i, &batch, p->stream,
+                            p->first + off + np);
             if (check)
                 h->flags |= KD_HF_CHECKED; /* compared below, once the batch is queued */
             np += 1;
         }
         if (cfg->record_outputs && (role & KD_ROLE_WRITE)) {
             kd_tensor_meta m;
+            memset(&m, 0, sizeof m);
+            m.device_type = -1;
             uint64_t nbytes = 0;
             if (kd_shim_tensor_meta(args[i], &m) == 1) {
                 nbytes = (uint64_t)kd_itemsize(m.dtype);
@@ -494,7 +574,7 @@ static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, P
             if (r->output_bytes + nbytes > cfg->output_budget) {
                 r->outputs_skipped++;
             } else {
-                PyObject *c = kd_shim_clone(args[i]);
+                PyObject *c = kd_defer_clone(args[i], &m, p->stream);
                 if (c == NULL) {
                     char msg[200];
                     snprintf(msg, sizeof msg, "record_outputs could not clone an output: %s",
@@ -516,7 +596,10 @@ static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, P
         }
         off += np;
     }
-    batch_flush(r, &batch); /* after the kernel, on its stream */
+    if (kd_defer_enabled())
+        batch_defer(r, &batch, 0);
+    else
+        batch_flush(r, &batch); /* after the kernel, on its stream */
     if (cfg->check_readonly) {
         /* values still on the GPU are compared when they are resolved */
         off = 1;
@@ -621,6 +704,7 @@ static int visit_drain(void *ctx, uint64_t first, const kd_payload *p, uint32_t 
 
 uint64_t kd_recorder_drain(kd_recorder *r)
 {
+    kd_defer_flush(); /* deferred results land in the ring: before it is read */
     kd_ring_read(r->ring, r->drain_scratch, r->drain_cap, visit_drain, r);
     return r->store.nlaunches;
 }
@@ -645,6 +729,7 @@ static int resolve_side(kd_recorder *r, kd_hash_rec *h, int w, int device)
 
 uint64_t kd_recorder_resolve(kd_recorder *r)
 {
+    kd_defer_flush();
     uint64_t unresolved = 0;
     int collected = 0;
     uint64_t first_pending = UINT64_MAX;
@@ -834,6 +919,7 @@ static PyObject *rec_stop(kd_recorder *self, PyObject *unused)
     (void)unused;
     if (!self->started)
         Py_RETURN_NONE;
+    kd_defer_flush(); /* nothing of this recording waits past its end */
     if (self->all_threads) {
         if (kd_global_recorder == self)
             kd_global_recorder = NULL;

@@ -47,6 +47,15 @@ int kd_shim_tls_recorder_set(PyObject *obj);
  * NULL on failure (kd_shim_last_error() says why). */
 PyObject *kd_shim_clone(PyObject *tensor);
 
+/* An uninitialized tensor shaped like `tensor` (new reference): its strides
+ * when it is dense (*same_strides = 1), else contiguous (*same_strides = 0),
+ * as clone() would give.  No dispatch mode sees it.  NULL on failure. */
+PyObject *kd_shim_empty_like(PyObject *tensor, int *same_strides);
+
+/* dst.copy_(src), queued on the current stream, no dispatch mode seeing it.
+ * Returns 0, or -1 on failure. */
+int kd_shim_copy(PyObject *dst, PyObject *src);
+
 /* The raw handle (cudaStream_t for CUDA) of the current stream of a device,
  * 0 when there is none. */
 uint64_t kd_shim_current_stream(int device_type, int device_index);

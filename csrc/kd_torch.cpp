@@ -151,6 +151,62 @@ extern "C" PyObject *kd_shim_clone(PyObject *obj)
     return nullptr;
 }
 
+extern "C" PyObject *kd_shim_empty_like(PyObject *obj, int *same_strides)
+{
+    try {
+        if (!THPVariable_Check(obj)) {
+            set_error("not a tensor");
+            return nullptr;
+        }
+        const at::Tensor &t = THPVariable_Unpack(obj);
+        c10::impl::ExcludeDispatchKeyGuard no_python(
+            c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+        at::NoGradGuard no_grad;
+        // what clone() gives: the source's strides when it is dense, else contiguous
+        at::Tensor e = t.is_non_overlapping_and_dense() ? at::empty_strided(t.sizes(), t.strides(), t.options())
+                                                        : at::empty(t.sizes(), t.options());
+        *same_strides = e.strides() == t.strides() ? 1 : 0;
+        if (!*same_strides && !e.is_contiguous()) {
+            set_error("could not make a contiguous destination");
+            return nullptr;
+        }
+        return THPVariable_Wrap(std::move(e));
+    } catch (const c10::Error &e) {
+        set_error(e.what_without_backtrace());
+    } catch (const std::exception &e) {
+        set_error(e.what());
+    } catch (...) {
+        set_error("unknown C++ exception allocating a tensor");
+    }
+    PyErr_Clear();
+    return nullptr;
+}
+
+extern "C" int kd_shim_copy(PyObject *dst, PyObject *src)
+{
+    try {
+        if (!THPVariable_Check(dst) || !THPVariable_Check(src)) {
+            set_error("not a tensor");
+            return -1;
+        }
+        at::Tensor d = THPVariable_Unpack(dst);
+        const at::Tensor &s = THPVariable_Unpack(src);
+        c10::impl::ExcludeDispatchKeyGuard no_python(
+            c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+        at::NoGradGuard no_grad;
+        d.copy_(s, /*non_blocking=*/true);
+        return 0;
+    } catch (const c10::Error &e) {
+        set_error(e.what_without_backtrace());
+    } catch (const std::exception &e) {
+        set_error(e.what());
+    } catch (...) {
+        set_error("unknown C++ exception copying a tensor");
+    }
+    PyErr_Clear();
+    return -1;
+}
+
 extern "C" uint64_t kd_shim_current_stream(int device_type, int device_index)
 {
     try {

@@ -354,6 +354,7 @@ def _patched_graph_call(orig):
                 mode = _current_mode()
                 if mode is not None:
                     mode._note_bypass(reason)
+                _C.defer_flush()  # its launches are unseen writers (Note [Deferred GPU work])
         return orig(self, inputs)
 
     __call__.__wrapped__ = orig
@@ -365,6 +366,7 @@ def _patched_aoti_call(orig):
         mode = _current_mode()
         if mode is not None:
             mode._note_bypass("AOTInductor")
+            _C.defer_flush()
         return orig(self, *args, **kwargs)
 
     __call__.__wrapped__ = orig

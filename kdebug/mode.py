@@ -96,6 +96,51 @@ def _own_hooks():
 
 
 _out_args: dict = {}
+_writes: dict = {}
+_defer_pending = _C.defer_pending
+
+
+def _written_args(func) -> tuple:
+    """(positional indices, keyword names) of the arguments an op's schema says
+    it writes (mutable and out= arguments); () for ops that write none."""
+    w = _writes.get(func)
+    if w is None:
+        pos, names = [], []
+        try:
+            for i, a in enumerate(func._schema.arguments):
+                if a.alias_info is not None and a.alias_info.is_write:
+                    if not a.kwarg_only:
+                        pos.append(i)
+                    names.append(a.name)
+        except AttributeError:  # no schema: it may write anything
+            pos, names = None, None
+        w = _writes[func] = () if pos == [] and names == [] else (pos, names)
+    return w
+
+
+def _guard_writes(func, args, kwargs) -> None:
+    """Flush deferred GPU work that this op is about to overwrite (Note
+    [Deferred GPU work] in csrc/kd_defer.h)."""
+    pos, names = _written_args(func)
+    if pos is None:
+        _C.defer_flush()
+        return
+    ts = []
+    for i in pos:
+        if i < len(args):
+            a = args[i]
+            if isinstance(a, (list, tuple)):
+                ts.extend(a)
+            else:
+                ts.append(a)
+    if kwargs:
+        for n in names:
+            a = kwargs.get(n)
+            if isinstance(a, (list, tuple)):
+                ts.extend(a)
+            elif a is not None:
+                ts.append(a)
+    _C.defer_guard(ts)
 
 
 def _without_outs(func, kwargs: dict) -> dict:
@@ -194,6 +239,11 @@ class DebugMode(_upstream.DebugMode):
     overflow: 'overwrite' keeps the newest launches when the ring is full,
         'drop_new' keeps the oldest.  Either way the number of lost launches
         is counted, reported in ``kernel_stats`` and warned about.
+    batch_gpu_work: queue GPU hashes and output copies and launch them in
+        batches, each before anything could overwrite its tensors (Note
+        [Deferred GPU work] in csrc/kd_defer.h).  Only where every writer is
+        seen: off under kernels_only and record_all_threads.  False launches
+        them one tensor at a time, right after each kernel.
     """
 
     def __init__(
@@ -204,6 +254,7 @@ class DebugMode(_upstream.DebugMode):
         record_all_threads: bool = False,
         ring_capacity: int = 1 << 20,
         overflow: str = "overwrite",
+        batch_gpu_work: bool = True,
         **upstream_flags: Any,
     ) -> None:
         unknown = sorted(set(upstream_flags) - set(_UPSTREAM_FLAGS))
@@ -211,7 +262,7 @@ class DebugMode(_upstream.DebugMode):
             raise TypeError(
                 f"DebugMode got unknown flag(s) {', '.join(unknown)}. kdebug accepts upstream "
                 f"DebugMode's flags ({', '.join(_UPSTREAM_FLAGS)}) and record_triton_kernels, "
-                "kernels_only, record_all_threads, ring_capacity, overflow."
+                "kernels_only, record_all_threads, ring_capacity, overflow, batch_gpu_work."
             )
         if kernels_only and not record_triton_kernels:
             raise ValueError("kernels_only=True records nothing unless record_triton_kernels=True")
@@ -220,6 +271,10 @@ class DebugMode(_upstream.DebugMode):
         self.record_triton_kernels = bool(record_triton_kernels)
         self.kernels_only = bool(kernels_only)
         self.record_all_threads = bool(record_all_threads)
+        # aten ops on other threads are not intercepted: their writes would be unseen
+        self.batch_gpu_work = bool(batch_gpu_work) and not self.kernels_only and not self.record_all_threads
+        self._prev_defer = None
+        self._defer_failures = 0
         self._recorder = _C.Recorder(int(ring_capacity), overflow,
                                      store_objects=bool(self.store_original_args))
         self._materialized = 0
@@ -236,6 +291,8 @@ class DebugMode(_upstream.DebugMode):
                       and not self.record_torchfunction)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if _defer_pending() and _written_args(func):
+            _guard_writes(func, args, kwargs)
         hooks = None
         if _u._DISPATCH_RECORD_HOOKS or _u._DISPATCH_LOG_HOOKS or _u._DISPATCH_PRE_LOG_HOOKS:
             hooks = _own_hooks()
@@ -339,6 +396,8 @@ class DebugMode(_upstream.DebugMode):
             if h is not None:
                 call.log = {"input_hash": h}
                 pending = True
+                if _written_args(func):  # an in-place op: its input hashes run before it
+                    _guard_writes(func, args, kwargs)
         result = func(*args, **kwargs)
         if call is None:
             return result
@@ -411,6 +470,7 @@ class DebugMode(_upstream.DebugMode):
             if spec.fn is not None:
                 hashing.pop_custom()
             _C._set_hash_config(*prev)
+            _C.defer_flush()
 
     @staticmethod
     @contextlib.contextmanager
@@ -428,6 +488,7 @@ class DebugMode(_upstream.DebugMode):
                 yield
         finally:
             _C._set_record_outputs(*prev)
+            _C.defer_flush()
 
     # -- entering and leaving --
     def __enter__(self):
@@ -448,9 +509,15 @@ class DebugMode(_upstream.DebugMode):
                     super().__exit__(None, None, None)
                 raise
             inductor.push_mode(self, self.record_all_threads)
+        d = _C.defer_stats()
+        self._defer_failures = d["hash_failures"] + d["copy_failures"]
+        self._prev_defer = _C._set_defer(self.batch_gpu_work)
         return self
 
     def __exit__(self, *exc):
+        if self._prev_defer is not None:
+            _C._set_defer(self._prev_defer)  # flushes what this mode deferred
+            self._prev_defer = None
         if self.record_triton_kernels:
             inductor.pop_mode(self, self.record_all_threads)
             self._recorder.stop()
@@ -503,6 +570,14 @@ class DebugMode(_upstream.DebugMode):
     def _report_problems(self) -> None:
         if self._recorder is None:
             return
+        d = _C.defer_stats()
+        failed = d["hash_failures"] + d["copy_failures"]
+        if failed > self._defer_failures:
+            self._defer_failures = failed
+            inductor.warn(f"kdebug could not queue its batched GPU work ({d['hash_failures']} hash(es) "
+                          f"missing, {d['copy_failures']} recorded output(s) not copied): {d['last_error']}. "
+                          "DebugMode(batch_gpu_work=False) hashes and copies one tensor at a time.",
+                          stacklevel=4)
         s = self._recorder.stats()
         for key, message in self._PROBLEMS.items():
             if s[key] > self._reported.get(key, 0):

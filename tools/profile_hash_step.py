@@ -1,7 +1,14 @@
-"""Where a recorded step with hashes / outputs spends its time (GPU machine)."""
+"""Where a recorded step with hashes / outputs spends its time (GPU machine).
+
+    python tools/profile_hash_step.py            # all modes
+Prints, per mode: wall ms/step (median), GPU busy ms in the step, kernel
+counts and GPU time of kdebug's own kernels, and a cProfile top list.
+"""
 import cProfile
 import pstats
+import statistics
 import sys
+import time
 
 import torch
 
@@ -15,34 +22,65 @@ step = train_step_fn(model)
 for _ in range(5):
     step(x)
 torch.cuda.synchronize()
-which = sys.argv[1] if len(sys.argv) > 1 else "hash"
-ctx = {"hash": lambda: kdebug.DebugMode.log_tensor_hashes(),
-       "record": lambda: kdebug.DebugMode.record_outputs(),
-       "none": None}[which]
+K = kdebug.DebugMode
+MODES = {
+    "untraced": None,
+    "dm": (),
+    "hash": (lambda: K.log_tensor_hashes(),),
+    "hash_in": (lambda: K.log_tensor_hashes(hash_inputs=True),),
+    "record": (lambda: K.record_outputs(),),
+}
+which = sys.argv[1:] or list(MODES)
 
 
-def one():
-    with kdebug.DebugMode() as dm:
-        if ctx is None:
-            step(x)
-        else:
-            with ctx():
+def one(ctx):
+    if ctx is None:
+        step(x)
+        torch.cuda.synchronize()
+        return None
+    with K() as dm:
+        if ctx:
+            with ctx[0]():
                 step(x)
+        else:
+            step(x)
     torch.cuda.synchronize()
     return dm
 
 
-one()
 from torch.profiler import ProfilerActivity, profile
 
-with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-    one()
-ka = prof.key_averages()
-print(ka.table(sort_by="self_cpu_time_total", row_limit=18, max_name_column_width=60))
-print(ka.table(sort_by="self_device_time_total", row_limit=8, max_name_column_width=60))
-pr = cProfile.Profile()
-pr.enable()
-for _ in range(5):
-    one()
-pr.disable()
-pstats.Stats(pr).sort_stats("tottime").print_stats(22)
+for name in which:
+    ctx = MODES[name]
+    for _ in range(3):
+        one(ctx)
+    ts = []
+    for _ in range(15):
+        t0 = time.perf_counter()
+        one(ctx)
+        ts.append((time.perf_counter() - t0) * 1e3)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        one(ctx)
+    gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    ours = [e for e in gpu if "hash_kernel" in e.name or "kd_" in e.name]
+    busy = sum(e.device_time for e in gpu) / 1e3
+    ob = sorted(e.device_time for e in ours)
+    print(f"== {name}: wall {statistics.median(ts):.2f} ms (min {min(ts):.2f}); gpu kernels {len(gpu)} busy {busy:.2f} ms; "
+          f"kdebug kernels {len(ours)} {sum(ob)/1e3:.2f} ms"
+          + (f" (median {ob[len(ob)//2]:.1f} us, p90 {ob[int(len(ob)*.9)]:.1f} us, max {ob[-1]:.1f} us)" if ob else ""))
+    names = {}
+    for e in gpu:
+        k = e.name[:50]
+        names.setdefault(k, [0, 0.0])
+        names[k][0] += 1
+        names[k][1] += e.device_time
+    top = sorted(names.items(), key=lambda kv: -kv[1][1])[:6]
+    for k, (c, t) in top:
+        print(f"   {t/1e3:7.3f} ms {c:4d}x  {k}")
+    if name != "untraced":
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(5):
+            one(ctx)
+        pr.disable()
+        pstats.Stats(pr).sort_stats("tottime").print_stats(14)

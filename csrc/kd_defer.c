@@ -1,0 +1,238 @@
+/* kd_defer.c - the queue of deferred GPU hashes and copies
+ * (Note [Deferred GPU work] in kd_defer.h). */
+#include "kd_defer.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "kd_cuda_copy.h"
+#include "kd_py.h"
+#include "kd_shim.h"
+
+typedef struct hash_entry {
+    PyObject *src;   /* strong */
+    PyObject *owner; /* strong */
+    kd_defer_sink sink;
+    uint64_t aux;
+    int w;
+    uint64_t lo, hi;
+} hash_entry;
+
+typedef struct copy_entry {
+    PyObject *src, *dst; /* strong */
+    uint64_t lo, hi;
+} copy_entry;
+
+static struct {
+    int on;
+    int device;
+    uint64_t stream;
+    int kinds;
+    int nh, nc;
+    uint64_t bytes;
+    kd_cuda_tensor ht[KD_CUDA_BATCH];
+    hash_entry he[KD_CUDA_BATCH];
+    kd_cuda_copy cc[KD_CUDA_BATCH];
+    copy_entry ce[KD_CUDA_BATCH];
+    kd_defer_stats st;
+    char error[256];
+} Q;
+
+int kd_defer_set(int on)
+{
+    int prev = Q.on;
+    if (!on)
+        kd_defer_flush();
+    Q.on = on != 0;
+    return prev;
+}
+
+int kd_defer_enabled(void) { return Q.on; }
+
+void kd_defer_extent(const kd_cuda_tensor *t, uint64_t *lo, uint64_t *hi)
+{
+    *lo = *hi = t->data;
+    if (t->numel == 0)
+        return;
+    int64_t min = 0, max = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t span = (t->sizes[d] - 1) * t->strides[d];
+        if (span < 0)
+            min += span;
+        else
+            max += span;
+    }
+    *lo = t->data + (uint64_t)(min * t->itemsize);
+    *hi = t->data + (uint64_t)((max + 1) * t->itemsize);
+}
+
+static void set_error(const char *what, const char *detail)
+{
+    snprintf(Q.error, sizeof Q.error, "%s: %s", what, detail);
+}
+
+int kd_defer_flush(void)
+{
+    int nh = Q.nh, nc = Q.nc, rc = 0;
+    if (nh == 0 && nc == 0)
+        return 0;
+    Q.nh = Q.nc = 0;
+    Q.bytes = 0;
+    Q.st.flushes++;
+    Q.st.pending = 0;
+    if (nh) {
+        int64_t first = kd_cuda_hash_enqueue(Q.device, Q.stream, Q.kinds, Q.ht, nh);
+        const char *err = first < 0 ? kd_cuda_last_error() : NULL;
+        if (first < 0) {
+            set_error("queuing GPU hashes", err);
+            Q.st.hash_failures += (uint64_t)nh;
+            rc = -1;
+        } else {
+            Q.st.hash_launches++;
+        }
+        for (int i = 0; i < nh; i++) {
+            hash_entry *e = &Q.he[i];
+            e->sink(e->owner, e->aux, e->w, Q.device, first < 0 ? -1 : first + i, err);
+            Py_DECREF(e->owner);
+            Py_DECREF(e->src);
+        }
+    }
+    if (nc) {
+        if (kd_cuda_copy_enqueue(Q.device, Q.stream, Q.cc, nc) == 0) {
+            Q.st.copy_launches++;
+        } else {
+            /* the sources are still intact (nothing wrote them yet): copy the slow way */
+            for (int i = 0; i < nc; i++)
+                if (kd_shim_copy(Q.ce[i].dst, Q.ce[i].src) != 0) {
+                    set_error("copying a recorded output", kd_shim_last_error());
+                    Q.st.copy_failures++;
+                    rc = -1;
+                }
+        }
+        for (int i = 0; i < nc; i++) {
+            Py_DECREF(Q.ce[i].src);
+            Py_DECREF(Q.ce[i].dst);
+        }
+    }
+    return rc;
+}
+
+/* Makes room for an entry on (device, stream, kinds); 0 when it may be added. */
+static void admit(int device, uint64_t stream, int kinds, uint64_t bytes)
+{
+    if (Q.nh + Q.nc == 0)
+        return;
+    if (Q.device != device || Q.stream != stream) {
+        Q.st.stream_flushes++;
+        uint64_t from = Q.stream;
+        int dev = Q.device;
+        kd_defer_flush();
+        if (dev == device)
+            kd_cuda_stream_wait(device, from, stream);
+        return;
+    }
+    if ((kinds && Q.nh && Q.kinds != kinds) || (kinds && Q.nh == KD_CUDA_BATCH) ||
+        (!kinds && Q.nc == KD_CUDA_BATCH) || Q.bytes + bytes > KD_DEFER_MAX_BYTES)
+        kd_defer_flush();
+}
+
+int kd_defer_hash(PyObject *src, const kd_cuda_tensor *t, int device, uint64_t stream, int kinds,
+                  kd_defer_sink sink, PyObject *owner, uint64_t aux, int w)
+{
+    if (!Q.on)
+        return 0;
+    uint64_t lo, hi;
+    kd_defer_extent(t, &lo, &hi);
+    admit(device, stream, kinds, hi - lo);
+    hash_entry *e = &Q.he[Q.nh];
+    Q.ht[Q.nh] = *t;
+    e->src = Py_NewRef(src);
+    e->owner = Py_NewRef(owner);
+    e->sink = sink;
+    e->aux = aux;
+    e->w = w;
+    e->lo = lo, e->hi = hi;
+    Q.nh++;
+    Q.device = device, Q.stream = stream, Q.kinds = kinds;
+    Q.bytes += hi - lo;
+    Q.st.queued_hashes++;
+    Q.st.pending = (uint64_t)(Q.nh + Q.nc);
+    return 1;
+}
+
+int kd_defer_copy(PyObject *src, const kd_cuda_tensor *t, PyObject *dst, uint64_t dst_ptr,
+                  int dst_like_src, int device, uint64_t stream)
+{
+    if (!Q.on)
+        return 0;
+    uint64_t lo, hi;
+    kd_defer_extent(t, &lo, &hi);
+    admit(device, stream, 0, hi - lo);
+    if (Q.nh == 0)
+        Q.kinds = 0;
+    kd_cuda_copy *c = &Q.cc[Q.nc];
+    memset(c, 0, sizeof *c);
+    c->src = *t;
+    c->dst = dst_ptr;
+    c->dst_like_src = dst_like_src;
+    copy_entry *e = &Q.ce[Q.nc];
+    e->src = Py_NewRef(src);
+    e->dst = Py_NewRef(dst);
+    e->lo = lo, e->hi = hi;
+    Q.nc++;
+    Q.device = device, Q.stream = stream;
+    Q.bytes += hi - lo;
+    Q.st.queued_copies++;
+    Q.st.pending = (uint64_t)(Q.nh + Q.nc);
+    return 1;
+}
+
+void kd_defer_guard(int device, uint64_t stream, uint64_t lo, uint64_t hi)
+{
+    if (Q.nh + Q.nc == 0)
+        return;
+    if (Q.device != device || Q.stream != stream) {
+        admit(device, stream, 0, 0);
+        return;
+    }
+    if (lo >= hi)
+        return;
+    for (int i = 0; i < Q.nh; i++)
+        if (lo < Q.he[i].hi && Q.he[i].lo < hi) {
+            Q.st.hazard_flushes++;
+            kd_defer_flush();
+            return;
+        }
+    for (int i = 0; i < Q.nc; i++)
+        if (lo < Q.ce[i].hi && Q.ce[i].lo < hi) {
+            Q.st.hazard_flushes++;
+            kd_defer_flush();
+            return;
+        }
+}
+
+PyObject *kd_defer_clone(PyObject *o, const kd_tensor_meta *m, uint64_t stream)
+{
+    kd_cuda_tensor t;
+    if (Q.on && kd_cuda_describe(m, &t) && t.numel > 0) {
+        int same = 0;
+        PyObject *dst = kd_shim_empty_like(o, &same);
+        kd_tensor_meta dm;
+        if (dst != NULL && kd_shim_tensor_meta(dst, &dm) == 1) {
+            if (stream == 0)
+                stream = kd_shim_current_stream(m->device_type, m->device_index);
+            kd_defer_copy(o, &t, dst, dm.data_ptr, same, m->device_index, stream);
+            return dst;
+        }
+        Py_XDECREF(dst);
+    }
+    return kd_shim_clone(o);
+}
+
+void kd_defer_get_stats(kd_defer_stats *s)
+{
+    *s = Q.st;
+    s->pending = (uint64_t)(Q.nh + Q.nc);
+}
+
+const char *kd_defer_last_error(void) { return Q.error; }

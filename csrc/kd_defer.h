@@ -1,0 +1,83 @@
+/* kd_defer.h - GPU hashes and output copies held back and launched in batches.
+ *
+ * Note [Deferred GPU work]
+ * Hashing or copying each tensor right after the launch that wrote it costs
+ * one kernel launch per tensor (~250 per transformer step).  Instead, while a
+ * DebugMode intercepts aten ops (so every writer of GPU memory that kdebug
+ * can know of is seen: recorded kernels and aten ops), the work is queued
+ * here with a strong reference to its tensor (so the caching allocator cannot
+ * hand the memory to anyone else) and launched as one hash kernel and one
+ * copy kernel per KD_CUDA_BATCH tensors, on the stream the tensors were
+ * written on.  The queue is flushed, before anything runs, when:
+ *   - a recorded launch or an aten op is about to write memory overlapping a
+ *     queued tensor (kd_defer_guard, from the launch's written arguments and
+ *     from the op schema's mutable / out= arguments);
+ *   - a launch or op runs on another stream or device (and that stream is
+ *     then ordered after kdebug's work, so a writer there cannot overtake it);
+ *   - the batch is full, or more than KD_DEFER_MAX_BYTES are held;
+ *   - results are read, a hash / record context or the DebugMode exits,
+ *     a CUDA graph or AOTInductor model (unseen writers) is about to run.
+ * Without aten interception (kernels_only) nothing is deferred.
+ * Pre-launch hashes of arguments a launch only reads are deferred too (the
+ * launch cannot change them) except under check_inputs_unchanged, whose
+ * point is to catch launches that do.
+ * All of this runs with the GIL held.
+ */
+#ifndef KD_DEFER_H
+#define KD_DEFER_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "kd_cuda_hash.h"
+
+#define KD_DEFER_MAX_BYTES (512ull << 20)
+
+/* Where a deferred hash's result index goes: called once per entry at flush
+ * with the result's global index (>= 0), or -1 and a message on failure. */
+typedef void (*kd_defer_sink)(PyObject *owner, uint64_t aux, int w, int device, int64_t index,
+                              const char *error);
+
+/* Turns deferral on or off; returns the previous setting. */
+int kd_defer_set(int on);
+int kd_defer_enabled(void);
+
+/* Queue a hash of `src` (described by t) with `kinds`.  Returns 1 when queued,
+ * 0 when deferral is off (the caller hashes now). */
+int kd_defer_hash(PyObject *src, const kd_cuda_tensor *t, int device, uint64_t stream, int kinds,
+                  kd_defer_sink sink, PyObject *owner, uint64_t aux, int w);
+
+/* Queue a copy of `src` into `dst` (fresh, dst_like_src: same strides, else
+ * contiguous).  Returns 1 when queued, 0 when deferral is off. */
+int kd_defer_copy(PyObject *src, const kd_cuda_tensor *t, PyObject *dst, uint64_t dst_ptr,
+                  int dst_like_src, int device, uint64_t stream);
+
+/* A copy of tensor o (metadata m) as clone() would make it: queued here when
+ * deferral is on and o is a CUDA tensor (on `stream`, 0: the current one),
+ * else cloned now.  New reference, or NULL (kd_shim_last_error()). */
+struct kd_tensor_meta;
+PyObject *kd_defer_clone(PyObject *o, const struct kd_tensor_meta *m, uint64_t stream);
+
+/* Before work on (device, stream) that writes bytes [lo, hi) (lo == hi: no
+ * write): flushes the queue when it would be unsafe to keep it. */
+void kd_defer_guard(int device, uint64_t stream, uint64_t lo, uint64_t hi);
+
+/* Launches everything queued.  Returns 0, or -1 if some of it failed (counted). */
+int kd_defer_flush(void);
+
+/* The byte range [lo, hi) a strided CUDA view covers (lo == hi when empty). */
+void kd_defer_extent(const kd_cuda_tensor *t, uint64_t *lo, uint64_t *hi);
+
+typedef struct kd_defer_stats {
+    uint64_t queued_hashes, queued_copies; /* entries ever queued */
+    uint64_t flushes, hash_launches, copy_launches;
+    uint64_t hazard_flushes, stream_flushes; /* flushes forced by a writer / another stream */
+    uint64_t copy_failures, hash_failures;
+    uint64_t pending;
+} kd_defer_stats;
+
+void kd_defer_get_stats(kd_defer_stats *s);
+const char *kd_defer_last_error(void);
+
+#endif
