@@ -163,8 +163,8 @@ extern "C" PyObject *kd_shim_empty_like(PyObject *obj, int *same_strides)
             c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
         at::NoGradGuard no_grad;
         // what clone() gives: the source's strides when it is dense, else contiguous
-        at::Tensor e = t.is_non_overlapping_and_dense() ? at::empty_strided(t.sizes(), t.strides(), t.options())
-                                                        : at::empty(t.sizes(), t.options());
+        at::Tensor e = t.is_non_overlapping_and_dense() ? t.new_empty_strided(t.sizes(), t.strides())
+                                                        : t.new_empty(t.sizes());
         *same_strides = e.strides() == t.strides() ? 1 : 0;
         if (!*same_strides && !e.is_contiguous()) {
             set_error("could not make a contiguous destination");
