@@ -23,6 +23,15 @@ char last_error[256] = "";
 __device__ __forceinline__ int64_t offset_of(const kd_cuda_tensor &T, int64_t e)
 {
     int64_t off = 0;
+    if (T.numel <= 0xffffffffll) {
+        uint32_t u = (uint32_t)e;
+        for (int d = T.ndim - 1; d >= 0; --d) {
+            uint32_t s = (uint32_t)T.sizes[d];
+            off += (int64_t)(u % s) * T.strides[d];
+            u /= s;
+        }
+        return off;
+    }
     for (int d = T.ndim - 1; d >= 0; --d) {
         int64_t s = T.sizes[d];
         off += (e % s) * T.strides[d];
@@ -42,7 +51,7 @@ template <class W> __device__ void copy_elems(const kd_cuda_copy &C, uint64_t st
     }
 }
 
-template <int CAP> __global__ void __launch_bounds__(kThreads) copy_kernel(const CopyBatchT<CAP> b)
+template <int CAP> __global__ void __launch_bounds__(kThreads) copy_kernel(const __grid_constant__ CopyBatchT<CAP> b)
 {
     int ti = 0;
     while (ti + 1 < b.n && (int)blockIdx.x >= b.first_block[ti + 1])

@@ -38,6 +38,15 @@ __device__ __forceinline__ uint64_t fmix64(uint64_t k) { return kd_fmix64(k); }
 __device__ __forceinline__ int64_t elem_offset(const kd_cuda_tensor &T, int64_t e)
 {
     int64_t off = 0;
+    if (T.numel <= 0xffffffffll) { // 32-bit division: several times cheaper on the GPU
+        uint32_t u = (uint32_t)e;
+        for (int d = T.ndim - 1; d >= 0; --d) {
+            uint32_t s = (uint32_t)T.sizes[d];
+            off += (int64_t)(u % s) * T.strides[d];
+            u /= s;
+        }
+        return off;
+    }
     for (int d = T.ndim - 1; d >= 0; --d) {
         int64_t s = T.sizes[d];
         int64_t i = e % s;
@@ -216,7 +225,7 @@ __device__ __forceinline__ void add_value(ValueAcc &a, int kind, int st, int isz
 }
 
 template <int CAP>
-__global__ void __launch_bounds__(kThreads) hash_kernel(const BatchT<CAP> b, kd_cuda_result *res, double *partials)
+__global__ void __launch_bounds__(kThreads) hash_kernel(const __grid_constant__ BatchT<CAP> b, kd_cuda_result *res, double *partials)
 {
     constexpr int NT = kThreads;
     int ti = 0;

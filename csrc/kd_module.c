@@ -574,7 +574,18 @@ static PyObject *mod_defer_stats(PyObject *m, PyObject *unused)
                          "last_error", kd_defer_last_error());
 }
 
+static PyObject *mod_empty_like(PyObject *m, PyObject *t)
+{
+    (void)m;
+    int same = 0;
+    PyObject *r = kd_shim_empty_like(t, &same);
+    if (r == NULL)
+        PyErr_SetString(PyExc_RuntimeError, kd_shim_last_error());
+    return r;
+}
+
 static PyMethodDef module_methods[] = {
+    {"_empty_like", mod_empty_like, METH_O, "_empty_like(t): what record_outputs copies into (tests)."},
     {"_set_defer", mod_set_defer, METH_O, "_set_defer(on) -> previous: batch GPU hashes / copies (Note [Deferred GPU work])."},
     {"defer_flush", mod_defer_flush, METH_NOARGS, "defer_flush(): launch every deferred GPU hash / copy now."},
     {"defer_pending", mod_defer_pending, METH_NOARGS, "defer_pending() -> True when GPU work is deferred."},

@@ -257,6 +257,27 @@ int kd_cuda_describe(const kd_tensor_meta *m, kd_cuda_tensor *t)
             t->contiguous = 0;
         expect *= m->sizes[d];
     }
+    /* Fewer dimensions, same element order: drop size-1 dimensions and merge
+     * a dimension into the next when they step through memory as one (the
+     * GPU pays a division per dimension per element of a strided view). */
+    if (!t->contiguous && t->numel > 0) {
+        int n = 0;
+        for (int d = 0; d < t->ndim; d++) {
+            if (t->sizes[d] == 1)
+                continue;
+            if (n > 0 && t->strides[n - 1] == t->strides[d] * t->sizes[d]) {
+                t->sizes[n - 1] *= t->sizes[d];
+                t->strides[n - 1] = t->strides[d];
+                continue;
+            }
+            t->sizes[n] = t->sizes[d];
+            t->strides[n] = t->strides[d];
+            n++;
+        }
+        for (int d = n; d < t->ndim; d++)
+            t->sizes[d] = 0, t->strides[d] = 0;
+        t->ndim = n;
+    }
     return 1;
 }
 

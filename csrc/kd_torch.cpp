@@ -8,11 +8,16 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <vector>
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/ThreadLocalPythonObjects.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/strides.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -159,12 +164,16 @@ extern "C" PyObject *kd_shim_empty_like(PyObject *obj, int *same_strides)
             return nullptr;
         }
         const at::Tensor &t = THPVariable_Unpack(obj);
-        c10::impl::ExcludeDispatchKeyGuard no_python(
-            c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
-        at::NoGradGuard no_grad;
-        // what clone() gives: the source's strides when it is dense, else contiguous
-        at::Tensor e = t.is_non_overlapping_and_dense() ? t.new_empty_strided(t.sizes(), t.strides())
-                                                        : t.new_empty(t.sizes());
+        // Straight from the device's allocator, through no dispatcher at all
+        // (so no dispatch mode or Python kernel can see it): the source's
+        // strides when it is dense (what clone() gives), else contiguous.
+        c10::Allocator *alloc = c10::GetAllocator(t.device().type());
+        c10::DeviceGuard device_guard(t.device());
+        const auto ks = c10::DispatchKeySet(t.key_set().highestBackendKey());
+        c10::DimVector strides = c10::contiguous_strides(t.sizes());
+        if (t.is_non_overlapping_and_dense())
+            strides.assign(t.strides().begin(), t.strides().end());
+        at::Tensor e = at::detail::empty_strided_generic(t.sizes(), strides, alloc, ks, t.scalar_type());
         *same_strides = e.strides() == t.strides() ? 1 : 0;
         if (!*same_strides && !e.is_contiguous()) {
             set_error("could not make a contiguous destination");
