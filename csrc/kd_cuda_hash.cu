@@ -56,6 +56,24 @@ __device__ __forceinline__ int64_t elem_offset(const kd_cuda_tensor &T, int64_t 
     return off;
 }
 
+// Element bits, by one load of the element's width when it is aligned.
+__device__ __forceinline__ uint64_t load_bits(const uint8_t *p, int isz, bool aligned)
+{
+    if (aligned) {
+        switch (isz) {
+        case 1: return *p;
+        case 2: return *reinterpret_cast<const uint16_t *>(p);
+        case 4: return *reinterpret_cast<const uint32_t *>(p);
+        case 8: return *reinterpret_cast<const uint64_t *>(p);
+        default: break;
+        }
+    }
+    uint64_t u = 0;
+    for (int i = 0; i < isz && i < 8; i++)
+        u |= (uint64_t)p[i] << (8 * i);
+    return u;
+}
+
 // Word p of the logical byte stream (zero-padded past nbytes).
 __device__ uint64_t word_at(const kd_cuda_tensor &T, uint64_t p, uint64_t nbytes)
 {
@@ -71,6 +89,20 @@ __device__ uint64_t word_at(const kd_cuda_tensor &T, uint64_t p, uint64_t nbytes
     }
     uint64_t w = 0;
     int isz = T.itemsize;
+    if ((T.data % (uint64_t)(isz < 8 ? isz : 8)) == 0 && (isz == 1 || isz == 2 || isz == 4 || isz == 8 || isz == 16)) {
+        // whole elements (or halves of 16-byte ones) by typed loads
+        if (isz == 16) {
+            const uint8_t *ep = base + elem_offset(T, (int64_t)(p / 2)) * 16 + (p % 2) * 8;
+            return *reinterpret_cast<const uint64_t *>(ep);
+        }
+        const int per = 8 / isz;
+        const int64_t e0 = (int64_t)(b0 / isz);
+        for (int k = 0; k < per && e0 + k < T.numel; k++) {
+            const uint8_t *ep = base + elem_offset(T, e0 + k) * isz;
+            w |= load_bits(ep, isz, true) << (8 * isz * k);
+        }
+        return w;
+    }
     int k = 0;
     while (k < 8 && b0 + k < nbytes) {
         uint64_t b = b0 + k;
@@ -101,11 +133,11 @@ __device__ double f8(uint8_t x, int eb, int mb, int bias, bool fnuz, bool fn)
     return s ? -v : v;
 }
 
-__device__ double dec_float(int st, const uint8_t *p)
+__device__ double dec_float_bits(int st, uint64_t u)
 {
     switch (st) {
     case 5: { // half
-        uint16_t h = p[0] | (p[1] << 8);
+        uint16_t h = (uint16_t)u;
         int s = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
         if (e == 31) {
             uint32_t u = ((uint32_t)s << 31) | 0x7f800000u | ((uint32_t)m << 13);
@@ -114,25 +146,17 @@ __device__ double dec_float(int st, const uint8_t *p)
         double v = e == 0 ? ldexp((double)m, -24) : ldexp((double)(1024 + m), e - 25);
         return s ? -v : v;
     }
-    case 15: { // bfloat16
-        uint32_t u = (uint32_t)(p[0] | (p[1] << 8)) << 16;
-        return (double)__uint_as_float(u);
-    }
-    case 6: {
-        uint32_t u = p[0] | (p[1] << 8) | (p[2] << 16) | ((uint32_t)p[3] << 24);
-        return (double)__uint_as_float(u);
-    }
-    case 7: {
-        uint64_t u = 0;
-        for (int i = 0; i < 8; i++)
-            u |= (uint64_t)p[i] << (8 * i);
+    case 15: // bfloat16
+        return (double)__uint_as_float((uint32_t)(uint16_t)u << 16);
+    case 6:
+        return (double)__uint_as_float((uint32_t)u);
+    case 7:
         return __longlong_as_double((long long)u);
-    }
-    case 23: return f8(p[0], 5, 2, 15, false, false);
-    case 24: return f8(p[0], 4, 3, 7, false, true);
-    case 25: return f8(p[0], 5, 2, 16, true, false);
-    case 26: return f8(p[0], 4, 3, 8, true, false);
-    case 44: return p[0] == 0xff ? __longlong_as_double(0x7ff8000000000000ll) : ldexp(1.0, (int)p[0] - 127);
+    case 23: return f8((uint8_t)u, 5, 2, 15, false, false);
+    case 24: return f8((uint8_t)u, 4, 3, 7, false, true);
+    case 25: return f8((uint8_t)u, 5, 2, 16, true, false);
+    case 26: return f8((uint8_t)u, 4, 3, 8, true, false);
+    case 44: return (uint8_t)u == 0xff ? __longlong_as_double(0x7ff8000000000000ll) : ldexp(1.0, (int)(uint8_t)u - 127);
     default: return 0.0;
     }
 }
@@ -147,21 +171,17 @@ __device__ int value_kind(int st)
     }
 }
 
-__device__ int64_t dec_int(int st, const uint8_t *p)
+__device__ int64_t dec_int_bits(int st, uint64_t u)
 {
-    uint64_t u = 0;
     switch (st) {
-    case 11: return p[0] != 0;
-    case 0: return p[0];
-    case 1: return (int8_t)p[0];
-    case 2: return (int16_t)(p[0] | (p[1] << 8));
-    case 27: return (uint16_t)(p[0] | (p[1] << 8));
-    case 3: return (int32_t)(p[0] | (p[1] << 8) | (p[2] << 16) | ((uint32_t)p[3] << 24));
-    case 28: return (uint32_t)(p[0] | (p[1] << 8) | (p[2] << 16) | ((uint32_t)p[3] << 24));
-    default:
-        for (int i = 0; i < 8; i++)
-            u |= (uint64_t)p[i] << (8 * i);
-        return (int64_t)u;
+    case 11: return (uint8_t)u != 0;
+    case 0: return (uint8_t)u;
+    case 1: return (int8_t)u;
+    case 2: return (int16_t)u;
+    case 27: return (uint16_t)u;
+    case 3: return (int32_t)u;
+    case 28: return (uint32_t)u;
+    default: return (int64_t)u;
     }
 }
 
@@ -201,22 +221,26 @@ struct ValueAcc {
     unsigned long long nan = 0, pinf = 0, ninf = 0, x = 0;
 };
 
-__device__ __forceinline__ void add_value(ValueAcc &a, int kind, int st, int isz, const uint8_t *p)
+__device__ __forceinline__ void add_float(ValueAcc &a, double v)
+{
+    a.x ^= (unsigned long long)__double_as_longlong(v);
+    if (isnan(v)) a.nan++;
+    else if (isinf(v)) (v > 0 ? a.pinf : a.ninf)++;
+    else a.l1 += fabs(v);
+}
+
+__device__ __forceinline__ void add_value(ValueAcc &a, int kind, int st, int isz, const uint8_t *p, bool aligned)
 {
     if (kind == 0) {
-        double v = dec_float(st, p);
-        a.x ^= (unsigned long long)__double_as_longlong(v);
-        if (isnan(v)) a.nan++;
-        else if (isinf(v)) (v > 0 ? a.pinf : a.ninf)++;
-        else a.l1 += fabs(v);
+        add_float(a, dec_float_bits(st, load_bits(p, isz, aligned)));
     } else if (kind == 1) {
-        int64_t iv = dec_int(st, p);
+        int64_t iv = dec_int_bits(st, load_bits(p, isz, aligned));
         a.x ^= (unsigned long long)iv;
         a.l1 += fabs((double)(float)iv);
     } else {
         int hs = isz / 2;
         int fst = st == 8 ? 5 : st == 9 ? 6 : 7;
-        double re = dec_float(fst, p), im = dec_float(fst, p + hs);
+        double re = dec_float_bits(fst, load_bits(p, hs, aligned)), im = dec_float_bits(fst, load_bits(p + hs, hs, aligned));
         a.x ^= (unsigned long long)__double_as_longlong(re) ^ (unsigned long long)__double_as_longlong(im);
         if (isnan(re) || isnan(im)) a.nan++;
         else if (isinf(re) || isinf(im)) a.pinf++;
@@ -277,15 +301,19 @@ __global__ void __launch_bounds__(kThreads) hash_kernel(const __grid_constant__ 
                 const float *f = reinterpret_cast<const float *>(T.data);
                 for (; e + 3 * stride < numel; e += 4 * stride) {
                     float v0 = f[e], v1 = f[e + stride], v2 = f[e + 2 * stride], v3 = f[e + 3 * stride];
-                    add_value(acc, 0, 6, 4, reinterpret_cast<const uint8_t *>(&v0));
-                    add_value(acc, 0, 6, 4, reinterpret_cast<const uint8_t *>(&v1));
-                    add_value(acc, 0, 6, 4, reinterpret_cast<const uint8_t *>(&v2));
-                    add_value(acc, 0, 6, 4, reinterpret_cast<const uint8_t *>(&v3));
+                    add_float(acc, (double)v0);
+                    add_float(acc, (double)v1);
+                    add_float(acc, (double)v2);
+                    add_float(acc, (double)v3);
                 }
             }
+            // elements are aligned to their size when element 0 is (the half
+            // width for complex numbers)
+            const int unit = kind == 2 ? isz / 2 : isz;
+            const bool aligned = (T.data % (uint64_t)unit) == 0;
             for (; e < numel; e += stride) {
                 const uint8_t *p = base + (T.contiguous ? (int64_t)e : elem_offset(T, (int64_t)e)) * isz;
-                add_value(acc, kind, st, isz, p);
+                add_value(acc, kind, st, isz, p, aligned);
             }
         } else if (lb == 0 && threadIdx.x == 0) {
             R->unsupported = 1;

@@ -10,7 +10,8 @@
 #include "kd_shim.h"
 
 typedef struct hash_entry {
-    PyObject *src;   /* strong */
+    void *storage;   /* kd_shim_storage_hold: keeps the memory allocated */
+    uint64_t sdata;  /* the storage's data pointer when queued */
     PyObject *owner; /* strong */
     kd_defer_sink sink;
     uint64_t aux;
@@ -19,7 +20,9 @@ typedef struct hash_entry {
 } hash_entry;
 
 typedef struct copy_entry {
-    PyObject *src, *dst; /* strong */
+    void *storage;  /* of the source, as in hash_entry */
+    uint64_t sdata;
+    PyObject *dst;  /* strong */
     uint64_t lo, hi;
 } copy_entry;
 
@@ -71,6 +74,13 @@ static void set_error(const char *what, const char *detail)
     snprintf(Q.error, sizeof Q.error, "%s: %s", what, detail);
 }
 
+/* Storage whose memory was swapped (resize_, set_ outside any aten op kdebug
+ * sees) since the entry was queued: its bytes are gone. */
+static int storage_moved(void *storage, uint64_t sdata)
+{
+    return kd_shim_storage_data(storage) != sdata;
+}
+
 int kd_defer_flush(void)
 {
     int nh = Q.nh, nc = Q.nc, rc = 0;
@@ -81,36 +91,61 @@ int kd_defer_flush(void)
     Q.st.flushes++;
     Q.st.pending = 0;
     if (nh) {
-        int64_t first = kd_cuda_hash_enqueue(Q.device, Q.stream, Q.kinds, Q.ht, nh);
-        const char *err = first < 0 ? kd_cuda_last_error() : NULL;
-        if (first < 0) {
-            set_error("queuing GPU hashes", err);
-            Q.st.hash_failures += (uint64_t)nh;
-            rc = -1;
-        } else {
-            Q.st.hash_launches++;
+        /* drop entries whose memory moved, then one launch for the rest */
+        kd_cuda_tensor t[KD_CUDA_BATCH];
+        int map[KD_CUDA_BATCH], n = 0;
+        for (int i = 0; i < nh; i++) {
+            if (storage_moved(Q.he[i].storage, Q.he[i].sdata)) {
+                map[i] = -2;
+                continue;
+            }
+            map[i] = n;
+            t[n++] = Q.ht[i];
         }
+        int64_t first = n ? kd_cuda_hash_enqueue(Q.device, Q.stream, Q.kinds, t, n) : 0;
+        const char *err = first < 0 ? kd_cuda_last_error() : NULL;
+        if (first < 0)
+            set_error("queuing GPU hashes", err);
+        else if (n)
+            Q.st.hash_launches++;
         for (int i = 0; i < nh; i++) {
             hash_entry *e = &Q.he[i];
-            e->sink(e->owner, e->aux, e->w, Q.device, first < 0 ? -1 : first + i, err);
+            if (map[i] == -2 || first < 0) {
+                Q.st.hash_failures++;
+                rc = -1;
+                if (map[i] == -2)
+                    set_error("a tensor's storage was resized or replaced before kdebug hashed it",
+                              "its hash is missing");
+                e->sink(e->owner, e->aux, e->w, Q.device, -1, Q.error);
+            } else {
+                e->sink(e->owner, e->aux, e->w, Q.device, first + map[i], NULL);
+            }
             Py_DECREF(e->owner);
-            Py_DECREF(e->src);
+            kd_shim_storage_release(e->storage);
         }
     }
     if (nc) {
-        if (kd_cuda_copy_enqueue(Q.device, Q.stream, Q.cc, nc) == 0) {
+        kd_cuda_copy c[KD_CUDA_BATCH];
+        int n = 0;
+        for (int i = 0; i < nc; i++) {
+            if (storage_moved(Q.ce[i].storage, Q.ce[i].sdata)) {
+                set_error("a tensor's storage was resized or replaced before kdebug copied it",
+                          "a recorded output is missing");
+                Q.st.copy_failures++;
+                rc = -1;
+                continue;
+            }
+            c[n++] = Q.cc[i];
+        }
+        if (n && kd_cuda_copy_enqueue(Q.device, Q.stream, c, n) == 0) {
             Q.st.copy_launches++;
-        } else {
-            /* the sources are still intact (nothing wrote them yet): copy the slow way */
-            for (int i = 0; i < nc; i++)
-                if (kd_shim_copy(Q.ce[i].dst, Q.ce[i].src) != 0) {
-                    set_error("copying a recorded output", kd_shim_last_error());
-                    Q.st.copy_failures++;
-                    rc = -1;
-                }
+        } else if (n) {
+            set_error("launching kdebug's copy kernel", kd_cuda_last_copy_error());
+            Q.st.copy_failures += (uint64_t)n;
+            rc = -1;
         }
         for (int i = 0; i < nc; i++) {
-            Py_DECREF(Q.ce[i].src);
+            kd_shim_storage_release(Q.ce[i].storage);
             Py_DECREF(Q.ce[i].dst);
         }
     }
@@ -139,14 +174,17 @@ static void admit(int device, uint64_t stream, int kinds, uint64_t bytes)
 int kd_defer_hash(PyObject *src, const kd_cuda_tensor *t, int device, uint64_t stream, int kinds,
                   kd_defer_sink sink, PyObject *owner, uint64_t aux, int w)
 {
-    if (!Q.on)
+    uint64_t sdata = 0;
+    void *storage = Q.on ? kd_shim_storage_hold(src, &sdata) : NULL;
+    if (storage == NULL)
         return 0;
     uint64_t lo, hi;
     kd_defer_extent(t, &lo, &hi);
     admit(device, stream, kinds, hi - lo);
     hash_entry *e = &Q.he[Q.nh];
     Q.ht[Q.nh] = *t;
-    e->src = Py_NewRef(src);
+    e->storage = storage;
+    e->sdata = sdata;
     e->owner = Py_NewRef(owner);
     e->sink = sink;
     e->aux = aux;
@@ -163,7 +201,9 @@ int kd_defer_hash(PyObject *src, const kd_cuda_tensor *t, int device, uint64_t s
 int kd_defer_copy(PyObject *src, const kd_cuda_tensor *t, PyObject *dst, uint64_t dst_ptr,
                   int dst_like_src, int device, uint64_t stream)
 {
-    if (!Q.on)
+    uint64_t sdata = 0;
+    void *storage = Q.on ? kd_shim_storage_hold(src, &sdata) : NULL;
+    if (storage == NULL)
         return 0;
     uint64_t lo, hi;
     kd_defer_extent(t, &lo, &hi);
@@ -176,7 +216,8 @@ int kd_defer_copy(PyObject *src, const kd_cuda_tensor *t, PyObject *dst, uint64_
     c->dst = dst_ptr;
     c->dst_like_src = dst_like_src;
     copy_entry *e = &Q.ce[Q.nc];
-    e->src = Py_NewRef(src);
+    e->storage = storage;
+    e->sdata = sdata;
     e->dst = Py_NewRef(dst);
     e->lo = lo, e->hi = hi;
     Q.nc++;
@@ -221,7 +262,11 @@ PyObject *kd_defer_clone(PyObject *o, const kd_tensor_meta *m, uint64_t stream)
         if (dst != NULL && kd_shim_tensor_meta(dst, &dm) == 1) {
             if (stream == 0)
                 stream = kd_shim_current_stream(m->device_type, m->device_index);
-            kd_defer_copy(o, &t, dst, dm.data_ptr, same, m->device_index, stream);
+            if (!kd_defer_copy(o, &t, dst, dm.data_ptr, same, m->device_index, stream) &&
+                kd_shim_copy(dst, o) != 0) {
+                Py_DECREF(dst);
+                return NULL;
+            }
             return dst;
         }
         Py_XDECREF(dst);

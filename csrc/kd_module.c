@@ -425,8 +425,9 @@ static PyObject *hash_leaf(PyObject *o, void *vctx)
         p->handle = KD_PENDING_DEFERRED;
         p->spec = c->spec;
         uint64_t stream = c->stream ? c->stream : kd_shim_current_stream(meta.device_type, meta.device_index);
-        kd_defer_hash(o, &ct, meta.device_index, stream, c->kinds, pending_sink, (PyObject *)p, 0, 0);
-        return (PyObject *)p;
+        if (kd_defer_hash(o, &ct, meta.device_index, stream, c->kinds, pending_sink, (PyObject *)p, 0, 0))
+            return (PyObject *)p;
+        Py_DECREF(p); /* not queued: hashed right away below */
     }
     PyObject *a = Py_BuildValue("(OiK)", o, c->kinds, c->stream);
     PyObject *h = a ? mod_hash_async(NULL, a) : NULL;

@@ -202,15 +202,24 @@ static void ring_sink(PyObject *owner, uint64_t pos, int w, int device, int64_t 
 
 /* Hands a batch to the deferred queue (Note [Deferred GPU work]): the hash
  * records are marked pending now and get their result index at the flush. */
+static void batch_flush(kd_recorder *r, gpu_batch *b);
+
 static void batch_defer(kd_recorder *r, gpu_batch *b, uint64_t base)
 {
+    gpu_batch now; /* what the queue refused: launched right away */
+    now.n = 0;
     for (int i = 0; i < b->n; i++) {
-        kd_hash_rec *h = b->h[i];
+        kd_hash_rec *h = &kd_ring_payload(r->ring, base + b->pos[i])->hash;
         h->flags |= (uint8_t)(b->w[i] ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE);
-        kd_defer_hash(b->obj[i], &b->t[i], b->device, b->stream, b->kinds, ring_sink, (PyObject *)r,
-                      base + b->pos[i], b->w[i]);
+        if (!kd_defer_hash(b->obj[i], &b->t[i], b->device, b->stream, b->kinds, ring_sink,
+                           (PyObject *)r, base + b->pos[i], b->w[i])) {
+            int k = now.n++;
+            now.t[k] = b->t[i], now.h[k] = h, now.w[k] = b->w[i];
+            now.device = b->device, now.kinds = b->kinds, now.stream = b->stream;
+        }
     }
     b->n = 0;
+    batch_flush(r, &now);
 }
 
 static void batch_flush(kd_recorder *r, gpu_batch *b)

@@ -56,6 +56,15 @@ PyObject *kd_shim_empty_like(PyObject *tensor, int *same_strides);
  * Returns 0, or -1 on failure. */
 int kd_shim_copy(PyObject *dst, PyObject *src);
 
+/* A reference to a tensor's storage (keeps its memory allocated without
+ * counting as a use of the tensor itself: autograd's AccumulateGrad, for one,
+ * copies a gradient whose tensor has extra users).  *data is the storage's
+ * data pointer now.  NULL when the tensor has none.  Release it with
+ * kd_shim_storage_release (no GIL needed). */
+void *kd_shim_storage_hold(PyObject *tensor, uint64_t *data);
+uint64_t kd_shim_storage_data(void *storage);
+void kd_shim_storage_release(void *storage);
+
 /* The raw handle (cudaStream_t for CUDA) of the current stream of a device,
  * 0 when there is none. */
 uint64_t kd_shim_current_stream(int device_type, int device_index);

@@ -216,6 +216,35 @@ extern "C" int kd_shim_copy(PyObject *dst, PyObject *src)
     return -1;
 }
 
+extern "C" void *kd_shim_storage_hold(PyObject *obj, uint64_t *data)
+{
+    try {
+        if (!THPVariable_Check(obj))
+            return nullptr;
+        const at::Tensor &t = THPVariable_Unpack(obj);
+        if (!t.has_storage())
+            return nullptr;
+        c10::Storage st = t.storage();
+        c10::StorageImpl *impl = st.unsafeReleaseStorageImpl(); // our reference now
+        *data = reinterpret_cast<uint64_t>(static_cast<const c10::StorageImpl *>(impl)->data());
+        return impl;
+    } catch (...) {
+        set_error("could not reference a tensor's storage");
+    }
+    return nullptr;
+}
+
+extern "C" uint64_t kd_shim_storage_data(void *h)
+{
+    return reinterpret_cast<uint64_t>(static_cast<const c10::StorageImpl *>(h)->data());
+}
+
+extern "C" void kd_shim_storage_release(void *h)
+{
+    if (h != nullptr)
+        c10::intrusive_ptr<c10::StorageImpl>::reclaim(static_cast<c10::StorageImpl *>(h)); // drops it
+}
+
 extern "C" uint64_t kd_shim_current_stream(int device_type, int device_index)
 {
     try {
