@@ -194,6 +194,7 @@ int kd_defer_hash(PyObject *src, const kd_cuda_tensor *t, int device, uint64_t s
     Q.device = device, Q.stream = stream, Q.kinds = kinds;
     Q.bytes += hi - lo;
     Q.st.queued_hashes++;
+    Q.st.queued_bytes += hi - lo;
     Q.st.pending = (uint64_t)(Q.nh + Q.nc);
     return 1;
 }
@@ -224,6 +225,7 @@ int kd_defer_copy(PyObject *src, const kd_cuda_tensor *t, PyObject *dst, uint64_
     Q.device = device, Q.stream = stream;
     Q.bytes += hi - lo;
     Q.st.queued_copies++;
+    Q.st.queued_bytes += hi - lo;
     Q.st.pending = (uint64_t)(Q.nh + Q.nc);
     return 1;
 }

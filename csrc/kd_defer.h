@@ -71,6 +71,7 @@ void kd_defer_extent(const kd_cuda_tensor *t, uint64_t *lo, uint64_t *hi);
 
 typedef struct kd_defer_stats {
     uint64_t queued_hashes, queued_copies; /* entries ever queued */
+    uint64_t queued_bytes;                 /* bytes they cover */
     uint64_t flushes, hash_launches, copy_launches;
     uint64_t hazard_flushes, stream_flushes; /* flushes forced by a writer / another stream */
     uint64_t copy_failures, hash_failures;

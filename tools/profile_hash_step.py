@@ -59,8 +59,13 @@ for name in which:
         t0 = time.perf_counter()
         one(ctx)
         ts.append((time.perf_counter() - t0) * 1e3)
+    d0 = kdebug._C.defer_stats()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         one(ctx)
+    d1 = kdebug._C.defer_stats()
+    print(f"   deferred: {d1['queued_hashes'] - d0['queued_hashes']} hashes, {d1['queued_copies'] - d0['queued_copies']} copies, "
+          f"{(d1['queued_bytes'] - d0['queued_bytes']) / 1e6:.1f} MB, {d1['hash_launches'] - d0['hash_launches']} hash launches, "
+          f"{d1['hazard_flushes'] - d0['hazard_flushes']} hazard flushes")
     gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     ours = [e for e in gpu if "hash_kernel" in e.name or "kd_" in e.name]
     busy = sum(e.device_time for e in gpu) / 1e3
