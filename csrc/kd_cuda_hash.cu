@@ -332,8 +332,11 @@ __global__ void __launch_bounds__(kThreads) hash_kernel(const __grid_constant__ 
                 if (pinf) atomicAdd(reinterpret_cast<unsigned long long *>(&R->posinf), pinf);
                 if (ninf) atomicAdd(reinterpret_cast<unsigned long long *>(&R->neginf), ninf);
             }
-            // the float64 sum: a fixed tree in the block, then the partials in order
+            // the float64 sum: a fixed tree in the block; the tensor's last
+            // block then adds the blocks' partials with the whole block, in a
+            // fixed order (thread i takes partials i, i + NT, ...; then a tree)
             __shared__ double sh[kThreads];
+            __shared__ bool last;
             sh[threadIdx.x] = l1;
             __syncthreads();
             for (int w = kThreads / 2; w > 0; w >>= 1) {
@@ -344,15 +347,24 @@ __global__ void __launch_bounds__(kThreads) hash_kernel(const __grid_constant__ 
             if (threadIdx.x == 0) {
                 partials[b.pbase + blockIdx.x] = sh[0];
                 __threadfence();
-                unsigned t = atomicAdd(&R->ticket, 1u);
-                if (t == (unsigned)nb - 1) {
-                    __threadfence();
-                    double sum = 0.0;
-                    volatile double *vp = partials + b.pbase + b.first_block[ti];
-                    for (int i = 0; i < nb; i++)
-                        sum += vp[i];
-                    R->l1 = sum;
+                last = atomicAdd(&R->ticket, 1u) == (unsigned)nb - 1;
+            }
+            __syncthreads();
+            if (last) { // uniform in the block
+                __threadfence();
+                volatile double *vp = partials + b.pbase + b.first_block[ti];
+                double v = 0.0;
+                for (int i = threadIdx.x; i < nb; i += kThreads)
+                    v += vp[i];
+                sh[threadIdx.x] = v;
+                __syncthreads();
+                for (int w = kThreads / 2; w > 0; w >>= 1) {
+                    if ((int)threadIdx.x < w)
+                        sh[threadIdx.x] += sh[threadIdx.x + w];
+                    __syncthreads();
                 }
+                if (threadIdx.x == 0)
+                    R->l1 = sh[0];
             }
         }
     }
