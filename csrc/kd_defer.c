@@ -13,6 +13,7 @@ typedef struct hash_entry {
     void *storage;   /* kd_shim_storage_hold: keeps the memory allocated */
     uint64_t sdata;  /* the storage's data pointer when queued */
     PyObject *owner; /* strong */
+    int slot;        /* its tensor in Q.ht: views identical to an earlier one share it */
     kd_defer_sink sink;
     uint64_t aux;
     int w;
@@ -33,8 +34,9 @@ static struct {
     int kinds;
     int nh, nc;
     uint64_t bytes;
-    kd_cuda_tensor ht[KD_CUDA_BATCH];
-    hash_entry he[KD_CUDA_BATCH];
+    kd_cuda_tensor ht[KD_CUDA_BATCH]; /* distinct views to hash (nu of them) */
+    int nu;
+    hash_entry he[KD_DEFER_ENTRIES];
     kd_cuda_copy cc[KD_CUDA_BATCH];
     copy_entry ce[KD_CUDA_BATCH];
     kd_defer_stats st;
@@ -86,7 +88,8 @@ int kd_defer_flush(void)
     int nh = Q.nh, nc = Q.nc, rc = 0;
     if (nh == 0 && nc == 0)
         return 0;
-    Q.nh = Q.nc = 0;
+    int nu = Q.nu;
+    Q.nh = Q.nc = Q.nu = 0;
     Q.bytes = 0;
     Q.st.flushes++;
     Q.st.pending = 0;
@@ -94,14 +97,16 @@ int kd_defer_flush(void)
         /* drop entries whose memory moved, then one launch for the rest */
         kd_cuda_tensor t[KD_CUDA_BATCH];
         int map[KD_CUDA_BATCH], n = 0;
-        for (int i = 0; i < nh; i++) {
-            if (storage_moved(Q.he[i].storage, Q.he[i].sdata)) {
-                map[i] = -2;
-                continue;
+        for (int u = 0; u < nu; u++)
+            map[u] = 0;
+        for (int i = 0; i < nh; i++)
+            if (storage_moved(Q.he[i].storage, Q.he[i].sdata))
+                map[Q.he[i].slot] = -2;
+        for (int u = 0; u < nu; u++)
+            if (map[u] == 0) {
+                map[u] = n;
+                t[n++] = Q.ht[u];
             }
-            map[i] = n;
-            t[n++] = Q.ht[i];
-        }
         int64_t first = n ? kd_cuda_hash_enqueue(Q.device, Q.stream, Q.kinds, t, n) : 0;
         const char *err = first < 0 ? kd_cuda_last_error() : NULL;
         if (first < 0)
@@ -110,15 +115,16 @@ int kd_defer_flush(void)
             Q.st.hash_launches++;
         for (int i = 0; i < nh; i++) {
             hash_entry *e = &Q.he[i];
-            if (map[i] == -2 || first < 0) {
+            int k = map[e->slot];
+            if (k == -2 || first < 0) {
                 Q.st.hash_failures++;
                 rc = -1;
-                if (map[i] == -2)
+                if (k == -2)
                     set_error("a tensor's storage was resized or replaced before kdebug hashed it",
                               "its hash is missing");
                 e->sink(e->owner, e->aux, e->w, Q.device, -1, Q.error);
             } else {
-                e->sink(e->owner, e->aux, e->w, Q.device, first + map[i], NULL);
+                e->sink(e->owner, e->aux, e->w, Q.device, first + k, NULL);
             }
             Py_DECREF(e->owner);
             kd_shim_storage_release(e->storage);
@@ -166,7 +172,7 @@ static void admit(int device, uint64_t stream, int kinds, uint64_t bytes)
             kd_cuda_stream_wait(device, from, stream);
         return;
     }
-    if ((kinds && Q.nh && Q.kinds != kinds) || (kinds && Q.nh == KD_CUDA_BATCH) ||
+    if ((kinds && Q.nh && Q.kinds != kinds) || (kinds && (Q.nu == KD_CUDA_BATCH || Q.nh == KD_DEFER_ENTRIES)) ||
         (!kinds && Q.nc == KD_CUDA_BATCH) || Q.bytes + bytes > KD_DEFER_MAX_BYTES)
         kd_defer_flush();
 }
@@ -182,7 +188,19 @@ int kd_defer_hash(PyObject *src, const kd_cuda_tensor *t, int device, uint64_t s
     kd_defer_extent(t, &lo, &hi);
     admit(device, stream, kinds, hi - lo);
     hash_entry *e = &Q.he[Q.nh];
-    Q.ht[Q.nh] = *t;
+    /* the same view queued already (nothing wrote it since: that would have
+     * flushed the queue) has the same hash: share its result */
+    e->slot = -1;
+    for (int u = 0; u < Q.nu; u++)
+        if (memcmp(&Q.ht[u], t, sizeof *t) == 0) {
+            e->slot = u;
+            Q.st.shared_hashes++;
+            break;
+        }
+    if (e->slot < 0) {
+        e->slot = Q.nu;
+        Q.ht[Q.nu++] = *t;
+    }
     e->storage = storage;
     e->sdata = sdata;
     e->owner = Py_NewRef(owner);

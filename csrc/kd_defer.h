@@ -33,6 +33,7 @@
 #include "kd_cuda_hash.h"
 
 #define KD_DEFER_MAX_BYTES (512ull << 20)
+#define KD_DEFER_ENTRIES 64 /* hashes queued, sharing at most KD_CUDA_BATCH distinct views */
 
 /* Where a deferred hash's result index goes: called once per entry at flush
  * with the result's global index (>= 0), or -1 and a message on failure. */
@@ -72,6 +73,7 @@ void kd_defer_extent(const kd_cuda_tensor *t, uint64_t *lo, uint64_t *hi);
 typedef struct kd_defer_stats {
     uint64_t queued_hashes, queued_copies; /* entries ever queued */
     uint64_t queued_bytes;                 /* bytes they cover */
+    uint64_t shared_hashes;                /* hashes of a view identical to one queued: one result */
     uint64_t flushes, hash_launches, copy_launches;
     uint64_t hazard_flushes, stream_flushes; /* flushes forced by a writer / another stream */
     uint64_t copy_failures, hash_failures;

@@ -562,7 +562,8 @@ static PyObject *mod_defer_stats(PyObject *m, PyObject *unused)
     (void)m, (void)unused;
     kd_defer_stats st;
     kd_defer_get_stats(&st);
-    return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsKsKss}", "queued_hashes", (unsigned long long)st.queued_hashes,
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsKsKsKss}", "queued_hashes", (unsigned long long)st.queued_hashes,
+                         "shared_hashes", (unsigned long long)st.shared_hashes,
                          "queued_bytes", (unsigned long long)st.queued_bytes,
                          "queued_copies", (unsigned long long)st.queued_copies,
                          "flushes", (unsigned long long)st.flushes,

@@ -63,6 +63,7 @@ def test_batched_hashes_equal_unbatched(block_step, kw):
     queued = s1["queued_hashes"] - s0["queued_hashes"]
     launches = s1["hash_launches"] - s0["hash_launches"]
     assert queued > 50 and launches * 3 < queued, (queued, launches)  # really batched
+    assert s1["shared_hashes"] > s0["shared_hashes"]  # detach() outputs: the same view, one hash
     assert s1["hash_failures"] == s0["hash_failures"]
 
 

@@ -65,7 +65,7 @@ for name in which:
     d1 = kdebug._C.defer_stats()
     print(f"   deferred: {d1['queued_hashes'] - d0['queued_hashes']} hashes, {d1['queued_copies'] - d0['queued_copies']} copies, "
           f"{(d1['queued_bytes'] - d0['queued_bytes']) / 1e6:.1f} MB, {d1['hash_launches'] - d0['hash_launches']} hash launches, "
-          f"{d1['hazard_flushes'] - d0['hazard_flushes']} hazard flushes")
+          f"{d1['hazard_flushes'] - d0['hazard_flushes']} hazard flushes, {d1['shared_hashes'] - d0['shared_hashes']} shared")
     gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     ours = [e for e in gpu if "hash_kernel" in e.name or "kd_" in e.name]
     busy = sum(e.device_time for e in gpu) / 1e3
