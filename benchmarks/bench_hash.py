@@ -108,6 +108,7 @@ def main(argv=None):
     K, U = kdebug.DebugMode, Up
     modes = {
         "untraced": None,
+        "kdebug DebugMode() (no hashes)": mode(K),
         "kdebug log_tensor_hashes()": mode(K, lambda: K.log_tensor_hashes()),
         "upstream log_tensor_hashes()": mode(U, lambda: U.log_tensor_hashes()),
         "kdebug log_tensor_hashes(hash_inputs=True)": mode(K, lambda: K.log_tensor_hashes(hash_inputs=True)),
