@@ -13,6 +13,7 @@ import torch  # noqa: F401  (loads libtorch before the extension that links to i
 
 from . import _C  # noqa: F401
 from .calls import TensorInfo, _CppKernelCall, _KernelCall, _TritonKernelCall
+from .compare import Report, assert_deterministic, compare
 from .inductor import KdebugWarning
 from .mode import DebugMode, get_active_debug_mode
 
@@ -21,9 +22,12 @@ __version__ = "0.1.0"
 __all__ = [
     "DebugMode",
     "KdebugWarning",
+    "Report",
     "TensorInfo",
     "_CppKernelCall",
     "_KernelCall",
     "_TritonKernelCall",
+    "assert_deterministic",
+    "compare",
     "get_active_debug_mode",
 ]

@@ -1,0 +1,71 @@
+"""Test-only fault injection: perturb what one kernel writes, in one run.
+
+    with kdebug.testing.perturb_kernel_output("cpp_fused_add", "out_ptr0", occurrence=0):
+        compiled_fn(x)       # that launch's out_ptr0 gets its first element changed
+
+The perturbation happens inside the launch (between the kernel and kdebug's
+post-launch hashes), exactly as a non-deterministic kernel would behave; no
+dispatch mode sees it.  C++ kernels (CPU) only: they are the ones wrapped in
+their module's globals.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from . import _C
+
+
+def _scopes():
+    from torch._inductor.codecache import PyCodeCache
+
+    mods = list(getattr(PyCodeCache, "modules", []))
+    mods += list(getattr(PyCodeCache, "modules_no_attr", {}).values())
+    return [m.__dict__ for m in mods]
+
+
+def _bump(t: torch.Tensor) -> None:
+    with torch._C._DisableTorchDispatch(), torch.no_grad():
+        e = t.as_strided((1,), (1,), t.storage_offset())
+        if e.dtype == torch.bool:
+            e.logical_not_()
+        else:
+            e.add_(1)
+
+
+@contextlib.contextmanager
+def perturb_kernel_output(name: str, arg: str, occurrence: int = 0):
+    """Within the block, the ``occurrence``-th launch (counting from 0) of the
+    C++ kernel whose name contains ``name`` gets argument ``arg`` perturbed
+    after it ran.  Yields a dict whose "hits" says how many launches were
+    perturbed (1 when the launch happened)."""
+    state = {"calls": 0, "hits": 0}
+    swapped = []
+    for scope in _scopes():
+        for key, obj in list(scope.items()):
+            if not isinstance(obj, _C.CppKernel) or name not in obj.info.name:
+                continue
+            names = list(obj.info.arg_names)
+            if arg not in names:
+                raise ValueError(f"{obj.info.name} has no argument {arg!r} (it has {names})")
+            pos = names.index(arg)
+            inner = obj.__wrapped__
+
+            def perturbing(*args, _inner=inner, _pos=pos):
+                r = _inner(*args)
+                if state["calls"] == occurrence:
+                    _bump(args[_pos])
+                    state["hits"] += 1
+                state["calls"] += 1
+                return r
+
+            scope[key] = _C.CppKernel(perturbing, obj.info)
+            swapped.append((scope, key, obj))
+    if not swapped:
+        raise ValueError(f"no loaded C++ kernel's name contains {name!r}: compile and run the function first")
+    try:
+        yield state
+    finally:
+        for scope, key, obj in swapped:
+            scope[key] = obj

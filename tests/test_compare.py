@@ -1,0 +1,129 @@
+"""The run-to-run comparison (issue 4) on real Inductor C++ kernels: planted
+faults are found and classified, inherited launches counted."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kdebug
+from kdebug import DebugMode, compare
+from kdebug.testing import perturb_kernel_output
+
+
+@pytest.fixture(scope="module")
+def chain():
+    """Four compiled functions with a known dataflow:
+    a = K1(x); b = K2(a); c = K3(x) (independent of a); d = K4(b, c)."""
+    k1 = torch.compile(lambda x: torch.sin(x) * 2)
+    k2 = torch.compile(lambda a: torch.cos(a) + 1)
+    k3 = torch.compile(lambda x: torch.exp(x) * 3)
+    k4 = torch.compile(lambda b, c: b * c - 1)
+    x = torch.randn(64, 32)
+
+    def program(between=None):
+        a = k1(x)
+        if between is not None:
+            between(a)
+        b = k2(a)
+        c = k3(x)
+        return k4(b, c)
+
+    program()
+    return program
+
+
+def record(program, **kw):
+    with DebugMode() as dm:
+        with DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            program(**kw)
+    return dm
+
+
+def names(dm):
+    return [k.kernel_name for k in dm.kernels]
+
+
+def test_identical_runs_match(chain):
+    r = compare(record(chain), record(chain))
+    assert r.ok and r.divergence is None and r.hashed == 4
+    assert "all 4 launches and ops have matching inputs and outputs" in str(r)
+
+
+def test_planted_output_fault_is_the_first_divergence(chain):
+    base = record(chain)
+    k1, k2, k3, k4 = names(base)
+    with perturb_kernel_output(k1, "out_ptr0") as hit:
+        bad = record(chain)
+    assert hit["hits"] == 1
+    r = compare(base, bad)
+    d = r.divergence
+    assert not r.ok and d.kind == "output" and d.step_a.name == k1 and d.arg == "out_ptr0"
+    assert d.hash_a != d.hash_b
+    # K2 reads a, K4 reads b: both inherit it; K3 reads only x
+    assert [x.name for x, _ in d.inherited] == [k2, k4]
+    text = str(r)
+    assert f"FIRST DIVERGENCE: kernel #0 {k1}" in text and "non-deterministic" in text
+    assert "2 later launches/ops inherited" in text
+
+
+def test_fault_in_a_later_kernel(chain):
+    base = record(chain)
+    k1, k2, k3, k4 = names(base)
+    with perturb_kernel_output(k3, "out_ptr0"):
+        bad = record(chain)
+    d = compare(base, bad).divergence
+    assert d.kind == "output" and d.step_a.name == k3
+    assert [x.name for x, _ in d.inherited] == [k4]
+
+
+def test_write_outside_the_recorded_launches_is_an_input_divergence(chain):
+    base = record(chain)
+    k1, k2, k3, k4 = names(base)
+
+    def sneak(a):  # a write no DebugMode sees, between two kernels
+        with torch._C._DisableTorchDispatch(), torch.no_grad():
+            a.view(-1)[5] += 1
+
+    bad = record(chain, between=sneak)
+    r = compare(base, bad)
+    d = r.divergence
+    assert d.kind == "input" and d.step_a.name == k2 and d.arg == "in_ptr0"
+    assert d.outside and d.writer is not None and d.writer.name == k1  # K1 wrote it, and matched
+    assert [x.name for x, _ in d.inherited] == [k4]
+    assert "outside the recorded launches" in str(r)
+
+
+def test_structural_differences_are_aligned_not_fatal(chain):
+    base = record(chain)
+    k1, k2, k3, k4 = names(base)
+    extra = torch.compile(lambda x: torch.tanh(x) - 2)
+    x = torch.randn(64, 32)
+    extra(x)
+
+    def more():
+        chain()
+        extra(x)
+
+    with DebugMode() as dm:
+        with DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            more()
+    r = compare(base, dm)
+    assert not r.ok and r.divergence is None and r.compared == 4
+    assert len(r.structural) == 1 and "only run 1 launched" in r.structural[0]
+
+
+def test_assert_deterministic(chain):
+    reports = kdebug.assert_deterministic(chain, runs=3)
+    assert len(reports) == 2 and all(r.ok for r in reports)
+    k1 = names(record(chain))[0]
+    calls = {"n": 0}
+
+    def flaky():
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second run only
+            with perturb_kernel_output(k1, "out_ptr0"):
+                return chain()
+        return chain()
+
+    with pytest.raises(AssertionError, match="FIRST DIVERGENCE"):
+        kdebug.assert_deterministic(flaky, runs=2)
