@@ -1,6 +1,7 @@
 // kd_cuda_copy.cu - batched tensor copies for record_outputs (kd_cuda_copy.h).
 // No libtorch headers here: the CUDA runtime only.
 #include "kd_cuda_copy.h"
+#include "kd_cuda_util.cuh"
 
 #include <cuda_runtime.h>
 
@@ -20,33 +21,13 @@ template <int CAP> struct CopyBatchT {
 
 char last_error[256] = "";
 
-__device__ __forceinline__ int64_t offset_of(const kd_cuda_tensor &T, int64_t e)
-{
-    int64_t off = 0;
-    if (T.numel <= 0xffffffffll) {
-        uint32_t u = (uint32_t)e;
-        for (int d = T.ndim - 1; d >= 0; --d) {
-            uint32_t s = (uint32_t)T.sizes[d];
-            off += (int64_t)(u % s) * T.strides[d];
-            u /= s;
-        }
-        return off;
-    }
-    for (int d = T.ndim - 1; d >= 0; --d) {
-        int64_t s = T.sizes[d];
-        off += (e % s) * T.strides[d];
-        e /= s;
-    }
-    return off;
-}
-
 template <class W> __device__ void copy_elems(const kd_cuda_copy &C, uint64_t start, uint64_t stride)
 {
     const kd_cuda_tensor &T = C.src;
     const W *src = reinterpret_cast<const W *>(T.data);
     W *dst = reinterpret_cast<W *>(C.dst);
     for (uint64_t e = start; e < (uint64_t)T.numel; e += stride) {
-        int64_t so = offset_of(T, (int64_t)e);
+        int64_t so = kd_elem_offset(T, (int64_t)e);
         dst[C.dst_like_src ? so : (int64_t)e] = src[so];
     }
 }
@@ -122,10 +103,7 @@ extern "C" int kd_cuda_copy_enqueue(int device, uint64_t stream, const kd_cuda_c
         blocks += want < 1 ? 1 : want > kMaxBlocks ? kMaxBlocks : (int)want;
     }
     first_block[n] = blocks;
-    int prev = -1;
-    cudaGetDevice(&prev);
-    if (prev != device)
-        cudaSetDevice(device);
+    KdDeviceGuard g(device);
     cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
     if (n == 1)
         launch<1>(c, n, first_block, st);
@@ -134,8 +112,6 @@ extern "C" int kd_cuda_copy_enqueue(int device, uint64_t stream, const kd_cuda_c
     else
         launch<KD_CUDA_BATCH>(c, n, first_block, st);
     cudaError_t e = cudaGetLastError();
-    if (prev != device && prev >= 0)
-        cudaSetDevice(prev);
     if (e != cudaSuccess) {
         std::snprintf(last_error, sizeof last_error, "launching kdebug's copy kernel: %s (%d)",
                       cudaGetErrorString(e), (int)e);

@@ -2,6 +2,7 @@
 // (Note [Hashing on the GPU] in kd_cuda_hash.h; definitions in kd_hash.h).
 // No libtorch headers here: the CUDA runtime only.
 #include "kd_cuda_hash.h"
+#include "kd_cuda_util.cuh"
 #include "kd_hash.h" // the definition: kd_fmix64, KD_HASH_GOLDEN
 
 #include <cuda_runtime.h>
@@ -35,26 +36,6 @@ using Batch = BatchT<KD_CUDA_BATCH>;
 
 __device__ __forceinline__ uint64_t fmix64(uint64_t k) { return kd_fmix64(k); }
 
-__device__ __forceinline__ int64_t elem_offset(const kd_cuda_tensor &T, int64_t e)
-{
-    int64_t off = 0;
-    if (T.numel <= 0xffffffffll) { // 32-bit division: several times cheaper on the GPU
-        uint32_t u = (uint32_t)e;
-        for (int d = T.ndim - 1; d >= 0; --d) {
-            uint32_t s = (uint32_t)T.sizes[d];
-            off += (int64_t)(u % s) * T.strides[d];
-            u /= s;
-        }
-        return off;
-    }
-    for (int d = T.ndim - 1; d >= 0; --d) {
-        int64_t s = T.sizes[d];
-        int64_t i = e % s;
-        e /= s;
-        off += i * T.strides[d];
-    }
-    return off;
-}
 
 // Element bits, by one load of the element's width when it is aligned.
 __device__ __forceinline__ uint64_t load_bits(const uint8_t *p, int isz, bool aligned)
@@ -92,13 +73,13 @@ __device__ uint64_t word_at(const kd_cuda_tensor &T, uint64_t p, uint64_t nbytes
     if ((T.data % (uint64_t)(isz < 8 ? isz : 8)) == 0 && (isz == 1 || isz == 2 || isz == 4 || isz == 8 || isz == 16)) {
         // whole elements (or halves of 16-byte ones) by typed loads
         if (isz == 16) {
-            const uint8_t *ep = base + elem_offset(T, (int64_t)(p / 2)) * 16 + (p % 2) * 8;
+            const uint8_t *ep = base + kd_elem_offset(T, (int64_t)(p / 2)) * 16 + (p % 2) * 8;
             return *reinterpret_cast<const uint64_t *>(ep);
         }
         const int per = 8 / isz;
         const int64_t e0 = (int64_t)(b0 / isz);
         for (int k = 0; k < per && e0 + k < T.numel; k++) {
-            const uint8_t *ep = base + elem_offset(T, e0 + k) * isz;
+            const uint8_t *ep = base + kd_elem_offset(T, e0 + k) * isz;
             w |= load_bits(ep, isz, true) << (8 * isz * k);
         }
         return w;
@@ -108,7 +89,7 @@ __device__ uint64_t word_at(const kd_cuda_tensor &T, uint64_t p, uint64_t nbytes
         uint64_t b = b0 + k;
         int64_t e = (int64_t)(b / isz);
         int bi = (int)(b % isz);
-        const uint8_t *ep = base + elem_offset(T, e) * isz;
+        const uint8_t *ep = base + kd_elem_offset(T, e) * isz;
         while (k < 8 && bi < isz && b0 + k < nbytes) {
             w |= (uint64_t)ep[bi] << (8 * k);
             k++;
@@ -312,7 +293,7 @@ __global__ void __launch_bounds__(kThreads) hash_kernel(const __grid_constant__ 
             const int unit = kind == 2 ? isz / 2 : isz;
             const bool aligned = (T.data % (uint64_t)unit) == 0;
             for (; e < numel; e += stride) {
-                const uint8_t *p = base + (T.contiguous ? (int64_t)e : elem_offset(T, (int64_t)e)) * isz;
+                const uint8_t *p = base + (T.contiguous ? (int64_t)e : kd_elem_offset(T, (int64_t)e)) * isz;
                 add_value(acc, kind, st, isz, p, aligned);
             }
         } else if (lb == 0 && threadIdx.x == 0) {
@@ -404,22 +385,6 @@ void set_error(const char *what, cudaError_t e)
     std::snprintf(last_error, sizeof last_error, "%s: %s (%d)", what, cudaGetErrorString(e), (int)e);
 }
 
-struct DeviceGuard {
-    int prev = -1;
-    explicit DeviceGuard(int d)
-    {
-        cudaGetDevice(&prev);
-        if (prev != d)
-            cudaSetDevice(d);
-        else
-            prev = -1;
-    }
-    ~DeviceGuard()
-    {
-        if (prev >= 0)
-            cudaSetDevice(prev);
-    }
-};
 
 int ensure(DeviceState &s)
 {
@@ -467,7 +432,7 @@ int collect_locked(int device)
     DeviceState &s = devs[device];
     if (s.next == s.collected)
         return 0;
-    DeviceGuard g(device);
+    KdDeviceGuard g(device);
     if (sync_device("synchronizing to read hashes") != 0)
         return -1;
     int64_t n = s.next - s.collected;
@@ -534,7 +499,7 @@ extern "C" int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, 
     }
     std::lock_guard<std::mutex> lock(mu);
     DeviceState &s = devs[device];
-    DeviceGuard g(device);
+    KdDeviceGuard g(device);
     if (ensure(s) != 0)
         return -1;
     if (s.next + n - s.collected > kCapacity && collect_locked(device) != 0)
@@ -581,7 +546,7 @@ extern "C" int kd_cuda_stream_wait(int device, uint64_t from, uint64_t to)
     if (device < 0 || device >= 64 || from == to)
         return 0;
     std::lock_guard<std::mutex> lock(mu);
-    DeviceGuard g(device);
+    KdDeviceGuard g(device);
     static cudaEvent_t events[64];
     cudaError_t e = cudaSuccess;
     if (events[device] == nullptr)

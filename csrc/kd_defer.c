@@ -248,6 +248,17 @@ int kd_defer_copy(PyObject *src, const kd_cuda_tensor *t, PyObject *dst, uint64_
     return 1;
 }
 
+static int overlaps_queued(uint64_t lo, uint64_t hi)
+{
+    for (int i = 0; i < Q.nh; i++)
+        if (lo < Q.he[i].hi && Q.he[i].lo < hi)
+            return 1;
+    for (int i = 0; i < Q.nc; i++)
+        if (lo < Q.ce[i].hi && Q.ce[i].lo < hi)
+            return 1;
+    return 0;
+}
+
 void kd_defer_guard(int device, uint64_t stream, uint64_t lo, uint64_t hi)
 {
     if (Q.nh + Q.nc == 0)
@@ -256,20 +267,30 @@ void kd_defer_guard(int device, uint64_t stream, uint64_t lo, uint64_t hi)
         admit(device, stream, 0, 0);
         return;
     }
-    if (lo >= hi)
+    if (lo < hi && overlaps_queued(lo, hi)) {
+        Q.st.hazard_flushes++;
+        kd_defer_flush();
+    }
+}
+
+void kd_defer_guard_tensor(PyObject *o, uint64_t stream)
+{
+    if (Q.nh + Q.nc == 0)
         return;
-    for (int i = 0; i < Q.nh; i++)
-        if (lo < Q.he[i].hi && Q.he[i].lo < hi) {
-            Q.st.hazard_flushes++;
-            kd_defer_flush();
-            return;
-        }
-    for (int i = 0; i < Q.nc; i++)
-        if (lo < Q.ce[i].hi && Q.ce[i].lo < hi) {
-            Q.st.hazard_flushes++;
-            kd_defer_flush();
-            return;
-        }
+    kd_tensor_meta m;
+    int r = kd_shim_tensor_meta(o, &m);
+    if (r == 0 || (r > 0 && m.device_type != KD_DEV_CUDA))
+        return;
+    kd_cuda_tensor t;
+    if (r < 0 || !kd_cuda_describe(&m, &t)) {
+        kd_defer_flush(); /* a view we cannot bound: assume it overlaps */
+        return;
+    }
+    if (stream == 0)
+        stream = kd_shim_current_stream(m.device_type, m.device_index);
+    uint64_t lo, hi;
+    kd_defer_extent(&t, &lo, &hi);
+    kd_defer_guard(m.device_index, stream, lo, hi);
 }
 
 PyObject *kd_defer_clone(PyObject *o, const kd_tensor_meta *m, uint64_t stream)

@@ -64,6 +64,10 @@ PyObject *kd_defer_clone(PyObject *o, const struct kd_tensor_meta *m, uint64_t s
  * write): flushes the queue when it would be unsafe to keep it. */
 void kd_defer_guard(int device, uint64_t stream, uint64_t lo, uint64_t hi);
 
+/* kd_defer_guard for a tensor object about to be written on `stream` (0:
+ * its device's current stream); flushes when it cannot be bounded. */
+void kd_defer_guard_tensor(PyObject *tensor, uint64_t stream);
+
 /* Launches everything queued.  Returns 0, or -1 if some of it failed (counted). */
 int kd_defer_flush(void);
 

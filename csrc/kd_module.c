@@ -534,25 +534,8 @@ static PyObject *mod_defer_guard(PyObject *m, PyObject *seq)
     if (fast == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
-        kd_tensor_meta meta;
-        int r = kd_shim_tensor_meta(o, &meta);
-        if (r < 0) {
-            kd_defer_flush(); /* cannot bound it: assume it overlaps */
-            break;
-        }
-        if (r == 0 || meta.device_type != KD_DEV_CUDA)
-            continue;
-        kd_cuda_tensor t;
-        if (!kd_cuda_describe(&meta, &t)) {
-            kd_defer_flush();
-            break;
-        }
-        uint64_t lo, hi;
-        kd_defer_extent(&t, &lo, &hi);
-        kd_defer_guard(meta.device_index, kd_shim_current_stream(meta.device_type, meta.device_index), lo, hi);
-    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        kd_defer_guard_tensor(PySequence_Fast_GET_ITEM(fast, i), 0);
     Py_DECREF(fast);
     Py_RETURN_NONE;
 }

@@ -406,17 +406,8 @@ static void guard_writes(uint8_t dev_type, PyObject *const *args, Py_ssize_t nar
         return;
     for (Py_ssize_t i = 0; i < nargs; i++) {
         uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
-        kd_tensor_meta m;
-        kd_cuda_tensor t;
-        if (!(role & KD_ROLE_WRITE) || kd_shim_tensor_meta(args[i], &m) != 1 || m.device_type != KD_DEV_CUDA)
-            continue;
-        if (!kd_cuda_describe(&m, &t)) {
-            kd_defer_flush(); /* a view we cannot bound: assume it overlaps */
-            return;
-        }
-        uint64_t lo, hi;
-        kd_defer_extent(&t, &lo, &hi);
-        kd_defer_guard(m.device_index, stream, lo, hi);
+        if (role & KD_ROLE_WRITE)
+            kd_defer_guard_tensor(args[i], stream);
     }
 }
 
@@ -527,9 +518,6 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
     h->call_depth = (uint16_t)(depth > UINT16_MAX ? UINT16_MAX : depth);
     h->launch_index = p->launch_index;
 
-    if (batch.n) /* the records say pending from here on */
-        for (int i = 0; i < batch.n; i++)
-            batch.h[i]->flags |= (uint8_t)KD_HF_PENDING_PRE;
     if (kd_ring_reserve(r->ring, used, &p->first) != 0) {
         guard_writes(dev_type, args, nargs, info, stream);
         return; /* refused: counted by the ring */

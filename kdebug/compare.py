@@ -227,10 +227,10 @@ def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
             w = div.writer
             # the writer's own hashes of what it wrote: equal in both runs means
             # the bytes changed after it wrote them, outside the recorded launches
-            wrote_same = w is not None and w.post and all(
-                w.post.get(n) is not None and w.post.get(n) == by_a[id(w)].post.get(n)
-                for n in div.writer_args) if w is not None and id(w) in by_a else False
-            div.outside = w is None or bool(wrote_same)
+            wb = by_a.get(id(w)) if w is not None else None
+            wrote_same = wb is not None and all(
+                w.post.get(n) is not None and w.post.get(n) == wb.post.get(n) for n in div.writer_args)
+            div.outside = w is None or wrote_same
         div.inherited = [(x, y) for x, y in pairs[n + 1:] if x.pre != y.pre or x.post != y.post]
         culprit = div.writer if div.writer is not None else a
         div.hints = _hints(culprit, kind, id(a) in changed or any(id(x) in changed for x, _ in pairs[:n]))

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 
-
 def pytest_collection_modifyitems(config, items):
     has_cuda = torch.cuda.is_available()
     try:
@@ -44,6 +43,38 @@ def compiled_cpu(cpu_inputs):
     fn = torch.compile(pointwise_and_reductions)
     fn(*cpu_inputs)
     return fn
+
+
+@pytest.fixture(scope="session")
+def block_step():
+    """A compiled transformer block's forward + backward on the GPU, already
+    compiled, autotuned and with its fast launchers built: (step, x)."""
+    from kdebug.workloads import TinyBlock, train_step_fn
+
+    torch.manual_seed(0)
+    model = TinyBlock(d=256, heads=8).cuda()
+    x = torch.randn(4, 128, 256, device="cuda")
+    step = train_step_fn(model)
+    step(x)
+    step(x)
+    torch.cuda.synchronize()
+    return step, x
+
+
+@pytest.fixture
+def index_add_case():
+    """torch.compile of index_add with many duplicate indices: its atomic adds
+    make it bitwise non-deterministic on the GPU (INDUCTOR-NOTES).  (compiled
+    fn, x, indices), compiled and run once."""
+    def f(x, ind):
+        return torch.zeros(100, device=x.device).index_add(0, ind, x)
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(200_000, device="cuda", generator=g)
+    ind = torch.randint(0, 100, (200_000,), device="cuda", generator=g)
+    cf = torch.compile(f)
+    cf(x, ind)
+    return cf, x, ind
 
 
 def generated_modules_with(name: str) -> list[str]:

@@ -9,21 +9,8 @@ import torch
 
 import kdebug
 from kdebug import DebugMode, _TritonKernelCall
-from kdebug.workloads import TinyBlock, train_step_fn
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def block_step():
-    torch.manual_seed(0)
-    model = TinyBlock(d=256, heads=8).cuda()
-    x = torch.randn(4, 128, 256, device="cuda")
-    step = train_step_fn(model)
-    step(x)
-    step(x)  # compiled, autotuned, fast launchers built
-    torch.cuda.synchronize()
-    return step, x
 
 
 def _autotuners():
@@ -181,18 +168,11 @@ def test_seed000_verbatim_on_gpu():
         assert changed, f"differences {differs} with identical configs and grids"
 
 
-def test_index_add_nondeterminism_is_visible_in_kept_outputs():
+def test_index_add_nondeterminism_is_visible_in_kept_outputs(index_add_case):
     """torch.compile of index_add with many duplicate indices is bitwise
     non-deterministic on the GPU (INDUCTOR-NOTES); the seed's comparison over
     kept arguments sees it in the kernel that does the atomic adds."""
-    def f(x, ind):
-        return torch.zeros(100, device=x.device).index_add(0, ind, x)
-
-    g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(200_000, device="cuda", generator=g)
-    ind = torch.randint(0, 100, (200_000,), device="cuda", generator=g)
-    cf = torch.compile(f)
-    cf(x, ind)
+    cf, x, ind = index_add_case
     outs = []
     for _ in range(4):
         with DebugMode(kernels_only=True, store_original_args=True) as dm:

@@ -7,21 +7,8 @@ import torch
 
 import kdebug
 from kdebug import DebugMode, _C, hashing
-from kdebug.workloads import TinyBlock, train_step_fn
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def block_step():
-    torch.manual_seed(0)
-    model = TinyBlock(d=256, heads=8).cuda()
-    x = torch.randn(4, 128, 256, device="cuda")
-    step = train_step_fn(model)
-    step(x)
-    step(x)
-    torch.cuda.synchronize()
-    return step, x
 
 
 def _hashes(dm):

@@ -7,7 +7,6 @@ import torch
 
 import kdebug
 from kdebug import DebugMode, _C, hashing
-from kdebug.workloads import TinyBlock, train_step_fn
 
 pytestmark = pytest.mark.gpu
 
@@ -69,18 +68,6 @@ def test_gpu_norm_is_deterministic_and_handles_nan():
     assert a == b and a.nan == 1 and a.posinf == 1
 
 
-@pytest.fixture(scope="module")
-def block_step():
-    torch.manual_seed(0)
-    model = TinyBlock(d=256, heads=8).cuda()
-    x = torch.randn(4, 128, 256, device="cuda")
-    step = train_step_fn(model)
-    step(x)
-    step(x)
-    torch.cuda.synchronize()
-    return step, x
-
-
 def test_no_synchronization_while_recording_hashes(block_step):
     step, x = block_step
     syncs0 = _C.gpu_info()["syncs"]
@@ -129,17 +116,10 @@ def test_pre_and_post_follow_roles_on_triton_kernels(block_step):
         assert set(k.pre_hashes or {}) == {n for n in tensors if "R" in k.roles[n]}
 
 
-def test_index_add_output_differs_with_identical_inputs():
+def test_index_add_output_differs_with_identical_inputs(index_add_case):
     """The GPU non-determinism of the notes, seen in hashes: the kernel doing
     the atomic adds gets identical inputs and writes different outputs."""
-    def f(x, ind):
-        return torch.zeros(100, device=x.device).index_add(0, ind, x)
-
-    g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(200_000, device="cuda", generator=g)
-    ind = torch.randint(0, 100, (200_000,), device="cuda", generator=g)
-    cf = torch.compile(f)
-    cf(x, ind)
+    cf, x, ind = index_add_case
     runs = []
     for _ in range(4):
         with DebugMode(kernels_only=True) as dm:
