@@ -58,6 +58,9 @@ C_SOURCES = [
     "csrc/kd_fmt.c",
     "csrc/kd_module.c",
     "csrc/kd_defer.c",
+    "csrc/kd_trace_write.c",
+    "csrc/kd_trace_read.c",
+    "csrc/kd_trace_py.c",
 ]
 CXX_SOURCES = ["csrc/kd_torch.cpp"]  # the only file that includes libtorch headers
 CUDA_SOURCES = ["csrc/kd_cuda_hash.cu", "csrc/kd_cuda_copy.cu"]  # CUDA runtime only, no libtorch headers

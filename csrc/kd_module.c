@@ -605,6 +605,8 @@ static PyMethodDef module_methods[] = {
     {"scalar_type", mod_scalar_type, METH_O, "c10::ScalarType number of a torch.dtype"},
     {"tensor_meta", mod_tensor_meta, METH_O,
      "The metadata the launch hook reads from a tensor, as a dict (None for non-tensors)."},
+    {"tree_leaf_digest", kd_mod_tree_leaf_digest, METH_O,
+     "tree_leaf_digest(hash value) -> the digest TraceReader.last_writer looks for in op outputs."},
     {"now_ns", mod_now_ns, METH_NOARGS, "CLOCK_MONOTONIC in ns, the launch timestamps' clock."},
     {NULL, NULL, 0, NULL},
 };
@@ -630,7 +632,7 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddObjectRef(m, "PendingHash", (PyObject *)&kd_PendingHashType) != 0 ||
         PyModule_AddObjectRef(m, "Recorder", (PyObject *)&kd_RecorderType) != 0 ||
         PyModule_AddObjectRef(m, "Launch", (PyObject *)&kd_LaunchType) != 0 ||
-        kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 ||
+        kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 || kd_trace_module_init(m) != 0 ||
         PyModule_AddIntConstant(m, "KIND_TRITON", KD_KIND_TRITON) != 0 ||
         PyModule_AddIntConstant(m, "HASH_BITWISE", KD_HK_BITWISE) != 0 ||
         PyModule_AddIntConstant(m, "HASH_NORM", KD_HK_NORM) != 0 ||

@@ -170,4 +170,10 @@ PyObject *kd_launch_view_new(kd_recorder *r, uint64_t index);
 int kd_hook_module_init(PyObject *m);
 int kd_fmt_module_init(PyObject *m);
 
+/* ---- trace_py.c: TraceWriter, TraceReader ---- */
+int kd_trace_module_init(PyObject *m);
+PyObject *kd_mod_tree_leaf_digest(PyObject *self, PyObject *o);
+extern PyTypeObject kd_TraceWriterType;
+extern PyTypeObject kd_TraceReaderType;
+
 #endif

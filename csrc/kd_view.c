@@ -116,6 +116,7 @@ static PyObject *get_device(kd_launch_view *v, void *c)
 static PyObject *get_stream(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.stream); }
 static PyObject *get_thread(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.thread_id); }
 static PyObject *get_index(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.launch_index); }
+static PyObject *get_store_index(kd_launch_view *v, void *c) { (void)c; return U64(v->index); }
 static PyObject *get_py_index(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.py_index); }
 static PyObject *get_depth(kd_launch_view *v, void *c) { (void)c; return PyLong_FromLong(hdr(v)->launch.call_depth); }
 static PyObject *get_t0(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.t_start_ns); }
@@ -314,6 +315,7 @@ static PyGetSetDef view_getset[] = {
     {"stream", (getter)get_stream, NULL, "raw CUDA stream (0 for CPU kernels)", NULL},
     {"thread_id", (getter)get_thread, NULL, "Python thread ident of the launching thread", NULL},
     {"launch_index", (getter)get_index, NULL, "0-based launch number in this recorder", NULL},
+    {"store_index", (getter)get_store_index, NULL, "position in the recorder's store (trace writer)", NULL},
     {"py_index", (getter)get_py_index, NULL, "len(operators) when launched", NULL},
     {"call_depth", (getter)get_depth, NULL, "DebugMode call depth of the launch", NULL},
     {"t_start_ns", (getter)get_t0, NULL, "CLOCK_MONOTONIC before the launch", NULL},

@@ -16,6 +16,7 @@ from .calls import TensorInfo, _CppKernelCall, _KernelCall, _TritonKernelCall
 from .compare import Report, assert_deterministic, compare
 from .inductor import KdebugWarning
 from .mode import DebugMode, get_active_debug_mode
+from .trace import Run, TraceFileError, load
 
 __version__ = "0.1.0"
 
@@ -23,6 +24,8 @@ __all__ = [
     "DebugMode",
     "KdebugWarning",
     "Report",
+    "Run",
+    "TraceFileError",
     "TensorInfo",
     "_CppKernelCall",
     "_KernelCall",
@@ -30,4 +33,5 @@ __all__ = [
     "assert_deterministic",
     "compare",
     "get_active_debug_mode",
+    "load",
 ]

@@ -36,6 +36,17 @@ utils_module = _find_utils_module()
 """Module holding _IN_INDUCTOR_BENCHMARK and the hash / record-output globals."""
 
 get_active_debug_mode = _dm.get_active_debug_mode
+get_call_name = _dm._get_call_name
+
+
+def compute_rel_diff(h1, h2):
+    fn = getattr(mode_module, "_compute_rel_diff", None) or getattr(_dm, "_compute_rel_diff", None)
+    if fn is not None:
+        try:
+            return fn(h1, h2)
+        except (TypeError, ValueError):
+            pass
+    return None
 
 
 def get_op_name(op) -> str:

@@ -20,9 +20,13 @@ difference.
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+import torch
+
+from . import _C, _upstream
 from .calls import TensorInfo, _KernelCall
 
 
@@ -51,24 +55,78 @@ class Step:
         return f"op #{self.index} {self.name}"
 
 
+def _step(i: int, op) -> Step:
+    """The Step of operators entry ``op`` at position i."""
+    if isinstance(op, _KernelCall):
+        return Step(i, "kernel", op.kernel_name, op.grid, op.config, op.launch_index,
+                    dict(op.pre_hashes or {}), dict(op.post_hashes or {}),
+                    dict(op.tensor_info), tuple(op.arg_names))
+    log = getattr(op, "log", None) or {}
+    pre = {"inputs": log["input_hash"]} if log.get("input_hash") is not None else {}
+    post = {"output": log["hash"]} if log.get("hash") is not None else {}
+    name = op._name if hasattr(op, "_name") else _upstream.get_call_name(op)
+    return Step(i, "aten", name, pre=pre, post=post)
+
+
 def steps_of(run) -> list[Step]:
-    """The comparable steps of a run: a kdebug DebugMode (or a list of Steps)."""
-    if isinstance(run, list) and (not run or isinstance(run[0], Step)):
-        return run
-    ops = run.operators if hasattr(run, "operators") else run
-    out: list[Step] = []
-    for op in ops:
-        i = len(out)
-        if isinstance(op, _KernelCall):
-            out.append(Step(i, "kernel", op.kernel_name, op.grid, op.config, op.launch_index,
-                            dict(op.pre_hashes or {}), dict(op.post_hashes or {}),
-                            dict(op.tensor_info), tuple(op.arg_names)))
+    """Every comparable step of a run (a DebugMode, a kdebug.Run or a trace path)."""
+    side = _Side.of(run)
+    return [side.step(i) for i in range(side.n)]
+
+
+class _Side:
+    """One run as the engine sees it: digest columns from the C trace reader
+    (key, config, shape, pre, post per record) and Steps made on demand.  A live
+    DebugMode is encoded into an in-memory trace first, so every run is
+    compared the same way."""
+
+    def __init__(self, run):
+        from .trace import Run, load, save
+
+        if isinstance(run, (str, os.PathLike)):
+            run = load(os.fspath(run))
+        if isinstance(run, Run):
+            self.run = run
+            self._call = run.call
+        elif hasattr(run, "operators") and hasattr(run, "_recorder"):
+            ops = list(run.operators)
+            self.run = Run(save(run, None), "<DebugMode>")
+            self._call = ops.__getitem__
         else:
-            log = getattr(op, "log", None) or {}
-            pre = {"inputs": log["input_hash"]} if log.get("input_hash") is not None else {}
-            post = {"output": log["hash"]} if log.get("hash") is not None else {}
-            out.append(Step(i, "aten", str(getattr(op, "op", op)), pre=pre, post=post))
-    return out
+            raise TypeError(f"compare() takes DebugMode objects, kdebug.Run objects or trace file paths, "
+                            f"not {type(run).__name__}")
+        self.n = len(self.run)
+        self.dig = torch.frombuffer(bytearray(self.run.digests()), dtype=torch.int64).view(self.n, 5) \
+            if self.n else torch.zeros((0, 5), dtype=torch.int64)
+        self._steps: dict[int, Step] = {}
+
+    @classmethod
+    def of(cls, run) -> "_Side":
+        return run if isinstance(run, _Side) else cls(run)
+
+    def step(self, i: int) -> Step:
+        s = self._steps.get(i)
+        if s is None:
+            s = self._steps[i] = _step(i, self._call(i))
+        return s
+
+
+class _Pairs:
+    """Aligned (step in run a, step in run b) pairs at given positions, made on demand."""
+
+    def __init__(self, A: _Side, B: _Side, ia, ib):
+        self._A, self._B, self._ia, self._ib = A, B, ia, ib
+
+    def __len__(self) -> int:
+        return len(self._ia)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        return self._A.step(int(self._ia[k])), self._B.step(int(self._ib[k]))
+
+    def __iter__(self):
+        return (self[j] for j in range(len(self)))
 
 
 def _leaves(tree) -> list:
@@ -127,11 +185,13 @@ class Report:
     hashed: int                         # pairs with any hash on both sides
     divergence: Divergence | None
     structural: list = field(default_factory=list)  # human-readable lines
-    config_changes: list = field(default_factory=list)  # (step_a, step_b)
+    config_changes: Any = field(default_factory=list)  # (step_a, step_b) pairs: grid / config differ
+    shape_changes: Any = field(default_factory=list)   # (step_a, step_b) pairs: argument shapes differ
 
     @property
     def ok(self) -> bool:
-        return self.divergence is None and not self.structural and not self.config_changes
+        return (self.divergence is None and not self.structural and not len(self.config_changes)
+                and not len(self.shape_changes))
 
     def __bool__(self) -> bool:
         return self.ok
@@ -153,17 +213,21 @@ def _first_diff(da: dict, db: dict, arg_names: Sequence[str]) -> tuple[str, Any,
     return None
 
 
+_ATOMIC_OPS = ("index_add", "scatter_add", "index_put", "scatter_reduce", "embedding_dense_backward")
+
+
 def _hints(step: Step, kind: str, config_changed: bool) -> list[str]:
     out = []
     name = step.name
-    if step.kind == "kernel" and ("_red_" in name or "_per_" in name or name.startswith(("triton_red", "triton_per"))):
+    if any(k in name for k in _ATOMIC_OPS):
+        out.append("this accumulates with atomic adds (index_add / scatter_add / index_put(accumulate=True) / "
+                   "embedding backward), whose order varies run to run: torch.use_deterministic_algorithms(True) "
+                   "makes Inductor and aten use a deterministic implementation")
+    elif step.kind == "kernel" and ("_red_" in name or "_per_" in name or name.startswith(("triton_red", "triton_per"))):
         out.append("reduction kernel: try torch._inductor.config.deterministic = True "
                    "(fixed reduction order), or force its reduction config")
-    if step.kind == "aten" and any(k in name for k in ("index_add", "scatter_add", "index_put",
-                                                          "scatter_reduce", "embedding_dense_backward")):
-        out.append("this op accumulates with atomics on CUDA: torch.use_deterministic_algorithms(True)")
     if kind == "output" and step.kind == "kernel" and not out:
-        out.append("look for atomic adds (tl.atomic_add) or a split reduction in the kernel's source; "
+        out.append("look for atomic adds (tl.atomic_add / atomic_add) or a split reduction in the kernel's source; "
                    "torch.use_deterministic_algorithms(True) and torch._inductor.config.deterministic = True "
                    "remove the usual causes")
     if config_changed:
@@ -172,70 +236,119 @@ def _hints(step: Step, kind: str, config_changed: bool) -> list[str]:
     return out
 
 
-def _last_writer(steps: list[Step], before: int, target: TensorInfo | None, value) -> tuple[Step | None, list]:
-    lo, hi = _extent(target) if target is not None else (0, 0)
-    for s in reversed(steps[:before]):
-        if s.kind == "kernel" and target is not None and hi > lo:
-            names = [n for n, t in s.tensors.items()
-                     if isinstance(t, TensorInfo) and t.writes and t.device == target.device
-                     and _overlaps(_extent(t), (lo, hi))]
-            if names:
-                return s, names
-        if s.kind == "aten" and value is not None and s.post and value in _leaves(s.post.get("output")):
-            return s, ["output"]
-    return None, []
+def _first_leaf_diff(a, b):
+    la, lb = _leaves(a), _leaves(b)
+    for x, y in zip(la, lb):
+        if x != y:
+            return x
+    return la[0] if la else None
 
 
-def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
-    return a[0] < b[1] and b[0] < a[1] and a[0] < a[1] and b[0] < b[1]
+# records differing in their first and last divergence this far apart or more
+# are not aligned element by element (difflib is quadratic in the worst case)
+ALIGN_LIMIT = 40000
+
+
+def _align(ka: torch.Tensor, kb: torch.Tensor) -> tuple[list, bool]:
+    """difflib-style opcodes aligning two key columns: common prefix and suffix
+    found with tensor ops, the part between aligned by difflib.  The flag is
+    False when that part was too long to align."""
+    na, nb = len(ka), len(kb)
+    n = min(na, nb)
+    neq = (ka[:n] != kb[:n]).nonzero()
+    p = n if len(neq) == 0 else int(neq[0])
+    if p == na == nb:
+        return ([("equal", 0, na, 0, nb)] if na else []), True
+    m = n - p
+    neq = (ka[na - m:].flip(0) != kb[nb - m:].flip(0)).nonzero() if m else neq[:0]
+    s = m if len(neq) == 0 else int(neq[0])
+    a1, b1 = na - s, nb - s
+    ops: list = [("equal", 0, p, 0, p)] if p else []
+    aligned = True
+    if (a1 - p) + (b1 - p) <= ALIGN_LIMIT:
+        sm = difflib.SequenceMatcher(None, ka[p:a1].tolist(), kb[p:b1].tolist(), autojunk=False)
+        ops += [(t, i1 + p, i2 + p, j1 + p, j2 + p) for t, i1, i2, j1, j2 in sm.get_opcodes()]
+    else:
+        ops.append(("replace", p, a1, p, b1))
+        aligned = False
+    if s:
+        ops.append(("equal", a1, na, b1, nb))
+    return ops, aligned
+
+
+def _device_key(t: TensorInfo) -> tuple[int, int]:
+    return (1 if t.device.type == "cuda" else 0 if t.device.type == "cpu" else -1,
+            -1 if t.device.index is None else t.device.index)
 
 
 def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
-    """Compares two runs (kdebug DebugMode objects, or lists of Steps)."""
-    A, B = steps_of(run_a), steps_of(run_b)
-    sm = difflib.SequenceMatcher(None, [s.key for s in A], [s.key for s in B], autojunk=False)
-    pairs: list[tuple[Step, Step]] = []
+    """Compares two runs: DebugMode objects, kdebug.Run objects or trace file paths."""
+    A, B = _Side.of(run_a), _Side.of(run_b)
+    ops, aligned = _align(A.dig[:, 0], B.dig[:, 0])
     structural: list[str] = []
-    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+    seg_a, seg_b = [], []
+    for tag, i1, i2, j1, j2 in ops:
         if tag == "equal":
-            pairs.extend(zip(A[i1:i2], B[j1:j2]))
+            seg_a.append(torch.arange(i1, i2))
+            seg_b.append(torch.arange(j1, j2))
             continue
-        left = ", ".join(s.label() for s in A[i1:i1 + 3]) + (" ..." if i2 - i1 > 3 else "")
-        right = ", ".join(s.label() for s in B[j1:j1 + 3]) + (" ..." if j2 - j1 > 3 else "")
+        left = ", ".join(A.step(i).label() for i in range(i1, min(i2, i1 + 3))) + (" ..." if i2 - i1 > 3 else "")
+        right = ", ".join(B.step(j).label() for j in range(j1, min(j2, j1 + 3))) + (" ..." if j2 - j1 > 3 else "")
         if tag == "replace":
-            structural.append(f"run {runs[0]} launched [{left}] where run {runs[1]} launched [{right}]")
+            structural.append(f"run {runs[0]} launched [{left}] ({i2 - i1} step(s)) where run {runs[1]} "
+                              f"launched [{right}] ({j2 - j1} step(s))")
         elif tag == "delete":
             structural.append(f"only run {runs[0]} launched [{left}] ({i2 - i1} step(s))")
         else:
             structural.append(f"only run {runs[1]} launched [{right}] ({j2 - j1} step(s))")
-    by_a = {id(x): y for x, y in pairs}
-    config_changes = [(a, b) for a, b in pairs if a.kind == "kernel" and (a.grid, a.config) != (b.grid, b.config)]
-    changed = {id(a) for a, _ in config_changes}
-    hashed = sum(1 for a, b in pairs if (a.pre or a.post) and (b.pre or b.post))
+    if not aligned:
+        structural.append(f"the runs differ over more than {ALIGN_LIMIT} steps: that part was not aligned")
+    pa = torch.cat(seg_a) if seg_a else torch.zeros(0, dtype=torch.int64)
+    pb = torch.cat(seg_b) if seg_b else torch.zeros(0, dtype=torch.int64)
+    da, db = A.dig[pa], B.dig[pb]
+    cfg = (da[:, 1] != db[:, 1]).nonzero().flatten()
+    shp = (da[:, 2] != db[:, 2]).nonzero().flatten()
+    diff = ((da[:, 3] != db[:, 3]) | (da[:, 4] != db[:, 4])).nonzero().flatten()
+    hashed = int((((da[:, 3] | da[:, 4]) != 0) & ((db[:, 3] | db[:, 4]) != 0)).sum())
+    config_changes = _Pairs(A, B, pa[cfg], pb[cfg])
+    shape_changes = _Pairs(A, B, pa[shp], pb[shp])
     div = None
-    for n, (a, b) in enumerate(pairs):
+    for k in diff.tolist():
+        a, b = A.step(int(pa[k])), B.step(int(pb[k]))
         d_in = _first_diff(a.pre, b.pre, a.arg_names)
         d_out = _first_diff(a.post, b.post, a.arg_names)
         if d_in is None and d_out is None:
-            continue
+            continue  # equal values with unequal encodings (not expected)
         kind = "input" if d_in is not None else "output"
         arg, ha, hb = d_in if d_in is not None else d_out
         idx = a.arg_names.index(arg) if arg in a.arg_names else None
         div = Divergence(kind, a, b, arg, idx, ha, hb)
         if kind == "input":
-            div.writer, div.writer_args = _last_writer(A, a.index, a.tensors.get(arg), ha)
-            w = div.writer
-            # the writer's own hashes of what it wrote: equal in both runs means
-            # the bytes changed after it wrote them, outside the recorded launches
-            wb = by_a.get(id(w)) if w is not None else None
-            wrote_same = wb is not None and all(
-                w.post.get(n) is not None and w.post.get(n) == wb.post.get(n) for n in div.writer_args)
-            div.outside = w is None or wrote_same
-        div.inherited = [(x, y) for x, y in pairs[n + 1:] if x.pre != y.pre or x.post != y.post]
+            target = a.tensors.get(arg)
+            leaf_value = _first_leaf_diff(ha, hb) if a.kind == "aten" else ha
+            leaf = _C.tree_leaf_digest(leaf_value) if leaf_value is not None else 0
+            lo, hi = _extent(target) if isinstance(target, TensorInfo) else (0, 0)
+            dt, di = _device_key(target) if isinstance(target, TensorInfo) else (-1, -1)
+            found = A.run._reader.last_writer(a.index, dt, di, lo, hi, leaf)
+            if found is not None:
+                w = div.writer = A.step(found[0])
+                mask = found[1]
+                div.writer_args = ([n for bit, n in enumerate(w.arg_names) if mask >> bit & 1]
+                                   if w.kind == "kernel" else ["output"])
+                # the writer's own hashes of what it wrote: equal in both runs means
+                # the bytes changed after it wrote them, outside the recorded launches
+                pos = (pa == found[0]).nonzero().flatten()
+                wb = B.step(int(pb[int(pos[0])])) if len(pos) else None
+                div.outside = wb is not None and all(
+                    w.post.get(n) is not None and w.post.get(n) == wb.post.get(n) for n in div.writer_args)
+            else:
+                div.outside = True
+        later = diff[diff > k]
+        div.inherited = _Pairs(A, B, pa[later], pb[later])
         culprit = div.writer if div.writer is not None else a
-        div.hints = _hints(culprit, kind, id(a) in changed or any(id(x) in changed for x, _ in pairs[:n]))
+        div.hints = _hints(culprit, kind, bool(len(cfg)) and int(cfg[0]) <= k)
         break
-    return Report(runs, len(A), len(B), len(pairs), hashed, div, structural, config_changes)
+    return Report(runs, A.n, B.n, len(pa), hashed, div, structural, config_changes, shape_changes)
 
 
 def format_report(r: Report) -> str:
@@ -248,11 +361,17 @@ def format_report(r: Report) -> str:
     for x, y in r.config_changes[:5]:
         lines.append(f"  CONFIG: {x.label()} grid {x.grid} config {x.config} in run {a}, "
                      f"grid {y.grid} config {y.config} in run {b}")
+    if len(r.config_changes) > 5:
+        lines.append(f"  ... {len(r.config_changes) - 5} more launches with another grid or config")
+    for x, y in r.shape_changes[:5]:
+        lines.append(f"  SHAPES: {x.label()} has other argument shapes in run {b}")
+    if len(r.shape_changes) > 5:
+        lines.append(f"  ... {len(r.shape_changes) - 5} more launches with other shapes")
     d = r.divergence
     if d is None:
         if r.hashed == 0:
             lines.append("  nothing to compare: record with DebugMode.log_tensor_hashes('bitwise', hash_inputs=True)")
-        elif not r.structural and not r.config_changes:
+        elif r.ok:
             lines.append(f"  all {r.compared} launches and ops have matching inputs and outputs")
             lines.append("  still possible: work outside the recorded launches (Python, ops run with no "
                          "DebugMode), RNG state, autotuning choosing other kernels")
@@ -314,6 +433,7 @@ def assert_deterministic(fn, *args, runs: int = 2, hash_fn="bitwise", **kwargs) 
 
 
 def compare_many(runs: Iterable) -> list[Report]:
-    """Every run compared with the first."""
+    """Every run compared with the first (encoded once)."""
     runs = list(runs)
-    return [compare(runs[0], r, runs=(0, i)) for i, r in enumerate(runs[1:], 1)]
+    first = _Side.of(runs[0])
+    return [compare(first, r, runs=(0, i)) for i, r in enumerate(runs[1:], 1)]

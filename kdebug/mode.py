@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import weakref
 from collections import Counter
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import torch
 
 from . import _C, _upstream, hashing, inductor
-from .calls import _VERBOSE, _KernelCall, make_call
+from .calls import _VERBOSE, _CppKernelCall, _KernelCall, make_call
 
 _UPSTREAM_FLAGS = [p for p in inspect.signature(_upstream.DebugMode.__init__).parameters if p != "self"]
 _u = _upstream.utils_module
@@ -244,6 +245,9 @@ class DebugMode(_upstream.DebugMode):
         [Deferred GPU work] in csrc/kd_defer.h).  Only where every writer is
         seen: off under kernels_only and record_all_threads.  False launches
         them one tensor at a time, right after each kernel.
+    trace: a file path: the run is streamed to this trace file while it is
+        recorded (whole chunks, at most every second while aten ops run, and
+        at exit), so it survives a process that dies; ``kdebug.load`` reads it.
     """
 
     def __init__(
@@ -255,6 +259,7 @@ class DebugMode(_upstream.DebugMode):
         ring_capacity: int = 1 << 20,
         overflow: str = "overwrite",
         batch_gpu_work: bool = True,
+        trace: str | None = None,
         **upstream_flags: Any,
     ) -> None:
         unknown = sorted(set(upstream_flags) - set(_UPSTREAM_FLAGS))
@@ -262,11 +267,15 @@ class DebugMode(_upstream.DebugMode):
             raise TypeError(
                 f"DebugMode got unknown flag(s) {', '.join(unknown)}. kdebug accepts upstream "
                 f"DebugMode's flags ({', '.join(_UPSTREAM_FLAGS)}) and record_triton_kernels, "
-                "kernels_only, record_all_threads, ring_capacity, overflow, batch_gpu_work."
+                "kernels_only, record_all_threads, ring_capacity, overflow, batch_gpu_work, trace."
             )
+        if trace is not None and not isinstance(trace, (str, os.PathLike)):
+            raise TypeError(f"DebugMode(trace=...) takes a file path, not {type(trace).__name__}")
         if kernels_only and not record_triton_kernels:
             raise ValueError("kernels_only=True records nothing unless record_triton_kernels=True")
         self._recorder = None
+        self._stream = None
+        self._trace_path = None if trace is None else os.fspath(trace)
         super().__init__(**upstream_flags)
         self.record_triton_kernels = bool(record_triton_kernels)
         self.kernels_only = bool(kernels_only)
@@ -291,6 +300,8 @@ class DebugMode(_upstream.DebugMode):
                       and not self.record_torchfunction)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self._stream is not None and not self._stream.closed and self._stream.due():
+            self._stream.write_new()
         if _defer_pending() and _written_args(func):
             _guard_writes(func, args, kwargs)
         hooks = None
@@ -512,6 +523,13 @@ class DebugMode(_upstream.DebugMode):
         d = _C.defer_stats()
         self._defer_failures = d["hash_failures"] + d["copy_failures"]
         self._prev_defer = _C._set_defer(self.batch_gpu_work)
+        if self._trace_path is not None:
+            if self._stream is None:
+                from .trace import Stream
+
+                self._stream = Stream(self, self._trace_path)
+            else:
+                self._stream.reopen()  # entered again: append to the same trace
         return self
 
     def __exit__(self, *exc):
@@ -524,7 +542,49 @@ class DebugMode(_upstream.DebugMode):
         if not self.kernels_only:
             _C._modes_pushed(-1)
             super().__exit__(*exc)
+        if self._stream is not None:
+            self._stream.close()
         self._report_problems()
+
+    @staticmethod
+    def check_hash_mismatches(logs1: list, logs2: list, compare_inputs: bool = False) -> list[dict]:
+        """Upstream's check, which compares aten ops and Triton kernels, extended
+        to C++ kernels (call_type 'cpp kernel'), in log order."""
+        if len(logs1) != len(logs2):
+            raise ValueError(f"Log lengths don't match: {len(logs1)} vs {len(logs2)}")
+        out: list[dict] = []
+        start = 0
+        for i, (a, b) in enumerate(zip(logs1, logs2)):
+            if not isinstance(a, _CppKernelCall):
+                continue
+            out += _upstream.DebugMode.check_hash_mismatches(logs1[start:i], logs2[start:i], compare_inputs)
+            start = i + 1
+            if not isinstance(b, _CppKernelCall) or a.kernel_name != b.kernel_name:
+                raise ValueError(f"Operators don't match at index {i}: {a.kernel_name} vs {getattr(b, 'kernel_name', b)}")
+            if a.kwargs_str != b.kwargs_str:
+                raise ValueError(f"C++ kernel call args don't match for {a.kernel_name} at index {i}:"
+                                 f"\n\nlog1: {a.kwargs_str}\n\nlog2: {b.kwargs_str}")
+            for is_input, h1, h2 in ((False, a.post_hashes, b.post_hashes), (True, a.pre_hashes, b.pre_hashes)):
+                if is_input and not compare_inputs:
+                    continue
+                if (h1 is None) != (h2 is None) or (h1 and set(h1) != set(h2)):
+                    raise ValueError(f"C++ kernel {'pre' if is_input else 'post'}-hash presence inconsistent "
+                                     f"for {a.kernel_name} at index {i}")
+                for key in h1 or {}:
+                    if h1[key] != h2[key]:
+                        out.append({"call_type": "cpp kernel", "call": a.kernel_name, "arg_name": key,
+                                    "pytree_path": None, "hash1": h1[key], "hash2": h2[key],
+                                    "rel_diff": _upstream.compute_rel_diff(h1[key], h2[key]),
+                                    "is_input_hash": is_input})
+        return out + _upstream.DebugMode.check_hash_mismatches(logs1[start:], logs2[start:], compare_inputs)
+
+    # -- trace files --
+    def save(self, path) -> dict:
+        """Writes the run to a trace file (docs/trace-format.md); ``kdebug.load``
+        reads it back in any process.  Returns the writer's counters."""
+        from . import trace
+
+        return trace.save(self, os.fspath(path))
 
     # -- what went wrong --
     def _warn_once(self, key: str, msg: str) -> None:

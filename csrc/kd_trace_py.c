@@ -1,0 +1,682 @@
+/* kd_trace_py.c - TraceWriter and TraceReader, the Python faces of the trace
+ * format (Note [Trace format] in kd_trace.h), and the hash-tree codec that
+ * turns aten-op hash pytrees into KD_T_* bytes and back. */
+#include "kd_py.h"
+#include "kd_trace.h"
+
+#include <string.h>
+
+/* ---------------- hash trees ---------------- */
+
+static int tree_put(kd_buf *b, PyObject *o, int depth)
+{
+    if (depth > KD_TREE_MAX_DEPTH) {
+        PyErr_SetString(PyExc_ValueError, "hash tree nested more than 64 levels");
+        return -1;
+    }
+    if (o == Py_None) {
+        kd_buf_u8(b, KD_T_NONE);
+    } else if (PyBool_Check(o)) {
+        kd_buf_u8(b, KD_T_BOOL);
+        kd_buf_u8(b, o == Py_True);
+    } else if (PyLong_Check(o)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        if (!overflow) {
+            kd_buf_u8(b, KD_T_I64);
+            kd_buf_u64(b, (uint64_t)v);
+        } else {
+            unsigned long long u = PyLong_AsUnsignedLongLong(o);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                goto as_repr;
+            }
+            kd_buf_u8(b, KD_T_U64);
+            kd_buf_u64(b, u);
+        }
+    } else if (PyFloat_Check(o)) {
+        PyObject *l1 = PyFloat_CheckExact(o) ? NULL : PyObject_GetAttrString(o, "l1_finite");
+        if (l1 == NULL) {
+            PyErr_Clear();
+            kd_buf_u8(b, KD_T_F64);
+            kd_buf_f64(b, PyFloat_AS_DOUBLE(o));
+        } else { /* kdebug.hashing.NormHash */
+            double d = PyFloat_AsDouble(l1);
+            Py_DECREF(l1);
+            kd_buf_u8(b, KD_T_NORM);
+            kd_buf_f64(b, d);
+            static const char *names[] = {"nan", "posinf", "neginf"};
+            for (int i = 0; i < 3; i++) {
+                PyObject *c = PyObject_GetAttrString(o, names[i]);
+                if (c == NULL)
+                    return -1;
+                unsigned long long u = PyLong_AsUnsignedLongLong(c);
+                Py_DECREF(c);
+                if (PyErr_Occurred())
+                    return -1;
+                kd_buf_varint(b, u);
+            }
+        }
+    } else if (PyList_Check(o) || PyTuple_Check(o)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        kd_buf_u8(b, PyList_Check(o) ? KD_T_LIST : KD_T_TUPLE);
+        kd_buf_varint(b, (uint64_t)n);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (tree_put(b, PySequence_Fast_GET_ITEM(o, i), depth + 1) != 0)
+                return -1;
+    } else if (PyDict_Check(o)) {
+        kd_buf_u8(b, KD_T_DICT);
+        kd_buf_varint(b, (uint64_t)PyDict_Size(o));
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            PyObject *ks = PyUnicode_Check(k) ? Py_NewRef(k) : PyObject_Repr(k);
+            if (ks == NULL)
+                return -1;
+            Py_ssize_t n;
+            const char *s = PyUnicode_AsUTF8AndSize(ks, &n);
+            if (s == NULL) {
+                Py_DECREF(ks);
+                return -1;
+            }
+            kd_buf_varint(b, (uint64_t)n);
+            kd_buf_put(b, s, (size_t)n);
+            Py_DECREF(ks);
+            if (tree_put(b, v, depth + 1) != 0)
+                return -1;
+        }
+    } else {
+    as_repr:;
+        PyObject *r = PyObject_Repr(o);
+        if (r == NULL)
+            return -1;
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(r, &n);
+        if (s == NULL) {
+            Py_DECREF(r);
+            return -1;
+        }
+        kd_buf_u8(b, KD_T_STR);
+        kd_buf_varint(b, (uint64_t)n);
+        kd_buf_put(b, s, (size_t)n);
+        Py_DECREF(r);
+    }
+    if (b->oom) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* Decoding: the bytes were validated by kd_tr_open, so only bounds matter. */
+typedef struct tcur {
+    const uint8_t *p;
+    size_t pos, end;
+} tcur;
+
+static uint64_t t_varint(tcur *c)
+{
+    uint64_t v = 0;
+    for (int s = 0; s < 64 && c->pos < c->end; s += 7) {
+        uint8_t b = c->p[c->pos++];
+        v |= (uint64_t)(b & 0x7f) << s;
+        if (!(b & 0x80))
+            break;
+    }
+    return v;
+}
+
+static uint64_t t_u64(tcur *c)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8 && c->pos < c->end; i++)
+        v |= (uint64_t)c->p[c->pos++] << (8 * i);
+    return v;
+}
+
+static PyObject *tree_get(tcur *c, PyObject *make_norm, int depth)
+{
+    if (c->pos >= c->end || depth > KD_TREE_MAX_DEPTH) {
+        PyErr_SetString(PyExc_ValueError, "malformed hash tree");
+        return NULL;
+    }
+    uint8_t tag = c->p[c->pos++];
+    switch (tag) {
+    case KD_T_NONE:
+        Py_RETURN_NONE;
+    case KD_T_BOOL:
+        return PyBool_FromLong(c->pos < c->end ? c->p[c->pos++] : 0);
+    case KD_T_I64:
+        return PyLong_FromLongLong((long long)t_u64(c));
+    case KD_T_U64:
+        return PyLong_FromUnsignedLongLong(t_u64(c));
+    case KD_T_F64: {
+        uint64_t u = t_u64(c);
+        double d;
+        memcpy(&d, &u, 8);
+        return PyFloat_FromDouble(d);
+    }
+    case KD_T_NORM: {
+        uint64_t u = t_u64(c);
+        double d;
+        memcpy(&d, &u, 8);
+        unsigned long long a = t_varint(c), b = t_varint(c), e = t_varint(c);
+        return PyObject_CallFunction(make_norm, "dKKK", d, a, b, e);
+    }
+    case KD_T_STR: {
+        size_t n = (size_t)t_varint(c);
+        if (n > c->end - c->pos)
+            n = c->end - c->pos;
+        PyObject *s = PyUnicode_DecodeUTF8((const char *)c->p + c->pos, (Py_ssize_t)n, "replace");
+        c->pos += n;
+        return s;
+    }
+    case KD_T_LIST:
+    case KD_T_TUPLE: {
+        uint64_t n = t_varint(c);
+        if (n > c->end - c->pos) {
+            PyErr_SetString(PyExc_ValueError, "malformed hash tree");
+            return NULL;
+        }
+        PyObject *l = tag == KD_T_LIST ? PyList_New((Py_ssize_t)n) : PyTuple_New((Py_ssize_t)n);
+        if (l == NULL)
+            return NULL;
+        for (uint64_t i = 0; i < n; i++) {
+            PyObject *x = tree_get(c, make_norm, depth + 1);
+            if (x == NULL) {
+                Py_DECREF(l);
+                return NULL;
+            }
+            if (tag == KD_T_LIST)
+                PyList_SET_ITEM(l, (Py_ssize_t)i, x);
+            else
+                PyTuple_SET_ITEM(l, (Py_ssize_t)i, x);
+        }
+        return l;
+    }
+    case KD_T_DICT: {
+        uint64_t n = t_varint(c);
+        PyObject *d = PyDict_New();
+        if (d == NULL)
+            return NULL;
+        for (uint64_t i = 0; i < n; i++) {
+            size_t kl = (size_t)t_varint(c);
+            if (kl > c->end - c->pos)
+                kl = c->end - c->pos;
+            PyObject *k = PyUnicode_DecodeUTF8((const char *)c->p + c->pos, (Py_ssize_t)kl, "replace");
+            c->pos += kl;
+            PyObject *v = k ? tree_get(c, make_norm, depth + 1) : NULL;
+            if (v == NULL || PyDict_SetItem(d, k, v) != 0) {
+                Py_XDECREF(k);
+                Py_XDECREF(v);
+                Py_DECREF(d);
+                return NULL;
+            }
+            Py_DECREF(k);
+            Py_DECREF(v);
+        }
+        return d;
+    }
+    default:
+        PyErr_SetString(PyExc_ValueError, "malformed hash tree");
+        return NULL;
+    }
+}
+
+static PyObject *tree_bytes(PyObject *o)
+{
+    kd_buf b = {0};
+    if (tree_put(&b, o, 0) != 0) {
+        kd_buf_free(&b);
+        return NULL;
+    }
+    PyObject *r = PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.len);
+    kd_buf_free(&b);
+    return r;
+}
+
+/* tree_leaf_digest(value) -> the digest kd_tr_last_writer looks for. */
+PyObject *kd_mod_tree_leaf_digest(PyObject *self, PyObject *o)
+{
+    (void)self;
+    if (PyTuple_Check(o) && PyTuple_GET_SIZE(o) > 0) /* several kinds: match on the first */
+        o = PyTuple_GET_ITEM(o, 0);
+    kd_buf b = {0};
+    if (tree_put(&b, o, 0) != 0) {
+        kd_buf_free(&b);
+        return NULL;
+    }
+    uint64_t d = kd_tree_leaf_digest(b.p, b.len);
+    kd_buf_free(&b);
+    return PyLong_FromUnsignedLongLong(d);
+}
+
+/* ---------------- TraceWriter ---------------- */
+
+typedef struct {
+    PyObject_HEAD
+    kd_tw w;
+    int ready;
+} kd_trace_writer;
+
+static PyObject *tw_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    (void)args;
+    (void)kw;
+    kd_trace_writer *self = (kd_trace_writer *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if (kd_tw_init(&self->w) != 0) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    self->ready = 1;
+    return (PyObject *)self;
+}
+
+static void tw_dealloc(kd_trace_writer *self)
+{
+    if (self->ready)
+        kd_tw_free(&self->w);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *tw_fail(const char *what)
+{
+    PyErr_Format(PyExc_MemoryError, "kdebug trace writer: %s", what);
+    return NULL;
+}
+
+/* launches(recorder, start, stop): stored launches [start, stop). */
+static PyObject *tw_launches(kd_trace_writer *self, PyObject *args)
+{
+    PyObject *ro;
+    unsigned long long start, stop;
+    if (!PyArg_ParseTuple(args, "O!KK", &kd_RecorderType, &ro, &start, &stop))
+        return NULL;
+    kd_recorder *r = (kd_recorder *)ro;
+    if (stop > r->store.nlaunches || start > stop) {
+        PyErr_SetString(PyExc_IndexError, "launch range out of the recorder's store");
+        return NULL;
+    }
+    for (uint64_t i = start; i < stop; i++) {
+        const kd_payload *p = kd_store_launch(&r->store, i);
+        if (kd_tw_launch(&self->w, p, (uint32_t)p->launch.nslots + 1, kd_strings) != 0)
+            return tw_fail("could not encode a launch (out of memory?)");
+    }
+    Py_RETURN_NONE;
+}
+
+/* op(depth, flags, name, text, in_tree, out_tree) */
+static PyObject *tw_op(kd_trace_writer *self, PyObject *args)
+{
+    unsigned int depth, flags;
+    const char *name, *text;
+    Py_ssize_t nl, tl;
+    PyObject *in_tree, *out_tree;
+    if (!PyArg_ParseTuple(args, "IIs#s#OO", &depth, &flags, &name, &nl, &text, &tl, &in_tree, &out_tree))
+        return NULL;
+    PyObject *ib = NULL, *ob = NULL;
+    if ((flags & KD_OPF_IN_HASH) && (ib = tree_bytes(in_tree)) == NULL)
+        return NULL;
+    if ((flags & KD_OPF_OUT_HASH) && (ob = tree_bytes(out_tree)) == NULL) {
+        Py_XDECREF(ib);
+        return NULL;
+    }
+    int rc = kd_tw_op(&self->w, depth, flags, name, (size_t)nl, text, (size_t)tl,
+                      ib ? (const uint8_t *)PyBytes_AS_STRING(ib) : NULL, ib ? (size_t)PyBytes_GET_SIZE(ib) : 0,
+                      ob ? (const uint8_t *)PyBytes_AS_STRING(ob) : NULL, ob ? (size_t)PyBytes_GET_SIZE(ob) : 0);
+    Py_XDECREF(ib);
+    Py_XDECREF(ob);
+    if (rc != 0)
+        return tw_fail("could not encode an op record (out of memory, or a record over 32 MiB)");
+    Py_RETURN_NONE;
+}
+
+static PyObject *tw_meta(kd_trace_writer *self, PyObject *arg)
+{
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(arg, &n);
+    if (s == NULL)
+        return NULL;
+    if (kd_tw_meta(&self->w, s, (size_t)n) != 0)
+        return tw_fail("out of memory");
+    Py_RETURN_NONE;
+}
+
+static PyObject *tw_seal(kd_trace_writer *self, PyObject *unused)
+{
+    (void)unused;
+    if (kd_tw_seal(&self->w) != 0)
+        return tw_fail("out of memory");
+    Py_RETURN_NONE;
+}
+
+static PyObject *tw_end(kd_trace_writer *self, PyObject *unused)
+{
+    (void)unused;
+    if (kd_tw_end(&self->w) != 0)
+        return tw_fail("out of memory");
+    Py_RETURN_NONE;
+}
+
+/* take() -> the bytes of every sealed chunk since the last take(). */
+static PyObject *tw_take(kd_trace_writer *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *b = PyBytes_FromStringAndSize((const char *)self->w.out.p, (Py_ssize_t)self->w.out.len);
+    if (b != NULL)
+        self->w.out.len = 0;
+    return b;
+}
+
+static PyObject *tw_stats(kd_trace_writer *self, PyObject *unused)
+{
+    (void)unused;
+    return Py_BuildValue("{s:K,s:K,s:K}", "records", (unsigned long long)kd_tw_records(&self->w),
+                         "tensor_args", (unsigned long long)self->w.tensor_args, "launch_bytes",
+                         (unsigned long long)self->w.launch_bytes);
+}
+
+static PyMethodDef tw_methods[] = {
+    {"launches", (PyCFunction)tw_launches, METH_VARARGS, "launches(recorder, start, stop): encode stored launches."},
+    {"op", (PyCFunction)tw_op, METH_VARARGS, "op(depth, flags, name, text, in_tree, out_tree): encode an op record."},
+    {"meta", (PyCFunction)tw_meta, METH_O, "meta(json): seal, then a META chunk."},
+    {"seal", (PyCFunction)tw_seal, METH_NOARGS, "Close the records encoded so far into chunks."},
+    {"end", (PyCFunction)tw_end, METH_NOARGS, "Seal, then the END chunk."},
+    {"take", (PyCFunction)tw_take, METH_NOARGS, "take() -> bytes of the sealed chunks not taken yet."},
+    {"stats", (PyCFunction)tw_stats, METH_NOARGS, "records, tensor_args, launch_bytes"},
+    {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject kd_TraceWriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kdebug._C.TraceWriter",
+    .tp_basicsize = sizeof(kd_trace_writer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Encodes a recorded run into trace-file chunks (Note [Trace format]).",
+    .tp_new = tw_new,
+    .tp_dealloc = (destructor)tw_dealloc,
+    .tp_methods = tw_methods,
+};
+
+/* ---------------- TraceReader ---------------- */
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;
+    int have_view;
+    kd_tr r;
+    int open;
+    uint32_t *gmap; /* file string id -> global id, filled on first use */
+} kd_trace_reader;
+
+static PyObject *kd_TraceError;
+
+static PyObject *tr_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    (void)kw;
+    PyObject *data;
+    if (!PyArg_ParseTuple(args, "O", &data))
+        return NULL;
+    kd_trace_reader *self = (kd_trace_reader *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if (PyObject_GetBuffer(data, &self->view, PyBUF_SIMPLE) != 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->have_view = 1;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = kd_tr_open(&self->r, self->view.buf, (size_t)self->view.len);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        PyObject *e = Py_BuildValue("(Ks)", (unsigned long long)self->r.err_off, self->r.err);
+        if (e != NULL)
+            PyErr_SetObject(kd_TraceError, e);
+        Py_XDECREF(e);
+        kd_tr_free(&self->r);
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->open = 1;
+    return (PyObject *)self;
+}
+
+static void tr_dealloc(kd_trace_reader *self)
+{
+    if (self->open)
+        kd_tr_free(&self->r);
+    PyMem_Free(self->gmap);
+    if (self->have_view)
+        PyBuffer_Release(&self->view);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *tr_info(kd_trace_reader *self, PyObject *unused)
+{
+    (void)unused;
+    kd_tr *r = &self->r;
+    PyObject *meta = PyList_New(r->nmeta);
+    if (meta == NULL)
+        return NULL;
+    for (uint32_t i = 0; i < r->nmeta; i++) {
+        PyObject *s = PyUnicode_DecodeUTF8((const char *)r->data + r->meta_off[i], r->meta_len[i], "replace");
+        if (s == NULL) {
+            Py_DECREF(meta);
+            return NULL;
+        }
+        PyList_SET_ITEM(meta, i, s);
+    }
+    return Py_BuildValue("{s:K,s:O,s:K,s:K,s:K,s:N,s:(HH),s:K}", "records", (unsigned long long)r->nrec,
+                         "complete", r->complete ? Py_True : Py_False, "valid_bytes",
+                         (unsigned long long)r->valid_end, "ignored_bytes", (unsigned long long)r->ignored,
+                         "tensor_args", (unsigned long long)r->tensor_args, "meta", meta, "version",
+                         r->version_major, r->version_minor, "strings", (unsigned long long)r->nstr);
+}
+
+static PyObject *tr_types(kd_trace_reader *self, PyObject *unused)
+{
+    (void)unused;
+    return PyBytes_FromStringAndSize((const char *)self->r.rec_type, (Py_ssize_t)self->r.nrec);
+}
+
+/* digests() -> bytes: nrec x KD_DG_N little-endian u64 (key, config, shape, pre, post). */
+static PyObject *tr_digests(kd_trace_reader *self, PyObject *unused)
+{
+    (void)unused;
+    uint64_t n = self->r.nrec;
+    PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * KD_DG_N * 8));
+    if (b == NULL)
+        return NULL;
+    uint64_t *out = (uint64_t *)PyBytes_AS_STRING(b);
+    Py_BEGIN_ALLOW_THREADS
+    for (uint64_t i = 0; i < n; i++)
+        kd_tr_digests(&self->r, i, out + i * KD_DG_N);
+    Py_END_ALLOW_THREADS
+    return b;
+}
+
+static PyObject *tr_string(kd_trace_reader *self, uint32_t id)
+{
+    size_t n;
+    const char *s = kd_tr_string(&self->r, id, &n);
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)n, "replace");
+}
+
+/* op(i, make_norm) -> (depth, flags, name, text, in_tree, out_tree) */
+static PyObject *tr_op(kd_trace_reader *self, PyObject *args)
+{
+    unsigned long long i;
+    PyObject *make_norm;
+    if (!PyArg_ParseTuple(args, "KO", &i, &make_norm))
+        return NULL;
+    kd_tr_op op;
+    if (kd_tr_op_get(&self->r, i, &op) != 0) {
+        PyErr_SetString(PyExc_IndexError, "not an op record");
+        return NULL;
+    }
+    PyObject *in = Py_None, *out = Py_None;
+    Py_INCREF(in);
+    Py_INCREF(out);
+    if (op.flags & KD_OPF_IN_HASH) {
+        tcur c = {op.in_tree, 0, op.in_len};
+        Py_SETREF(in, tree_get(&c, make_norm, 0));
+    }
+    if (in != NULL && (op.flags & KD_OPF_OUT_HASH)) {
+        tcur c = {op.out_tree, 0, op.out_len};
+        Py_SETREF(out, tree_get(&c, make_norm, 0));
+    }
+    if (in == NULL || out == NULL) {
+        Py_XDECREF(in);
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return Py_BuildValue("(IINNNN)", op.depth, op.flags, tr_string(self, op.name_id),
+                         tr_string(self, op.text_id), in, out);
+}
+
+/* The global id of file string id (interned on first use; 0 if the table is full). */
+static uint32_t global_id(const kd_tr *r, uint32_t *map, uint32_t id)
+{
+    if (id == 0 || id > r->nstr)
+        return 0;
+    if (map[id] == 0) {
+        size_t n;
+        const char *s = kd_tr_string(r, id, &n);
+        map[id] = kd_strtab_intern(kd_strings, s, n);
+    }
+    return map[id];
+}
+
+/* load_into(recorder, spec_map, start, stop) -> list of record indices of the
+ * launches among records [start, stop), appended to the (stopped) recorder's
+ * store with global string ids and this process's hash spec ids. */
+static PyObject *tr_load_into(kd_trace_reader *self, PyObject *args)
+{
+    PyObject *ro, *spec_map;
+    unsigned long long start, stop;
+    if (!PyArg_ParseTuple(args, "O!O!KK", &kd_RecorderType, &ro, &PyDict_Type, &spec_map, &start, &stop))
+        return NULL;
+    kd_recorder *rec = (kd_recorder *)ro;
+    if (rec->started) {
+        PyErr_SetString(PyExc_RuntimeError, "load_into: the recorder is recording");
+        return NULL;
+    }
+    kd_tr *r = &self->r;
+    if (self->gmap == NULL && (self->gmap = PyMem_Calloc((size_t)r->nstr + 1, sizeof *self->gmap)) == NULL)
+        return PyErr_NoMemory();
+    uint32_t *map = self->gmap;
+    uint32_t cap = (uint32_t)r->max_nslots + 1;
+    kd_payload *p = PyMem_Malloc(cap * sizeof *p);
+    PyObject *idx = PyList_New(0);
+    if (p == NULL || idx == NULL)
+        goto oom;
+#define MAP(id) ((id) = global_id(r, map, (id)))
+    if (stop > r->nrec)
+        stop = r->nrec;
+    for (uint64_t i = start; i < stop; i++) {
+        if (r->rec_type[i] != KD_REC_LAUNCH)
+            continue;
+        uint32_t n = kd_tr_launch(r, i, p, cap);
+        if (n == 0) {
+            PyErr_Format(PyExc_ValueError, "record %llu could not be decoded", (unsigned long long)i);
+            goto fail;
+        }
+        MAP(p[0].launch.name_id);
+        MAP(p[0].launch.config_id);
+        uint32_t k = 1;
+        for (uint32_t a = 0; a < p[0].launch.nargs && k < n; a++) {
+            kd_payload *q = &p[k];
+            MAP(q->scalar.name_id);
+            if (q->tag == KD_TAG_OTHER)
+                MAP(q->scalar.value.type_name_id);
+            kd_hash_rec *h = kd_arg_hash(q);
+            if (h != NULL) {
+                PyObject *key = PyLong_FromLong(h->spec);
+                PyObject *v = key ? PyDict_GetItemWithError(spec_map, key) : NULL;
+                Py_XDECREF(key);
+                if (v == NULL && PyErr_Occurred())
+                    goto fail;
+                long s = v ? PyLong_AsLong(v) : 0;
+                if (s == -1 && PyErr_Occurred())
+                    goto fail;
+                h->spec = (uint16_t)s;
+            }
+            k += kd_arg_payloads(q);
+        }
+#undef MAP
+        if (kd_store_append(&rec->store, p, n) != 0)
+            goto oom;
+        PyObject *ix = PyLong_FromUnsignedLongLong(i);
+        if (ix == NULL || PyList_Append(idx, ix) != 0) {
+            Py_XDECREF(ix);
+            goto fail;
+        }
+        Py_DECREF(ix);
+    }
+    rec->resolved_upto = rec->store.nlaunches;
+    PyMem_Free(p);
+    return idx;
+oom:
+    PyErr_NoMemory();
+fail:
+    PyMem_Free(p);
+    Py_XDECREF(idx);
+    return NULL;
+}
+
+/* last_writer(before, dev_type, dev_index, lo, hi, leaf) -> (index, mask) or None */
+static PyObject *tr_last_writer(kd_trace_reader *self, PyObject *args)
+{
+    unsigned long long before, lo, hi, leaf;
+    int dt, di;
+    if (!PyArg_ParseTuple(args, "KiiKKK", &before, &dt, &di, &lo, &hi, &leaf))
+        return NULL;
+    uint64_t mask = 0;
+    int64_t i;
+    Py_BEGIN_ALLOW_THREADS
+    i = kd_tr_last_writer(&self->r, before, dt, di, lo, hi, leaf, &mask);
+    Py_END_ALLOW_THREADS
+    if (i < 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(LK)", (long long)i, (unsigned long long)mask);
+}
+
+static PyMethodDef tr_methods[] = {
+    {"info", (PyCFunction)tr_info, METH_NOARGS, "records, complete, valid/ignored bytes, meta, version"},
+    {"types", (PyCFunction)tr_types, METH_NOARGS, "types() -> bytes: 1 launch, 2 op, per record"},
+    {"digests", (PyCFunction)tr_digests, METH_NOARGS, "digests() -> bytes of nrec x 5 u64"},
+    {"op", (PyCFunction)tr_op, METH_VARARGS, "op(i, make_norm) -> (depth, flags, name, text, in, out)"},
+    {"load_into", (PyCFunction)tr_load_into, METH_VARARGS, "load_into(recorder, spec_map, start, stop) -> indices of the launch records appended"},
+    {"last_writer", (PyCFunction)tr_last_writer, METH_VARARGS,
+     "last_writer(before, dev_type, dev_index, lo, hi, leaf) -> (index, args mask) or None"},
+    {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject kd_TraceReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kdebug._C.TraceReader",
+    .tp_basicsize = sizeof(kd_trace_reader),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "TraceReader(buffer): validates and indexes a trace (raises TraceError(offset, message)).",
+    .tp_new = tr_new,
+    .tp_dealloc = (destructor)tr_dealloc,
+    .tp_methods = tr_methods,
+};
+
+int kd_trace_module_init(PyObject *m)
+{
+    kd_TraceError = PyErr_NewExceptionWithDoc("kdebug._C.TraceError",
+                                              "A trace file is corrupt, truncated inside its header, "
+                                              "foreign or too new: args are (byte offset, message).",
+                                              PyExc_ValueError, NULL);
+    if (kd_TraceError == NULL || PyType_Ready(&kd_TraceWriterType) != 0 ||
+        PyType_Ready(&kd_TraceReaderType) != 0 ||
+        PyModule_AddObjectRef(m, "TraceError", kd_TraceError) != 0 ||
+        PyModule_AddObjectRef(m, "TraceWriter", (PyObject *)&kd_TraceWriterType) != 0 ||
+        PyModule_AddObjectRef(m, "TraceReader", (PyObject *)&kd_TraceReaderType) != 0)
+        return -1;
+    return 0;
+}

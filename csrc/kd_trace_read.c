@@ -1,0 +1,792 @@
+/* kd_trace_read.c - the trace reader (Note [Trace format] in kd_trace.h).
+ * Every byte is bounds-checked; kd_tr_open decodes every record once, so the
+ * later per-record calls work on validated data.  Fuzzed by csrc/tests. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kd_hash.h"
+#include "kd_trace.h"
+
+typedef struct cur {
+    const uint8_t *p;
+    size_t pos, end; /* absolute offsets into p */
+    int bad;
+    size_t bad_off;
+    const char *why;
+} cur;
+
+static void fail(cur *c, const char *why)
+{
+    if (!c->bad) {
+        c->bad = 1;
+        c->bad_off = c->pos;
+        c->why = why;
+    }
+}
+
+static uint8_t get_u8(cur *c)
+{
+    if (c->bad || c->pos >= c->end) {
+        fail(c, "record runs past the end of its chunk");
+        return 0;
+    }
+    return c->p[c->pos++];
+}
+
+static uint64_t get_varint(cur *c)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        uint8_t b = get_u8(c);
+        if (c->bad)
+            return 0;
+        if (shift == 63 && (b & 0x7e)) {
+            fail(c, "varint overflows 64 bits");
+            return 0;
+        }
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return v;
+    }
+    fail(c, "varint longer than 10 bytes");
+    return 0;
+}
+
+static int64_t get_svarint(cur *c)
+{
+    uint64_t u = get_varint(c);
+    return (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+}
+
+static uint64_t get_u64(cur *c)
+{
+    if (c->bad || c->end - c->pos < 8) {
+        fail(c, "record runs past the end of its chunk");
+        return 0;
+    }
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)c->p[c->pos + i] << (8 * i);
+    c->pos += 8;
+    return v;
+}
+
+static double get_f64(cur *c)
+{
+    uint64_t u = get_u64(c);
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+}
+
+static uint32_t get_u32le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint32_t get_str_id(cur *c, const kd_tr *r)
+{
+    uint64_t id = get_varint(c);
+    if (id > r->nstr) {
+        fail(c, "string id not defined by an earlier STRINGS chunk");
+        return 0;
+    }
+    return (uint32_t)id;
+}
+
+static size_t get_len(cur *c)
+{
+    uint64_t n = get_varint(c);
+    if (!c->bad && n > c->end - c->pos) {
+        fail(c, "length runs past the end of its chunk");
+        return 0;
+    }
+    return (size_t)n;
+}
+
+const char *kd_tr_string(const kd_tr *r, uint32_t id, size_t *len)
+{
+    if (id == 0 || id > r->nstr) {
+        if (len)
+            *len = 0;
+        return "";
+    }
+    if (len)
+        *len = r->str_len[id];
+    return (const char *)r->data + r->str_off[id];
+}
+
+/* ---------------- trees ---------------- */
+
+static void skip_tree(cur *c, int depth)
+{
+    if (depth > KD_TREE_MAX_DEPTH) {
+        fail(c, "hash tree nested too deeply");
+        return;
+    }
+    uint8_t tag = get_u8(c);
+    switch (tag) {
+    case KD_T_NONE:
+        return;
+    case KD_T_LIST:
+    case KD_T_TUPLE:
+    case KD_T_DICT: {
+        uint64_t n = get_varint(c);
+        if (n > c->end - c->pos) {
+            fail(c, "hash tree has more items than bytes");
+            return;
+        }
+        for (uint64_t i = 0; i < n && !c->bad; i++) {
+            if (tag == KD_T_DICT)
+                c->pos += get_len(c);
+            skip_tree(c, depth + 1);
+        }
+        return;
+    }
+    case KD_T_I64:
+    case KD_T_U64:
+    case KD_T_F64:
+        get_u64(c);
+        return;
+    case KD_T_NORM:
+        get_u64(c);
+        get_varint(c);
+        get_varint(c);
+        get_varint(c);
+        return;
+    case KD_T_BOOL:
+        get_u8(c);
+        return;
+    case KD_T_STR:
+        c->pos += get_len(c);
+        return;
+    default:
+        fail(c, "unknown hash tree tag");
+    }
+}
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    return kd_fmix64(h ^ kd_fmix64(v + 0x9E3779B97F4A7C15ull));
+}
+
+static uint64_t bytes_digest(const uint8_t *p, size_t n)
+{
+    uint64_t h = mix(0x51ED270B27A1B7C5ull, n);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        h = mix(h, v);
+    }
+    uint64_t tail = 0;
+    for (size_t k = 0; i + k < n; k++)
+        tail |= (uint64_t)p[i + k] << (8 * k);
+    return mix(h, tail) | 1; /* never 0: 0 means "absent" */
+}
+
+uint64_t kd_tree_leaf_digest(const uint8_t *p, size_t n)
+{
+    return bytes_digest(p, n);
+}
+
+static int tree_find(cur *c, int depth, uint64_t leaf)
+{
+    if (depth > KD_TREE_MAX_DEPTH || c->bad)
+        return 0;
+    size_t start = c->pos;
+    uint8_t tag = get_u8(c);
+    if (tag == KD_T_LIST || tag == KD_T_TUPLE || tag == KD_T_DICT) {
+        uint64_t n = get_varint(c);
+        for (uint64_t i = 0; i < n && !c->bad; i++) {
+            if (tag == KD_T_DICT)
+                c->pos += get_len(c);
+            if (tree_find(c, depth + 1, leaf))
+                return 1;
+        }
+        return 0;
+    }
+    c->pos = start;
+    skip_tree(c, depth);
+    return !c->bad && tag != KD_T_NONE && bytes_digest(c->p + start, c->pos - start) == leaf;
+}
+
+int kd_tree_has_leaf(const uint8_t *p, size_t n, uint64_t leaf)
+{
+    cur c = {p, 0, n, 0, 0, NULL};
+    return tree_find(&c, 0, leaf);
+}
+
+/* ---------------- launch records ---------------- */
+
+static void read_hash_side(cur *c, kd_hash_rec *h, int s)
+{
+    if (h->kinds & KD_HK_BITWISE)
+        h->bitwise[s] = get_u64(c);
+    if (h->kinds & KD_HK_NORM) {
+        h->l1[s] = get_f64(c);
+        h->nan[s] = get_varint(c);
+        h->posinf[s] = get_varint(c);
+        h->neginf[s] = get_varint(c);
+    }
+    if (h->kinds & KD_HK_XOR)
+        h->xor64[s] = get_u64(c);
+}
+
+/* Decodes the launch record at c->pos into out[0..cap) (cap may be 0: validate
+ * only).  Returns the payload count, or 0 with c->bad set. */
+static uint32_t decode_launch(cur *c, const kd_tr *r, const kd_tr_chunk *ch, kd_payload *out,
+                              uint32_t cap, uint64_t *tensor_args)
+{
+    kd_payload scratch[1 + 10];
+    kd_payload *hp = cap ? &out[0] : &scratch[0];
+    memset(hp, 0, sizeof *hp);
+    kd_launch *l = &hp->launch;
+    if (get_u8(c) != KD_REC_LAUNCH) {
+        fail(c, "not a launch record");
+        return 0;
+    }
+    l->tag = KD_TAG_LAUNCH;
+    l->kind = get_u8(c);
+    l->flags = get_u8(c);
+    l->device_type = get_u8(c);
+    l->device_index = (int8_t)get_u8(c);
+    if (!c->bad && l->kind != KD_KIND_TRITON && l->kind != KD_KIND_CPP)
+        fail(c, "unknown kernel kind");
+    l->name_id = get_str_id(c, r);
+    l->config_id = get_str_id(c, r);
+    l->num_warps = (uint16_t)get_varint(c);
+    l->num_stages = (uint8_t)get_varint(c);
+    l->shared_mem = (uint32_t)get_varint(c);
+    l->call_depth = (uint16_t)get_varint(c);
+    if (l->flags & KD_LF_GRID)
+        for (int k = 0; k < 3; k++)
+            l->grid[k] = (uint32_t)get_varint(c);
+    l->launch_index = ch->base_launch + (uint64_t)get_svarint(c);
+    l->py_index = get_varint(c);
+    l->stream = ch->base_stream + (uint64_t)get_svarint(c);
+    l->thread_id = ch->base_thread + (uint64_t)get_svarint(c);
+    l->t_start_ns = ch->base_t + (uint64_t)get_svarint(c);
+    l->t_end_ns = l->t_start_ns + get_varint(c);
+    uint64_t nargs = get_varint(c);
+    if (c->bad)
+        return 0;
+    if (nargs > 0xffff) {
+        fail(c, "too many arguments");
+        return 0;
+    }
+    l->nargs = (uint16_t)nargs;
+    uint32_t k = 1;
+    uint64_t prev_ptr = 0;
+    for (uint64_t a = 0; a < nargs && !c->bad; a++) {
+        uint8_t tag = get_u8(c);
+        uint8_t role = get_u8(c);
+        uint32_t name_id = get_str_id(c, r);
+        if (c->bad)
+            return 0;
+        if (tag == KD_TAG_TENSOR) {
+            uint8_t tflags = get_u8(c);
+            uint8_t dt = l->device_type;
+            int8_t di = l->device_index;
+            if (!(tflags & 0x80)) {
+                dt = get_u8(c);
+                di = (int8_t)get_u8(c);
+            }
+            uint8_t dtype = get_u8(c);
+            uint8_t ndim = get_u8(c);
+            if (c->bad)
+                return 0;
+            if (ndim > KD_MAX_NDIM) {
+                fail(c, "tensor has more than 64 dimensions");
+                return 0;
+            }
+            int hashed = (tflags & KD_TF_HASHED) != 0;
+            uint32_t need = kd_tensor_payloads(ndim) + (uint32_t)hashed;
+            if (k + need > 0xffffu) {
+                fail(c, "launch needs too many payloads");
+                return 0;
+            }
+            kd_payload tmp[1 + (KD_MAX_NDIM + KD_CONT_DIMS - 1) / KD_CONT_DIMS + 1];
+            kd_payload *q = (cap && k + need <= cap) ? &out[k] : tmp;
+            memset(q, 0, need * sizeof *q);
+            if (cap && k + need > cap)
+                cap = 0; /* too small: keep validating, report 0 */
+            kd_tensor_arg *t = &q->tensor;
+            t->tag = KD_TAG_TENSOR;
+            t->role = role;
+            t->name_id = name_id;
+            t->flags = (uint8_t)(tflags & KD_TF_HASHED);
+            t->device_type = dt;
+            t->device_index = di;
+            t->dtype = dtype;
+            t->ndim = ndim;
+            t->storage_offset = get_svarint(c);
+            t->data_ptr = prev_ptr + (uint64_t)get_svarint(c);
+            prev_ptr = t->data_ptr;
+            for (uint32_t d = 0; d < ndim && !c->bad; d++) {
+                int64_t size = (int64_t)get_varint(c);
+                int64_t stride = get_svarint(c);
+                if (d < KD_INLINE_DIMS) {
+                    t->sizes[d] = size;
+                    t->strides[d] = stride;
+                } else {
+                    uint32_t e = d - KD_INLINE_DIMS;
+                    kd_dims_cont *dc = &q[1 + e / KD_CONT_DIMS].dims;
+                    dc->tag = KD_TAG_DIMS;
+                    dc->count++;
+                    dc->sizes[e % KD_CONT_DIMS] = size;
+                    dc->strides[e % KD_CONT_DIMS] = stride;
+                }
+            }
+            if (hashed) {
+                kd_hash_rec *h = &q[kd_tensor_payloads(ndim)].hash;
+                h->tag = KD_TAG_HASH;
+                h->kinds = get_u8(c);
+                h->flags = get_u8(c);
+                h->spec = (uint16_t)get_varint(c);
+                if (!c->bad && (h->kinds & ~(KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR | KD_HK_CUSTOM)))
+                    fail(c, "unknown hash kind");
+                if (!c->bad && (h->flags & (KD_HF_PENDING_PRE | KD_HF_PENDING_POST)))
+                    fail(c, "hash marked pending in a file");
+                if (h->flags & KD_HF_PRE)
+                    read_hash_side(c, h, 0);
+                if (h->flags & KD_HF_POST)
+                    read_hash_side(c, h, 1);
+            }
+            (*tensor_args)++;
+            k += need;
+            continue;
+        }
+        kd_payload *q = (cap && k < cap) ? &out[k] : &scratch[1];
+        if (cap && k >= cap)
+            cap = 0;
+        memset(q, 0, sizeof *q);
+        q->scalar.tag = tag;
+        q->scalar.role = role;
+        q->scalar.name_id = name_id;
+        switch (tag) {
+        case KD_TAG_INT:
+            q->scalar.value.i = get_svarint(c);
+            break;
+        case KD_TAG_FLOAT:
+            q->scalar.value.f = get_f64(c);
+            break;
+        case KD_TAG_BOOL:
+            q->scalar.value.i = get_u8(c) ? 1 : 0;
+            break;
+        case KD_TAG_NONE:
+            break;
+        case KD_TAG_OTHER:
+            q->scalar.value.type_name_id = get_str_id(c, r);
+            break;
+        default:
+            fail(c, "unknown argument tag");
+            return 0;
+        }
+        if (k + 1 > 0xffffu) {
+            fail(c, "launch needs too many payloads");
+            return 0;
+        }
+        k++;
+    }
+    if (c->bad)
+        return 0;
+    l->nslots = (uint16_t)(k - 1);
+    return cap ? k : (k | 0x80000000u); /* high bit: counted but not stored */
+}
+
+static int decode_op(cur *c, const kd_tr *r, kd_tr_op *op)
+{
+    memset(op, 0, sizeof *op);
+    if (get_u8(c) != KD_REC_OP) {
+        fail(c, "not an op record");
+        return -1;
+    }
+    uint64_t flags = get_varint(c);
+    if (flags & ~(uint64_t)(KD_OPF_IN_HASH | KD_OPF_OUT_HASH | KD_OPF_OPCALL)) {
+        fail(c, "unknown op record flags");
+        return -1;
+    }
+    op->flags = (uint32_t)flags;
+    op->depth = (uint32_t)get_varint(c);
+    op->name_id = get_str_id(c, r);
+    op->text_id = get_str_id(c, r);
+    for (int side = 0; side < 2; side++) {
+        if (!(flags & (side ? KD_OPF_OUT_HASH : KD_OPF_IN_HASH)))
+            continue;
+        size_t n = get_len(c);
+        if (c->bad)
+            return -1;
+        cur sub = {c->p, c->pos, c->pos + n, 0, 0, NULL};
+        skip_tree(&sub, 0);
+        if (!sub.bad && sub.pos != sub.end)
+            fail(&sub, "bytes left over after a hash tree");
+        if (sub.bad) {
+            fail(c, sub.why);
+            c->bad_off = sub.bad_off;
+            return -1;
+        }
+        if (side) {
+            op->out_tree = c->p + c->pos;
+            op->out_len = n;
+        } else {
+            op->in_tree = c->p + c->pos;
+            op->in_len = n;
+        }
+        c->pos += n;
+    }
+    return c->bad ? -1 : 0;
+}
+
+/* ---------------- the file ---------------- */
+
+static int grow(void **p, uint64_t *cap, uint64_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    uint64_t n = *cap ? *cap : 256;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (q == NULL)
+        return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+static int set_err(kd_tr *r, uint64_t off, const char *why)
+{
+    r->err_off = off;
+    snprintf(r->err, sizeof r->err, "%s", why);
+    return -1;
+}
+
+int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
+{
+    memset(r, 0, sizeof *r);
+    r->data = data;
+    r->size = size;
+    if (size < 8 || memcmp(data, KD_TRACE_MAGIC, 8) != 0)
+        return set_err(r, 0, "not a kdebug trace (no KDTRACE magic)");
+    if (size < KD_TRACE_HEADER_BYTES)
+        return set_err(r, size, "file ends inside the 32-byte header");
+    r->version_major = (uint16_t)(data[8] | data[9] << 8);
+    r->version_minor = (uint16_t)(data[10] | data[11] << 8);
+    if (r->version_major != KD_TRACE_VERSION_MAJOR)
+        return set_err(r, 8, r->version_major > KD_TRACE_VERSION_MAJOR
+                                 ? "trace format version is newer than this kdebug reads: upgrade kdebug"
+                                 : "unknown trace format version");
+    uint32_t hdr = get_u32le(data + 12);
+    if (hdr < KD_TRACE_HEADER_BYTES || hdr > size)
+        return set_err(r, 12, "bad header length");
+    uint64_t str_cap = 0, rec_cap = 0, chunk_cap = 0, meta_cap = 0;
+    uint64_t rec_cap2 = 0, rec_cap3 = 0, str_cap2 = 0;
+    if (grow((void **)&r->str_off, &str_cap, 1, sizeof *r->str_off) ||
+        grow((void **)&r->str_len, &str_cap2, 1, sizeof *r->str_len))
+        return set_err(r, 0, "out of memory");
+    size_t pos = hdr;
+    while (pos < size) {
+        if (size - pos < KD_CHUNK_HEADER_BYTES)
+            break; /* truncated: a chunk header cut short */
+        const uint8_t *h = data + pos;
+        if (memcmp(h, "KDCK", 4) != 0)
+            return set_err(r, pos, "corrupt: no chunk magic here");
+        uint32_t type = get_u32le(h + 4), len = get_u32le(h + 8), crc = get_u32le(h + 12);
+        if (type < KD_CHUNK_STRINGS || type > KD_CHUNK_END)
+            return set_err(r, pos + 4, "corrupt: unknown chunk type");
+        if (len > KD_CHUNK_MAX_BODY)
+            return set_err(r, pos + 8, "corrupt: chunk longer than 64 MiB");
+        size_t body = pos + KD_CHUNK_HEADER_BYTES;
+        if (len > size - body)
+            break; /* truncated: the last chunk was cut short */
+        if (kd_crc32(data + body, len) != crc)
+            return set_err(r, pos + 12, "corrupt: chunk checksum mismatch");
+        cur c = {data, body, body + len, 0, 0, NULL};
+        r->complete = 0; /* an END chunk counts only as the last chunk */
+        if (type == KD_CHUNK_STRINGS) {
+            uint64_t n = get_varint(&c);
+            if (!c.bad && n > len)
+                fail(&c, "more strings than bytes");
+            if (!c.bad && (grow((void **)&r->str_off, &str_cap, r->nstr + n + 1, sizeof *r->str_off) ||
+                           grow((void **)&r->str_len, &str_cap2, r->nstr + n + 1, sizeof *r->str_len)))
+                return set_err(r, pos, "out of memory");
+            for (uint64_t i = 0; i < n && !c.bad; i++) {
+                size_t sl = get_len(&c);
+                if (c.bad)
+                    break;
+                if (memchr(data + c.pos, 0, sl) != NULL) {
+                    fail(&c, "string contains a NUL byte");
+                    break;
+                }
+                r->nstr++;
+                r->str_off[r->nstr] = c.pos;
+                r->str_len[r->nstr] = (uint32_t)sl;
+                c.pos += sl;
+            }
+        } else if (type == KD_CHUNK_RECORDS) {
+            uint64_t n = get_varint(&c);
+            kd_tr_chunk ch;
+            ch.base_t = get_varint(&c);
+            ch.base_thread = get_varint(&c);
+            ch.base_stream = get_varint(&c);
+            ch.base_launch = get_varint(&c);
+            if (!c.bad && n > len)
+                fail(&c, "more records than bytes");
+            if (c.bad)
+                return set_err(r, c.bad_off, c.why);
+            if (grow((void **)&r->chunks, &chunk_cap, r->nchunks + 1, sizeof *r->chunks) ||
+                grow((void **)&r->rec_off, &rec_cap, r->nrec + n, sizeof *r->rec_off) ||
+                grow((void **)&r->rec_chunk, &rec_cap2, r->nrec + n, sizeof *r->rec_chunk) ||
+                grow((void **)&r->rec_type, &rec_cap3, r->nrec + n, sizeof *r->rec_type))
+                return set_err(r, pos, "out of memory");
+            r->chunks[r->nchunks] = ch;
+            for (uint64_t i = 0; i < n && !c.bad; i++) {
+                uint64_t at = c.pos;
+                uint8_t t = c.pos < c.end ? data[c.pos] : 0;
+                if (t == KD_REC_LAUNCH) {
+                    uint32_t got = decode_launch(&c, r, &ch, NULL, 0, &r->tensor_args);
+                    if (!c.bad && (got & 0x7fffffffu) > r->max_nslots)
+                        r->max_nslots = got & 0x7fffffffu;
+                } else if (t == KD_REC_OP) {
+                    kd_tr_op op;
+                    decode_op(&c, r, &op);
+                } else {
+                    fail(&c, c.pos < c.end ? "unknown record type" : "chunk holds fewer records than it says");
+                }
+                if (c.bad)
+                    break;
+                r->rec_off[r->nrec] = at;
+                r->rec_chunk[r->nrec] = r->nchunks;
+                r->rec_type[r->nrec] = t;
+                r->nrec++;
+            }
+            r->nchunks++;
+        } else if (type == KD_CHUNK_META) {
+            if (grow((void **)&r->meta_off, &meta_cap, r->nmeta + 1, sizeof *r->meta_off))
+                return set_err(r, pos, "out of memory");
+            uint64_t mc2 = r->nmeta;
+            uint32_t *ml = realloc(r->meta_len, (mc2 + 1) * sizeof *ml);
+            if (ml == NULL)
+                return set_err(r, pos, "out of memory");
+            r->meta_len = ml;
+            r->meta_off[r->nmeta] = body;
+            r->meta_len[r->nmeta] = len;
+            r->nmeta++;
+            c.pos = c.end;
+        } else { /* END */
+            r->end_records = get_varint(&c);
+            if (!c.bad && r->end_records != r->nrec)
+                fail(&c, "END chunk's record count differs from the records read");
+            r->complete = 1;
+        }
+        if (!c.bad && c.pos != c.end)
+            fail(&c, "bytes left over at the end of the chunk");
+        if (c.bad)
+            return set_err(r, c.bad_off, c.why);
+        pos = body + len;
+    }
+    r->valid_end = pos;
+    r->ignored = size - pos;
+    return 0;
+}
+
+void kd_tr_free(kd_tr *r)
+{
+    free(r->str_off);
+    free(r->str_len);
+    free(r->rec_off);
+    free(r->rec_chunk);
+    free(r->rec_type);
+    free(r->chunks);
+    free(r->meta_off);
+    free(r->meta_len);
+    memset(r, 0, sizeof *r);
+}
+
+static cur rec_cursor(const kd_tr *r, uint64_t i)
+{
+    uint64_t off = r->rec_off[i];
+    /* the record lies inside its chunk, validated by kd_tr_open */
+    cur c = {r->data, off, r->valid_end, 0, 0, NULL};
+    return c;
+}
+
+uint32_t kd_tr_launch(const kd_tr *r, uint64_t i, kd_payload *out, uint32_t cap)
+{
+    if (i >= r->nrec || r->rec_type[i] != KD_REC_LAUNCH || cap == 0)
+        return 0;
+    cur c = rec_cursor(r, i);
+    uint64_t ta = 0;
+    uint32_t got = decode_launch(&c, r, &r->chunks[r->rec_chunk[i]], out, cap, &ta);
+    return (c.bad || (got & 0x80000000u)) ? 0 : got;
+}
+
+int kd_tr_op_get(const kd_tr *r, uint64_t i, kd_tr_op *op)
+{
+    if (i >= r->nrec || r->rec_type[i] != KD_REC_OP)
+        return -1;
+    cur c = rec_cursor(r, i);
+    return decode_op(&c, r, op);
+}
+
+/* ---------------- digests and searches ---------------- */
+
+static uint64_t str_digest(const kd_tr *r, uint32_t id)
+{
+    size_t n;
+    const char *s = kd_tr_string(r, id, &n);
+    return bytes_digest((const uint8_t *)s, n);
+}
+
+uint64_t kd_tr_hash_digest(const kd_hash_rec *h, int w)
+{
+    if (!(h->flags & (w ? KD_HF_POST : KD_HF_PRE)))
+        return 0;
+    uint64_t d = mix(0xB5AD4ECEDA1CE2A9ull, h->kinds);
+    if (h->kinds & KD_HK_BITWISE)
+        d = mix(d, h->bitwise[w]);
+    if (h->kinds & KD_HK_NORM) {
+        uint64_t u;
+        memcpy(&u, &h->l1[w], 8);
+        d = mix(mix(mix(mix(d, u), h->nan[w]), h->posinf[w]), h->neginf[w]);
+    }
+    if (h->kinds & KD_HK_XOR)
+        d = mix(d, h->xor64[w]);
+    return d | 1;
+}
+
+void kd_tr_digests(const kd_tr *r, uint64_t i, uint64_t out[KD_DG_N])
+{
+    memset(out, 0, KD_DG_N * sizeof out[0]);
+    if (i >= r->nrec)
+        return;
+    if (r->rec_type[i] == KD_REC_OP) {
+        kd_tr_op op;
+        if (kd_tr_op_get(r, i, &op) != 0)
+            return;
+        out[KD_DG_KEY] = mix(2, str_digest(r, op.name_id));
+        out[KD_DG_CONFIG] = 0;
+        out[KD_DG_SHAPE] = mix(op.depth, str_digest(r, op.text_id));
+        if (op.flags & KD_OPF_IN_HASH)
+            out[KD_DG_PRE] = bytes_digest(op.in_tree, op.in_len);
+        if (op.flags & KD_OPF_OUT_HASH)
+            out[KD_DG_POST] = bytes_digest(op.out_tree, op.out_len);
+        return;
+    }
+    kd_payload buf[128];
+    kd_payload *p = buf;
+    uint32_t cap = 128;
+    if (r->max_nslots + 1 > cap) {
+        cap = (uint32_t)r->max_nslots + 1;
+        p = malloc(cap * sizeof *p);
+        if (p == NULL)
+            return;
+    }
+    uint32_t n = kd_tr_launch(r, i, p, cap);
+    if (n) {
+        const kd_launch *l = &p[0].launch;
+        out[KD_DG_KEY] = mix(l->kind, str_digest(r, l->name_id));
+        uint64_t cf = mix(mix(l->flags & KD_LF_GRID, l->grid[0]), l->grid[1]);
+        cf = mix(mix(cf, l->grid[2]), str_digest(r, l->config_id));
+        out[KD_DG_CONFIG] = mix(mix(cf, l->num_warps), l->num_stages);
+        uint64_t sh = mix(7, l->nargs), pre = 0, post = 0;
+        int any_pre = 0, any_post = 0;
+        uint32_t k = 1;
+        for (uint32_t a = 0; a < l->nargs && k < n; a++) {
+            const kd_payload *q = &p[k];
+            sh = mix(mix(mix(sh, q->tag), q->scalar.role), str_digest(r, q->scalar.name_id));
+            if (q->tag == KD_TAG_TENSOR) {
+                sh = mix(mix(sh, q->tensor.dtype), q->tensor.ndim);
+                for (uint32_t d = 0; d < q->tensor.ndim; d++) {
+                    int64_t size, stride;
+                    kd_tensor_dim(q, d, &size, &stride);
+                    sh = mix(mix(sh, (uint64_t)size), (uint64_t)stride);
+                }
+                if (q->tensor.flags & KD_TF_HASHED) {
+                    const kd_hash_rec *h = &q[kd_tensor_payloads(q->tensor.ndim)].hash;
+                    uint64_t d0 = kd_tr_hash_digest(h, 0), d1 = kd_tr_hash_digest(h, 1);
+                    if (d0) {
+                        pre = mix(mix(pre, a), d0);
+                        any_pre = 1;
+                    }
+                    if (d1) {
+                        post = mix(mix(post, a), d1);
+                        any_post = 1;
+                    }
+                }
+            } else if (q->tag == KD_TAG_INT || q->tag == KD_TAG_FLOAT || q->tag == KD_TAG_BOOL) {
+                sh = mix(sh, (uint64_t)q->scalar.value.i);
+            }
+            k += kd_arg_payloads(q);
+        }
+        out[KD_DG_SHAPE] = sh;
+        out[KD_DG_PRE] = any_pre ? pre | 1 : 0;
+        out[KD_DG_POST] = any_post ? post | 1 : 0;
+    }
+    if (p != buf)
+        free(p);
+}
+
+void kd_tensor_extent(const kd_payload *p, uint64_t *lo, uint64_t *hi)
+{
+    const kd_tensor_arg *t = &p->tensor;
+    int isz = kd_itemsize(t->dtype);
+    if (isz <= 0)
+        isz = 1;
+    uint64_t span = 0;
+    for (uint32_t d = 0; d < t->ndim; d++) {
+        int64_t size, stride;
+        kd_tensor_dim(p, d, &size, &stride);
+        if (size <= 0) {
+            *lo = *hi = t->data_ptr;
+            return;
+        }
+        span += (uint64_t)(size - 1) * (uint64_t)(stride < 0 ? -stride : stride);
+    }
+    *lo = t->data_ptr;
+    *hi = t->data_ptr + (span + 1) * (uint64_t)isz;
+}
+
+int64_t kd_tr_last_writer(const kd_tr *r, uint64_t before, int dev_type, int dev_index,
+                          uint64_t lo, uint64_t hi, uint64_t leaf, uint64_t *args_mask)
+{
+    *args_mask = 0;
+    uint32_t cap = (uint32_t)r->max_nslots + 1;
+    kd_payload *p = malloc((cap ? cap : 1) * sizeof *p);
+    if (p == NULL)
+        return -1;
+    int64_t found = -1;
+    for (uint64_t i = before < r->nrec ? before : r->nrec; i-- > 0 && found < 0;) {
+        if (r->rec_type[i] == KD_REC_OP) {
+            kd_tr_op op;
+            if (leaf && kd_tr_op_get(r, i, &op) == 0 && (op.flags & KD_OPF_OUT_HASH) &&
+                kd_tree_has_leaf(op.out_tree, op.out_len, leaf))
+                found = (int64_t)i;
+            continue;
+        }
+        if (hi <= lo)
+            continue;
+        uint32_t n = kd_tr_launch(r, i, p, cap);
+        if (n == 0)
+            continue;
+        uint32_t k = 1;
+        for (uint32_t a = 0; a < p[0].launch.nargs && k < n; a++) {
+            const kd_payload *q = &p[k];
+            if (q->tag == KD_TAG_TENSOR && (q->tensor.role & KD_ROLE_WRITE) &&
+                q->tensor.device_type == dev_type && q->tensor.device_index == dev_index) {
+                uint64_t a0, a1;
+                kd_tensor_extent(q, &a0, &a1);
+                if (a0 < a1 && a0 < hi && lo < a1) {
+                    found = (int64_t)i;
+                    if (a < 64)
+                        *args_mask |= 1ull << a;
+                }
+            }
+            k += kd_arg_payloads(q);
+        }
+    }
+    free(p);
+    return found;
+}

@@ -1,0 +1,344 @@
+/* test_trace.c - the trace writer and reader (kd_trace.h), Python-free, under
+ * AddressSanitizer and UBSan: round trips, every truncation, and a fuzzer that
+ * flips, inserts and deletes bytes and demands an error or a clean read,
+ * never a crash.  Run by csrc/Makefile (`make -C csrc test`). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kd_record.h"
+#include "../kd_strtab.h"
+#include "../kd_trace.h"
+
+static int failures = 0;
+static int checks = 0;
+
+#define CHECK(cond)                                                                      \
+    do {                                                                                 \
+        checks++;                                                                        \
+        if (!(cond)) {                                                                   \
+            failures++;                                                                  \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);     \
+        }                                                                                \
+    } while (0)
+
+/* A launch of kernel `name` with a 2-d hashed input, a 6-d output (dims
+ * continuation), an int and a float. */
+static uint32_t make_launch(kd_strtab *g, kd_payload *p, uint64_t index, uint64_t hash)
+{
+    memset(p, 0, 8 * sizeof *p);
+    kd_launch *l = &p[0].launch;
+    l->tag = KD_TAG_LAUNCH;
+    l->kind = KD_KIND_TRITON;
+    l->flags = KD_LF_GRID | KD_LF_CONFIG;
+    l->device_type = 1;
+    l->device_index = 0;
+    l->num_warps = 4;
+    l->num_stages = 2;
+    l->name_id = kd_strtab_intern(g, "triton_red_fused_sum_0", 22);
+    l->config_id = kd_strtab_intern(g, "XBLOCK=64, R0_BLOCK=8", 21);
+    l->grid[0] = 64;
+    l->grid[1] = 128;
+    l->grid[2] = 1;
+    l->launch_index = index;
+    l->py_index = index * 2;
+    l->stream = 0x7f00aa00;
+    l->thread_id = 0x7fffdeadbeef;
+    l->t_start_ns = 1000000000ull + index * 5000;
+    l->t_end_ns = l->t_start_ns + 1234;
+    kd_tensor_arg *a = &p[1].tensor;
+    a->tag = KD_TAG_TENSOR;
+    a->role = KD_ROLE_READ;
+    a->dtype = 6; /* float */
+    a->ndim = 2;
+    a->device_type = 1;
+    a->name_id = kd_strtab_intern(g, "in_ptr0", 7);
+    a->data_ptr = 0x7f0000001000ull + index * 256;
+    a->sizes[0] = 8;
+    a->sizes[1] = 4;
+    a->strides[0] = 4;
+    a->strides[1] = 1;
+    a->flags = KD_TF_HASHED;
+    kd_hash_rec *h = &p[2].hash;
+    h->tag = KD_TAG_HASH;
+    h->kinds = KD_HK_BITWISE | KD_HK_NORM;
+    h->flags = KD_HF_PRE;
+    h->bitwise[0] = hash;
+    h->l1[0] = 12.5;
+    h->nan[0] = 1;
+    kd_tensor_arg *o = &p[3].tensor;
+    o->tag = KD_TAG_TENSOR;
+    o->role = KD_ROLE_WRITE;
+    o->dtype = 15; /* bfloat16 */
+    o->ndim = 6;
+    o->device_type = 1;
+    o->name_id = kd_strtab_intern(g, "out_ptr0", 8);
+    o->data_ptr = 0x7f0000100000ull;
+    o->storage_offset = 3;
+    for (int d = 0; d < 4; d++) {
+        o->sizes[d] = 2;
+        o->strides[d] = 1 << (5 - d);
+    }
+    kd_dims_cont *c = &p[4].dims;
+    c->tag = KD_TAG_DIMS;
+    c->count = 2;
+    c->sizes[0] = 2;
+    c->strides[0] = 2;
+    c->sizes[1] = 2;
+    c->strides[1] = 1;
+    p[5].scalar.tag = KD_TAG_INT;
+    p[5].scalar.name_id = kd_strtab_intern(g, "xnumel", 6);
+    p[5].scalar.value.i = -32;
+    p[6].scalar.tag = KD_TAG_FLOAT;
+    p[6].scalar.name_id = kd_strtab_intern(g, "eps", 3);
+    p[6].scalar.value.f = 1e-5;
+    l->nargs = 4;
+    l->nslots = 6;
+    return 7;
+}
+
+static const uint8_t TREE[] = {KD_T_LIST, 2, KD_T_I64, 1, 2, 3, 4, 5, 6, 7, 8, KD_T_NONE};
+
+/* A trace of n launches and n ops, sealed every `every` records. */
+static kd_buf make_trace(kd_strtab *g, int n, int every, int end)
+{
+    kd_tw w;
+    kd_buf file = {0};
+    if (kd_tw_init(&w) != 0)
+        return file;
+    kd_tw_meta(&w, "{\"workload\": \"test\"}", 20);
+    kd_payload p[8];
+    for (int i = 0; i < n; i++) {
+        uint32_t np = make_launch(g, p, (uint64_t)i, 0x1234567890abcdefull ^ (uint64_t)i);
+        CHECK(kd_tw_launch(&w, p, np, g) == 0);
+        CHECK(kd_tw_op(&w, 1, KD_OPF_OUT_HASH | KD_OPF_OPCALL, "aten::add.Tensor", 16,
+                       "aten::add.Tensor(t: f32[4], 1)", 30, NULL, 0, TREE, sizeof TREE) == 0);
+        if ((i + 1) % every == 0)
+            kd_tw_seal(&w);
+    }
+    if (end)
+        kd_tw_end(&w);
+    else
+        kd_tw_seal(&w);
+    kd_buf_put(&file, w.out.p, w.out.len);
+    kd_tw_free(&w);
+    return file;
+}
+
+static void test_roundtrip(void)
+{
+    kd_strtab *g = kd_strtab_new(1024);
+    kd_buf f = make_trace(g, 50, 7, 1);
+    kd_tr r;
+    CHECK(kd_tr_open(&r, f.p, f.len) == 0);
+    CHECK(r.nrec == 100);
+    CHECK(r.complete == 1);
+    CHECK(r.ignored == 0);
+    CHECK(r.nmeta == 1);
+    CHECK(r.tensor_args == 100);
+    /* bytes per tensor argument, the budget is 64 */
+    /* launch records (the ops' text is shared): bytes per tensor argument,
+     * the issue's budget is 64; here a 2-d input with bitwise + norm hashes,
+     * a 6-d output, an int and a float per launch */
+    uint64_t launch_bytes = 0;
+    for (uint64_t i = 0; i < r.nrec; i += 2)
+        launch_bytes += r.rec_off[i + 1] - r.rec_off[i];
+    printf("trace: %zu bytes, %" PRIu64 " bytes of launches, %" PRIu64 " tensor args\n", f.len,
+           launch_bytes, r.tensor_args);
+    CHECK(launch_bytes / r.tensor_args < 64);
+    kd_payload want[8], got[16];
+    for (uint64_t i = 0; i < r.nrec; i += 2) {
+        uint32_t nw = make_launch(g, want, i / 2, 0x1234567890abcdefull ^ (i / 2));
+        uint32_t ng = kd_tr_launch(&r, i, got, 16);
+        CHECK(ng == nw);
+        /* file string ids: compare through the strings */
+        size_t n1, n2;
+        const char *s1 = kd_strtab_get(g, want[0].launch.name_id, &n1);
+        const char *s2 = kd_tr_string(&r, got[0].launch.name_id, &n2);
+        CHECK(n1 == n2 && memcmp(s1, s2, n1) == 0);
+        got[0].launch.name_id = want[0].launch.name_id;
+        got[0].launch.config_id = want[0].launch.config_id;
+        for (uint32_t k = 1; k < ng; k++)
+            if (got[k].tag == KD_TAG_TENSOR || got[k].tag == KD_TAG_INT || got[k].tag == KD_TAG_FLOAT)
+                got[k].scalar.name_id = want[k].scalar.name_id;
+        CHECK(memcmp(want, got, nw * sizeof(kd_payload)) == 0);
+        kd_tr_op op;
+        CHECK(kd_tr_op_get(&r, i + 1, &op) == 0);
+        CHECK(op.depth == 1 && op.out_len == sizeof TREE && memcmp(op.out_tree, TREE, sizeof TREE) == 0);
+        CHECK(op.in_tree == NULL);
+        CHECK(kd_tr_launch(&r, i + 1, got, 16) == 0); /* not a launch */
+    }
+    /* digests: equal launches of two files are equal; a changed hash changes only PRE */
+    uint64_t d0[KD_DG_N], d1[KD_DG_N];
+    kd_tr_digests(&r, 0, d0);
+    kd_tr_digests(&r, 2, d1);
+    CHECK(d0[KD_DG_KEY] == d1[KD_DG_KEY] && d0[KD_DG_CONFIG] == d1[KD_DG_CONFIG]);
+    CHECK(d0[KD_DG_SHAPE] == d1[KD_DG_SHAPE]);
+    CHECK(d0[KD_DG_PRE] != d1[KD_DG_PRE] && d0[KD_DG_PRE] != 0);
+    CHECK(d0[KD_DG_POST] == 0);
+    kd_tr_digests(&r, 1, d0);
+    CHECK(d0[KD_DG_POST] == kd_tree_leaf_digest(TREE, sizeof TREE) && d0[KD_DG_PRE] == 0);
+    /* the op's output leaf is found by value; launch 3's output by address */
+    uint64_t leaf = kd_tree_leaf_digest(TREE + 2, 9), mask = 0;
+    CHECK(kd_tree_has_leaf(TREE, sizeof TREE, leaf));
+    CHECK(kd_tr_last_writer(&r, 10, 1, 0, 0, 0, leaf, &mask) == 9);
+    CHECK(kd_tr_last_writer(&r, 7, 1, 0, 0x7f0000100000ull + 4, 0x7f0000100000ull + 8, 0, &mask) == 6);
+    CHECK(mask == 2);
+    CHECK(kd_tr_last_writer(&r, 7, 1, 1, 0x7f0000100000ull, 0x7f0000100008ull, 0, &mask) == -1);
+    CHECK(kd_tr_last_writer(&r, 7, 1, 0, 0x10, 0x20, 0, &mask) == -1);
+    kd_tr_free(&r);
+    kd_buf_free(&f);
+    kd_strtab_free(g);
+}
+
+/* A crc32 known answer: zlib.crc32(b"123456789") == 0xCBF43926. */
+static void test_crc(void)
+{
+    CHECK(kd_crc32((const uint8_t *)"123456789", 9) == 0xCBF43926u);
+    CHECK(kd_crc32(NULL, 0) == 0);
+}
+
+static void test_truncation(void)
+{
+    kd_strtab *g = kd_strtab_new(1024);
+    kd_buf f = make_trace(g, 20, 5, 1);
+    uint64_t last_nrec = 0;
+    for (size_t cut = 0; cut <= f.len; cut++) {
+        uint8_t *copy = malloc(cut ? cut : 1);
+        memcpy(copy, f.p, cut);
+        kd_tr r;
+        int rc = kd_tr_open(&r, copy, cut);
+        if (cut < 8) {
+            CHECK(rc == -1 && r.err_off == 0);
+        } else if (cut < KD_TRACE_HEADER_BYTES) {
+            CHECK(rc == -1);
+        } else {
+            CHECK(rc == 0);
+            CHECK(r.valid_end + r.ignored == cut);
+            CHECK(r.nrec >= last_nrec); /* more bytes never read fewer records */
+            CHECK(r.nrec % 2 == 0);       /* whole chunks: launch and op pairs here */
+            CHECK(r.complete == (cut == f.len));
+            last_nrec = r.nrec;
+            kd_payload tmp[16];
+            for (uint64_t i = 0; i < r.nrec; i += 2)
+                CHECK(kd_tr_launch(&r, i, tmp, 16) == 7);
+        }
+        kd_tr_free(&r);
+        free(copy);
+    }
+    CHECK(last_nrec == 40);
+    kd_buf_free(&f);
+    kd_strtab_free(g);
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* Mutations that keep the checksums right too (re-sealed chunks), so the
+ * record decoder itself meets garbage, not just the CRC check. */
+static void fix_crcs(uint8_t *p, size_t n)
+{
+    size_t pos = KD_TRACE_HEADER_BYTES;
+    while (pos + KD_CHUNK_HEADER_BYTES <= n) {
+        uint32_t len = (uint32_t)p[pos + 8] | (uint32_t)p[pos + 9] << 8 | (uint32_t)p[pos + 10] << 16 |
+                       (uint32_t)p[pos + 11] << 24;
+        if (len > n - pos - KD_CHUNK_HEADER_BYTES)
+            return;
+        uint32_t c = kd_crc32(p + pos + KD_CHUNK_HEADER_BYTES, len);
+        for (int i = 0; i < 4; i++)
+            p[pos + 12 + i] = (uint8_t)(c >> (8 * i));
+        pos += KD_CHUNK_HEADER_BYTES + len;
+    }
+}
+
+static void test_fuzz(void)
+{
+    kd_strtab *g = kd_strtab_new(1024);
+    kd_buf f = make_trace(g, 12, 4, 1);
+    int errors = 0, clean = 0;
+    for (int it = 0; it < 20000; it++) {
+        size_t n = f.len;
+        uint8_t *p = malloc(n + 16);
+        memcpy(p, f.p, n);
+        int muts = 1 + (int)(next() % 4);
+        for (int m = 0; m < muts; m++) {
+            size_t at = KD_TRACE_HEADER_BYTES + next() % (n - KD_TRACE_HEADER_BYTES);
+            switch (next() % 4) {
+            case 0:
+                p[at] ^= (uint8_t)(1u << (next() % 8));
+                break;
+            case 1:
+                p[at] = (uint8_t)next();
+                break;
+            case 2: /* delete a byte */
+                memmove(p + at, p + at + 1, n - at - 1);
+                n--;
+                break;
+            default: /* insert a byte */
+                memmove(p + at + 1, p + at, n - at);
+                p[at] = (uint8_t)next();
+                n++;
+                break;
+            }
+        }
+        if (it % 2)
+            fix_crcs(p, n);
+        kd_tr r;
+        if (kd_tr_open(&r, p, n) != 0) {
+            errors++;
+            CHECK(r.err[0] != 0 && r.err_off <= n);
+        } else {
+            clean++;
+            kd_payload tmp[64];
+            uint64_t dg[KD_DG_N], mask;
+            for (uint64_t i = 0; i < r.nrec; i++) {
+                kd_tr_launch(&r, i, tmp, 64);
+                kd_tr_digests(&r, i, dg);
+                kd_tr_op op;
+                kd_tr_op_get(&r, i, &op);
+            }
+            kd_tr_last_writer(&r, r.nrec, 1, 0, 0, UINT64_MAX, 5, &mask);
+        }
+        kd_tr_free(&r);
+        free(p);
+    }
+    CHECK(errors > 1000);
+    CHECK(clean > 10);
+    printf("fuzz: 20000 mutated traces, %d rejected with an offset, %d read\n", errors, clean);
+    kd_buf_free(&f);
+    kd_strtab_free(g);
+}
+
+static void test_foreign(void)
+{
+    kd_tr r;
+    const char *png = "\x89PNG\r\n\x1a\n0000000000000000000000000000";
+    CHECK(kd_tr_open(&r, (const uint8_t *)png, 36) == -1 && r.err_off == 0);
+    kd_tr_free(&r);
+    uint8_t hdr[32] = "KDTRACE\x1a";
+    hdr[8] = 9; /* a newer major version */
+    hdr[12] = 32;
+    CHECK(kd_tr_open(&r, hdr, 32) == -1 && r.err_off == 8 && strstr(r.err, "newer") != NULL);
+    kd_tr_free(&r);
+    hdr[8] = 1;
+    CHECK(kd_tr_open(&r, hdr, 32) == 0 && r.nrec == 0 && !r.complete);
+    kd_tr_free(&r);
+}
+
+int main(void)
+{
+    test_crc();
+    test_roundtrip();
+    test_truncation();
+    test_fuzz();
+    test_foreign();
+    printf("test_trace: %d checks, %d failures\n", checks, failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,388 @@
+"""Trace files (.kdt): save a recorded run, stream it while the program runs,
+load it back in another process.
+
+The format (docs/trace-format.md, Note [Trace format] in csrc/kd_trace.h) is
+written and read by the C core: kernel launches are encoded straight from the
+recorder's store, aten ops as their rendered text plus their hash trees.  One
+record per entry of ``debug_mode.operators``, in that order.
+
+    debug_mode.save("run.kdt")            # after the run
+    DebugMode(trace="run.kdt")            # streamed while it runs
+    run = kdebug.load("run.kdt")          # a Run: operators, debug_string(), ...
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import warnings
+from typing import Any
+
+import torch
+
+from . import _C, _upstream, hashing
+from .calls import _KernelCall, make_call
+
+TraceError = _C.TraceError
+_FLAG_IN, _FLAG_OUT, _FLAG_OPCALL = 1, 2, 4
+REC_LAUNCH, REC_OP = 1, 2
+
+
+class TraceFileError(ValueError):
+    """A trace file kdebug cannot read: says which file, at which byte, and why."""
+
+    def __init__(self, path: str, offset: int, message: str):
+        self.path, self.offset, self.message = path, offset, message
+        super().__init__(f"{path}: byte {offset}: {message}. "
+                         "Record the run again (kdebug record -o FILE -- python script.py).")
+
+
+def _meta_base() -> dict:
+    from . import __version__
+
+    specs = {}
+    for i in range(1, len(hashing._specs)):
+        s = hashing._specs[i]
+        specs[str(i)] = {"names": s.names, "single": s.single, "custom": s.fn is not None}
+    return {"kdebug": __version__, "torch": torch.__version__, "python": sys.version.split()[0],
+            "argv": list(sys.argv), "pid": os.getpid(), "time": time.time(), "hash_specs": specs}
+
+
+def _op_record(op, attributes) -> tuple[int, int, str, str, Any, Any]:
+    """(depth, flags, name, text, input hash tree, output hash tree) of a non-kernel entry."""
+    log = getattr(op, "log", None)
+    saved = log
+    try:
+        op.log = None
+        text = op.render(attributes)
+    finally:
+        op.log = saved
+    log = log or {}
+    flags = _FLAG_OPCALL if isinstance(op, _upstream._OpCall) else 0
+    if "input_hash" in log:
+        flags |= _FLAG_IN
+    if "hash" in log:
+        flags |= _FLAG_OUT
+    name = _upstream.get_call_name(op)
+    return op.call_depth, flags, name, text, log.get("input_hash"), log.get("hash")
+
+
+class Writer:
+    """Encodes operators entries with the C writer and writes whole chunks."""
+
+    def __init__(self, path: str | None = None, meta: dict | None = None):
+        self._w = _C.TraceWriter()
+        self._f = open(path, "wb") if path is not None else None
+        self._chunks: list[bytes] = []
+        self.path = path
+        self.custom_skipped = 0
+        self._w.meta(json.dumps(meta if meta is not None else _meta_base()))
+        self._flush_out()
+
+    def write(self, items, attributes, recorder) -> None:
+        run_start = run_stop = None
+        for op in items:
+            if isinstance(op, _KernelCall):
+                i = op._launch.store_index
+                if run_stop is not None and i == run_stop and op._recorder is recorder:
+                    run_stop += 1
+                    continue
+                if run_start is not None:
+                    self._w.launches(recorder, run_start, run_stop)
+                if op._recorder is not recorder:
+                    raise ValueError("a kernel record from another recorder")
+                run_start, run_stop = i, i + 1
+                if recorder.custom:
+                    self.custom_skipped += sum(1 for k in recorder.custom if k[0] == op.launch_index)
+                continue
+            if run_start is not None:
+                self._w.launches(recorder, run_start, run_stop)
+                run_start = run_stop = None
+            self._w.op(*_op_record(op, attributes))
+        if run_start is not None:
+            self._w.launches(recorder, run_start, run_stop)
+        self._w.seal()
+        self._flush_out()
+
+    def meta(self, d: dict) -> None:
+        self._w.meta(json.dumps(d, default=str))
+        self._flush_out()
+
+    def _flush_out(self) -> None:
+        b = self._w.take()
+        if not b:
+            return
+        if self._f is None:
+            self._chunks.append(b)
+        else:
+            self._f.write(b)
+            self._f.flush()
+
+    def close(self, end: bool = True) -> None:
+        if end:
+            self._w.end()
+        self._flush_out()
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def reopen(self) -> None:
+        """Appends to the file again (a DebugMode entered a second time): the
+        strings already written stay defined."""
+        if self._f is None and self.path is not None:
+            self._f = open(self.path, "ab")
+
+    def getvalue(self) -> bytes:
+        return b"".join(self._chunks)
+
+    def stats(self) -> dict:
+        return self._w.stats()
+
+
+def _final_meta(dm) -> dict:
+    s = dm.kernel_stats
+    keep = ("launches", "dropped", "errors", "unrecorded", "suppressed", "complete", "bypassed_graph_calls",
+            "outputs_skipped", "readonly_changed", "hash_unsupported")
+    return {"stats": {k: s[k] for k in keep if k in s}}
+
+
+def save(dm, path: str | None) -> bytes | dict:
+    """Writes a DebugMode's whole run to ``path`` (or returns the bytes when path is None)."""
+    w = Writer(path)
+    w.write(dm.operators, dm.record_tensor_attributes, dm._recorder)
+    w.meta(_final_meta(dm))
+    if w.custom_skipped:
+        w.meta({"custom_hashes_not_saved": w.custom_skipped})
+        warnings.warn(f"{w.custom_skipped} hash value(s) of a custom hash_fn are not saved in traces "
+                      "(only 'bitwise', 'norm' and 'hash_tensor' are)", stacklevel=3)
+    w.close()
+    return w.getvalue() if path is None else w.stats()
+
+
+class Stream:
+    """DebugMode(trace=path): the run written as it is recorded.  Each time the
+    mode's records are read, at most every ``interval`` seconds while aten ops
+    run, and when the mode exits, the new operators entries are appended as
+    whole chunks; a process that dies leaves every chunk written before."""
+
+    def __init__(self, dm, path: str, interval: float = 1.0):
+        self.dm = dm
+        self.w = Writer(path)
+        self.written = 0
+        self.interval = interval
+        self.next_t = time.monotonic() + interval
+        self.closed = False
+
+    def reopen(self) -> None:
+        if self.closed:
+            self.w.reopen()
+            self.closed = False
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.next_t
+
+    def write_new(self) -> None:
+        ops = self.dm.operators  # drains, resolves, merges
+        n = list.__len__(ops)
+        if n > self.written:
+            self.w.write(list.__getitem__(ops, slice(self.written, n)), self.dm.record_tensor_attributes,
+                         self.dm._recorder)
+            self.written = n
+        self.next_t = time.monotonic() + self.interval
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.write_new()
+        self.w.meta(_final_meta(self.dm))
+        self.w.close()
+        self.closed = True
+
+
+# ---------------------------------------------------------------- reading
+
+
+class _OpCall(_upstream._OpCall):
+    """An aten op (or other non-kernel entry) read from a trace: its text and
+    hashes.  Named like upstream's class: DebugMode.check_hash_mismatches
+    matches calls by type name."""
+
+    def __init__(self, depth: int, name: str, text: str, log: dict | None, is_op: bool):
+        self.call_depth = depth
+        self.op = _resolve_op(name) if is_op else name
+        self._name = name
+        self._text = text
+        self.log = log
+        self.args_str = self.kwargs_str = ""
+        self.output_str = None
+        self.record = None
+        self.stack_trace = self.fwd_stack_trace = None
+
+    def render(self, attributes) -> str:
+        return self._text + (f"  # {self.log}" if self.log else "")
+
+    def __repr__(self) -> str:
+        return self._text
+
+
+_ops_by_name: dict[str, Any] = {}
+_spec_ids: dict[tuple, int] = {}  # (hash names, single) -> this process's spec id
+
+
+def _resolve_op(name: str):
+    """torch.ops.aten.add.Tensor for 'aten::add.Tensor' when it exists, else the name."""
+    op = _ops_by_name.get(name)
+    if op is None:
+        op = name
+        ns, _, rest = name.partition("::") if "::" in name else name.partition(".")
+        base, _, overload = rest.partition(".")
+        try:
+            packet = getattr(getattr(torch.ops, ns), base)
+            op = getattr(packet, overload or "default")
+        except (AttributeError, RuntimeError):
+            pass
+        _ops_by_name[name] = op
+    return op
+
+
+class Run:
+    """A recorded run read from a trace file: the parts of a DebugMode that
+    reading needs (``operators``, ``logs``, ``kernels``, ``debug_string()``)."""
+
+    record_tensor_attributes = None
+
+    def __init__(self, data: bytes, path: str = "<bytes>"):
+        self.path = path
+        self._data = data
+        try:
+            self._reader = _C.TraceReader(data)
+        except TraceError as e:
+            off, msg = e.args[0]
+            raise TraceFileError(path, off, msg) from None
+        info = self._reader.info()
+        self.info = info
+        self.meta: dict = {}
+        for m in info["meta"]:
+            try:
+                self.meta.update(json.loads(m))
+            except ValueError:
+                pass  # a META chunk kdebug did not write: its bytes were checked, its JSON is not ours
+        self.types = self._reader.types()
+        self._spec_map = {}
+        for k, v in (self.meta.get("hash_specs") or {}).items():
+            names = tuple(v.get("names") or ())
+            if names and not v.get("custom"):
+                key = (names, bool(v.get("single")))
+                if key not in _spec_ids:
+                    _spec_ids[key] = hashing.parse(names[0] if key[1] else list(names))[0]
+                self._spec_map[int(k)] = _spec_ids[key]
+        self._rec = _C.Recorder(1024, "overwrite")
+        self._store_of: dict[int, int] = {}
+        self._calls: dict[int, Any] = {}
+        self._ops = None
+
+    def __len__(self) -> int:
+        return len(self.types)
+
+    @property
+    def complete(self) -> bool:
+        """The recording finished (END chunk) and every launch was recorded."""
+        st = self.meta.get("stats", {})
+        return bool(self.info["complete"]) and st.get("complete", True)
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.info["ignored_bytes"]:
+            out.append(f"{self.path}: the last {self.info['ignored_bytes']} byte(s) are an incomplete chunk "
+                       f"(the recording process died while writing); read the {len(self)} complete records "
+                       f"before byte {self.info['valid_bytes']}")
+        elif not self.info["complete"]:
+            out.append(f"{self.path}: the recording did not finish (no END chunk): the process died or "
+                       "is still running; its records up to here are read")
+        st = self.meta.get("stats", {})
+        if st.get("dropped"):
+            out.append(f"{self.path}: {st['dropped']} launch record(s) were dropped while recording (ring full)")
+        if st.get("unrecorded"):
+            out.append(f"{self.path}: {st['unrecorded']} launch(es) were not recorded (hook errors)")
+        for reason, n in (st.get("bypassed_graph_calls") or {}).items():
+            out.append(f"{self.path}: {n} graph call(s) through {reason} were not recorded")
+        if self.meta.get("custom_hashes_not_saved"):
+            out.append(f"{self.path}: {self.meta['custom_hashes_not_saved']} custom hash value(s) were not saved")
+        return out
+
+    def _load_range(self, start: int, stop: int) -> None:
+        base = len(self._rec)
+        for k, i in enumerate(self._reader.load_into(self._rec, self._spec_map, start, stop)):
+            self._store_of[i] = base + k
+
+    def call(self, i: int):
+        """The operators entry of record i, made on first use."""
+        c = self._calls.get(i)
+        if c is None:
+            if self.types[i] == REC_LAUNCH:
+                if i not in self._store_of:
+                    self._load_range(i, i + 1)
+                c = make_call(self._rec.launch(self._store_of[i]), self._rec)
+            else:
+                depth, flags, name, text, tin, tout = self._reader.op(i, hashing.norm_value)
+                log = {}
+                if flags & _FLAG_IN:
+                    log["input_hash"] = tin
+                if flags & _FLAG_OUT:
+                    log["hash"] = tout
+                c = _OpCall(depth, name, text, log or None, bool(flags & _FLAG_OPCALL))
+            self._calls[i] = c
+        return c
+
+    @property
+    def operators(self) -> list:
+        if self._ops is None:
+            if len(self._store_of) == 0:
+                self._load_range(0, len(self))
+            self._ops = [self.call(i) for i in range(len(self))]
+        return self._ops
+
+    @property
+    def logs(self) -> list:
+        return list(self.operators)
+
+    @property
+    def kernels(self) -> list:
+        return [op for op in self.operators if isinstance(op, _KernelCall)]
+
+    def debug_string(self, verbose: bool = False) -> str:
+        from .calls import _VERBOSE
+
+        token = _VERBOSE.set(verbose)
+        try:
+            lines = ["  " + "  " * op.call_depth + op.render(None) for op in self.operators]
+        finally:
+            _VERBOSE.reset(token)
+        head = "".join(f"# kdebug: INCOMPLETE: {p}\n" for p in self.problems())
+        return head + "\n".join(lines)
+
+    def digests(self) -> bytes:
+        return self._reader.digests()
+
+    def __repr__(self) -> str:
+        return f"<kdebug.Run {self.path}: {len(self)} records, {self.info['tensor_args']} tensor args>"
+
+
+def load(path: str, *, quiet: bool = False) -> Run:
+    """Reads a trace written by ``DebugMode.save`` / ``DebugMode(trace=...)`` /
+    ``kdebug record``.  A truncated file (the process died) loads up to its last
+    complete chunk, with a warning; a corrupt, foreign or newer file raises
+    TraceFileError naming the byte offset."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise TraceFileError(str(path), 0, f"cannot read: {e.strerror}") from None
+    run = Run(data, str(path))
+    if not quiet:
+        from .inductor import KdebugWarning
+
+        for p in run.problems():
+            warnings.warn(p, KdebugWarning, stacklevel=2)
+    return run
