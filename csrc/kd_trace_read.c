@@ -668,7 +668,15 @@ void kd_tr_digests(const kd_tr *r, uint64_t i, uint64_t out[KD_DG_N])
             return;
         out[KD_DG_KEY] = mix(2, str_digest(r, op.name_id));
         out[KD_DG_CONFIG] = 0;
-        out[KD_DG_SHAPE] = mix(op.depth, str_digest(r, op.text_id));
+        /* the call's text up to its output ("  ->  "): an .item()'s output is a value */
+        size_t tl;
+        const char *t = kd_tr_string(r, op.text_id, &tl);
+        for (size_t k = 0; k + 6 <= tl; k++)
+            if (memcmp(t + k, "  ->  ", 6) == 0) {
+                tl = k;
+                break;
+            }
+        out[KD_DG_SHAPE] = mix(op.depth, bytes_digest((const uint8_t *)t, tl));
         if (op.flags & KD_OPF_IN_HASH)
             out[KD_DG_PRE] = bytes_digest(op.in_tree, op.in_len);
         if (op.flags & KD_OPF_OUT_HASH)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -56,6 +57,215 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- record / show / diff / hunt
+
+
+def _split_command(cmd: list[str]) -> tuple[list[str], bool]:
+    """The program part of `python script.py args` / `python -m mod args` /
+    `script.py args`, and whether it is a module."""
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if cmd and (os.path.basename(cmd[0]).startswith("python") or cmd[0] == sys.executable):
+        cmd = cmd[1:]
+    if cmd and cmd[0] == "-m":
+        return cmd[1:], True
+    return cmd, False
+
+
+def _runner_cmd(out: str, target: list[str], module: bool, fix: str | None = None, builtin: bool = False) -> list[str]:
+    cmd = [sys.executable, "-m", "kdebug._runner", "--out", out]
+    if fix:
+        cmd += ["--fix", fix]
+    if builtin:
+        cmd.append("--builtin")
+    elif module:
+        cmd.append("-m")
+    return cmd + ["--"] + target if not builtin else cmd + target
+
+
+def _record(args: argparse.Namespace) -> int:
+    target, module = _split_command(args.command)
+    if not target:
+        print("kdebug record: give the program after --, e.g. kdebug record -o run.kdt -- python train.py",
+              file=sys.stderr)
+        return 2
+    if not module and not os.path.exists(target[0]):
+        print(f"kdebug record: no such script: {target[0]}", file=sys.stderr)
+        return 2
+    from . import _runner
+
+    return _runner.record(args.output, target, module=module)
+
+
+def _load_or_fail(path: str):
+    import kdebug
+
+    try:
+        return kdebug.load(path)
+    except kdebug.TraceFileError as e:
+        print(f"kdebug: {e}", file=sys.stderr)
+        return None
+
+
+def _show(args: argparse.Namespace) -> int:
+    run = _load_or_fail(args.trace)
+    if run is None:
+        return 2
+    print(run.debug_string(verbose=args.verbose))
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    import kdebug
+
+    a, b = _load_or_fail(args.a), _load_or_fail(args.b)
+    if a is None or b is None:
+        return 2
+    rep = kdebug.compare(a, b)
+    print(rep)
+    return 0 if rep.ok else 1
+
+
+class _Progress:
+    """A one-line progress bar on stderr (plain lines when it is not a terminal)."""
+
+    def __init__(self, total: int, label: str):
+        self.total, self.label, self.done, self.t0 = total, label, 0, time.perf_counter()
+        self.tty = sys.stderr.isatty()
+        self.show("starting")
+
+    def show(self, what: str) -> None:
+        width = 24
+        fill = int(width * self.done / max(self.total, 1))
+        line = (f"{self.label} [{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} "
+                f"{time.perf_counter() - self.t0:5.1f}s  {what}")
+        if self.tty:
+            sys.stderr.write("\r" + line.ljust(100)[:100])
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def step(self, what: str) -> None:
+        self.done += 1
+        self.show(what)
+
+    def close(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+def _record_runs(n: int, target: list[str], module: bool, builtin: bool, tmp: str, fix: str | None,
+                 in_process: bool, label: str) -> list[str] | None:
+    """Records n runs; returns their trace paths, or None (the program failed)."""
+    import subprocess
+
+    paths = []
+    bar = _Progress(n, label)
+    for i in range(n):
+        out = os.path.join(tmp, f"{'fix-' + fix + '-' if fix else ''}run{i}.kdt")
+        bar.show(f"recording run {i}")
+        if in_process:
+            status = _record_in_process(out, target, module, builtin, fix, tmp, i)
+        else:
+            proc = subprocess.run(_runner_cmd(out, target, module, fix, builtin), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+            status = proc.returncode
+            if status != 0:
+                bar.close()
+                print(proc.stdout[-4000:], file=sys.stderr)
+        if status != 0:
+            print(f"kdebug hunt: run {i} exited with status {status}; fix the program first", file=sys.stderr)
+            return None
+        paths.append(out)
+        bar.step(f"recorded run {i}")
+    bar.close()
+    return paths
+
+
+def _record_in_process(out: str, target, module: bool, builtin: bool, fix: str | None, tmp: str, i: int) -> int:
+    """One run in this process: dynamo reset and a fresh Inductor cache, so
+    every run compiles (and autotunes) from scratch."""
+    import torch
+
+    from . import _runner
+
+    torch._dynamo.reset()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, f"inductor-cache-{fix or 'base'}-{i}")
+    saved = list(sys.argv)
+    try:
+        return _runner.record(out, list(target), module=module, builtin=builtin, fix=fix)
+    finally:
+        sys.argv = saved
+        if fix == "deterministic_algorithms":
+            torch.use_deterministic_algorithms(False)
+
+
+def _compare_runs(paths: list[str], quiet: bool = False):
+    import kdebug
+    from .compare import _Side
+
+    first = _Side(kdebug.load(paths[0]))
+    reports = []
+    for i, p in enumerate(paths[1:], 1):
+        rep = kdebug.compare(first, _Side(kdebug.load(p)), runs=(0, i))
+        reports.append(rep)
+        if not quiet:
+            print(rep)
+    return reports
+
+
+def _hunt(args: argparse.Namespace) -> int:
+    import tempfile
+
+    if args.runs < 2:
+        print("kdebug hunt: --runs must be at least 2", file=sys.stderr)
+        return 2
+    builtin = not args.command
+    target, module = ([], False) if builtin else _split_command(args.command)
+    if builtin:
+        target = ["--device", args.device] if args.device != "cpu" else []
+        what = "the built-in workload (BucketedBlock: index_add + a transformer block, forward + backward)"
+    else:
+        if not module and not os.path.exists(target[0]):
+            print(f"kdebug hunt: no such script: {target[0]}", file=sys.stderr)
+            return 2
+        what = " ".join(target)
+    t0 = time.perf_counter()
+    keep = args.keep
+    tmp = keep or tempfile.mkdtemp(prefix="kdebug-hunt-")
+    os.makedirs(tmp, exist_ok=True)
+    print(f"kdebug hunt: {args.runs} runs of {what}, "
+          f"{'in this process (fresh dynamo and Inductor cache each)' if args.in_process else 'each in a fresh process'}")
+    paths = _record_runs(args.runs, target, module, builtin, tmp, None, args.in_process, "hunt")
+    if paths is None:
+        return 2
+    try:
+        reports = _compare_runs(paths)
+    except Exception as e:  # an unreadable trace: say so, exit 2
+        print(f"kdebug hunt: could not compare the runs: {e}", file=sys.stderr)
+        return 2
+    diverged = any(not r.ok for r in reports)
+    if args.try_fixes and diverged:
+        from ._runner import FIXES
+
+        print("\nkdebug hunt: trying fixes")
+        for fix, text in FIXES.items():
+            fpaths = _record_runs(args.runs, target, module, builtin, tmp, fix, args.in_process, f"fix {fix}")
+            if fpaths is None:
+                print(f"  {text}: the program failed with it")
+                continue
+            freps = _compare_runs(fpaths, quiet=True)
+            ok = all(r.ok for r in freps)
+            print(f"  {text}: {'REMOVES the divergence' if ok else 'does not remove it'}")
+            if not ok:
+                first = next(r for r in freps if not r.ok)
+                where = first.divergence.step_a.label() if first.divergence else "structure"
+                print(f"      (first divergence still at {where})")
+    print(f"\nkdebug hunt: {'runs DIVERGE' if diverged else 'all runs match'} "
+          f"({time.perf_counter() - t0:.1f}s; traces in {tmp})")
+    return 1 if diverged else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kdebug", description="kernel-level debugger for torch.compile")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -66,6 +276,29 @@ def main(argv: list[str] | None = None) -> int:
     d.set_defaults(fn=_demo)
     i = sub.add_parser("info", help="versions and settings that affect recording")
     i.set_defaults(fn=_info)
+    r = sub.add_parser("record", help="record a program with no code change: kdebug record -o run.kdt -- python script.py")
+    r.add_argument("-o", "--output", required=True, help="trace file to write (streamed while the program runs)")
+    r.add_argument("command", nargs=argparse.REMAINDER, help="-- python script.py [args...]")
+    r.set_defaults(fn=_record)
+    s_ = sub.add_parser("show", help="print a trace's debug string")
+    s_.add_argument("trace")
+    s_.add_argument("--verbose", action="store_true")
+    s_.set_defaults(fn=_show)
+    df = sub.add_parser("diff", help="compare two traces: the first divergence (exit 0 same, 1 differ, 2 error)")
+    df.add_argument("a")
+    df.add_argument("b")
+    df.set_defaults(fn=_diff)
+    h = sub.add_parser("hunt", help="run a script N times and name the first kernel where runs diverge "
+                                    "(exit 0 all match, 1 diverge, 2 error)")
+    h.add_argument("--runs", type=int, default=2)
+    h.add_argument("--in-process", action="store_true",
+                   help="run in this process, resetting dynamo and using a fresh Inductor cache each time")
+    h.add_argument("--try-fixes", action="store_true",
+                   help="re-run with each candidate fix and say which remove the divergence")
+    h.add_argument("--device", default="cpu", help="device of the built-in workload (no script given)")
+    h.add_argument("--keep", metavar="DIR", default=None, help="write the traces to DIR (default: a temp dir)")
+    h.add_argument("command", nargs=argparse.REMAINDER, help="script.py [args...] (none: the built-in workload)")
+    h.set_defaults(fn=_hunt)
     args = p.parse_args(argv)
     return args.fn(args)
 

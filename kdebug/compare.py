@@ -158,6 +158,15 @@ def _extent(t: TensorInfo) -> tuple[int, int]:
     return (t.data_ptr, t.data_ptr + (span + 1) * itemsize)
 
 
+def _fmt_pair(ha, hb, a: int, b: int) -> str:
+    """'run 0 bitwise 0x.., run 1 0x..; norm x vs y' for (bitwise, norm) pairs."""
+    if (isinstance(ha, tuple) and isinstance(hb, tuple) and len(ha) == len(hb) == 2
+            and isinstance(ha[0], int) and isinstance(ha[1], float)):
+        return (f"run {a} bitwise {_fmt_hash(ha[0])}, run {b} {_fmt_hash(hb[0])}; "
+                f"norm {ha[1]:.10g} vs {hb[1]:.10g}")
+    return f"run {a} {_fmt_hash(ha)}, run {b} {_fmt_hash(hb)}"
+
+
 @dataclass
 class Divergence:
     kind: str                  # "input" or "output"
@@ -187,6 +196,7 @@ class Report:
     structural: list = field(default_factory=list)  # human-readable lines
     config_changes: Any = field(default_factory=list)  # (step_a, step_b) pairs: grid / config differ
     shape_changes: Any = field(default_factory=list)   # (step_a, step_b) pairs: argument shapes differ
+    kernels_b: int = 0                                  # kernel launches in run b
 
     @property
     def ok(self) -> bool:
@@ -348,12 +358,14 @@ def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
         culprit = div.writer if div.writer is not None else a
         div.hints = _hints(culprit, kind, bool(len(cfg)) and int(cfg[0]) <= k)
         break
-    return Report(runs, A.n, B.n, len(pa), hashed, div, structural, config_changes, shape_changes)
+    return Report(runs, A.n, B.n, len(pa), hashed, div, structural, config_changes, shape_changes,
+                  B.run.types.count(1))
 
 
 def format_report(r: Report) -> str:
     a, b = r.runs
-    lines = [f"Run {b}: comparing with run {a} ... {r.n_b} launches and ops ({r.compared} aligned, {r.hashed} hashed)"]
+    lines = [f"Run {b}: comparing with run {a} ... {r.kernels_b} kernels, {r.n_b - r.kernels_b} aten ops "
+             f"({r.compared} aligned, {r.hashed} hashed)"]
     for s in r.structural[:10]:
         lines.append(f"  STRUCTURE: {s}")
     if len(r.structural) > 10:
@@ -381,12 +393,11 @@ def format_report(r: Report) -> str:
     lines.append(f"  FIRST DIVERGENCE: {where}")
     idx = f" (index {d.arg_index})" if d.arg_index is not None else ""
     if d.kind == "output":
-        lines.append(f"    inputs identical, output {d.arg}{idx} differs "
-                     f"(run {a} {_fmt_hash(d.hash_a)}, run {b} {_fmt_hash(d.hash_b)})")
+        lines.append(f"    inputs identical, output {d.arg}{idx} differs ({_fmt_pair(d.hash_a, d.hash_b, a, b)})")
         lines.append(f"    -> this {'kernel' if s.kind == 'kernel' else 'op'} is non-deterministic; "
                      f"{len(d.inherited)} later launches/ops inherited the difference")
     else:
-        lines.append(f"    input {d.arg}{idx} differs (run {a} {_fmt_hash(d.hash_a)}, run {b} {_fmt_hash(d.hash_b)})")
+        lines.append(f"    input {d.arg}{idx} differs ({_fmt_pair(d.hash_a, d.hash_b, a, b)})")
         if d.writer is not None and d.outside:
             lines.append(f"    -> last recorded write: {d.writer.label()} ({', '.join(d.writer_args)}), whose "
                          "output matched between the runs: the memory changed after it, outside the recorded "

@@ -275,6 +275,7 @@ class DebugMode(_upstream.DebugMode):
             raise ValueError("kernels_only=True records nothing unless record_triton_kernels=True")
         self._recorder = None
         self._stream = None
+        self._fresh: set[int] = set()  # Note [Fresh buffers] for aten ops
         self._trace_path = None if trace is None else os.fspath(trace)
         super().__init__(**upstream_flags)
         self.record_triton_kernels = bool(record_triton_kernels)
@@ -403,13 +404,18 @@ class DebugMode(_upstream.DebugMode):
                 return super().__torch_dispatch__(func, (), args, kwargs)
         pending = by_pytree = False
         if entry is not None and call is not None and entry[2] and not _hash_skipped(func):
-            h, by_pytree = _tree_hash((args, _without_outs(func, kwargs)), entry[1], entry[3])
+            hargs = args
+            if self._fresh and _written_args(func):
+                hargs = self._without_fresh(func, args)
+            h, by_pytree = _tree_hash((hargs, _without_outs(func, kwargs)), entry[1], entry[3])
             if h is not None:
                 call.log = {"input_hash": h}
                 pending = True
                 if _written_args(func):  # an in-place op: its input hashes run before it
                     _guard_writes(func, args, kwargs)
         result = func(*args, **kwargs)
+        if entry is not None and entry[2]:
+            self._track_fresh(func, args, result)
         if call is None:
             return result
         self._set_output(call, result)
@@ -432,6 +438,36 @@ class DebugMode(_upstream.DebugMode):
         if pending:
             self._pending_calls.append((call, by_pytree))
         return result
+
+    # Note [Fresh buffers] for aten ops: a tensor made by an aten::empty* op holds
+    # whatever memory it got until an op writes it (nn.Linear's init runs
+    # empty, then uniform_).  Hashing it before that write would make two runs
+    # differ in memory nobody computed, so an op's written arguments that are
+    # still fresh get None for input hashes, as out= buffers do.
+    def _track_fresh(self, func, args, result) -> None:
+        fresh = self._fresh
+        if isinstance(result, torch.Tensor) and _hash_skipped(func) and "empty" in str(func):
+            fresh.add(result.untyped_storage().data_ptr())
+            return
+        if not fresh:
+            return
+        if isinstance(result, torch.Tensor):  # new memory written by this op
+            fresh.discard(result.untyped_storage().data_ptr())
+        w = _written_args(func)
+        if w and w[0]:
+            for i in w[0]:
+                a = args[i] if i < len(args) else None
+                if isinstance(a, torch.Tensor):
+                    fresh.discard(a.untyped_storage().data_ptr())
+
+    def _without_fresh(self, func, args) -> tuple:
+        pos = _written_args(func)[0] or ()
+        out = list(args)
+        for i in pos:
+            a = out[i] if i < len(out) else None
+            if isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() in self._fresh:
+                out[i] = None
+        return tuple(out)
 
     def _resolve_aten_hashes(self) -> None:
         if not self._pending_calls:

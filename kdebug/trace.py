@@ -38,15 +38,19 @@ class TraceFileError(ValueError):
                          "Record the run again (kdebug record -o FILE -- python script.py).")
 
 
-def _meta_base() -> dict:
-    from . import __version__
-
+def _specs_meta() -> dict:
     specs = {}
     for i in range(1, len(hashing._specs)):
         s = hashing._specs[i]
         specs[str(i)] = {"names": s.names, "single": s.single, "custom": s.fn is not None}
+    return {"hash_specs": specs}
+
+
+def _meta_base() -> dict:
+    from . import __version__
+
     return {"kdebug": __version__, "torch": torch.__version__, "python": sys.version.split()[0],
-            "argv": list(sys.argv), "pid": os.getpid(), "time": time.time(), "hash_specs": specs}
+            "argv": list(sys.argv), "pid": os.getpid(), "time": time.time(), **_specs_meta()}
 
 
 def _op_record(op, attributes) -> tuple[int, int, str, str, Any, Any]:
@@ -77,10 +81,14 @@ class Writer:
         self._chunks: list[bytes] = []
         self.path = path
         self.custom_skipped = 0
+        self._nspecs = len(hashing._specs)
         self._w.meta(json.dumps(meta if meta is not None else _meta_base()))
         self._flush_out()
 
     def write(self, items, attributes, recorder) -> None:
+        if len(hashing._specs) != self._nspecs:  # log_tensor_hashes() specs made since: before their records
+            self._nspecs = len(hashing._specs)
+            self._w.meta(json.dumps(_specs_meta()))
         run_start = run_stop = None
         for op in items:
             if isinstance(op, _KernelCall):
@@ -171,7 +179,7 @@ class Stream:
         self.w = Writer(path)
         self.written = 0
         self.interval = interval
-        self.next_t = time.monotonic() + interval
+        self.last = time.monotonic()
         self.closed = False
 
     def reopen(self) -> None:
@@ -180,16 +188,17 @@ class Stream:
             self.closed = False
 
     def due(self) -> bool:
-        return time.monotonic() >= self.next_t
+        return time.monotonic() - self.last >= self.interval
 
     def write_new(self) -> None:
-        ops = self.dm.operators  # drains, resolves, merges
+        self.dm._flush()  # drain the ring, resolve GPU hashes, merge kernels into operators
+        ops = self.dm.operators
         n = list.__len__(ops)
         if n > self.written:
             self.w.write(list.__getitem__(ops, slice(self.written, n)), self.dm.record_tensor_attributes,
                          self.dm._recorder)
             self.written = n
-        self.next_t = time.monotonic() + self.interval
+        self.last = time.monotonic()
 
     def close(self) -> None:
         if self.closed:
@@ -227,7 +236,8 @@ class _OpCall(_upstream._OpCall):
 
 
 _ops_by_name: dict[str, Any] = {}
-_spec_ids: dict[tuple, int] = {}  # (hash names, single) -> this process's spec id
+_spec_ids: dict[tuple, int] = {}
+_names_set = False  # (hash names, single) -> this process's spec id
 
 
 def _resolve_op(name: str):
@@ -258,7 +268,7 @@ class Run:
         try:
             self._reader = _C.TraceReader(data)
         except TraceError as e:
-            off, msg = e.args[0]
+            off, msg = e.args
             raise TraceFileError(path, off, msg) from None
         info = self._reader.info()
         self.info = info
@@ -277,6 +287,10 @@ class Run:
                 if key not in _spec_ids:
                     _spec_ids[key] = hashing.parse(names[0] if key[1] else list(names))[0]
                 self._spec_map[int(k)] = _spec_ids[key]
+        global _names_set
+        if not _names_set:  # kernel lines render dtypes by name (set once per process)
+            _C._set_dtype_names(dict(_upstream.dtype_abbrs))
+            _names_set = True
         self._rec = _C.Recorder(1024, "overwrite")
         self._store_of: dict[int, int] = {}
         self._calls: dict[int, Any] = {}

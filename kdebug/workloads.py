@@ -56,3 +56,44 @@ def train_step_fn(model: nn.Module):
         return loss
 
     return step
+
+
+class BucketedBlock(nn.Module):
+    """The built-in hunt workload: many token features summed into a few
+    buckets (``index_add``), then a TinyBlock.  Inductor's C++ kernel for the
+    ``index_add`` accumulates with atomic adds across OpenMP threads, so the
+    bucket sums, and everything computed from them, change from run to run in
+    their last bits on any machine with two or more cores; the Triton kernel on
+    a GPU does the same with ``tl.atomic_add``."""
+
+    def __init__(self, d: int = 64, buckets: int = 16) -> None:
+        super().__init__()
+        self.buckets = buckets
+        self.inp = nn.Linear(d, d)
+        self.block = TinyBlock(d, heads=4)
+
+    def forward(self, feats: torch.Tensor, bucket: torch.Tensor) -> torch.Tensor:
+        pooled = torch.zeros(self.buckets, feats.shape[1], device=feats.device, dtype=feats.dtype)
+        pooled = pooled.index_add(0, bucket, feats)          # non-deterministic accumulation order
+        x = self.inp(pooled / feats.shape[0]).unsqueeze(0)    # (1, buckets, d)
+        return self.block(x)
+
+
+def hunt_main() -> None:
+    """What ``kdebug hunt`` runs when given no script: one compiled forward +
+    backward step of BucketedBlock on the CPU (or CUDA with --device cuda)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="kdebug built-in workload")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--tokens", type=int, default=1 << 18)
+    a = p.parse_args(__import__("sys").argv[1:])
+    torch.manual_seed(0)
+    model = BucketedBlock().to(a.device)
+    feats = torch.randn(a.tokens, 64, device=a.device)
+    bucket = torch.randint(0, model.buckets, (a.tokens,), device=a.device)
+    compiled = torch.compile(model)
+    model.zero_grad(set_to_none=True)
+    loss = compiled(feats, bucket).pow(2).mean()
+    loss.backward()
+    print(f"built-in workload: loss {loss.item():.6f}")

@@ -1,0 +1,94 @@
+"""Runs a program under a recording DebugMode that streams to a trace file:
+what ``kdebug record`` and ``kdebug hunt`` start in a fresh process.
+
+    python -m kdebug._runner --out run.kdt [--fix NAME] [--hash bitwise,norm]
+                             (--builtin | -m module | script.py) [args...]
+
+Exit status: the program's own (its SystemExit code), 1 if it raised.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import traceback
+
+# Fixes ``kdebug hunt --try-fixes`` tries, applied before the program runs.
+FIXES = {
+    "deterministic_algorithms": "torch.use_deterministic_algorithms(True)",
+    "inductor_deterministic": "torch._inductor.config.deterministic = True",
+    "force_reduction_configs": "torch._inductor.config.test_configs.force_filter_reduction_configs = True",
+}
+
+
+def apply_fix(name: str) -> None:
+    import torch
+    import torch._inductor.config as ic
+
+    if name == "deterministic_algorithms":
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    elif name == "inductor_deterministic":
+        if not hasattr(ic, "deterministic"):
+            raise SystemExit("kdebug: this torch has no torch._inductor.config.deterministic")
+        ic.deterministic = True
+    elif name == "force_reduction_configs":
+        ic.test_configs.force_filter_reduction_configs = True
+    else:
+        raise SystemExit(f"kdebug: unknown fix {name!r}; known: {', '.join(FIXES)}")
+
+
+def run_program(target: list[str], builtin: bool, module: bool) -> None:
+    if builtin:
+        from .workloads import hunt_main
+
+        sys.argv = ["kdebug-builtin"] + target
+        hunt_main()
+    elif module:
+        sys.argv = list(target)
+        runpy.run_module(target[0], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(target)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(target[0])))
+        runpy.run_path(target[0], run_name="__main__")
+
+
+def record(out: str, target: list[str], *, builtin: bool = False, module: bool = False,
+           hash_fn=("bitwise", "norm"), fix: str | None = None) -> int:
+    """Records the program into ``out``; returns its exit status."""
+    import kdebug
+
+    if fix:
+        apply_fix(fix)
+    status = 0
+    with kdebug.DebugMode(trace=out) as dm, kdebug.DebugMode.log_tensor_hashes(list(hash_fn), hash_inputs=True):
+        try:
+            run_program(target, builtin, module)
+        except SystemExit as e:
+            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+    st = dm.kernel_stats
+    print(f"kdebug: recorded {st['launches']} kernel launch(es) and "
+          f"{len(dm.operators) - len(dm.kernels)} aten op(s) into {out}", file=sys.stderr)
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kdebug._runner")
+    p.add_argument("--out", required=True)
+    p.add_argument("--fix", default=None)
+    p.add_argument("--hash", default="bitwise,norm")
+    p.add_argument("--builtin", action="store_true")
+    p.add_argument("-m", dest="module", action="store_true")
+    p.add_argument("target", nargs=argparse.REMAINDER)
+    a = p.parse_args(argv)
+    if not a.builtin and not a.target:
+        p.error("a script (or -m module, or --builtin) to run")
+    return record(a.out, a.target, builtin=a.builtin, module=a.module,
+                  hash_fn=a.hash.split(","), fix=a.fix)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
