@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-m", dest="module", action="store_true")
     p.add_argument("target", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
+    if a.target and a.target[0] == "--":
+        a.target = a.target[1:]
     if not a.builtin and not a.target:
         p.error("a script (or -m module, or --builtin) to run")
     return record(a.out, a.target, builtin=a.builtin, module=a.module,

@@ -80,7 +80,7 @@ def _runner_cmd(out: str, target: list[str], module: bool, fix: str | None = Non
         cmd.append("--builtin")
     elif module:
         cmd.append("-m")
-    return cmd + ["--"] + target if not builtin else cmd + target
+    return cmd + ["--"] + target
 
 
 def _record(args: argparse.Namespace) -> int:

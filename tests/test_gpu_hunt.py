@@ -1,0 +1,62 @@
+"""The determinism hunt on the GPU (issue 4): a compiled index_add's Triton
+kernel (tl.atomic_add) named as the non-deterministic kernel, in process, from
+trace files written with GPU hashes, and by `kdebug hunt --device cuda`."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import kdebug
+from kdebug import DebugMode
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+
+def test_index_add_triton_kernel_is_named(index_add_case):
+    cf, x, ind = index_add_case
+    with pytest.raises(AssertionError) as e:
+        kdebug.assert_deterministic(cf, x, ind, runs=4)
+    text = str(e.value)
+    assert re.search(r"FIRST DIVERGENCE: kernel #\d+ triton_\w*index_add", text), text
+    assert "inputs identical, output" in text and "non-deterministic" in text
+    assert "grid (" in text
+
+
+def test_gpu_runs_through_trace_files(index_add_case, tmp_path, block_step):
+    cf, x, ind = index_add_case
+    step, inp = block_step
+    paths = []
+    for i in range(3):
+        p = tmp_path / f"run{i}.kdt"
+        with DebugMode(trace=p), DebugMode.log_tensor_hashes(["bitwise", "norm"], hash_inputs=True):
+            step(inp)          # deterministic transformer step first
+            cf(x, ind)         # then the atomic kernel
+        paths.append(p)
+    runs = [kdebug.load(p) for p in paths]
+    assert all(r.complete for r in runs)
+    ks = runs[0].kernels
+    assert len(ks) > 20 and all(k.kind == "triton" for k in ks)
+    assert all(k.post_hashes for k in ks if k.written)  # GPU hashes resolved before writing
+    reps = [kdebug.compare(paths[0], p) for p in paths[1:]]
+    bad = [r for r in reps if not r.ok]
+    assert bad, "three runs of a compiled index_add with 200k colliding adds were identical"
+    d = bad[0].divergence
+    assert d.kind == "output" and "index_add" in d.step_a.name
+    # everything before it (the transformer step's kernels) matched
+    assert d.step_a.index == len(runs[0]) - 1 or all(
+        "index_add" in s.name for s, _ in d.inherited)
+
+
+def test_hunt_cli_on_cuda():
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--runs", "3", "--device", "cuda"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert re.search(r"FIRST DIVERGENCE: kernel #\d+ triton_\w*index_add", p.stdout), p.stdout
+    assert "non-deterministic" in p.stdout
+    print(p.stdout)

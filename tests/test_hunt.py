@@ -1,0 +1,145 @@
+"""`kdebug hunt / record / show`, the pytest plugin, and real non-determinism on
+the CPU: Inductor's C++ kernel for index_add accumulates with atomic adds
+across OpenMP threads, so its output changes run to run (issue 4)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import kdebug
+
+pytest_plugins = ["pytester"]
+
+needs_two_cores = pytest.mark.skipif(
+    (os.cpu_count() or 1) < 2 or torch.get_num_threads() < 2,
+    reason="the CPU non-determinism (atomic adds across OpenMP threads) needs two or more threads")
+
+
+def kdebug_cli(*args: str, cwd=None, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kdebug", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout)
+
+
+INDEX_ADD = """
+import torch
+torch.manual_seed(0)
+x = torch.zeros(16)
+idx = torch.randint(0, 16, (1_000_000,))
+src = torch.randn(1_000_000)
+f = torch.compile(lambda x, idx, src: x.index_add(0, idx, src).sin() * 2)
+"""
+
+
+@needs_two_cores
+def test_compiled_index_add_is_named_in_process():
+    ns: dict = {}
+    exec(INDEX_ADD, ns)
+    f, args = ns["f"], (ns["x"], ns["idx"], ns["src"])
+    f(*args)
+    with pytest.raises(AssertionError) as e:
+        kdebug.assert_deterministic(f, *args, runs=3)
+    text = str(e.value)
+    assert "FIRST DIVERGENCE: kernel #0 cpp_fused_index_add" in text
+    assert "inputs identical, output out_ptr0" in text and "non-deterministic" in text
+    assert "torch.use_deterministic_algorithms(True)" in text
+
+
+@needs_two_cores
+def test_hunt_builtin_workload_names_the_atomic_kernel():
+    p = kdebug_cli("hunt", "--runs", "2")
+    assert p.returncode == 1, p.stdout + p.stderr
+    out = p.stdout
+    assert "Run 1: comparing with run 0 ... 14 kernels" in out
+    assert "FIRST DIVERGENCE: kernel #0 cpp_fused_div_index_add_zeros_0" in out
+    assert "inputs identical, output out_ptr0" in out and "bitwise 0x" in out and "norm " in out
+    assert "later launches/ops inherited the difference" in out
+    assert "runs DIVERGE" in out
+    assert "2/2" in p.stderr  # the progress bar
+
+
+@needs_two_cores
+def test_hunt_try_fixes_says_which_fix_works():
+    p = kdebug_cli("hunt", "--runs", "2", "--try-fixes")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "torch.use_deterministic_algorithms(True): REMOVES the divergence" in p.stdout
+    assert "torch._inductor.config.deterministic = True: does not remove it" in p.stdout
+
+
+def test_hunt_in_process_deterministic_script_exits_0(tmp_path):
+    script = tmp_path / "det.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        f = torch.compile(lambda x: (x.sin() @ x.T).softmax(-1).sum(0))
+        f(torch.arange(64.0).reshape(8, 8) / 64)
+    """))
+    p = kdebug_cli("hunt", "--runs", "2", "--in-process", str(script), cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "all runs match" in p.stdout and "have matching inputs and outputs" in p.stdout
+
+
+def test_hunt_errors_exit_2(tmp_path):
+    script = tmp_path / "boom.py"
+    script.write_text("raise RuntimeError('boom')\n")
+    p = kdebug_cli("hunt", str(script), cwd=tmp_path)
+    assert p.returncode == 2 and "exited with status 1" in p.stderr and "boom" in p.stderr
+    p = kdebug_cli("hunt", str(tmp_path / "missing.py"))
+    assert p.returncode == 2 and "no such script" in p.stderr
+    p = kdebug_cli("hunt", "--runs", "1")
+    assert p.returncode == 2 and "--runs must be at least 2" in p.stderr
+
+
+def test_record_then_show(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent("""
+        import sys, torch
+        f = torch.compile(lambda x: torch.relu(x) * 3 + 1)
+        print("result", float(f(torch.randn(32)).sum() > -1e9), sys.argv[1:])
+    """))
+    out = tmp_path / "run.kdt"
+    p = subprocess.run([sys.executable, "-m", "kdebug", "record", "-o", str(out), "--", "python", str(script), "a1"],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "result 1.0 ['a1']" in p.stdout and "recorded 1 kernel launch" in p.stderr
+    s = kdebug_cli("show", str(out))
+    assert s.returncode == 0 and "[cpp] cpp_fused_" in s.stdout and "post-kernel hashes" in s.stdout
+    assert "aten::randn" in s.stdout
+
+
+PLUGIN_TESTS = INDEX_ADD + '''
+import pytest
+
+g = torch.compile(lambda a: a.cos() * 2 + 1)
+a = torch.randn(64)
+
+@pytest.mark.kdebug_deterministic(runs=2)
+def test_marked_deterministic():
+    g(a)
+
+@pytest.mark.kdebug_deterministic(runs=3)
+def test_marked_non_deterministic():
+    f(x, idx, src)
+
+def test_fixture_deterministic(kdebug_determinism):
+    reports = kdebug_determinism.check(g, a, runs=3)
+    assert len(reports) == 2 and all(r.ok for r in reports)
+
+def test_fixture_non_deterministic(kdebug_determinism):
+    kdebug_determinism.check(f, x, idx, src)
+'''
+
+
+@needs_two_cores
+def test_pytest_plugin_marker_fixture_and_report_section(pytester):
+    pytester.makepyfile(test_det=PLUGIN_TESTS)
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA")
+    r.assert_outcomes(passed=2, failed=2)
+    out = r.stdout.str()
+    assert out.count("kdebug first divergence") >= 2  # the report section of each failure
+    assert "FIRST DIVERGENCE: kernel #0 cpp_fused_index_add" in out
+    assert "PASSED test_det.py::test_marked_deterministic" in out
+    assert "FAILED test_det.py::test_marked_non_deterministic" in out
