@@ -66,6 +66,7 @@ def main() -> None:
     p.add_argument("--launches", type=int, default=1_000_000)
     p.add_argument("--steps", type=int, default=50, help="recorded steps per repeated block")
     p.add_argument("--no-hunt", action="store_true")
+    p.add_argument("--keep", action="store_true", help="keep the two trace files")
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "compare_cpu.json"))
     a = p.parse_args()
     torch.manual_seed(0)
@@ -76,8 +77,9 @@ def main() -> None:
     base = record(step, x, a.steps)
     kernels = base.kernels
     per_part = len(kernels)
-    name = kernels[len(kernels) // 2].kernel_name
-    bad = record(step, x, a.steps, fault=(name, "out_ptr0", a.steps // 2))
+    k = kernels[len(kernels) // 2]
+    name, arg = k.kernel_name, k.written[0]
+    bad = record(step, x, a.steps, fault=(name, arg, a.steps // 2))
     tmp = tempfile.mkdtemp(prefix="kdebug-bench-")
     pa, pb = os.path.join(tmp, "a.kdt"), os.path.join(tmp, "b.kdt")
     reps = -(-a.launches // per_part)
@@ -114,12 +116,15 @@ def main() -> None:
         res["hunt_exit"] = h.returncode
         res["hunt_first_divergence"] = next((line.strip() for line in h.stdout.splitlines()
                                              if "FIRST DIVERGENCE" in line), None)
+    if a.keep:
+        res["traces"] = [pa, pb]
     print(json.dumps(res, indent=1))
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
-    for path in (pa, pb):
-        os.remove(path)
+    if not a.keep:
+        for path in (pa, pb):
+            os.remove(path)
 
 
 if __name__ == "__main__":

@@ -166,9 +166,13 @@ static void skip_tree(cur *c, int depth)
     }
 }
 
+/* One step of the digests: for a fixed h a bijection of v, for a fixed v a
+ * bijection of h, so two records that differ in one value always get
+ * different digests.  (Equality between runs is all they are used for.) */
 static uint64_t mix(uint64_t h, uint64_t v)
 {
-    return kd_fmix64(h ^ kd_fmix64(v + 0x9E3779B97F4A7C15ull));
+    h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 29);
 }
 
 static uint64_t bytes_digest(const uint8_t *p, size_t n)
@@ -183,7 +187,7 @@ static uint64_t bytes_digest(const uint8_t *p, size_t n)
     uint64_t tail = 0;
     for (size_t k = 0; i + k < n; k++)
         tail |= (uint64_t)p[i + k] << (8 * k);
-    return mix(h, tail) | 1; /* never 0: 0 means "absent" */
+    return kd_fmix64(mix(h, tail)) | 1; /* never 0: 0 means "absent" */
 }
 
 uint64_t kd_tree_leaf_digest(const uint8_t *p, size_t n)
@@ -482,10 +486,13 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
     if (hdr < KD_TRACE_HEADER_BYTES || hdr > size)
         return set_err(r, 12, "bad header length");
     uint64_t str_cap = 0, rec_cap = 0, chunk_cap = 0, meta_cap = 0;
-    uint64_t rec_cap2 = 0, rec_cap3 = 0, str_cap2 = 0;
+    uint64_t rec_cap2 = 0, rec_cap3 = 0, str_cap2 = 0, str_cap3 = 0, str_cap4 = 0;
     if (grow((void **)&r->str_off, &str_cap, 1, sizeof *r->str_off) ||
-        grow((void **)&r->str_len, &str_cap2, 1, sizeof *r->str_len))
+        grow((void **)&r->str_len, &str_cap2, 1, sizeof *r->str_len) ||
+        grow((void **)&r->str_dg, &str_cap3, 1, sizeof *r->str_dg) ||
+        grow((void **)&r->str_pdg, &str_cap4, 1, sizeof *r->str_pdg))
         return set_err(r, 0, "out of memory");
+    r->str_dg[0] = r->str_pdg[0] = bytes_digest(NULL, 0);
     size_t pos = hdr;
     while (pos < size) {
         if (size - pos < KD_CHUNK_HEADER_BYTES)
@@ -510,7 +517,9 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
             if (!c.bad && n > len)
                 fail(&c, "more strings than bytes");
             if (!c.bad && (grow((void **)&r->str_off, &str_cap, r->nstr + n + 1, sizeof *r->str_off) ||
-                           grow((void **)&r->str_len, &str_cap2, r->nstr + n + 1, sizeof *r->str_len)))
+                           grow((void **)&r->str_len, &str_cap2, r->nstr + n + 1, sizeof *r->str_len) ||
+                           grow((void **)&r->str_dg, &str_cap3, r->nstr + n + 1, sizeof *r->str_dg) ||
+                           grow((void **)&r->str_pdg, &str_cap4, r->nstr + n + 1, sizeof *r->str_pdg)))
                 return set_err(r, pos, "out of memory");
             for (uint64_t i = 0; i < n && !c.bad; i++) {
                 size_t sl = get_len(&c);
@@ -523,6 +532,15 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
                 r->nstr++;
                 r->str_off[r->nstr] = c.pos;
                 r->str_len[r->nstr] = (uint32_t)sl;
+                const uint8_t *sp = data + c.pos;
+                r->str_dg[r->nstr] = bytes_digest(sp, sl);
+                size_t pl = sl;
+                for (size_t k = 0; k + 6 <= sl; k++)
+                    if (memcmp(sp + k, "  ->  ", 6) == 0) {
+                        pl = k;
+                        break;
+                    }
+                r->str_pdg[r->nstr] = pl == sl ? r->str_dg[r->nstr] : bytes_digest(sp, pl);
                 c.pos += sl;
             }
         } else if (type == KD_CHUNK_RECORDS) {
@@ -596,6 +614,8 @@ void kd_tr_free(kd_tr *r)
 {
     free(r->str_off);
     free(r->str_len);
+    free(r->str_dg);
+    free(r->str_pdg);
     free(r->rec_off);
     free(r->rec_chunk);
     free(r->rec_type);
@@ -635,9 +655,7 @@ int kd_tr_op_get(const kd_tr *r, uint64_t i, kd_tr_op *op)
 
 static uint64_t str_digest(const kd_tr *r, uint32_t id)
 {
-    size_t n;
-    const char *s = kd_tr_string(r, id, &n);
-    return bytes_digest((const uint8_t *)s, n);
+    return id <= r->nstr ? r->str_dg[id] : 0;
 }
 
 uint64_t kd_tr_hash_digest(const kd_hash_rec *h, int w)
@@ -669,14 +687,7 @@ void kd_tr_digests(const kd_tr *r, uint64_t i, uint64_t out[KD_DG_N])
         out[KD_DG_KEY] = mix(2, str_digest(r, op.name_id));
         out[KD_DG_CONFIG] = 0;
         /* the call's text up to its output ("  ->  "): an .item()'s output is a value */
-        size_t tl;
-        const char *t = kd_tr_string(r, op.text_id, &tl);
-        for (size_t k = 0; k + 6 <= tl; k++)
-            if (memcmp(t + k, "  ->  ", 6) == 0) {
-                tl = k;
-                break;
-            }
-        out[KD_DG_SHAPE] = mix(op.depth, bytes_digest((const uint8_t *)t, tl));
+        out[KD_DG_SHAPE] = mix(op.depth, r->str_pdg[op.text_id]);
         if (op.flags & KD_OPF_IN_HASH)
             out[KD_DG_PRE] = bytes_digest(op.in_tree, op.in_len);
         if (op.flags & KD_OPF_OUT_HASH)
