@@ -491,11 +491,8 @@ static PyObject *tr_digests(kd_trace_reader *self, PyObject *unused)
     PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * KD_DG_N * 8));
     if (b == NULL)
         return NULL;
-    uint64_t *out = (uint64_t *)PyBytes_AS_STRING(b);
-    Py_BEGIN_ALLOW_THREADS
-    for (uint64_t i = 0; i < n; i++)
-        kd_tr_digests(&self->r, i, out + i * KD_DG_N);
-    Py_END_ALLOW_THREADS
+    if (n)
+        memcpy(PyBytes_AS_STRING(b), self->r.dg, n * KD_DG_N * 8); /* computed by kd_tr_open */
     return b;
 }
 

@@ -445,6 +445,10 @@ static int decode_op(cur *c, const kd_tr *r, kd_tr_op *op)
 
 /* ---------------- the file ---------------- */
 
+static void op_digests(const kd_tr *r, const kd_tr_op *op, uint64_t out[KD_DG_N]);
+static void launch_digests(const kd_tr *r, const kd_payload *p, uint32_t n, uint64_t out[KD_DG_N]);
+static uint64_t str_digest(const kd_tr *r, uint32_t id);
+
 static int grow(void **p, uint64_t *cap, uint64_t need, size_t elem)
 {
     if (need <= *cap)
@@ -493,6 +497,11 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
         grow((void **)&r->str_pdg, &str_cap4, 1, sizeof *r->str_pdg))
         return set_err(r, 0, "out of memory");
     r->str_dg[0] = r->str_pdg[0] = bytes_digest(NULL, 0);
+    uint64_t dg_cap = 0;
+    r->scratch_cap = 256;
+    r->scratch = malloc(r->scratch_cap * sizeof *r->scratch);
+    if (r->scratch == NULL)
+        return set_err(r, 0, "out of memory");
     size_t pos = hdr;
     while (pos < size) {
         if (size - pos < KD_CHUNK_HEADER_BYTES)
@@ -560,16 +569,35 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
                 grow((void **)&r->rec_type, &rec_cap3, r->nrec + n, sizeof *r->rec_type))
                 return set_err(r, pos, "out of memory");
             r->chunks[r->nchunks] = ch;
+            if (grow((void **)&r->dg, &dg_cap, (r->nrec + n) * KD_DG_N, sizeof *r->dg))
+                return set_err(r, pos, "out of memory");
             for (uint64_t i = 0; i < n && !c.bad; i++) {
                 uint64_t at = c.pos;
                 uint8_t t = c.pos < c.end ? data[c.pos] : 0;
+                uint64_t *dg = &r->dg[r->nrec * KD_DG_N];
                 if (t == KD_REC_LAUNCH) {
-                    uint32_t got = decode_launch(&c, r, &ch, NULL, 0, &r->tensor_args);
-                    if (!c.bad && (got & 0x7fffffffu) > r->max_nslots)
-                        r->max_nslots = got & 0x7fffffffu;
+                    /* decoded once: validated and digested in the same pass */
+                    uint32_t got = decode_launch(&c, r, &ch, r->scratch, (uint32_t)r->scratch_cap, &r->tensor_args);
+                    if (!c.bad && (got & 0x80000000u)) { /* scratch too small: grow, decode again */
+                        uint64_t need = got & 0x7fffffffu;
+                        kd_payload *np = realloc(r->scratch, need * sizeof *np);
+                        if (np == NULL)
+                            return set_err(r, pos, "out of memory");
+                        r->scratch = np;
+                        r->scratch_cap = need;
+                        c.pos = at;
+                        uint64_t ignore = 0;
+                        got = decode_launch(&c, r, &ch, r->scratch, (uint32_t)r->scratch_cap, &ignore);
+                    }
+                    if (!c.bad) {
+                        if (got > r->max_nslots)
+                            r->max_nslots = got;
+                        launch_digests(r, r->scratch, got, dg);
+                    }
                 } else if (t == KD_REC_OP) {
                     kd_tr_op op;
-                    decode_op(&c, r, &op);
+                    if (decode_op(&c, r, &op) == 0)
+                        op_digests(r, &op, dg);
                 } else {
                     fail(&c, c.pos < c.end ? "unknown record type" : "chunk holds fewer records than it says");
                 }
@@ -616,6 +644,8 @@ void kd_tr_free(kd_tr *r)
     free(r->str_len);
     free(r->str_dg);
     free(r->str_pdg);
+    free(r->dg);
+    free(r->scratch);
     free(r->rec_off);
     free(r->rec_chunk);
     free(r->rec_type);
@@ -675,77 +705,65 @@ uint64_t kd_tr_hash_digest(const kd_hash_rec *h, int w)
     return d | 1;
 }
 
+static void op_digests(const kd_tr *r, const kd_tr_op *op, uint64_t out[KD_DG_N])
+{
+    out[KD_DG_KEY] = mix(2, str_digest(r, op->name_id));
+    out[KD_DG_CONFIG] = 0;
+    /* the call's text up to its output ("  ->  "): an .item()'s output is a value */
+    out[KD_DG_SHAPE] = mix(op->depth, r->str_pdg[op->text_id]);
+    out[KD_DG_PRE] = (op->flags & KD_OPF_IN_HASH) ? bytes_digest(op->in_tree, op->in_len) : 0;
+    out[KD_DG_POST] = (op->flags & KD_OPF_OUT_HASH) ? bytes_digest(op->out_tree, op->out_len) : 0;
+}
+
+static void launch_digests(const kd_tr *r, const kd_payload *p, uint32_t n, uint64_t out[KD_DG_N])
+{
+    const kd_launch *l = &p[0].launch;
+    out[KD_DG_KEY] = mix(l->kind, str_digest(r, l->name_id));
+    uint64_t cf = mix(mix(l->flags & KD_LF_GRID, l->grid[0]), l->grid[1]);
+    cf = mix(mix(cf, l->grid[2]), str_digest(r, l->config_id));
+    out[KD_DG_CONFIG] = mix(mix(cf, l->num_warps), l->num_stages);
+    uint64_t sh = mix(7, l->nargs), pre = 0, post = 0;
+    int any_pre = 0, any_post = 0;
+    uint32_t k = 1;
+    for (uint32_t a = 0; a < l->nargs && k < n; a++) {
+        const kd_payload *q = &p[k];
+        sh = mix(mix(mix(sh, q->tag), q->scalar.role), str_digest(r, q->scalar.name_id));
+        if (q->tag == KD_TAG_TENSOR) {
+            sh = mix(mix(sh, q->tensor.dtype), q->tensor.ndim);
+            for (uint32_t d = 0; d < q->tensor.ndim; d++) {
+                int64_t size, stride;
+                kd_tensor_dim(q, d, &size, &stride);
+                sh = mix(mix(sh, (uint64_t)size), (uint64_t)stride);
+            }
+            if (q->tensor.flags & KD_TF_HASHED) {
+                const kd_hash_rec *h = &q[kd_tensor_payloads(q->tensor.ndim)].hash;
+                uint64_t d0 = kd_tr_hash_digest(h, 0), d1 = kd_tr_hash_digest(h, 1);
+                if (d0) {
+                    pre = mix(mix(pre, a), d0);
+                    any_pre = 1;
+                }
+                if (d1) {
+                    post = mix(mix(post, a), d1);
+                    any_post = 1;
+                }
+            }
+        } else if (q->tag == KD_TAG_INT || q->tag == KD_TAG_FLOAT || q->tag == KD_TAG_BOOL) {
+            sh = mix(sh, (uint64_t)q->scalar.value.i);
+        }
+        k += kd_arg_payloads(q);
+    }
+    out[KD_DG_SHAPE] = sh;
+    out[KD_DG_PRE] = any_pre ? kd_fmix64(pre) | 1 : 0;
+    out[KD_DG_POST] = any_post ? kd_fmix64(post) | 1 : 0;
+}
+
 void kd_tr_digests(const kd_tr *r, uint64_t i, uint64_t out[KD_DG_N])
 {
-    memset(out, 0, KD_DG_N * sizeof out[0]);
-    if (i >= r->nrec)
-        return;
-    if (r->rec_type[i] == KD_REC_OP) {
-        kd_tr_op op;
-        if (kd_tr_op_get(r, i, &op) != 0)
-            return;
-        out[KD_DG_KEY] = mix(2, str_digest(r, op.name_id));
-        out[KD_DG_CONFIG] = 0;
-        /* the call's text up to its output ("  ->  "): an .item()'s output is a value */
-        out[KD_DG_SHAPE] = mix(op.depth, r->str_pdg[op.text_id]);
-        if (op.flags & KD_OPF_IN_HASH)
-            out[KD_DG_PRE] = bytes_digest(op.in_tree, op.in_len);
-        if (op.flags & KD_OPF_OUT_HASH)
-            out[KD_DG_POST] = bytes_digest(op.out_tree, op.out_len);
+    if (i >= r->nrec) {
+        memset(out, 0, KD_DG_N * sizeof out[0]);
         return;
     }
-    kd_payload buf[128];
-    kd_payload *p = buf;
-    uint32_t cap = 128;
-    if (r->max_nslots + 1 > cap) {
-        cap = (uint32_t)r->max_nslots + 1;
-        p = malloc(cap * sizeof *p);
-        if (p == NULL)
-            return;
-    }
-    uint32_t n = kd_tr_launch(r, i, p, cap);
-    if (n) {
-        const kd_launch *l = &p[0].launch;
-        out[KD_DG_KEY] = mix(l->kind, str_digest(r, l->name_id));
-        uint64_t cf = mix(mix(l->flags & KD_LF_GRID, l->grid[0]), l->grid[1]);
-        cf = mix(mix(cf, l->grid[2]), str_digest(r, l->config_id));
-        out[KD_DG_CONFIG] = mix(mix(cf, l->num_warps), l->num_stages);
-        uint64_t sh = mix(7, l->nargs), pre = 0, post = 0;
-        int any_pre = 0, any_post = 0;
-        uint32_t k = 1;
-        for (uint32_t a = 0; a < l->nargs && k < n; a++) {
-            const kd_payload *q = &p[k];
-            sh = mix(mix(mix(sh, q->tag), q->scalar.role), str_digest(r, q->scalar.name_id));
-            if (q->tag == KD_TAG_TENSOR) {
-                sh = mix(mix(sh, q->tensor.dtype), q->tensor.ndim);
-                for (uint32_t d = 0; d < q->tensor.ndim; d++) {
-                    int64_t size, stride;
-                    kd_tensor_dim(q, d, &size, &stride);
-                    sh = mix(mix(sh, (uint64_t)size), (uint64_t)stride);
-                }
-                if (q->tensor.flags & KD_TF_HASHED) {
-                    const kd_hash_rec *h = &q[kd_tensor_payloads(q->tensor.ndim)].hash;
-                    uint64_t d0 = kd_tr_hash_digest(h, 0), d1 = kd_tr_hash_digest(h, 1);
-                    if (d0) {
-                        pre = mix(mix(pre, a), d0);
-                        any_pre = 1;
-                    }
-                    if (d1) {
-                        post = mix(mix(post, a), d1);
-                        any_post = 1;
-                    }
-                }
-            } else if (q->tag == KD_TAG_INT || q->tag == KD_TAG_FLOAT || q->tag == KD_TAG_BOOL) {
-                sh = mix(sh, (uint64_t)q->scalar.value.i);
-            }
-            k += kd_arg_payloads(q);
-        }
-        out[KD_DG_SHAPE] = sh;
-        out[KD_DG_PRE] = any_pre ? pre | 1 : 0;
-        out[KD_DG_POST] = any_post ? post | 1 : 0;
-    }
-    if (p != buf)
-        free(p);
+    memcpy(out, &r->dg[i * KD_DG_N], KD_DG_N * sizeof out[0]);
 }
 
 void kd_tensor_extent(const kd_payload *p, uint64_t *lo, uint64_t *hi)

@@ -197,6 +197,12 @@ static void test_crc(void)
 {
     CHECK(kd_crc32((const uint8_t *)"123456789", 9) == 0xCBF43926u);
     CHECK(kd_crc32(NULL, 0) == 0);
+    /* zlib.crc32(bytes(range(256)) * 3) == 0xB0C0DF2A (past the 8-byte steps, odd tail) */
+    uint8_t buf[768];
+    for (int i = 0; i < 768; i++)
+        buf[i] = (uint8_t)i;
+    CHECK(kd_crc32(buf, 768) == 0xB0C0DF2Au);
+    CHECK(kd_crc32(buf, 13) == 0xE6FE46B8u); /* zlib.crc32(bytes(range(13))) */
 }
 
 static void test_truncation(void)
