@@ -483,16 +483,17 @@ static PyObject *tr_types(kd_trace_reader *self, PyObject *unused)
     return PyBytes_FromStringAndSize((const char *)self->r.rec_type, (Py_ssize_t)self->r.nrec);
 }
 
-/* digests() -> bytes: nrec x KD_DG_N little-endian u64 (key, config, shape, pre, post). */
+/* digests() -> bytearray: nrec x KD_DG_N little-endian u64 (key, config,
+ * shape, pre, post), writable so torch.frombuffer can view it without a copy. */
 static PyObject *tr_digests(kd_trace_reader *self, PyObject *unused)
 {
     (void)unused;
     uint64_t n = self->r.nrec;
-    PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * KD_DG_N * 8));
+    PyObject *b = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * KD_DG_N * 8));
     if (b == NULL)
         return NULL;
     if (n)
-        memcpy(PyBytes_AS_STRING(b), self->r.dg, n * KD_DG_N * 8); /* computed by kd_tr_open */
+        memcpy(PyByteArray_AS_STRING(b), self->r.dg, n * KD_DG_N * 8); /* computed by kd_tr_open */
     return b;
 }
 
@@ -645,7 +646,7 @@ static PyObject *tr_last_writer(kd_trace_reader *self, PyObject *args)
 static PyMethodDef tr_methods[] = {
     {"info", (PyCFunction)tr_info, METH_NOARGS, "records, complete, valid/ignored bytes, meta, version"},
     {"types", (PyCFunction)tr_types, METH_NOARGS, "types() -> bytes: 1 launch, 2 op, per record"},
-    {"digests", (PyCFunction)tr_digests, METH_NOARGS, "digests() -> bytes of nrec x 5 u64"},
+    {"digests", (PyCFunction)tr_digests, METH_NOARGS, "digests() -> bytearray of nrec x 5 u64"},
     {"op", (PyCFunction)tr_op, METH_VARARGS, "op(i, make_norm) -> (depth, flags, name, text, in, out)"},
     {"load_into", (PyCFunction)tr_load_into, METH_VARARGS, "load_into(recorder, spec_map, start, stop) -> indices of the launch records appended"},
     {"last_writer", (PyCFunction)tr_last_writer, METH_VARARGS,

@@ -25,7 +25,7 @@ static void fail(cur *c, const char *why)
     }
 }
 
-static uint8_t get_u8(cur *c)
+static inline uint8_t get_u8(cur *c)
 {
     if (c->bad || c->pos >= c->end) {
         fail(c, "record runs past the end of its chunk");
@@ -34,7 +34,7 @@ static uint8_t get_u8(cur *c)
     return c->p[c->pos++];
 }
 
-static uint64_t get_varint(cur *c)
+static uint64_t get_varint_slow(cur *c)
 {
     uint64_t v = 0;
     for (int shift = 0; shift < 64; shift += 7) {
@@ -51,6 +51,24 @@ static uint64_t get_varint(cur *c)
     }
     fail(c, "varint longer than 10 bytes");
     return 0;
+}
+
+/* The common case, 10 bytes or more left: no per-byte bounds check.  Any
+ * error (an overlong or overflowing varint) is left to the checked path. */
+static inline uint64_t get_varint(cur *c)
+{
+    if (!c->bad && c->end - c->pos >= 10) {
+        const uint8_t *p = c->p + c->pos;
+        uint64_t v = 0;
+        for (int i = 0; i < 9; i++) {
+            v |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+            if (!(p[i] & 0x80)) {
+                c->pos += (size_t)i + 1;
+                return v;
+            }
+        }
+    }
+    return get_varint_slow(c);
 }
 
 static int64_t get_svarint(cur *c)

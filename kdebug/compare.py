@@ -96,7 +96,7 @@ class _Side:
             raise TypeError(f"compare() takes DebugMode objects, kdebug.Run objects or trace file paths, "
                             f"not {type(run).__name__}")
         self.n = len(self.run)
-        self.dig = torch.frombuffer(bytearray(self.run.digests()), dtype=torch.int64).view(self.n, 5) \
+        self.dig = torch.frombuffer(self.run.digests(), dtype=torch.int64).view(self.n, 5) \
             if self.n else torch.zeros((0, 5), dtype=torch.int64)
         self._steps: dict[int, Step] = {}
 
@@ -315,7 +315,10 @@ def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
         structural.append(f"the runs differ over more than {ALIGN_LIMIT} steps: that part was not aligned")
     pa = torch.cat(seg_a) if seg_a else torch.zeros(0, dtype=torch.int64)
     pb = torch.cat(seg_b) if seg_b else torch.zeros(0, dtype=torch.int64)
-    da, db = A.dig[pa], B.dig[pb]
+    if len(pa) == A.n == B.n:  # aligned one to one: no gather
+        da, db = A.dig, B.dig
+    else:
+        da, db = A.dig[pa], B.dig[pb]
     cfg = (da[:, 1] != db[:, 1]).nonzero().flatten()
     shp = (da[:, 2] != db[:, 2]).nonzero().flatten()
     diff = ((da[:, 3] != db[:, 3]) | (da[:, 4] != db[:, 4])).nonzero().flatten()
