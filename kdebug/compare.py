@@ -58,9 +58,12 @@ class Step:
 def _step(i: int, op) -> Step:
     """The Step of operators entry ``op`` at position i."""
     if isinstance(op, _KernelCall):
+        tensors = dict(op.tensor_info)
+        pre = dict(op.pre_hashes or {})
+        for n in _aliased_inputs(tensors):
+            pre.pop(n, None)
         return Step(i, "kernel", op.kernel_name, op.grid, op.config, op.launch_index,
-                    dict(op.pre_hashes or {}), dict(op.post_hashes or {}),
-                    dict(op.tensor_info), tuple(op.arg_names))
+                    pre, dict(op.post_hashes or {}), tensors, tuple(op.arg_names))
     log = getattr(op, "log", None) or {}
     pre = {"inputs": log["input_hash"]} if log.get("input_hash") is not None else {}
     post = {"output": log["hash"]} if log.get("hash") is not None else {}
@@ -72,6 +75,20 @@ def steps_of(run) -> list[Step]:
     """Every comparable step of a run (a DebugMode, a kdebug.Run or a trace path)."""
     side = _Side.of(run)
     return [side.step(i) for i in range(side.n)]
+
+
+def _aliased_inputs(tensors: dict) -> list[str]:
+    """Read-only arguments whose memory overlaps an argument the same launch
+    writes.  Inductor passes a concatenation's whole buffer as an input while
+    the kernel writes its slices: before the launch part of it holds memory
+    nobody wrote yet, so its pre-launch hash is not compared (what the kernel
+    really read shows in an earlier writer's outputs or in its own)."""
+    written = [_extent(t) for t in tensors.values() if isinstance(t, TensorInfo) and t.writes]
+    if not written:
+        return []
+    return [n for n, t in tensors.items()
+            if isinstance(t, TensorInfo) and t.reads and not t.writes
+            and any(_overlaps(_extent(t), w) for w in written)]
 
 
 class _Side:
@@ -165,6 +182,10 @@ def _fmt_pair(ha, hb, a: int, b: int) -> str:
         return (f"run {a} bitwise {_fmt_hash(ha[0])}, run {b} {_fmt_hash(hb[0])}; "
                 f"norm {ha[1]:.10g} vs {hb[1]:.10g}")
     return f"run {a} {_fmt_hash(ha)}, run {b} {_fmt_hash(hb)}"
+
+
+def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] < b[1] and b[0] < a[1] and a[0] < a[1] and b[0] < b[1]
 
 
 @dataclass
