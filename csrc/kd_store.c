@@ -1,6 +1,8 @@
 /* kd_store.c - the drained launch store (kd_store.h). */
 #include "kd_store.h"
 
+#include "kd_grow.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,28 +21,13 @@ void kd_store_clear(kd_store *s)
     s->nlaunches = 0;
 }
 
-static int reserve(void **buf, uint64_t *cap, uint64_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    uint64_t c = *cap ? *cap : 256;
-    while (c < need)
-        c *= 2;
-    void *p = realloc(*buf, c * elem);
-    if (p == NULL)
-        return -1;
-    *buf = p;
-    *cap = c;
-    return 0;
-}
-
 int kd_store_append(kd_store *s, const kd_payload *p, uint32_t n)
 {
     if (n == 0 || p[0].tag != KD_TAG_LAUNCH)
         return -1;
-    if (reserve((void **)&s->payloads, &s->payload_cap, s->npayloads + n,
+    if (kd_grow((void **)&s->payloads, &s->payload_cap, s->npayloads + n,
                 sizeof(kd_payload)) != 0 ||
-        reserve((void **)&s->launch_off, &s->launch_cap, s->nlaunches + 1,
+        kd_grow((void **)&s->launch_off, &s->launch_cap, s->nlaunches + 1,
                 sizeof(uint64_t)) != 0)
         return -1;
     memcpy(&s->payloads[s->npayloads], p, (size_t)n * sizeof(kd_payload));

@@ -88,7 +88,7 @@ typedef struct kd_tw {
     uint32_t nstrings_pending;
     kd_strtab *local;    /* file-local string ids */
     uint32_t *gmap;      /* global string id -> local id */
-    uint32_t gmap_cap;
+    uint64_t gmap_cap;
     uint64_t nrec_chunk; /* records in body */
     uint64_t nrec_total; /* records in sealed chunks */
     int have_bases;

@@ -2,6 +2,7 @@
  * format (Note [Trace format] in kd_trace.h), and the hash-tree codec that
  * turns aten-op hash pytrees into KD_T_* bytes and back. */
 #include "kd_py.h"
+#include "kd_cursor.h"
 #include "kd_trace.h"
 
 #include <string.h>
@@ -110,72 +111,40 @@ static int tree_put(kd_buf *b, PyObject *o, int depth)
     return 0;
 }
 
-/* Decoding: the bytes were validated by kd_tr_open, so only bounds matter. */
-typedef struct tcur {
-    const uint8_t *p;
-    size_t pos, end;
-} tcur;
-
-static uint64_t t_varint(tcur *c)
+/* Decoding: the bytes were validated by kd_tr_open; the cursor still checks bounds. */
+static PyObject *tree_get(kd_cur *c, PyObject *make_norm, int depth)
 {
-    uint64_t v = 0;
-    for (int s = 0; s < 64 && c->pos < c->end; s += 7) {
-        uint8_t b = c->p[c->pos++];
-        v |= (uint64_t)(b & 0x7f) << s;
-        if (!(b & 0x80))
-            break;
-    }
-    return v;
-}
-
-static uint64_t t_u64(tcur *c)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8 && c->pos < c->end; i++)
-        v |= (uint64_t)c->p[c->pos++] << (8 * i);
-    return v;
-}
-
-static PyObject *tree_get(tcur *c, PyObject *make_norm, int depth)
-{
-    if (c->pos >= c->end || depth > KD_TREE_MAX_DEPTH) {
+    uint8_t tag = kd_cur_u8(c);
+    if (c->bad || depth > KD_TREE_MAX_DEPTH) {
         PyErr_SetString(PyExc_ValueError, "malformed hash tree");
         return NULL;
     }
-    uint8_t tag = c->p[c->pos++];
     switch (tag) {
     case KD_T_NONE:
         Py_RETURN_NONE;
     case KD_T_BOOL:
-        return PyBool_FromLong(c->pos < c->end ? c->p[c->pos++] : 0);
+        return PyBool_FromLong(kd_cur_u8(c));
     case KD_T_I64:
-        return PyLong_FromLongLong((long long)t_u64(c));
+        return PyLong_FromLongLong((long long)kd_cur_u64(c));
     case KD_T_U64:
-        return PyLong_FromUnsignedLongLong(t_u64(c));
+        return PyLong_FromUnsignedLongLong(kd_cur_u64(c));
     case KD_T_F64: {
-        uint64_t u = t_u64(c);
-        double d;
-        memcpy(&d, &u, 8);
-        return PyFloat_FromDouble(d);
+        return PyFloat_FromDouble(kd_cur_f64(c));
     }
     case KD_T_NORM: {
-        uint64_t u = t_u64(c);
-        double d;
-        memcpy(&d, &u, 8);
-        unsigned long long a = t_varint(c), b = t_varint(c), e = t_varint(c);
+        double d = kd_cur_f64(c);
+        unsigned long long a = kd_cur_varint(c), b = kd_cur_varint(c), e = kd_cur_varint(c);
         return PyObject_CallFunction(make_norm, "dKKK", d, a, b, e);
     }
     case KD_T_STR: {
-        size_t n = (size_t)t_varint(c);
-        if (n > c->end - c->pos)
-            n = c->end - c->pos;
+        size_t n = kd_cur_len(c);
         PyObject *s = PyUnicode_DecodeUTF8((const char *)c->p + c->pos, (Py_ssize_t)n, "replace");
         c->pos += n;
         return s;
     }
     case KD_T_LIST:
     case KD_T_TUPLE: {
-        uint64_t n = t_varint(c);
+        uint64_t n = kd_cur_varint(c);
         if (n > c->end - c->pos) {
             PyErr_SetString(PyExc_ValueError, "malformed hash tree");
             return NULL;
@@ -197,14 +166,12 @@ static PyObject *tree_get(tcur *c, PyObject *make_norm, int depth)
         return l;
     }
     case KD_T_DICT: {
-        uint64_t n = t_varint(c);
+        uint64_t n = kd_cur_varint(c);
         PyObject *d = PyDict_New();
         if (d == NULL)
             return NULL;
         for (uint64_t i = 0; i < n; i++) {
-            size_t kl = (size_t)t_varint(c);
-            if (kl > c->end - c->pos)
-                kl = c->end - c->pos;
+            size_t kl = kd_cur_len(c);
             PyObject *k = PyUnicode_DecodeUTF8((const char *)c->p + c->pos, (Py_ssize_t)kl, "replace");
             c->pos += kl;
             PyObject *v = k ? tree_get(c, make_norm, depth + 1) : NULL;
@@ -520,11 +487,11 @@ static PyObject *tr_op(kd_trace_reader *self, PyObject *args)
     Py_INCREF(in);
     Py_INCREF(out);
     if (op.flags & KD_OPF_IN_HASH) {
-        tcur c = {op.in_tree, 0, op.in_len};
+        kd_cur c = {op.in_tree, 0, op.in_len, 0, 0, NULL};
         Py_SETREF(in, tree_get(&c, make_norm, 0));
     }
     if (in != NULL && (op.flags & KD_OPF_OUT_HASH)) {
-        tcur c = {op.out_tree, 0, op.out_len};
+        kd_cur c = {op.out_tree, 0, op.out_len, 0, 0, NULL};
         Py_SETREF(out, tree_get(&c, make_norm, 0));
     }
     if (in == NULL || out == NULL) {

@@ -5,122 +5,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kd_cursor.h"
+#include "kd_grow.h"
 #include "kd_hash.h"
 #include "kd_trace.h"
 
-typedef struct cur {
-    const uint8_t *p;
-    size_t pos, end; /* absolute offsets into p */
-    int bad;
-    size_t bad_off;
-    const char *why;
-} cur;
-
-static void fail(cur *c, const char *why)
-{
-    if (!c->bad) {
-        c->bad = 1;
-        c->bad_off = c->pos;
-        c->why = why;
-    }
-}
-
-static inline uint8_t get_u8(cur *c)
-{
-    if (c->bad || c->pos >= c->end) {
-        fail(c, "record runs past the end of its chunk");
-        return 0;
-    }
-    return c->p[c->pos++];
-}
-
-static uint64_t get_varint_slow(cur *c)
-{
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-        uint8_t b = get_u8(c);
-        if (c->bad)
-            return 0;
-        if (shift == 63 && (b & 0x7e)) {
-            fail(c, "varint overflows 64 bits");
-            return 0;
-        }
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80))
-            return v;
-    }
-    fail(c, "varint longer than 10 bytes");
-    return 0;
-}
-
-/* The common case, 10 bytes or more left: no per-byte bounds check.  Any
- * error (an overlong or overflowing varint) is left to the checked path. */
-static inline uint64_t get_varint(cur *c)
-{
-    if (!c->bad && c->end - c->pos >= 10) {
-        const uint8_t *p = c->p + c->pos;
-        uint64_t v = 0;
-        for (int i = 0; i < 9; i++) {
-            v |= (uint64_t)(p[i] & 0x7f) << (7 * i);
-            if (!(p[i] & 0x80)) {
-                c->pos += (size_t)i + 1;
-                return v;
-            }
-        }
-    }
-    return get_varint_slow(c);
-}
-
-static int64_t get_svarint(cur *c)
-{
-    uint64_t u = get_varint(c);
-    return (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
-}
-
-static uint64_t get_u64(cur *c)
-{
-    if (c->bad || c->end - c->pos < 8) {
-        fail(c, "record runs past the end of its chunk");
-        return 0;
-    }
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)c->p[c->pos + i] << (8 * i);
-    c->pos += 8;
-    return v;
-}
-
-static double get_f64(cur *c)
-{
-    uint64_t u = get_u64(c);
-    double d;
-    memcpy(&d, &u, 8);
-    return d;
-}
 
 static uint32_t get_u32le(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static uint32_t get_str_id(cur *c, const kd_tr *r)
+static uint32_t get_str_id(kd_cur *c, const kd_tr *r)
 {
-    uint64_t id = get_varint(c);
+    uint64_t id = kd_cur_varint(c);
     if (id > r->nstr) {
-        fail(c, "string id not defined by an earlier STRINGS chunk");
+        kd_cur_fail(c, "string id not defined by an earlier STRINGS chunk");
         return 0;
     }
     return (uint32_t)id;
-}
-
-static size_t get_len(cur *c)
-{
-    uint64_t n = get_varint(c);
-    if (!c->bad && n > c->end - c->pos) {
-        fail(c, "length runs past the end of its chunk");
-        return 0;
-    }
-    return (size_t)n;
 }
 
 const char *kd_tr_string(const kd_tr *r, uint32_t id, size_t *len)
@@ -137,27 +40,27 @@ const char *kd_tr_string(const kd_tr *r, uint32_t id, size_t *len)
 
 /* ---------------- trees ---------------- */
 
-static void skip_tree(cur *c, int depth)
+static void skip_tree(kd_cur *c, int depth)
 {
     if (depth > KD_TREE_MAX_DEPTH) {
-        fail(c, "hash tree nested too deeply");
+        kd_cur_fail(c, "hash tree nested too deeply");
         return;
     }
-    uint8_t tag = get_u8(c);
+    uint8_t tag = kd_cur_u8(c);
     switch (tag) {
     case KD_T_NONE:
         return;
     case KD_T_LIST:
     case KD_T_TUPLE:
     case KD_T_DICT: {
-        uint64_t n = get_varint(c);
+        uint64_t n = kd_cur_varint(c);
         if (n > c->end - c->pos) {
-            fail(c, "hash tree has more items than bytes");
+            kd_cur_fail(c, "hash tree has more items than bytes");
             return;
         }
         for (uint64_t i = 0; i < n && !c->bad; i++) {
             if (tag == KD_T_DICT)
-                c->pos += get_len(c);
+                c->pos += kd_cur_len(c);
             skip_tree(c, depth + 1);
         }
         return;
@@ -165,22 +68,22 @@ static void skip_tree(cur *c, int depth)
     case KD_T_I64:
     case KD_T_U64:
     case KD_T_F64:
-        get_u64(c);
+        kd_cur_u64(c);
         return;
     case KD_T_NORM:
-        get_u64(c);
-        get_varint(c);
-        get_varint(c);
-        get_varint(c);
+        kd_cur_u64(c);
+        kd_cur_varint(c);
+        kd_cur_varint(c);
+        kd_cur_varint(c);
         return;
     case KD_T_BOOL:
-        get_u8(c);
+        kd_cur_u8(c);
         return;
     case KD_T_STR:
-        c->pos += get_len(c);
+        c->pos += kd_cur_len(c);
         return;
     default:
-        fail(c, "unknown hash tree tag");
+        kd_cur_fail(c, "unknown hash tree tag");
     }
 }
 
@@ -213,17 +116,17 @@ uint64_t kd_tree_leaf_digest(const uint8_t *p, size_t n)
     return bytes_digest(p, n);
 }
 
-static int tree_find(cur *c, int depth, uint64_t leaf)
+static int tree_find(kd_cur *c, int depth, uint64_t leaf)
 {
     if (depth > KD_TREE_MAX_DEPTH || c->bad)
         return 0;
     size_t start = c->pos;
-    uint8_t tag = get_u8(c);
+    uint8_t tag = kd_cur_u8(c);
     if (tag == KD_T_LIST || tag == KD_T_TUPLE || tag == KD_T_DICT) {
-        uint64_t n = get_varint(c);
+        uint64_t n = kd_cur_varint(c);
         for (uint64_t i = 0; i < n && !c->bad; i++) {
             if (tag == KD_T_DICT)
-                c->pos += get_len(c);
+                c->pos += kd_cur_len(c);
             if (tree_find(c, depth + 1, leaf))
                 return 1;
         }
@@ -236,97 +139,97 @@ static int tree_find(cur *c, int depth, uint64_t leaf)
 
 int kd_tree_has_leaf(const uint8_t *p, size_t n, uint64_t leaf)
 {
-    cur c = {p, 0, n, 0, 0, NULL};
+    kd_cur c = {p, 0, n, 0, 0, NULL};
     return tree_find(&c, 0, leaf);
 }
 
 /* ---------------- launch records ---------------- */
 
-static void read_hash_side(cur *c, kd_hash_rec *h, int s)
+static void read_hash_side(kd_cur *c, kd_hash_rec *h, int s)
 {
     if (h->kinds & KD_HK_BITWISE)
-        h->bitwise[s] = get_u64(c);
+        h->bitwise[s] = kd_cur_u64(c);
     if (h->kinds & KD_HK_NORM) {
-        h->l1[s] = get_f64(c);
-        h->nan[s] = get_varint(c);
-        h->posinf[s] = get_varint(c);
-        h->neginf[s] = get_varint(c);
+        h->l1[s] = kd_cur_f64(c);
+        h->nan[s] = kd_cur_varint(c);
+        h->posinf[s] = kd_cur_varint(c);
+        h->neginf[s] = kd_cur_varint(c);
     }
     if (h->kinds & KD_HK_XOR)
-        h->xor64[s] = get_u64(c);
+        h->xor64[s] = kd_cur_u64(c);
 }
 
 /* Decodes the launch record at c->pos into out[0..cap) (cap may be 0: validate
  * only).  Returns the payload count, or 0 with c->bad set. */
-static uint32_t decode_launch(cur *c, const kd_tr *r, const kd_tr_chunk *ch, kd_payload *out,
+static uint32_t decode_launch(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, kd_payload *out,
                               uint32_t cap, uint64_t *tensor_args)
 {
     kd_payload scratch[1 + 10];
     kd_payload *hp = cap ? &out[0] : &scratch[0];
     memset(hp, 0, sizeof *hp);
     kd_launch *l = &hp->launch;
-    if (get_u8(c) != KD_REC_LAUNCH) {
-        fail(c, "not a launch record");
+    if (kd_cur_u8(c) != KD_REC_LAUNCH) {
+        kd_cur_fail(c, "not a launch record");
         return 0;
     }
     l->tag = KD_TAG_LAUNCH;
-    l->kind = get_u8(c);
-    l->flags = get_u8(c);
-    l->device_type = get_u8(c);
-    l->device_index = (int8_t)get_u8(c);
+    l->kind = kd_cur_u8(c);
+    l->flags = kd_cur_u8(c);
+    l->device_type = kd_cur_u8(c);
+    l->device_index = (int8_t)kd_cur_u8(c);
     if (!c->bad && l->kind != KD_KIND_TRITON && l->kind != KD_KIND_CPP)
-        fail(c, "unknown kernel kind");
+        kd_cur_fail(c, "unknown kernel kind");
     l->name_id = get_str_id(c, r);
     l->config_id = get_str_id(c, r);
-    l->num_warps = (uint16_t)get_varint(c);
-    l->num_stages = (uint8_t)get_varint(c);
-    l->shared_mem = (uint32_t)get_varint(c);
-    l->call_depth = (uint16_t)get_varint(c);
+    l->num_warps = (uint16_t)kd_cur_varint(c);
+    l->num_stages = (uint8_t)kd_cur_varint(c);
+    l->shared_mem = (uint32_t)kd_cur_varint(c);
+    l->call_depth = (uint16_t)kd_cur_varint(c);
     if (l->flags & KD_LF_GRID)
         for (int k = 0; k < 3; k++)
-            l->grid[k] = (uint32_t)get_varint(c);
-    l->launch_index = ch->base_launch + (uint64_t)get_svarint(c);
-    l->py_index = get_varint(c);
-    l->stream = ch->base_stream + (uint64_t)get_svarint(c);
-    l->thread_id = ch->base_thread + (uint64_t)get_svarint(c);
-    l->t_start_ns = ch->base_t + (uint64_t)get_svarint(c);
-    l->t_end_ns = l->t_start_ns + get_varint(c);
-    uint64_t nargs = get_varint(c);
+            l->grid[k] = (uint32_t)kd_cur_varint(c);
+    l->launch_index = ch->base_launch + (uint64_t)kd_cur_svarint(c);
+    l->py_index = kd_cur_varint(c);
+    l->stream = ch->base_stream + (uint64_t)kd_cur_svarint(c);
+    l->thread_id = ch->base_thread + (uint64_t)kd_cur_svarint(c);
+    l->t_start_ns = ch->base_t + (uint64_t)kd_cur_svarint(c);
+    l->t_end_ns = l->t_start_ns + kd_cur_varint(c);
+    uint64_t nargs = kd_cur_varint(c);
     if (c->bad)
         return 0;
     if (nargs > 0xffff) {
-        fail(c, "too many arguments");
+        kd_cur_fail(c, "too many arguments");
         return 0;
     }
     l->nargs = (uint16_t)nargs;
     uint32_t k = 1;
     uint64_t prev_ptr = 0;
     for (uint64_t a = 0; a < nargs && !c->bad; a++) {
-        uint8_t tag = get_u8(c);
-        uint8_t role = get_u8(c);
+        uint8_t tag = kd_cur_u8(c);
+        uint8_t role = kd_cur_u8(c);
         uint32_t name_id = get_str_id(c, r);
         if (c->bad)
             return 0;
         if (tag == KD_TAG_TENSOR) {
-            uint8_t tflags = get_u8(c);
+            uint8_t tflags = kd_cur_u8(c);
             uint8_t dt = l->device_type;
             int8_t di = l->device_index;
             if (!(tflags & 0x80)) {
-                dt = get_u8(c);
-                di = (int8_t)get_u8(c);
+                dt = kd_cur_u8(c);
+                di = (int8_t)kd_cur_u8(c);
             }
-            uint8_t dtype = get_u8(c);
-            uint8_t ndim = get_u8(c);
+            uint8_t dtype = kd_cur_u8(c);
+            uint8_t ndim = kd_cur_u8(c);
             if (c->bad)
                 return 0;
             if (ndim > KD_MAX_NDIM) {
-                fail(c, "tensor has more than 64 dimensions");
+                kd_cur_fail(c, "tensor has more than 64 dimensions");
                 return 0;
             }
             int hashed = (tflags & KD_TF_HASHED) != 0;
             uint32_t need = kd_tensor_payloads(ndim) + (uint32_t)hashed;
             if (k + need > 0xffffu) {
-                fail(c, "launch needs too many payloads");
+                kd_cur_fail(c, "launch needs too many payloads");
                 return 0;
             }
             kd_payload tmp[1 + (KD_MAX_NDIM + KD_CONT_DIMS - 1) / KD_CONT_DIMS + 1];
@@ -343,12 +246,12 @@ static uint32_t decode_launch(cur *c, const kd_tr *r, const kd_tr_chunk *ch, kd_
             t->device_index = di;
             t->dtype = dtype;
             t->ndim = ndim;
-            t->storage_offset = get_svarint(c);
-            t->data_ptr = prev_ptr + (uint64_t)get_svarint(c);
+            t->storage_offset = kd_cur_svarint(c);
+            t->data_ptr = prev_ptr + (uint64_t)kd_cur_svarint(c);
             prev_ptr = t->data_ptr;
             for (uint32_t d = 0; d < ndim && !c->bad; d++) {
-                int64_t size = (int64_t)get_varint(c);
-                int64_t stride = get_svarint(c);
+                int64_t size = (int64_t)kd_cur_varint(c);
+                int64_t stride = kd_cur_svarint(c);
                 if (d < KD_INLINE_DIMS) {
                     t->sizes[d] = size;
                     t->strides[d] = stride;
@@ -364,13 +267,13 @@ static uint32_t decode_launch(cur *c, const kd_tr *r, const kd_tr_chunk *ch, kd_
             if (hashed) {
                 kd_hash_rec *h = &q[kd_tensor_payloads(ndim)].hash;
                 h->tag = KD_TAG_HASH;
-                h->kinds = get_u8(c);
-                h->flags = get_u8(c);
-                h->spec = (uint16_t)get_varint(c);
+                h->kinds = kd_cur_u8(c);
+                h->flags = kd_cur_u8(c);
+                h->spec = (uint16_t)kd_cur_varint(c);
                 if (!c->bad && (h->kinds & ~(KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR | KD_HK_CUSTOM)))
-                    fail(c, "unknown hash kind");
+                    kd_cur_fail(c, "unknown hash kind");
                 if (!c->bad && (h->flags & (KD_HF_PENDING_PRE | KD_HF_PENDING_POST)))
-                    fail(c, "hash marked pending in a file");
+                    kd_cur_fail(c, "hash marked pending in a file");
                 if (h->flags & KD_HF_PRE)
                     read_hash_side(c, h, 0);
                 if (h->flags & KD_HF_POST)
@@ -389,13 +292,13 @@ static uint32_t decode_launch(cur *c, const kd_tr *r, const kd_tr_chunk *ch, kd_
         q->scalar.name_id = name_id;
         switch (tag) {
         case KD_TAG_INT:
-            q->scalar.value.i = get_svarint(c);
+            q->scalar.value.i = kd_cur_svarint(c);
             break;
         case KD_TAG_FLOAT:
-            q->scalar.value.f = get_f64(c);
+            q->scalar.value.f = kd_cur_f64(c);
             break;
         case KD_TAG_BOOL:
-            q->scalar.value.i = get_u8(c) ? 1 : 0;
+            q->scalar.value.i = kd_cur_u8(c) ? 1 : 0;
             break;
         case KD_TAG_NONE:
             break;
@@ -403,11 +306,11 @@ static uint32_t decode_launch(cur *c, const kd_tr *r, const kd_tr_chunk *ch, kd_
             q->scalar.value.type_name_id = get_str_id(c, r);
             break;
         default:
-            fail(c, "unknown argument tag");
+            kd_cur_fail(c, "unknown argument tag");
             return 0;
         }
         if (k + 1 > 0xffffu) {
-            fail(c, "launch needs too many payloads");
+            kd_cur_fail(c, "launch needs too many payloads");
             return 0;
         }
         k++;
@@ -418,34 +321,34 @@ static uint32_t decode_launch(cur *c, const kd_tr *r, const kd_tr_chunk *ch, kd_
     return cap ? k : (k | 0x80000000u); /* high bit: counted but not stored */
 }
 
-static int decode_op(cur *c, const kd_tr *r, kd_tr_op *op)
+static int decode_op(kd_cur *c, const kd_tr *r, kd_tr_op *op)
 {
     memset(op, 0, sizeof *op);
-    if (get_u8(c) != KD_REC_OP) {
-        fail(c, "not an op record");
+    if (kd_cur_u8(c) != KD_REC_OP) {
+        kd_cur_fail(c, "not an op record");
         return -1;
     }
-    uint64_t flags = get_varint(c);
+    uint64_t flags = kd_cur_varint(c);
     if (flags & ~(uint64_t)(KD_OPF_IN_HASH | KD_OPF_OUT_HASH | KD_OPF_OPCALL)) {
-        fail(c, "unknown op record flags");
+        kd_cur_fail(c, "unknown op record flags");
         return -1;
     }
     op->flags = (uint32_t)flags;
-    op->depth = (uint32_t)get_varint(c);
+    op->depth = (uint32_t)kd_cur_varint(c);
     op->name_id = get_str_id(c, r);
     op->text_id = get_str_id(c, r);
     for (int side = 0; side < 2; side++) {
         if (!(flags & (side ? KD_OPF_OUT_HASH : KD_OPF_IN_HASH)))
             continue;
-        size_t n = get_len(c);
+        size_t n = kd_cur_len(c);
         if (c->bad)
             return -1;
-        cur sub = {c->p, c->pos, c->pos + n, 0, 0, NULL};
+        kd_cur sub = {c->p, c->pos, c->pos + n, 0, 0, NULL};
         skip_tree(&sub, 0);
         if (!sub.bad && sub.pos != sub.end)
-            fail(&sub, "bytes left over after a hash tree");
+            kd_cur_fail(&sub, "bytes left over after a hash tree");
         if (sub.bad) {
-            fail(c, sub.why);
+            kd_cur_fail(c, sub.why);
             c->bad_off = sub.bad_off;
             return -1;
         }
@@ -466,21 +369,6 @@ static int decode_op(cur *c, const kd_tr *r, kd_tr_op *op)
 static void op_digests(const kd_tr *r, const kd_tr_op *op, uint64_t out[KD_DG_N]);
 static void launch_digests(const kd_tr *r, const kd_payload *p, uint32_t n, uint64_t out[KD_DG_N]);
 static uint64_t str_digest(const kd_tr *r, uint32_t id);
-
-static int grow(void **p, uint64_t *cap, uint64_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    uint64_t n = *cap ? *cap : 256;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (q == NULL)
-        return -1;
-    *p = q;
-    *cap = n;
-    return 0;
-}
 
 static int set_err(kd_tr *r, uint64_t off, const char *why)
 {
@@ -507,12 +395,12 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
     uint32_t hdr = get_u32le(data + 12);
     if (hdr < KD_TRACE_HEADER_BYTES || hdr > size)
         return set_err(r, 12, "bad header length");
-    uint64_t str_cap = 0, rec_cap = 0, chunk_cap = 0, meta_cap = 0;
+    uint64_t str_cap = 0, rec_cap = 0, chunk_cap = 0, meta_cap = 0, meta_cap2 = 0;
     uint64_t rec_cap2 = 0, rec_cap3 = 0, str_cap2 = 0, str_cap3 = 0, str_cap4 = 0;
-    if (grow((void **)&r->str_off, &str_cap, 1, sizeof *r->str_off) ||
-        grow((void **)&r->str_len, &str_cap2, 1, sizeof *r->str_len) ||
-        grow((void **)&r->str_dg, &str_cap3, 1, sizeof *r->str_dg) ||
-        grow((void **)&r->str_pdg, &str_cap4, 1, sizeof *r->str_pdg))
+    if (kd_grow((void **)&r->str_off, &str_cap, 1, sizeof *r->str_off) ||
+        kd_grow((void **)&r->str_len, &str_cap2, 1, sizeof *r->str_len) ||
+        kd_grow((void **)&r->str_dg, &str_cap3, 1, sizeof *r->str_dg) ||
+        kd_grow((void **)&r->str_pdg, &str_cap4, 1, sizeof *r->str_pdg))
         return set_err(r, 0, "out of memory");
     r->str_dg[0] = r->str_pdg[0] = bytes_digest(NULL, 0);
     uint64_t dg_cap = 0;
@@ -537,23 +425,23 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
             break; /* truncated: the last chunk was cut short */
         if (kd_crc32(data + body, len) != crc)
             return set_err(r, pos + 12, "corrupt: chunk checksum mismatch");
-        cur c = {data, body, body + len, 0, 0, NULL};
+        kd_cur c = {data, body, body + len, 0, 0, NULL};
         r->complete = 0; /* an END chunk counts only as the last chunk */
         if (type == KD_CHUNK_STRINGS) {
-            uint64_t n = get_varint(&c);
+            uint64_t n = kd_cur_varint(&c);
             if (!c.bad && n > len)
-                fail(&c, "more strings than bytes");
-            if (!c.bad && (grow((void **)&r->str_off, &str_cap, r->nstr + n + 1, sizeof *r->str_off) ||
-                           grow((void **)&r->str_len, &str_cap2, r->nstr + n + 1, sizeof *r->str_len) ||
-                           grow((void **)&r->str_dg, &str_cap3, r->nstr + n + 1, sizeof *r->str_dg) ||
-                           grow((void **)&r->str_pdg, &str_cap4, r->nstr + n + 1, sizeof *r->str_pdg)))
+                kd_cur_fail(&c, "more strings than bytes");
+            if (!c.bad && (kd_grow((void **)&r->str_off, &str_cap, r->nstr + n + 1, sizeof *r->str_off) ||
+                           kd_grow((void **)&r->str_len, &str_cap2, r->nstr + n + 1, sizeof *r->str_len) ||
+                           kd_grow((void **)&r->str_dg, &str_cap3, r->nstr + n + 1, sizeof *r->str_dg) ||
+                           kd_grow((void **)&r->str_pdg, &str_cap4, r->nstr + n + 1, sizeof *r->str_pdg)))
                 return set_err(r, pos, "out of memory");
             for (uint64_t i = 0; i < n && !c.bad; i++) {
-                size_t sl = get_len(&c);
+                size_t sl = kd_cur_len(&c);
                 if (c.bad)
                     break;
                 if (memchr(data + c.pos, 0, sl) != NULL) {
-                    fail(&c, "string contains a NUL byte");
+                    kd_cur_fail(&c, "string contains a NUL byte");
                     break;
                 }
                 r->nstr++;
@@ -571,23 +459,23 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
                 c.pos += sl;
             }
         } else if (type == KD_CHUNK_RECORDS) {
-            uint64_t n = get_varint(&c);
+            uint64_t n = kd_cur_varint(&c);
             kd_tr_chunk ch;
-            ch.base_t = get_varint(&c);
-            ch.base_thread = get_varint(&c);
-            ch.base_stream = get_varint(&c);
-            ch.base_launch = get_varint(&c);
+            ch.base_t = kd_cur_varint(&c);
+            ch.base_thread = kd_cur_varint(&c);
+            ch.base_stream = kd_cur_varint(&c);
+            ch.base_launch = kd_cur_varint(&c);
             if (!c.bad && n > len)
-                fail(&c, "more records than bytes");
+                kd_cur_fail(&c, "more records than bytes");
             if (c.bad)
                 return set_err(r, c.bad_off, c.why);
-            if (grow((void **)&r->chunks, &chunk_cap, r->nchunks + 1, sizeof *r->chunks) ||
-                grow((void **)&r->rec_off, &rec_cap, r->nrec + n, sizeof *r->rec_off) ||
-                grow((void **)&r->rec_chunk, &rec_cap2, r->nrec + n, sizeof *r->rec_chunk) ||
-                grow((void **)&r->rec_type, &rec_cap3, r->nrec + n, sizeof *r->rec_type))
+            if (kd_grow((void **)&r->chunks, &chunk_cap, r->nchunks + 1, sizeof *r->chunks) ||
+                kd_grow((void **)&r->rec_off, &rec_cap, r->nrec + n, sizeof *r->rec_off) ||
+                kd_grow((void **)&r->rec_chunk, &rec_cap2, r->nrec + n, sizeof *r->rec_chunk) ||
+                kd_grow((void **)&r->rec_type, &rec_cap3, r->nrec + n, sizeof *r->rec_type))
                 return set_err(r, pos, "out of memory");
             r->chunks[r->nchunks] = ch;
-            if (grow((void **)&r->dg, &dg_cap, (r->nrec + n) * KD_DG_N, sizeof *r->dg))
+            if (kd_grow((void **)&r->dg, &dg_cap, (r->nrec + n) * KD_DG_N, sizeof *r->dg))
                 return set_err(r, pos, "out of memory");
             for (uint64_t i = 0; i < n && !c.bad; i++) {
                 uint64_t at = c.pos;
@@ -617,7 +505,7 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
                     if (decode_op(&c, r, &op) == 0)
                         op_digests(r, &op, dg);
                 } else {
-                    fail(&c, c.pos < c.end ? "unknown record type" : "chunk holds fewer records than it says");
+                    kd_cur_fail(&c, c.pos < c.end ? "unknown record type" : "chunk holds fewer records than it says");
                 }
                 if (c.bad)
                     break;
@@ -628,25 +516,22 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
             }
             r->nchunks++;
         } else if (type == KD_CHUNK_META) {
-            if (grow((void **)&r->meta_off, &meta_cap, r->nmeta + 1, sizeof *r->meta_off))
+            if (kd_grow((void **)&r->meta_off, &meta_cap, r->nmeta + 1, sizeof *r->meta_off))
                 return set_err(r, pos, "out of memory");
-            uint64_t mc2 = r->nmeta;
-            uint32_t *ml = realloc(r->meta_len, (mc2 + 1) * sizeof *ml);
-            if (ml == NULL)
+            if (kd_grow((void **)&r->meta_len, &meta_cap2, r->nmeta + 1, sizeof *r->meta_len))
                 return set_err(r, pos, "out of memory");
-            r->meta_len = ml;
             r->meta_off[r->nmeta] = body;
             r->meta_len[r->nmeta] = len;
             r->nmeta++;
             c.pos = c.end;
         } else { /* END */
-            r->end_records = get_varint(&c);
+            r->end_records = kd_cur_varint(&c);
             if (!c.bad && r->end_records != r->nrec)
-                fail(&c, "END chunk's record count differs from the records read");
+                kd_cur_fail(&c, "END chunk's record count differs from the records read");
             r->complete = 1;
         }
         if (!c.bad && c.pos != c.end)
-            fail(&c, "bytes left over at the end of the chunk");
+            kd_cur_fail(&c, "bytes left over at the end of the chunk");
         if (c.bad)
             return set_err(r, c.bad_off, c.why);
         pos = body + len;
@@ -673,11 +558,11 @@ void kd_tr_free(kd_tr *r)
     memset(r, 0, sizeof *r);
 }
 
-static cur rec_cursor(const kd_tr *r, uint64_t i)
+static kd_cur rec_cursor(const kd_tr *r, uint64_t i)
 {
     uint64_t off = r->rec_off[i];
     /* the record lies inside its chunk, validated by kd_tr_open */
-    cur c = {r->data, off, r->valid_end, 0, 0, NULL};
+    kd_cur c = {r->data, off, r->valid_end, 0, 0, NULL};
     return c;
 }
 
@@ -685,7 +570,7 @@ uint32_t kd_tr_launch(const kd_tr *r, uint64_t i, kd_payload *out, uint32_t cap)
 {
     if (i >= r->nrec || r->rec_type[i] != KD_REC_LAUNCH || cap == 0)
         return 0;
-    cur c = rec_cursor(r, i);
+    kd_cur c = rec_cursor(r, i);
     uint64_t ta = 0;
     uint32_t got = decode_launch(&c, r, &r->chunks[r->rec_chunk[i]], out, cap, &ta);
     return (c.bad || (got & 0x80000000u)) ? 0 : got;
@@ -695,7 +580,7 @@ int kd_tr_op_get(const kd_tr *r, uint64_t i, kd_tr_op *op)
 {
     if (i >= r->nrec || r->rec_type[i] != KD_REC_OP)
         return -1;
-    cur c = rec_cursor(r, i);
+    kd_cur c = rec_cursor(r, i);
     return decode_op(&c, r, op);
 }
 

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kd_grow.h"
 #include "kd_trace.h"
 
 /* ---------------- byte buffer ---------------- */
@@ -188,15 +189,10 @@ static uint32_t map_global(kd_tw *w, const kd_strtab *g, uint32_t gid)
     if (gid == 0)
         return 0;
     if (gid >= w->gmap_cap) {
-        uint32_t cap = w->gmap_cap ? w->gmap_cap : 1024;
-        while (cap <= gid)
-            cap *= 2;
-        uint32_t *m = realloc(w->gmap, cap * sizeof *m);
-        if (m == NULL)
+        uint64_t old = w->gmap_cap;
+        if (kd_grow((void **)&w->gmap, &w->gmap_cap, (uint64_t)gid + 1, sizeof *w->gmap) != 0)
             return 0;
-        memset(m + w->gmap_cap, 0, (cap - w->gmap_cap) * sizeof *m);
-        w->gmap = m;
-        w->gmap_cap = cap;
+        memset(w->gmap + old, 0, (w->gmap_cap - old) * sizeof *w->gmap);
     }
     if (w->gmap[gid] == 0) {
         size_t len;
