@@ -15,28 +15,7 @@
 #include "../kd_store.h"
 #include "../kd_strtab.h"
 
-static int failures = 0;
-static int checks = 0;
-
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        checks++;                                                              \
-        if (!(cond)) {                                                         \
-            failures++;                                                        \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__,   \
-                    #cond);                                                    \
-        }                                                                      \
-    } while (0)
-
-#define CHECK_STR(got, want)                                                   \
-    do {                                                                       \
-        checks++;                                                              \
-        if (strcmp((got), (want)) != 0) {                                      \
-            failures++;                                                        \
-            fprintf(stderr, "%s:%d: got \"%s\", want \"%s\"\n", __FILE__,      \
-                    __LINE__, (got), (want));                                  \
-        }                                                                      \
-    } while (0)
+#include "kd_check.h"
 
 /* ---- helpers: write a launch of nargs int args, marked with a value ---- */
 

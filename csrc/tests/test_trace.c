@@ -11,17 +11,7 @@
 #include "../kd_strtab.h"
 #include "../kd_trace.h"
 
-static int failures = 0;
-static int checks = 0;
-
-#define CHECK(cond)                                                                      \
-    do {                                                                                 \
-        checks++;                                                                        \
-        if (!(cond)) {                                                                   \
-            failures++;                                                                  \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);     \
-        }                                                                                \
-    } while (0)
+#include "kd_check.h"
 
 /* A launch of kernel `name` with a 2-d hashed input, a 6-d output (dims
  * continuation), an int and a float. */
