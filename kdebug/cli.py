@@ -201,15 +201,11 @@ def _record_in_process(out: str, target, module: bool, builtin: bool, fix: str |
 
 
 def _compare_runs(paths: list[str], quiet: bool = False):
-    import kdebug
-    from .compare import _Side
+    from .compare import compare_many
 
-    first = _Side(kdebug.load(paths[0]))
-    reports = []
-    for i, p in enumerate(paths[1:], 1):
-        rep = kdebug.compare(first, _Side(kdebug.load(p)), runs=(0, i))
-        reports.append(rep)
-        if not quiet:
+    reports = compare_many(paths)
+    if not quiet:
+        for rep in reports:
             print(rep)
     return reports
 

@@ -448,22 +448,33 @@ def _record(fn, args, kwargs, hash_fn):
     return dm
 
 
+def _recorded_reports(fn, args, kwargs, runs: int, hash_fn) -> list[Report]:
+    """Records ``fn(*args, **kwargs)`` ``runs`` times and compares each run with
+    the first (encoded once); stops at the first report that is not ok or
+    compared no hash.  What assert_deterministic and the pytest plugin check."""
+    first = _Side.of(_record(fn, args, kwargs, hash_fn))
+    reports: list[Report] = []
+    for i in range(1, runs):
+        rep = compare(first, _record(fn, args, kwargs, hash_fn), runs=(0, i))
+        reports.append(rep)
+        if not rep.ok or rep.hashed == 0:
+            break
+    return reports
+
+
 def assert_deterministic(fn, *args, runs: int = 2, hash_fn="bitwise", **kwargs) -> list[Report]:
     """Runs ``fn(*args, **kwargs)`` ``runs`` times under a DebugMode with
     bitwise input and output hashes and compares every run with the first.
     Raises AssertionError with the first-divergence report when they differ."""
     if runs < 2:
         raise ValueError("assert_deterministic needs runs >= 2")
-    first = _record(fn, args, kwargs, hash_fn)
-    reports = []
-    for i in range(1, runs):
-        rep = compare(first, _record(fn, args, kwargs, hash_fn), runs=(0, i))
-        reports.append(rep)
-        if not rep.ok:
-            raise AssertionError("kdebug: runs differ\n" + str(rep))
-        if rep.hashed == 0:
-            raise AssertionError("kdebug: nothing was hashed; is fn running compiled code under this thread?\n"
-                                 + str(rep))
+    reports = _recorded_reports(fn, args, kwargs, runs, hash_fn)
+    rep = reports[-1]
+    if not rep.ok:
+        raise AssertionError("kdebug: runs differ\n" + str(rep))
+    if rep.hashed == 0:
+        raise AssertionError("kdebug: nothing was hashed; is fn running compiled code under this thread?\n"
+                             + str(rep))
     return reports
 
 

@@ -96,6 +96,17 @@ def _own_hooks():
     return entry, bool(rec)
 
 
+_empty_ops: dict = {}
+
+
+def _makes_empty(func) -> bool:
+    """An aten::empty* op: its output holds whatever memory it got."""
+    v = _empty_ops.get(func)
+    if v is None:
+        v = _empty_ops[func] = "empty" in str(func)
+    return v
+
+
 _out_args: dict = {}
 _writes: dict = {}
 _defer_pending = _C.defer_pending
@@ -446,7 +457,7 @@ class DebugMode(_upstream.DebugMode):
     # still fresh get None for input hashes, as out= buffers do.
     def _track_fresh(self, func, args, result) -> None:
         fresh = self._fresh
-        if isinstance(result, torch.Tensor) and _hash_skipped(func) and "empty" in str(func):
+        if isinstance(result, torch.Tensor) and _makes_empty(func):
             fresh.add(result.untyped_storage().data_ptr())
             return
         if not fresh:

@@ -37,20 +37,19 @@ class Determinism:
     def check(self, fn, *args, runs: int = 2, hash_fn="bitwise", **kwargs):
         """Runs fn(*args, **kwargs) ``runs`` times and asserts the runs' kernels
         and ops match launch by launch (kdebug.assert_deterministic)."""
-        from kdebug.compare import _record, compare
+        from kdebug.compare import _recorded_reports
 
         if runs < 2:
             raise ValueError("kdebug_determinism.check needs runs >= 2")
-        first = _record(fn, args, kwargs, hash_fn)
-        for i in range(1, runs):
-            rep = compare(first, _record(fn, args, kwargs, hash_fn), runs=(0, i))
-            self.reports.append(rep)
-            if not rep.ok:
-                _attach(self._item, str(rep))
-                pytest.fail("kdebug: runs differ\n" + str(rep), pytrace=False)
-            if rep.hashed == 0:
-                pytest.fail("kdebug: nothing was hashed: does fn run compiled code on this thread?\n" + str(rep),
-                            pytrace=False)
+        reports = _recorded_reports(fn, args, kwargs, runs, hash_fn)
+        self.reports.extend(reports)
+        rep = reports[-1]
+        if not rep.ok:
+            _attach(self._item, str(rep))
+            pytest.fail("kdebug: runs differ\n" + str(rep), pytrace=False)
+        if rep.hashed == 0:
+            pytest.fail("kdebug: nothing was hashed: does fn run compiled code on this thread?\n" + str(rep),
+                        pytrace=False)
         return self.reports
 
 
@@ -76,25 +75,16 @@ def pytest_pyfunc_call(pyfuncitem):
     hash_fn = marker.kwargs.get("hash_fn", "bitwise")
     if runs < 2:
         raise pytest.UsageError("kdebug_deterministic(runs=...) needs runs >= 2")
-    from kdebug.compare import compare
-    from kdebug.mode import DebugMode
+    from kdebug.compare import _recorded_reports
 
-    testfunction = pyfuncitem.obj
     funcargs = {k: pyfuncitem.funcargs[k] for k in pyfuncitem._fixtureinfo.argnames}
-    recorded = []
-    for _ in range(runs):
-        with DebugMode() as dm, DebugMode.log_tensor_hashes(hash_fn=hash_fn, hash_inputs=True):
-            testfunction(**funcargs)
-        dm.operators  # noqa: B018  (drain and resolve while the mode's objects are alive)
-        recorded.append(dm)
-    for i, dm in enumerate(recorded[1:], 1):
-        rep = compare(recorded[0], dm, runs=(0, i))
-        if not rep.ok:
-            _attach(pyfuncitem, str(rep))
-            pytest.fail("kdebug: the test body is not deterministic\n" + str(rep), pytrace=False)
-        if rep.hashed == 0:
-            pytest.fail("kdebug: nothing was hashed in the test body: does it run compiled code on this thread?",
-                        pytrace=False)
+    rep = _recorded_reports(pyfuncitem.obj, (), funcargs, runs, hash_fn)[-1]
+    if not rep.ok:
+        _attach(pyfuncitem, str(rep))
+        pytest.fail("kdebug: the test body is not deterministic\n" + str(rep), pytrace=False)
+    if rep.hashed == 0:
+        pytest.fail("kdebug: nothing was hashed in the test body: does it run compiled code on this thread?",
+                    pytrace=False)
     return True  # the body ran (runs times): pytest's own call must not run it again
 
 

@@ -90,19 +90,20 @@ class Writer:
             self._nspecs = len(hashing._specs)
             self._w.meta(json.dumps(_specs_meta()))
         run_start = run_stop = None
+        custom_launches: set[int] = set()  # kernels whose custom hash values are not written
         for op in items:
             if isinstance(op, _KernelCall):
+                if op._recorder is not recorder:
+                    raise ValueError("a kernel record from another recorder")
+                if recorder.custom:
+                    custom_launches.add(op.launch_index)
                 i = op._launch.store_index
-                if run_stop is not None and i == run_stop and op._recorder is recorder:
+                if run_stop is not None and i == run_stop:  # extends the run of stored launches
                     run_stop += 1
                     continue
                 if run_start is not None:
                     self._w.launches(recorder, run_start, run_stop)
-                if op._recorder is not recorder:
-                    raise ValueError("a kernel record from another recorder")
                 run_start, run_stop = i, i + 1
-                if recorder.custom:
-                    self.custom_skipped += sum(1 for k in recorder.custom if k[0] == op.launch_index)
                 continue
             if run_start is not None:
                 self._w.launches(recorder, run_start, run_stop)
@@ -110,6 +111,8 @@ class Writer:
             self._w.op(*_op_record(op, attributes))
         if run_start is not None:
             self._w.launches(recorder, run_start, run_stop)
+        if custom_launches:
+            self.custom_skipped += sum(1 for k in recorder.custom if k[0] in custom_launches)
         self._w.seal()
         self._flush_out()
 
@@ -155,16 +158,22 @@ def _final_meta(dm) -> dict:
     return {"stats": {k: s[k] for k in keep if k in s}}
 
 
+def _finish(w: Writer, dm) -> None:
+    """The last META (the recorder's counters, custom hash values left out) and END."""
+    meta = _final_meta(dm)
+    if w.custom_skipped:
+        meta["custom_hashes_not_saved"] = w.custom_skipped
+        warnings.warn(f"{w.custom_skipped} hash value(s) of a custom hash_fn are not saved in traces "
+                      "(only 'bitwise', 'norm' and 'hash_tensor' are)", stacklevel=4)
+    w.meta(meta)
+    w.close()
+
+
 def save(dm, path: str | None) -> bytes | dict:
     """Writes a DebugMode's whole run to ``path`` (or returns the bytes when path is None)."""
     w = Writer(path)
     w.write(dm.operators, dm.record_tensor_attributes, dm._recorder)
-    w.meta(_final_meta(dm))
-    if w.custom_skipped:
-        w.meta({"custom_hashes_not_saved": w.custom_skipped})
-        warnings.warn(f"{w.custom_skipped} hash value(s) of a custom hash_fn are not saved in traces "
-                      "(only 'bitwise', 'norm' and 'hash_tensor' are)", stacklevel=3)
-    w.close()
+    _finish(w, dm)
     return w.getvalue() if path is None else w.stats()
 
 
@@ -204,8 +213,7 @@ class Stream:
         if self.closed:
             return
         self.write_new()
-        self.w.meta(_final_meta(self.dm))
-        self.w.close()
+        _finish(self.w, self.dm)
         self.closed = True
 
 
