@@ -60,6 +60,7 @@ C_SOURCES = [
     "csrc/kd_defer.c",
     "csrc/kd_trace_write.c",
     "csrc/kd_trace_read.c",
+    "csrc/kd_trace_table.c",
     "csrc/kd_trace_py.c",
 ]
 CXX_SOURCES = ["csrc/kd_torch.cpp"]  # the only file that includes libtorch headers

@@ -194,4 +194,68 @@ int kd_tree_has_leaf(const uint8_t *p, size_t n, uint64_t leaf);
 /* Byte extent [lo, hi) of the tensor argument at p[0]; lo == hi when empty. */
 void kd_tensor_extent(const kd_payload *p, uint64_t *lo, uint64_t *hi);
 
+/* ---------------- tables (kd_trace_table.c) ----------------
+ * Note [Trace tables]
+ * Reports and exports need every record's fields at once, not one Python
+ * object per launch: kd_tr_table() decodes records [start, stop) into two
+ * arrays of fixed-size little-endian rows (kd_tab_rec, kd_tab_arg) and one
+ * of int64 sizes (ndim per tensor argument, in argument order), which the
+ * HTML report ships to the browser as they are and the Perfetto export reads
+ * column-wise.  A record's arguments are the next `nargs` argument rows.
+ * The layouts are pinned below; kdebug/report.py and the report's script
+ * read them by these offsets. */
+typedef struct kd_tab_rec {
+    uint8_t type;        /* KD_REC_LAUNCH or KD_REC_OP */
+    uint8_t kind;        /* launch: KD_KIND_*; op: KD_OPF_* flags */
+    uint8_t device_type; /* launch: c10::DeviceType; op: 255 */
+    int8_t device_index;
+    uint16_t nargs;
+    uint16_t depth;
+    uint32_t name_id;    /* file string ids (kd_tr_string) */
+    uint32_t text_id;    /* launch: config; op: rendered text */
+    uint32_t grid[3];    /* 0 when no grid was recorded */
+    uint16_t num_warps;
+    uint8_t num_stages;
+    uint8_t flags;       /* launch: KD_LF_* */
+    uint64_t launch_index;
+    uint64_t stream;
+    uint64_t thread_id;
+    uint64_t t_start_ns, t_end_ns; /* launch only; host clock around the launch call */
+    uint32_t shared_mem;
+    uint32_t reserved;
+} kd_tab_rec;
+
+typedef struct kd_tab_arg {
+    uint8_t tag;  /* KD_TAG_TENSOR ... KD_TAG_OTHER */
+    uint8_t role; /* KD_ROLE_* */
+    uint8_t dtype, ndim;          /* tensors */
+    uint8_t hash_kinds, hash_flags; /* tensors: kd_hash_rec kinds / flags, 0 unhashed */
+    uint8_t device_type;
+    int8_t device_index;
+    uint32_t name_id;
+    uint32_t other_id;  /* KD_TAG_OTHER: type-name string id */
+    union { int64_t i; double f; } value; /* INT / BOOL: i; FLOAT: f */
+    uint64_t bitwise[2];                 /* [0] pre, [1] post */
+    double l1[2];
+    uint32_t nan[2], posinf[2], neginf[2]; /* saturated at 2^32 - 1 */
+    uint64_t xor64[2];
+} kd_tab_arg;
+
+static_assert(sizeof(kd_tab_rec) == 80, "kd_tab_rec layout");
+static_assert(sizeof(kd_tab_arg) == 96, "kd_tab_arg layout");
+
+typedef struct kd_tab {
+    kd_tab_rec *rec;
+    uint64_t nrec, rec_cap;
+    kd_tab_arg *arg;
+    uint64_t narg, arg_cap;
+    int64_t *dims;
+    uint64_t ndims, dims_cap;
+} kd_tab;
+
+/* Appends records [start, stop) of r to t (zero-initialise t first).  Returns
+ * 0, -1 out of memory, or -2 a launch record that does not decode. */
+int kd_tr_table(const kd_tr *r, uint64_t start, uint64_t stop, kd_tab *t);
+void kd_tab_free(kd_tab *t);
+
 #endif

@@ -593,6 +593,50 @@ fail:
     return NULL;
 }
 
+/* table(start, stop) -> (records, args, dims): bytes of kd_tab_rec rows,
+ * kd_tab_arg rows and int64 sizes (Note [Trace tables]). */
+static PyObject *tr_table(kd_trace_reader *self, PyObject *args)
+{
+    unsigned long long start, stop;
+    if (!PyArg_ParseTuple(args, "KK", &start, &stop))
+        return NULL;
+    kd_tab t = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = kd_tr_table(&self->r, start, stop, &t);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        kd_tab_free(&t);
+        if (rc == -1)
+            return PyErr_NoMemory();
+        PyErr_SetString(PyExc_ValueError, "table: a launch record could not be decoded");
+        return NULL;
+    }
+    PyObject *out = Py_BuildValue("(y#y#y#)", (const char *)t.rec, (Py_ssize_t)(t.nrec * sizeof *t.rec),
+                                  (const char *)t.arg, (Py_ssize_t)(t.narg * sizeof *t.arg),
+                                  (const char *)t.dims, (Py_ssize_t)(t.ndims * sizeof *t.dims));
+    kd_tab_free(&t);
+    return out;
+}
+
+/* strings() -> list of the file's strings; item k is string id k (0: ""). */
+static PyObject *tr_strings(kd_trace_reader *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *out = PyList_New((Py_ssize_t)self->r.nstr + 1);
+    if (out == NULL)
+        return NULL;
+    for (uint32_t id = 0; id <= self->r.nstr; id++) {
+        PyObject *s = id ? tr_string(self, id) : PyUnicode_FromString("");
+        if (s == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, id, s);
+    }
+    return out;
+}
+
 /* last_writer(before, dev_type, dev_index, lo, hi, leaf) -> (index, mask) or None */
 static PyObject *tr_last_writer(kd_trace_reader *self, PyObject *args)
 {
@@ -616,6 +660,9 @@ static PyMethodDef tr_methods[] = {
     {"digests", (PyCFunction)tr_digests, METH_NOARGS, "digests() -> bytearray of nrec x 5 u64"},
     {"op", (PyCFunction)tr_op, METH_VARARGS, "op(i, make_norm) -> (depth, flags, name, text, in, out)"},
     {"load_into", (PyCFunction)tr_load_into, METH_VARARGS, "load_into(recorder, spec_map, start, stop) -> indices of the launch records appended"},
+    {"table", (PyCFunction)tr_table, METH_VARARGS,
+     "table(start, stop) -> (records, args, dims) bytes: fixed-size rows (Note [Trace tables])"},
+    {"strings", (PyCFunction)tr_strings, METH_NOARGS, "strings() -> list: item k is file string id k"},
     {"last_writer", (PyCFunction)tr_last_writer, METH_VARARGS,
      "last_writer(before, dev_type, dev_index, lo, hi, leaf) -> (index, args mask) or None"},
     {NULL, NULL, 0, NULL},

@@ -182,6 +182,54 @@ static void test_roundtrip(void)
     kd_strtab_free(g);
 }
 
+/* Table rows (Note [Trace tables]) carry what the records hold. */
+static void test_table(void)
+{
+    kd_strtab *g = kd_strtab_new(1024);
+    kd_buf f = make_trace(g, 20, 6, 1);
+    kd_tr r;
+    CHECK(kd_tr_open(&r, f.p, f.len) == 0);
+    kd_tab t = {0};
+    CHECK(kd_tr_table(&r, 4, 1000, &t) == 0); /* stop past the end is clipped */
+    CHECK(t.nrec == 36 && t.narg == 18 * 4 && t.ndims == 18 * (2 + 6));
+    for (uint64_t k = 0; k < t.nrec; k++) {
+        const kd_tab_rec *row = &t.rec[k];
+        size_t n;
+        const char *name = kd_tr_string(&r, row->name_id, &n);
+        if (k % 2 == 1) {
+            CHECK(row->type == KD_REC_OP && row->nargs == 0 && row->depth == 1);
+            CHECK(n == 16 && memcmp(name, "aten::add.Tensor", 16) == 0);
+            CHECK(row->kind == (KD_OPF_OUT_HASH | KD_OPF_OPCALL) && row->device_type == 255);
+            continue;
+        }
+        uint64_t li = 2 + k / 2;
+        CHECK(row->type == KD_REC_LAUNCH && row->kind == KD_KIND_TRITON && row->nargs == 4);
+        CHECK(n == 22 && memcmp(name, "triton_red_fused_sum_0", 22) == 0);
+        const char *cfg = kd_tr_string(&r, row->text_id, &n);
+        CHECK(n == 21 && memcmp(cfg, "XBLOCK=64, R0_BLOCK=8", 21) == 0);
+        CHECK(row->grid[0] == 64 && row->grid[1] == 128 && row->grid[2] == 1);
+        CHECK(row->num_warps == 4 && row->num_stages == 2 && row->launch_index == li);
+        CHECK(row->stream == 0x7f00aa00 && row->thread_id == 0x7fffdeadbeef);
+        CHECK(row->t_start_ns == 1000000000ull + li * 5000 && row->t_end_ns == row->t_start_ns + 1234);
+    }
+    const kd_tab_arg *a = &t.arg[0]; /* launch 2's in_ptr0 */
+    CHECK(a->tag == KD_TAG_TENSOR && a->role == KD_ROLE_READ && a->dtype == 6 && a->ndim == 2);
+    CHECK(a->hash_kinds == (KD_HK_BITWISE | KD_HK_NORM) && a->hash_flags == KD_HF_PRE);
+    CHECK(a->bitwise[0] == (0x1234567890abcdefull ^ 2) && a->l1[0] == 12.5 && a->nan[0] == 1);
+    CHECK(t.dims[0] == 8 && t.dims[1] == 4);
+    CHECK(t.arg[1].ndim == 6 && t.arg[1].role == KD_ROLE_WRITE && t.arg[1].hash_flags == 0);
+    for (int d = 0; d < 6; d++)
+        CHECK(t.dims[2 + d] == 2);
+    CHECK(t.arg[2].tag == KD_TAG_INT && t.arg[2].value.i == -32);
+    CHECK(t.arg[3].tag == KD_TAG_FLOAT && t.arg[3].value.f == 1e-5);
+    kd_tab_free(&t);
+    kd_tab empty = {0};
+    CHECK(kd_tr_table(&r, 50, 10, &empty) == 0 && empty.nrec == 0);
+    kd_tr_free(&r);
+    kd_buf_free(&f);
+    kd_strtab_free(g);
+}
+
 /* A crc32 known answer: zlib.crc32(b"123456789") == 0xCBF43926. */
 static void test_crc(void)
 {
@@ -301,6 +349,9 @@ static void test_fuzz(void)
                 kd_tr_op_get(&r, i, &op);
             }
             kd_tr_last_writer(&r, r.nrec, 1, 0, 0, UINT64_MAX, 5, &mask);
+            kd_tab t = {0};
+            CHECK(kd_tr_table(&r, 0, r.nrec, &t) == 0 && t.nrec == r.nrec);
+            kd_tab_free(&t);
         }
         kd_tr_free(&r);
         free(p);
@@ -332,6 +383,7 @@ int main(void)
 {
     test_crc();
     test_roundtrip();
+    test_table();
     test_truncation();
     test_fuzz();
     test_foreign();
