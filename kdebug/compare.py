@@ -218,6 +218,10 @@ class Report:
     config_changes: Any = field(default_factory=list)  # (step_a, step_b) pairs: grid / config differ
     shape_changes: Any = field(default_factory=list)   # (step_a, step_b) pairs: argument shapes differ
     kernels_b: int = 0                                  # kernel launches in run b
+    # the alignment behind the report, for kdebug.report: opcodes, aligned
+    # positions pa / pb, positions (into pa) of pairs whose hashes / configs /
+    # shapes differ, the divergence's position (or None)
+    alignment: Any = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -347,6 +351,7 @@ def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
     config_changes = _Pairs(A, B, pa[cfg], pb[cfg])
     shape_changes = _Pairs(A, B, pa[shp], pb[shp])
     div = None
+    root = None
     for k in diff.tolist():
         a, b = A.step(int(pa[k])), B.step(int(pb[k]))
         d_in = _first_diff(a.pre, b.pre, a.arg_names)
@@ -381,9 +386,12 @@ def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
         div.inherited = _Pairs(A, B, pa[later], pb[later])
         culprit = div.writer if div.writer is not None else a
         div.hints = _hints(culprit, kind, bool(len(cfg)) and int(cfg[0]) <= k)
+        root = k
         break
+    alignment = {"opcodes": ops, "aligned": aligned, "pa": pa, "pb": pb, "diff": diff, "config": cfg,
+                 "shape": shp, "root": root}
     return Report(runs, A.n, B.n, len(pa), hashed, div, structural, config_changes, shape_changes,
-                  B.run.types.count(1))
+                  B.run.types.count(1), alignment)
 
 
 def format_report(r: Report) -> str:

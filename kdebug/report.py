@@ -1,0 +1,367 @@
+"""The HTML report: one self-contained file showing where runs diverge.
+
+``write_html(path, runs)`` compares the runs (trace paths, kdebug.Run or
+DebugMode objects; every run with the first, as ``kdebug hunt`` does) and
+writes one HTML file with no external scripts, fonts or requests: a summary,
+a zoomable timeline per run, a searchable and sortable launch table, the
+structural differences side by side and a plot of how the divergence spreads.
+
+Note [Report data]
+Nothing here makes a Python object per launch.  Each run's records come from
+the C trace reader as fixed-size rows (Note [Trace tables] in kd_trace.h);
+their string ids are remapped to one table shared by all runs, and three
+per-record columns are added, computed with tensor ops from the comparison's
+alignment:
+
+- ``flags`` (u8): DIFF hashes differ from the aligned record of the other run,
+  ROOT the first divergence, WRITER the last writer of a diverging input,
+  UNALIGNED no counterpart (a structural difference), CONFIG grid / config
+  differ, SHAPE argument shapes differ, HASHED some hash was taken;
+- ``peer`` (i32): the aligned record of the other run, -1 when none;
+- ``spread`` (f32): the fraction of the bytes the launch wrote that differ
+  from its counterpart's (an aten op counts 1 when its output hash differs).
+
+Run 0 is described against the first comparison that diverges (run 1 when
+none does), every other run against run 0.  The sections are concatenated,
+8-byte aligned, gzip-compressed and embedded as base64; the page inflates them
+with the browser's DecompressionStream and reads the rows by their offsets.
+"""
+from __future__ import annotations
+
+import base64
+import datetime
+import glob
+import html
+import json
+import os
+import re
+import time
+import zlib
+from typing import Sequence
+
+import torch
+
+from . import __version__, _upstream
+from .calls import _dtype_of
+from .compare import Report, _fmt_hash, _Side, compare, format_report
+
+REC_BYTES, ARG_BYTES = 80, 96  # kd_tab_rec / kd_tab_arg (static_assert in kd_trace.h)
+
+DIFF, ROOT, WRITER, UNALIGNED, CONFIG, SHAPE, HASHED = 1, 2, 4, 8, 16, 32, 64
+
+_TEMPLATE = os.path.join(os.path.dirname(__file__), "report_template.html")
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def resolve_inputs(items: Sequence) -> tuple[list, dict]:
+    """The runs named by RUN_OR_HUNT arguments: trace files, kdebug.Run /
+    DebugMode objects, or a ``kdebug hunt --keep`` directory (its hunt.json,
+    else its run*.kdt files in order).  Returns (runs, what the hunt said)."""
+    runs: list = []
+    hunt: dict = {}
+    for it in items:
+        if isinstance(it, (str, os.PathLike)) and os.path.isdir(it):
+            d = os.fspath(it)
+            info_path = os.path.join(d, "hunt.json")
+            if os.path.exists(info_path):
+                with open(info_path) as f:
+                    hunt = json.load(f)
+                runs += [p if os.path.isabs(p) else os.path.join(d, p) for p in hunt.get("paths", [])]
+            else:
+                found = sorted(glob.glob(os.path.join(d, "run*.kdt")),
+                               key=lambda p: int(re.sub(r"\D", "", os.path.basename(p)) or 0))
+                if not found:
+                    raise FileNotFoundError(f"{d}: no hunt.json and no run*.kdt traces in this directory "
+                                            "(make one with kdebug hunt --keep DIR)")
+                runs += found
+        elif isinstance(it, (str, os.PathLike)) and not os.path.exists(it):
+            raise FileNotFoundError(f"{os.fspath(it)}: no such trace file or hunt directory")
+        else:
+            runs.append(it)
+    if not runs:
+        raise ValueError("no runs to report on")
+    return runs, hunt
+
+
+# ---------------------------------------------------------------- tables
+
+
+class _Table:
+    """One run's rows (Note [Trace tables]) as tensors, string ids global."""
+
+    def __init__(self, side: _Side, strings: dict[str, int]):
+        reader = side.run._reader
+        rec, arg, dims = reader.table(0, side.n)
+        local = reader.strings()
+        remap = torch.tensor([strings.setdefault(s, len(strings)) for s in local], dtype=torch.int32)
+        self.rec = bytearray(rec)
+        self.arg = bytearray(arg)
+        self.dims = bytes(dims)
+        self.n, self.m = len(rec) // REC_BYTES, len(arg) // ARG_BYTES
+        r32 = self._view(self.rec, torch.int32, REC_BYTES)
+        a32 = self._view(self.arg, torch.int32, ARG_BYTES)
+        for col in (2, 3):  # name_id, text_id / other_id: file ids -> shared ids
+            r32[:, col] = remap[r32[:, col].long()]
+            a32[:, col] = remap[a32[:, col].long()]
+        r16 = self._view(self.rec, torch.int16, REC_BYTES)
+        self.nargs = r16[:, 2].long() & 0xFFFF
+        self.type = self._view(self.rec, torch.uint8, REC_BYTES)[:, 0]
+        self.off = torch.zeros(self.n, dtype=torch.int64)
+        if self.n > 1:
+            self.off[1:] = torch.cumsum(self.nargs, 0)[:-1]
+        self.dig = side.dig
+
+    @staticmethod
+    def _view(buf: bytearray, dtype: torch.dtype, row: int) -> torch.Tensor:
+        if not buf:
+            return torch.zeros((0, row // dtype.itemsize), dtype=dtype)
+        return torch.frombuffer(buf, dtype=dtype).view(-1, row // dtype.itemsize)
+
+    def arg_cols(self):
+        """(written, bytes, post-hash columns) per argument row."""
+        a8 = self._view(self.arg, torch.uint8, ARG_BYTES)
+        a64 = self._view(self.arg, torch.int64, ARG_BYTES)
+        a32 = self._view(self.arg, torch.int32, ARG_BYTES)
+        tensor = a8[:, 0] == 2
+        written = tensor & ((a8[:, 1] & 2) != 0)
+        size = _ITEMSIZE[a8[:, 2].long()]
+        nbytes = torch.where(tensor, a64[:, 2].clamp(min=0) * size, torch.zeros_like(size))
+        hashed_post = (a8[:, 5] & 2) != 0
+        post = torch.stack([a64[:, 4], a64[:, 6], a64[:, 11], a32[:, 15], a32[:, 17], a32[:, 19]], 1)
+        return written, nbytes, hashed_post, post
+
+
+def _itemsizes() -> torch.Tensor:
+    out = torch.ones(256, dtype=torch.int64)
+    for st in range(256):
+        d = _dtype_of(st)
+        if isinstance(d, torch.dtype):
+            out[st] = d.itemsize
+    return out
+
+
+_ITEMSIZE = _itemsizes()
+
+
+def _dtype_names() -> dict[int, str]:
+    names = {}
+    for st in range(256):
+        d = _dtype_of(st)
+        if isinstance(d, torch.dtype):
+            names[st] = _upstream.dtype_abbrs.get(d, str(d).replace("torch.", ""))
+    return names
+
+
+def _spread(ta: _Table, tb: _Table, pa: torch.Tensor, pb: torch.Tensor) -> torch.Tensor:
+    """Per aligned pair: the fraction of the bytes written (by b's launch) whose
+    post-launch hashes differ from a's; ops: 1 when their output hash differs."""
+    m = len(pa)
+    frac = torch.zeros(m, dtype=torch.float32)
+    if m == 0:
+        return frac
+    post_differs = (ta.dig[pa, 4] != tb.dig[pb, 4]).float()
+    is_op = tb.type[pb] == 2
+    frac[is_op] = post_differs[is_op]
+    na, nb = ta.nargs[pa], tb.nargs[pb]
+    launch = (tb.type[pb] == 1) & (na == nb)
+    counts = torch.where(launch, nb, torch.zeros_like(nb))
+    total = int(counts.sum())
+    if total == 0:
+        return frac
+    pair = torch.repeat_interleave(torch.arange(m), counts)
+    starts = torch.cumsum(counts, 0) - counts
+    j = torch.arange(total) - starts[pair]
+    ai, bi = ta.off[pa][pair] + j, tb.off[pb][pair] + j
+    wa, _, hpa, posta = ta.arg_cols()
+    wb, bytes_b, hpb, postb = tb.arg_cols()
+    w = wb[bi]
+    nbytes = bytes_b[bi].double() * w
+    differs = (hpa[ai] & hpb[bi] & (posta[ai] != postb[bi]).any(1)) | (hpa[ai] != hpb[bi])
+    num = torch.zeros(m, dtype=torch.float64).index_add_(0, pair, nbytes * differs)
+    den = torch.zeros(m, dtype=torch.float64).index_add_(0, pair, nbytes)
+    has = den > 0
+    frac[has] = (num[has] / den[has]).float()
+    # launches writing nothing hashed: whether their hashes differ at all
+    nohash = launch & ~has
+    frac[nohash] = ((ta.dig[pa[nohash], 3] != tb.dig[pb[nohash], 3]) | (ta.dig[pa[nohash], 4] != tb.dig[pb[nohash], 4])).float()
+    return frac
+
+
+def _columns(rep: Report, ta: _Table, tb: _Table, for_a: bool):
+    """flags / peer / spread of one side of a comparison (Note [Report data])."""
+    al = rep.alignment
+    pa, pb = al["pa"], al["pb"]
+    me, other = (pa, pb) if for_a else (pb, pa)
+    t = ta if for_a else tb
+    flags = torch.full((t.n,), UNALIGNED, dtype=torch.uint8)
+    flags[me] = 0
+    hashed = ((t.dig[:, 3] | t.dig[:, 4]) != 0) if t.n else torch.zeros(0, dtype=torch.bool)
+    flags[hashed] |= HASHED
+    flags[me[al["diff"]]] |= DIFF
+    flags[me[al["config"]]] |= CONFIG
+    flags[me[al["shape"]]] |= SHAPE
+    if al["root"] is not None:
+        flags[me[al["root"]]] |= ROOT
+    d = rep.divergence
+    if d is not None and d.writer is not None:
+        wi = d.writer.index  # an index in run a
+        if for_a:
+            flags[wi] |= WRITER
+        else:
+            pos = (pa == wi).nonzero().flatten()
+            if len(pos):
+                flags[pb[int(pos[0])]] |= WRITER
+    peer = torch.full((t.n,), -1, dtype=torch.int32)
+    peer[me] = other.int()
+    spread = torch.zeros(t.n, dtype=torch.float32)
+    spread[me] = _spread(ta, tb, pa, pb)
+    return flags, peer, spread
+
+
+# ---------------------------------------------------------------- summary
+
+
+def _hash_text(h) -> str:
+    """'0x.. (bitwise), norm 141.3507390' for a (bitwise, norm) pair."""
+    if h is None:
+        return "-"
+    if isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], int) and isinstance(h[1], float):
+        return f"{_fmt_hash(h[0])}, norm {h[1]:.10g}"
+    return _fmt_hash(h)
+
+
+def _step_json(s) -> dict | None:
+    if s is None:
+        return None
+    return {"index": s.index, "kind": s.kind, "name": s.name, "label": s.label(),
+            "grid": list(s.grid) if isinstance(s.grid, (tuple, list)) else s.grid,
+            "config": None if s.config is None else str(s.config)}
+
+
+def _comparison_json(rep: Report, limit: int = 2000) -> dict:
+    al = rep.alignment
+    d = rep.divergence
+    div = None
+    if d is not None:
+        div = {"kind": d.kind, "a": _step_json(d.step_a), "b": _step_json(d.step_b), "arg": d.arg,
+               "arg_index": d.arg_index, "hash_a": _hash_text(d.hash_a), "hash_b": _hash_text(d.hash_b),
+               "writer": _step_json(d.writer), "writer_args": list(d.writer_args), "outside": d.outside,
+               "inherited": len(d.inherited), "hints": list(d.hints)}
+    segs = [list(op) for op in al["opcodes"] if op[0] != "equal"]
+    if rep.divergence is None and rep.ok:
+        verdict = "match" if rep.hashed else "nothing hashed"
+    elif rep.divergence is not None:
+        verdict = f"{rep.divergence.kind} divergence"
+    else:
+        verdict = "structure differs"
+    pa, pb = al["pa"], al["pb"]
+    return {
+        "a": rep.runs[0], "b": rep.runs[1], "verdict": verdict, "ok": rep.ok, "text": format_report(rep),
+        "compared": rep.compared, "hashed": rep.hashed, "n_a": rep.n_a, "n_b": rep.n_b,
+        "divergence": div, "structural": list(rep.structural), "aligned": al["aligned"],
+        "segments": segs[:limit], "segments_total": len(segs),
+        "config_changes": [[int(pa[k]), int(pb[k])] for k in al["config"][:limit].tolist()],
+        "config_total": len(al["config"]),
+        "shape_changes": [[int(pa[k]), int(pb[k])] for k in al["shape"][:limit].tolist()],
+        "shape_total": len(al["shape"]),
+        "inherited": 0 if d is None else len(d.inherited),
+        "diff_total": len(al["diff"]),
+    }
+
+
+# ---------------------------------------------------------------- build
+
+
+def build(runs: Sequence, *, hunt: dict | None = None, title: str | None = None) -> tuple[dict, bytes]:
+    """The report's description (JSON-able) and its binary sections."""
+    t0 = time.perf_counter()
+    sides = [_Side.of(r) for r in runs]
+    reports = [compare(sides[0], s, runs=(0, i)) for i, s in enumerate(sides[1:], 1)]
+    strings: dict[str, int] = {"": 0}
+    tables = [_Table(s, strings) for s in sides]
+    primary = next((k for k, r in enumerate(reports) if not r.ok), 0)
+    cols = []
+    for i, t in enumerate(tables):
+        if not reports:
+            z = torch.zeros(t.n, dtype=torch.uint8)
+            z[((t.dig[:, 3] | t.dig[:, 4]) != 0)] = HASHED
+            cols.append((z, torch.full((t.n,), -1, dtype=torch.int32), torch.zeros(t.n, dtype=torch.float32)))
+        elif i == 0:
+            cols.append(_columns(reports[primary], tables[0], tables[primary + 1], True))
+        else:
+            cols.append(_columns(reports[i - 1], tables[0], t, False))
+    sections: list[bytes] = []
+    offset = 0
+
+    def add(b: bytes) -> list[int]:
+        nonlocal offset
+        pad = (-len(b)) % 8
+        sections.append(b + b"\0" * pad)
+        at = offset
+        offset += len(b) + pad
+        return [at, len(b)]
+
+    run_meta = []
+    for i, (s, t, (flags, peer, spread)) in enumerate(zip(sides, tables, cols)):
+        run = s.run
+        st = run.meta.get("stats", {})
+        run_meta.append({
+            "label": f"run {i}", "path": run.path, "records": t.n, "kernels": int((t.type == 1).sum()),
+            "ops": int((t.type == 2).sum()), "args": t.m, "complete": bool(run.complete),
+            "problems": run.problems(), "torch": run.meta.get("torch"), "argv": run.meta.get("argv"),
+            "time": run.meta.get("time"), "dropped": st.get("dropped", 0),
+            "rec": add(bytes(t.rec)), "arg": add(bytes(t.arg)), "dims": add(t.dims),
+            "flags": add(flags.numpy().tobytes()), "peer": add(peer.numpy().tobytes()),
+            "spread": add(spread.numpy().tobytes()),
+        })
+    first = sides[0].run.meta
+    workload = (hunt or {}).get("what") or " ".join(first.get("argv") or []) or sides[0].run.path
+    meta = {
+        "title": title or "kdebug report",
+        "kdebug": __version__, "generated": datetime.datetime.now().isoformat(timespec="seconds"),
+        "workload": workload, "hunt": hunt or None, "runs": run_meta,
+        "comparisons": [_comparison_json(r) for r in reports], "primary": primary,
+        "strings": list(strings), "dtypes": _dtype_names(),
+        "layout": {"rec": REC_BYTES, "arg": ARG_BYTES},
+        "flags": {"DIFF": DIFF, "ROOT": ROOT, "WRITER": WRITER, "UNALIGNED": UNALIGNED, "CONFIG": CONFIG,
+                  "SHAPE": SHAPE, "HASHED": HASHED},
+        "build_s": round(time.perf_counter() - t0, 3),
+    }
+    return meta, b"".join(sections)
+
+
+def _script_json(obj) -> str:
+    """JSON safe inside a <script> element."""
+    return json.dumps(obj, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
+def render(meta: dict, blob: bytes) -> str:
+    with open(_TEMPLATE, encoding="utf-8") as f:
+        page = f.read()
+    data = base64.b64encode(_gzip(blob)).decode("ascii")
+    return (page.replace("__KDEBUG_TITLE__", html.escape(meta["title"]))
+                .replace("/*__KDEBUG_META__*/null", _script_json(meta))
+                .replace("__KDEBUG_DATA__", data))
+
+
+def _gzip(b: bytes) -> bytes:
+    """gzip (what DecompressionStream('gzip') reads), fast level."""
+    c = zlib.compressobj(3, zlib.DEFLATED, 31)
+    return c.compress(b) + c.flush()
+
+
+def write_html(path: str, runs: Sequence, *, hunt: dict | None = None, title: str | None = None) -> dict:
+    """Writes the report; returns {"path", "bytes", "seconds", "runs", "records"}."""
+    t0 = time.perf_counter()
+    runs, found = resolve_inputs(runs)
+    meta, blob = build(runs, hunt=hunt or found or None, title=title)
+    page = render(meta, blob)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(page)
+    os.replace(tmp, path)
+    return {"path": path, "bytes": os.path.getsize(path), "seconds": time.perf_counter() - t0,
+            "runs": len(meta["runs"]), "records": sum(r["records"] for r in meta["runs"]),
+            "verdict": [c["verdict"] for c in meta["comparisons"]]}
