@@ -234,7 +234,7 @@ typedef struct kd_tab_arg {
     int8_t device_index;
     uint32_t name_id;
     uint32_t other_id;  /* KD_TAG_OTHER: type-name string id */
-    union { int64_t i; double f; } value; /* INT / BOOL: i; FLOAT: f */
+    union { int64_t i; double f; } value; /* INT / BOOL: i; FLOAT: f; TENSOR: i = numel */
     uint64_t bitwise[2];                 /* [0] pre, [1] post */
     double l1[2];
     uint32_t nan[2], posinf[2], neginf[2]; /* saturated at 2^32 - 1 */

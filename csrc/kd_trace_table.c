@@ -51,11 +51,15 @@ static int put_args(kd_tab *t, const kd_payload *p, uint32_t n)
             a->device_index = x->device_index;
             if (kd_grow((void **)&t->dims, &t->dims_cap, t->ndims + x->ndim, sizeof *t->dims) != 0)
                 return -1;
+            uint64_t numel = 1;
             for (uint32_t d = 0; d < x->ndim; d++) {
                 int64_t size, stride;
                 kd_tensor_dim(q, d, &size, &stride);
                 t->dims[t->ndims++] = size;
+                uint64_t s = size > 0 ? (uint64_t)size : 0;
+                numel = (s != 0 && numel > INT64_MAX / s) ? (uint64_t)INT64_MAX : numel * s;
             }
+            a->value.i = (int64_t)numel;
             const kd_hash_rec *h = kd_arg_hash((kd_payload *)q);
             if (h != NULL)
                 put_hashes(a, h);

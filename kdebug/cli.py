@@ -123,7 +123,42 @@ def _diff(args: argparse.Namespace) -> int:
         return 2
     rep = kdebug.compare(a, b)
     print(rep)
+    if args.html and _write_report(args.html, [a, b], None) != 0:
+        return 2
     return 0 if rep.ok else 1
+
+
+def _write_report(out: str, runs: list, hunt: dict | None, title: str | None = None) -> int:
+    """Writes the HTML report; 0, or 2 after saying why it could not."""
+    import kdebug
+    from .report import write_html
+
+    try:
+        st = write_html(out, runs, hunt=hunt, title=title)
+    except (kdebug.TraceFileError, FileNotFoundError, ValueError, OSError) as e:
+        print(f"kdebug report: {e}", file=sys.stderr)
+        return 2
+    print(f"kdebug: wrote {out} ({st['bytes'] / 1e6:.1f} MB, {st['records']} records of {st['runs']} run(s), "
+          f"{st['seconds']:.1f}s); open it in a browser, no server needed")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    return _write_report(args.output, args.runs, None, args.title)
+
+
+def _export(args: argparse.Namespace) -> int:
+    import kdebug
+    from .export import export_perfetto
+
+    try:
+        st = export_perfetto(args.trace, args.output)
+    except (kdebug.TraceFileError, OSError) as e:
+        print(f"kdebug export: {e}", file=sys.stderr)
+        return 2
+    print(f"kdebug: wrote {args.output}: {st['launches']} kernel slices, {st['events']} events "
+          f"({st['bytes'] / 1e6:.1f} MB); open it at https://ui.perfetto.dev or chrome://tracing")
+    return 0
 
 
 class _Progress:
@@ -241,6 +276,8 @@ def _hunt(args: argparse.Namespace) -> int:
         print(f"kdebug hunt: could not compare the runs: {e}", file=sys.stderr)
         return 2
     diverged = any(not r.ok for r in reports)
+    hunt = {"what": what, "runs": args.runs, "in_process": args.in_process,
+            "paths": [os.path.basename(p) for p in paths], "fixes": {}}
     if args.try_fixes and diverged:
         from ._runner import FIXES
 
@@ -252,13 +289,20 @@ def _hunt(args: argparse.Namespace) -> int:
                 continue
             freps = _compare_runs(fpaths, quiet=True)
             ok = all(r.ok for r in freps)
+            hunt["fixes"][text] = ok
             print(f"  {text}: {'REMOVES the divergence' if ok else 'does not remove it'}")
             if not ok:
                 first = next(r for r in freps if not r.ok)
                 where = first.divergence.step_a.label() if first.divergence else "structure"
                 print(f"      (first divergence still at {where})")
+    import json
+
+    with open(os.path.join(tmp, "hunt.json"), "w") as f:
+        json.dump(hunt, f, indent=1)
+    if args.html and _write_report(args.html, [tmp], hunt) != 0:
+        return 2
     print(f"\nkdebug hunt: {'runs DIVERGE' if diverged else 'all runs match'} "
-          f"({time.perf_counter() - t0:.1f}s; traces in {tmp})")
+          f"({time.perf_counter() - t0:.1f}s; traces in {tmp}; kdebug report {tmp} -o report.html draws them)")
     return 1 if diverged else 0
 
 
@@ -283,7 +327,19 @@ def main(argv: list[str] | None = None) -> int:
     df = sub.add_parser("diff", help="compare two traces: the first divergence (exit 0 same, 1 differ, 2 error)")
     df.add_argument("a")
     df.add_argument("b")
+    df.add_argument("--html", metavar="PATH", help="also write the HTML report")
     df.set_defaults(fn=_diff)
+    rp = sub.add_parser("report", help="write a self-contained HTML report of runs: trace files or a hunt "
+                                       "directory (kdebug hunt --keep DIR)")
+    rp.add_argument("runs", nargs="+", metavar="RUN_OR_HUNT")
+    rp.add_argument("-o", "--output", required=True, help="HTML file to write")
+    rp.add_argument("--title", default=None)
+    rp.set_defaults(fn=_report)
+    ex = sub.add_parser("export", help="export a trace for other viewers: --perfetto (Chrome trace JSON)")
+    ex.add_argument("--perfetto", dest="trace", required=True, metavar="TRACE",
+                    help="the trace (.kdt) to write as Chrome trace event JSON")
+    ex.add_argument("-o", "--output", required=True)
+    ex.set_defaults(fn=_export)
     h = sub.add_parser("hunt", help="run a script N times and name the first kernel where runs diverge "
                                     "(exit 0 all match, 1 diverge, 2 error)")
     h.add_argument("--runs", type=int, default=2)
@@ -293,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="re-run with each candidate fix and say which remove the divergence")
     h.add_argument("--device", default="cpu", help="device of the built-in workload (no script given)")
     h.add_argument("--keep", metavar="DIR", default=None, help="write the traces to DIR (default: a temp dir)")
+    h.add_argument("--html", metavar="PATH", help="also write the HTML report of the runs")
     h.add_argument("command", nargs=argparse.REMAINDER, help="script.py [args...] (none: the built-in workload)")
     h.set_defaults(fn=_hunt)
     args = p.parse_args(argv)

@@ -13,8 +13,8 @@ their string ids are remapped to one table shared by all runs, and three
 per-record columns are added, computed with tensor ops from the comparison's
 alignment:
 
-- ``flags`` (u8): DIFF hashes differ from the aligned record of the other run,
-  ROOT the first divergence, WRITER the last writer of a diverging input,
+- ``flags`` (u8): DIFF the first divergence or a later launch whose hashes
+  differ from its counterpart's (what inherited it), ROOT the first divergence, WRITER the last writer of a diverging input,
   UNALIGNED no counterpart (a structural difference), CONFIG grid / config
   differ, SHAPE argument shapes differ, HASHED some hash was taken;
 - ``peer`` (i32): the aligned record of the other run, -1 when none;
@@ -199,7 +199,10 @@ def _columns(rep: Report, ta: _Table, tb: _Table, for_a: bool):
     flags[me] = 0
     hashed = ((t.dig[:, 3] | t.dig[:, 4]) != 0) if t.n else torch.zeros(0, dtype=torch.bool)
     flags[hashed] |= HASHED
-    flags[me[al["diff"]]] |= DIFF
+    # the divergence and what inherited it, as the engine counts them (pairs
+    # before it whose digests differ were found equal value by value)
+    if al["root"] is not None:
+        flags[me[al["diff"][al["diff"] >= al["root"]]]] |= DIFF
     flags[me[al["config"]]] |= CONFIG
     flags[me[al["shape"]]] |= SHAPE
     if al["root"] is not None:
@@ -267,7 +270,7 @@ def _comparison_json(rep: Report, limit: int = 2000) -> dict:
         "shape_changes": [[int(pa[k]), int(pb[k])] for k in al["shape"][:limit].tolist()],
         "shape_total": len(al["shape"]),
         "inherited": 0 if d is None else len(d.inherited),
-        "diff_total": len(al["diff"]),
+        "diff_total": 0 if al["root"] is None else int((al["diff"] >= al["root"]).sum()),
     }
 
 

@@ -50,8 +50,9 @@ def test_compiled_index_add_is_named_in_process():
 
 
 @needs_two_cores
-def test_hunt_builtin_workload_names_the_atomic_kernel():
-    p = kdebug_cli("hunt", "--runs", "2")
+def test_hunt_builtin_workload_names_the_atomic_kernel(tmp_path):
+    html = tmp_path / "hunt.html"
+    p = kdebug_cli("hunt", "--runs", "2", "--keep", str(tmp_path / "runs"), "--html", str(html))
     assert p.returncode == 1, p.stdout + p.stderr
     out = p.stdout
     assert "Run 1: comparing with run 0 ... 14 kernels" in out
@@ -60,6 +61,15 @@ def test_hunt_builtin_workload_names_the_atomic_kernel():
     assert "later launches/ops inherited the difference" in out
     assert "runs DIVERGE" in out
     assert "2/2" in p.stderr  # the progress bar
+    # --html: the report of the same comparison; hunt.json lets `kdebug report DIR` redraw it
+    from kdebug import report
+
+    assert f"wrote {html}" in out and html.stat().st_size > 0
+    runs, hunt = report.resolve_inputs([str(tmp_path / "runs")])
+    assert hunt["runs"] == 2 and "BucketedBlock" in hunt["what"] and len(runs) == 2
+    meta, _ = report.build(runs, hunt=hunt)
+    d = meta["comparisons"][0]["divergence"]
+    assert d["kind"] == "output" and d["a"]["name"] == "cpp_fused_div_index_add_zeros_0"
 
 
 @needs_two_cores

@@ -216,7 +216,7 @@ static void test_table(void)
     CHECK(a->tag == KD_TAG_TENSOR && a->role == KD_ROLE_READ && a->dtype == 6 && a->ndim == 2);
     CHECK(a->hash_kinds == (KD_HK_BITWISE | KD_HK_NORM) && a->hash_flags == KD_HF_PRE);
     CHECK(a->bitwise[0] == (0x1234567890abcdefull ^ 2) && a->l1[0] == 12.5 && a->nan[0] == 1);
-    CHECK(t.dims[0] == 8 && t.dims[1] == 4);
+    CHECK(t.dims[0] == 8 && t.dims[1] == 4 && a->value.i == 32 && t.arg[1].value.i == 64);
     CHECK(t.arg[1].ndim == 6 && t.arg[1].role == KD_ROLE_WRITE && t.arg[1].hash_flags == 0);
     for (int d = 0; d < 6; d++)
         CHECK(t.dims[2 + d] == 2);
