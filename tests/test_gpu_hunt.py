@@ -60,3 +60,41 @@ def test_hunt_cli_on_cuda():
     assert re.search(r"FIRST DIVERGENCE: kernel #\d+ triton_\w*index_add", p.stdout), p.stdout
     assert "non-deterministic" in p.stdout
     print(p.stdout)
+
+
+def test_gpu_report_and_perfetto_export(index_add_case, tmp_path, block_step):
+    """The HTML report and the Perfetto export of GPU runs (issue 5): Triton
+    grids and configs in the rows, CUDA stream tracks in the export."""
+    import json
+
+    from kdebug import report
+    from kdebug.export import export_perfetto
+
+    cf, x, ind = index_add_case
+    step, inp = block_step
+    paths = []
+    for i in range(4):
+        p = tmp_path / f"run{i}.kdt"
+        with DebugMode(trace=p), DebugMode.log_tensor_hashes(["bitwise", "norm"], hash_inputs=True):
+            step(inp)
+            cf(x, ind)
+        paths.append(str(p))
+    meta, _ = report.build(paths)
+    bad = [c for c in meta["comparisons"] if not c["ok"]]
+    assert bad, "four runs of a compiled index_add were identical"
+    d = bad[0]["divergence"]
+    assert "index_add" in d["a"]["name"] and d["a"]["grid"] and d["kind"] == "output"
+    st = report.write_html(str(tmp_path / "gpu.html"), paths)
+    assert st["bytes"] > 0 and "output divergence" in st["verdict"]
+    out = tmp_path / "run0.json"
+    export_perfetto(paths[0], str(out))
+    ev = json.loads(out.read_text())["traceEvents"]
+    slices = [e for e in ev if e["ph"] == "X"]
+    assert slices and all(e["cat"] == "triton" and e["pid"] >= 100 for e in slices)
+    assert all("grid" in e["args"] and e["args"].get("num_warps") for e in slices)
+    procs = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+    threads = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert f"cuda:{torch.cuda.current_device()}" in procs
+    assert any(t.startswith("stream 0x") for t in threads)
+    ia = next(e for e in slices if "index_add" in e["name"])
+    assert any("post bitwise 0x" in v for v in ia["args"]["args"].values())
