@@ -10,8 +10,9 @@ directory.  Then measures:
   - ``kdebug report DIR -o report.html`` (in process): seconds and bytes;
   - opening the report in headless Chromium (Playwright, Debian's chromium):
     navigation start to the page's ``window.kdReady`` (data inflated, summary,
-    timeline, plot and table drawn), and the time a search over the table
-    takes to redraw; whether the summary names the planted kernel;
+    timeline, plot and table drawn), the time a search over the table takes
+    to redraw, and a sort of all rows by name; whether the summary names the
+    planted kernel;
   - for scale, ``kdebug export --perfetto`` of one run.
 
     python benchmarks/bench_report.py [--launches 100000] [--no-browser]
@@ -83,10 +84,17 @@ def browser_times(path: str, planted: str, shot: str | None) -> dict:
         page.fill("#search", "layer_norm")
         page.wait_for_function(f"document.getElementById('tbl-count').textContent !== {json.dumps(before)}")
         search_s = time.perf_counter() - t1 - 0.12  # minus the input debounce
+        page.fill("#search", "")
+        page.wait_for_function(f"document.getElementById('tbl-count').textContent === {json.dumps(before)}")
+        t2 = time.perf_counter()
+        page.click("#tbl-head div[data-key=name]")
+        page.wait_for_function("document.querySelector('#tbl-head div[data-key=name]').textContent.endsWith('▲')")
+        sort_s = time.perf_counter() - t2
         if shot:
             page.screenshot(path=shot)
         b.close()
     return {"interactive_ms": ready_ms, "wall_to_ready_s": wall, "search_redraw_s": max(search_s, 0.0),
+            "sort_by_name_s": sort_s, "rows": before,
             "console_errors": errors, "summary_names_planted": planted in summary}
 
 
@@ -95,23 +103,33 @@ def main() -> None:
     p.add_argument("--launches", type=int, default=100_000)
     p.add_argument("--steps", type=int, default=20, help="recorded steps per repeated block")
     p.add_argument("--no-browser", action="store_true")
+    p.add_argument("--traces", metavar="DIR", default=None,
+                   help="keep the two traces (a hunt directory) in DIR, and reuse them when DIR has them")
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "report_cpu.json"))
     a = p.parse_args()
-    torch.manual_seed(0)
-    model = TinyBlock(d=64, heads=4)
-    x = torch.randn(2, 16, 64)
-    step = train_step_fn(model)
-    step(x)
-    base = record(step, x, a.steps)
-    kernels = base.kernels
-    per_part = len(kernels)
-    k = kernels[len(kernels) // 2]
-    name, arg = k.kernel_name, k.written[0]
-    bad = record(step, x, a.steps, fault=(name, arg, a.steps // 2))
-    tmp = tempfile.mkdtemp(prefix="kdebug-bench-report-")
-    reps = -(-a.launches // per_part)
-    n = write(os.path.join(tmp, "run0.kdt"), lambda i: base, per_part, a.launches)
-    write(os.path.join(tmp, "run1.kdt"), lambda i: bad if i == reps // 2 else base, per_part, a.launches)
+    tmp = a.traces or tempfile.mkdtemp(prefix="kdebug-bench-report-")
+    info = os.path.join(tmp, "bench.json")
+    if a.traces and os.path.exists(info):
+        with open(info) as f:
+            n, name = json.load(f)
+    else:
+        os.makedirs(tmp, exist_ok=True)
+        torch.manual_seed(0)
+        model = TinyBlock(d=64, heads=4)
+        x = torch.randn(2, 16, 64)
+        step = train_step_fn(model)
+        step(x)
+        base = record(step, x, a.steps)
+        kernels = base.kernels
+        per_part = len(kernels)
+        k = kernels[len(kernels) // 2]
+        name, arg = k.kernel_name, k.written[0]
+        bad = record(step, x, a.steps, fault=(name, arg, a.steps // 2))
+        reps = -(-a.launches // per_part)
+        n = write(os.path.join(tmp, "run0.kdt"), lambda i: base, per_part, a.launches)
+        write(os.path.join(tmp, "run1.kdt"), lambda i: bad if i == reps // 2 else base, per_part, a.launches)
+        with open(info, "w") as f:
+            json.dump([n, name], f)
     html = os.path.join(tmp, "report.html")
     times, st = [], None
     for _ in range(3):
@@ -137,7 +155,10 @@ def main() -> None:
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
-    shutil.rmtree(tmp)
+    if not a.traces:
+        shutil.rmtree(tmp)
+    else:
+        os.remove(html)
 
 
 if __name__ == "__main__":

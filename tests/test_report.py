@@ -239,6 +239,12 @@ def test_report_in_chromium(runs, browser, tmp_path):
     assert visible.count() == min(shown, visible.count()) and visible.count() > 0
     for k in range(visible.count()):
         assert "native_layer_norm" in visible.nth(k).inner_text()
+    # sort by name: the rows shown are in order
+    page.fill("#search", "")
+    page.wait_for_function(f"document.getElementById('tbl-count').textContent.startsWith('{n_all} of')")
+    page.click("#tbl-head div[data-key=name]")
+    names = [page.locator(".trow:visible").nth(k).locator("div").nth(3).inner_text() for k in range(8)]
+    assert names == sorted(names) and names[0].startswith("aten::")
     # sort by "% differ", descending: the differing rows come first
     page.fill("#search", "")
     page.wait_for_function(f"document.getElementById('tbl-count').textContent.startsWith('{n_all} of')")
