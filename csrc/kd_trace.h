@@ -134,8 +134,6 @@ typedef struct kd_tr {
     uint32_t nchunks;
     kd_tr_chunk *chunks;
     uint64_t *dg;          /* KD_DG_N digests per record, computed while validating */
-    kd_payload *scratch;   /* decoding buffer of kd_tr_open */
-    uint64_t scratch_cap;
     uint32_t nmeta;
     uint64_t *meta_off;
     uint32_t *meta_len;
