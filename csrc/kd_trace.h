@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kd_crc32.h"
 #include "kd_record.h"
 #include "kd_strtab.h"
 
@@ -77,8 +78,6 @@ void kd_buf_varint(kd_buf *b, uint64_t v);
 void kd_buf_svarint(kd_buf *b, int64_t v);
 void kd_buf_u64(kd_buf *b, uint64_t v);
 void kd_buf_f64(kd_buf *b, double v);
-
-uint32_t kd_crc32(const uint8_t *p, size_t n);
 
 /* ---------------- writer ---------------- */
 typedef struct kd_tw {
