@@ -116,11 +116,20 @@ static KD_CUR_COLD uint64_t kd_cur_varint_long(kd_cur *c)
     return kd_cur_varint_slow(c);
 }
 
-/* One-byte varints (most of them) inline. */
+/* One- and two-byte varints (most of them) inline. */
 static inline uint64_t kd_cur_varint(kd_cur *c)
 {
-    if (c->pos < c->end && c->p[c->pos] < 0x80)
-        return c->p[c->pos++];
+    if (c->end - c->pos >= 2) {
+        const uint8_t *p = c->p + c->pos;
+        if (p[0] < 0x80) {
+            c->pos++;
+            return p[0];
+        }
+        if (p[1] < 0x80) {
+            c->pos += 2;
+            return (uint64_t)(p[0] & 0x7f) | (uint64_t)p[1] << 7;
+        }
+    }
     return kd_cur_varint_long(c);
 }
 
