@@ -12,7 +12,12 @@ planted fault) and times, on one core:
 
 Also times `kdebug hunt` on the built-in workload (fresh processes).
 
-    python benchmarks/bench_compare.py [--launches 1000000] [--no-hunt]
+    python benchmarks/bench_compare.py [--launches 1000000] [--no-hunt] [--traces DIR]
+
+--traces DIR keeps the two traces (and what recording them measured, in
+DIR/bench.json) in DIR; a later run with the same DIR and --launches reuses
+them instead of recording and writing again, so its write_s is the one
+measured when they were written ("traces_reused": true in the results).
 """
 from __future__ import annotations
 
@@ -61,14 +66,15 @@ def write(path: str, parts, launches_per_part: int, target: int) -> int:
     return written
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--launches", type=int, default=1_000_000)
-    p.add_argument("--steps", type=int, default=50, help="recorded steps per repeated block")
-    p.add_argument("--no-hunt", action="store_true")
-    p.add_argument("--keep", action="store_true", help="keep the two trace files")
-    p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "compare_cpu.json"))
-    a = p.parse_args()
+def _traces(a) -> dict:
+    """Records and writes the two traces, or reuses those in a.traces."""
+    info = os.path.join(a.traces, "bench.json") if a.traces else None
+    if info and os.path.exists(info):
+        with open(info) as f:
+            rec = json.load(f)
+        if (rec["launches_asked"], rec["steps"]) == (a.launches, a.steps) and all(os.path.exists(t) for t in rec["traces"]):
+            rec["reused"] = True
+            return rec
     torch.manual_seed(0)
     model = TinyBlock(d=64, heads=4)
     x = torch.randn(2, 16, 64)
@@ -80,7 +86,8 @@ def main() -> None:
     k = kernels[len(kernels) // 2]
     name, arg = k.kernel_name, k.written[0]
     bad = record(step, x, a.steps, fault=(name, arg, a.steps // 2))
-    tmp = tempfile.mkdtemp(prefix="kdebug-bench-")
+    tmp = a.traces or tempfile.mkdtemp(prefix="kdebug-bench-")
+    os.makedirs(tmp, exist_ok=True)
     pa, pb = os.path.join(tmp, "a.kdt"), os.path.join(tmp, "b.kdt")
     reps = -(-a.launches // per_part)
     half = reps // 2
@@ -92,7 +99,26 @@ def main() -> None:
     run_a = kdebug.load(pa)
     tensor_args = run_a.info["tensor_args"]
     del run_a
+    rec = {"launches_asked": a.launches, "traces": [pa, pb], "launches": n, "size": size,
+           "tensor_args": tensor_args, "write_s": t_write, "planted": name, "steps": a.steps, "reused": False}
+    if info:
+        with open(info, "w") as f:
+            json.dump(rec, f, indent=1)
+    return rec
 
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--launches", type=int, default=1_000_000)
+    p.add_argument("--steps", type=int, default=50, help="recorded steps per repeated block")
+    p.add_argument("--no-hunt", action="store_true")
+    p.add_argument("--keep", action="store_true", help="keep the two trace files")
+    p.add_argument("--traces", metavar="DIR",
+                   help="write the traces to DIR and keep them; reuse them when DIR already holds them")
+    p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "compare_cpu.json"))
+    a = p.parse_args()
+    rec = _traces(a)
+    pa, pb = rec["traces"]
     torch.set_num_threads(1)
     times = []
     for _ in range(3):
@@ -103,11 +129,11 @@ def main() -> None:
     print(rep)
     res = {
         "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
-        "launches_per_trace": n, "records_per_trace": rep.n_a, "tensor_args_per_trace": tensor_args,
-        "trace_bytes": size, "bytes_per_tensor_arg": size / tensor_args,
-        "write_s": t_write, "compare_s": times, "compare_s_best": min(times),
+        "launches_per_trace": rec["launches"], "records_per_trace": rep.n_a, "tensor_args_per_trace": rec["tensor_args"],
+        "trace_bytes": rec["size"], "bytes_per_tensor_arg": rec["size"] / rec["tensor_args"],
+        "write_s": rec["write_s"], "traces_reused": rec["reused"], "compare_s": times, "compare_s_best": min(times),
         "first_divergence": d.step_a.label() if d else None, "divergence_kind": d.kind if d else None,
-        "planted": name, "inherited": len(d.inherited) if d else 0,
+        "planted": rec["planted"], "inherited": len(d.inherited) if d else 0,
     }
     if not a.no_hunt:
         t0 = time.perf_counter()
@@ -122,7 +148,7 @@ def main() -> None:
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
-    if not a.keep:
+    if not a.keep and not a.traces:
         for path in (pa, pb):
             os.remove(path)
 

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kd_crc32.h"
 #include "kd_record.h"
 #include "kd_strtab.h"
 
@@ -77,8 +78,6 @@ void kd_buf_varint(kd_buf *b, uint64_t v);
 void kd_buf_svarint(kd_buf *b, int64_t v);
 void kd_buf_u64(kd_buf *b, uint64_t v);
 void kd_buf_f64(kd_buf *b, double v);
-
-uint32_t kd_crc32(const uint8_t *p, size_t n);
 
 /* ---------------- writer ---------------- */
 typedef struct kd_tw {
@@ -134,8 +133,6 @@ typedef struct kd_tr {
     uint32_t nchunks;
     kd_tr_chunk *chunks;
     uint64_t *dg;          /* KD_DG_N digests per record, computed while validating */
-    kd_payload *scratch;   /* decoding buffer of kd_tr_open */
-    uint64_t scratch_cap;
     uint32_t nmeta;
     uint64_t *meta_off;
     uint32_t *meta_len;

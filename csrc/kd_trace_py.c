@@ -450,18 +450,26 @@ static PyObject *tr_types(kd_trace_reader *self, PyObject *unused)
     return PyBytes_FromStringAndSize((const char *)self->r.rec_type, (Py_ssize_t)self->r.nrec);
 }
 
-/* digests() -> bytearray: nrec x KD_DG_N little-endian u64 (key, config,
- * shape, pre, post), writable so torch.frombuffer can view it without a copy. */
+/* The reader exports its digest table (computed by kd_tr_open) through the
+ * buffer protocol: nrec x KD_DG_N native u64 (key, config, shape, pre, post),
+ * writable so torch.frombuffer can view it without a copy or a warning.
+ * digests() is that view; it keeps the reader alive. */
+static int tr_getbuffer(kd_trace_reader *self, Py_buffer *view, int flags)
+{
+    uint64_t n = self->r.nrec;
+    static uint64_t none;
+    return PyBuffer_FillInfo(view, (PyObject *)self, n ? (void *)self->r.dg : (void *)&none,
+                             (Py_ssize_t)(n * KD_DG_N * sizeof *self->r.dg), 0, flags);
+}
+
+static PyBufferProcs tr_as_buffer = {
+    .bf_getbuffer = (getbufferproc)tr_getbuffer,
+};
+
 static PyObject *tr_digests(kd_trace_reader *self, PyObject *unused)
 {
     (void)unused;
-    uint64_t n = self->r.nrec;
-    PyObject *b = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * KD_DG_N * 8));
-    if (b == NULL)
-        return NULL;
-    if (n)
-        memcpy(PyByteArray_AS_STRING(b), self->r.dg, n * KD_DG_N * 8); /* computed by kd_tr_open */
-    return b;
+    return PyMemoryView_FromObject((PyObject *)self);
 }
 
 static PyObject *tr_string(kd_trace_reader *self, uint32_t id)
@@ -657,7 +665,8 @@ static PyObject *tr_last_writer(kd_trace_reader *self, PyObject *args)
 static PyMethodDef tr_methods[] = {
     {"info", (PyCFunction)tr_info, METH_NOARGS, "records, complete, valid/ignored bytes, meta, version"},
     {"types", (PyCFunction)tr_types, METH_NOARGS, "types() -> bytes: 1 launch, 2 op, per record"},
-    {"digests", (PyCFunction)tr_digests, METH_NOARGS, "digests() -> bytearray of nrec x 5 u64"},
+    {"digests", (PyCFunction)tr_digests, METH_NOARGS,
+     "digests() -> memoryview of the reader's nrec x 5 u64 digests (no copy)"},
     {"op", (PyCFunction)tr_op, METH_VARARGS, "op(i, make_norm) -> (depth, flags, name, text, in, out)"},
     {"load_into", (PyCFunction)tr_load_into, METH_VARARGS, "load_into(recorder, spec_map, start, stop) -> indices of the launch records appended"},
     {"table", (PyCFunction)tr_table, METH_VARARGS,
@@ -672,10 +681,12 @@ PyTypeObject kd_TraceReaderType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kdebug._C.TraceReader",
     .tp_basicsize = sizeof(kd_trace_reader),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "TraceReader(buffer): validates and indexes a trace (raises TraceError(offset, message)).",
+    .tp_doc = "TraceReader(buffer): validates and indexes a trace (raises TraceError(offset, message)). "
+              "Its own buffer is the digest table (see digests()).",
     .tp_new = tr_new,
     .tp_dealloc = (destructor)tr_dealloc,
     .tp_methods = tr_methods,
+    .tp_as_buffer = &tr_as_buffer,
 };
 
 int kd_trace_module_init(PyObject *m)

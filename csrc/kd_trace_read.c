@@ -40,50 +40,65 @@ const char *kd_tr_string(const kd_tr *r, uint32_t id, size_t *len)
 
 /* ---------------- trees ---------------- */
 
-static void skip_tree(kd_cur *c, int depth)
+/* Validates one tree node and everything under it; iterative, with a stack
+ * of the open containers. */
+static void skip_tree(kd_cur *c)
 {
-    if (depth > KD_TREE_MAX_DEPTH) {
-        kd_cur_fail(c, "hash tree nested too deeply");
-        return;
-    }
-    uint8_t tag = kd_cur_u8(c);
-    switch (tag) {
-    case KD_T_NONE:
-        return;
-    case KD_T_LIST:
-    case KD_T_TUPLE:
-    case KD_T_DICT: {
-        uint64_t n = kd_cur_varint(c);
-        if (n > c->end - c->pos) {
-            kd_cur_fail(c, "hash tree has more items than bytes");
-            return;
+    uint64_t left[KD_TREE_MAX_DEPTH + 1]; /* items still to read per open container */
+    uint8_t dict[KD_TREE_MAX_DEPTH + 1];
+    int open = 0; /* open containers: the depth of the next node */
+    for (;;) {
+        if (open > KD_TREE_MAX_DEPTH) {
+            kd_cur_fail(c, "hash tree nested too deeply");
+            break;
         }
-        for (uint64_t i = 0; i < n && !c->bad; i++) {
-            if (tag == KD_T_DICT)
-                c->pos += kd_cur_len(c);
-            skip_tree(c, depth + 1);
+        uint8_t tag = kd_cur_u8(c);
+        switch (tag) {
+        case KD_T_NONE:
+            break;
+        case KD_T_LIST:
+        case KD_T_TUPLE:
+        case KD_T_DICT: {
+            uint64_t n = kd_cur_varint(c);
+            if (n > c->end - c->pos) {
+                kd_cur_fail(c, "hash tree has more items than bytes");
+                break;
+            }
+            left[open] = n;
+            dict[open] = tag == KD_T_DICT;
+            open++;
+            break;
         }
-        return;
-    }
-    case KD_T_I64:
-    case KD_T_U64:
-    case KD_T_F64:
-        kd_cur_u64(c);
-        return;
-    case KD_T_NORM:
-        kd_cur_u64(c);
-        kd_cur_varint(c);
-        kd_cur_varint(c);
-        kd_cur_varint(c);
-        return;
-    case KD_T_BOOL:
-        kd_cur_u8(c);
-        return;
-    case KD_T_STR:
-        c->pos += kd_cur_len(c);
-        return;
-    default:
-        kd_cur_fail(c, "unknown hash tree tag");
+        case KD_T_I64:
+        case KD_T_U64:
+        case KD_T_F64:
+            kd_cur_u64(c);
+            break;
+        case KD_T_NORM:
+            kd_cur_u64(c);
+            kd_cur_varint(c);
+            kd_cur_varint(c);
+            kd_cur_varint(c);
+            break;
+        case KD_T_BOOL:
+            kd_cur_u8(c);
+            break;
+        case KD_T_STR:
+            c->pos += kd_cur_len(c);
+            break;
+        default:
+            kd_cur_fail(c, "unknown hash tree tag");
+        }
+        /* the next item of the innermost container with items left */
+        while (open > 0 && left[open - 1] == 0)
+            open--;
+        if (open == 0 || c->bad)
+            break;
+        left[open - 1]--;
+        if (dict[open - 1])
+            c->pos += kd_cur_len(c);
+        if (c->bad)
+            break;
     }
 }
 
@@ -133,7 +148,7 @@ static int tree_find(kd_cur *c, int depth, uint64_t leaf)
         return 0;
     }
     c->pos = start;
-    skip_tree(c, depth);
+    skip_tree(c); /* a leaf */
     return !c->bad && tag != KD_T_NONE && bytes_digest(c->p + start, c->pos - start) == leaf;
 }
 
@@ -159,41 +174,77 @@ static void read_hash_side(kd_cur *c, kd_hash_rec *h, int s)
         h->xor64[s] = kd_cur_u64(c);
 }
 
-/* Decodes the launch record at c->pos into out[0..cap) (cap may be 0: validate
- * only).  Returns the payload count, or 0 with c->bad set. */
-static uint32_t decode_launch(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, kd_payload *out,
-                              uint32_t cap, uint64_t *tensor_args)
+/* The digests of a launch (kd_tr_digests), folded field by field while it is
+ * decoded, so kd_tr_open digests every launch without materializing it. */
+typedef struct launch_fold {
+    uint64_t *dg; /* KD_DG_N digests to fill, or NULL: not wanted */
+    uint64_t shape, pre, post;
+    int any_pre, any_post;
+} launch_fold;
+
+static void fold_header(launch_fold *f, const kd_tr *r, const kd_launch *l)
 {
-    kd_payload scratch[1 + 10];
-    kd_payload *hp = cap ? &out[0] : &scratch[0];
-    memset(hp, 0, sizeof *hp);
-    kd_launch *l = &hp->launch;
+    f->dg[KD_DG_KEY] = mix(l->kind, r->str_dg[l->name_id]);
+    uint64_t cf = mix(mix(l->flags & KD_LF_GRID, l->grid[0]), l->grid[1]);
+    cf = mix(mix(cf, l->grid[2]), r->str_dg[l->config_id]);
+    f->dg[KD_DG_CONFIG] = mix(mix(cf, l->num_warps), l->num_stages);
+    f->shape = mix(7, l->nargs);
+    f->pre = f->post = 0;
+    f->any_pre = f->any_post = 0;
+}
+
+static void fold_hash(launch_fold *f, uint64_t arg, const kd_hash_rec *h)
+{
+    uint64_t d0 = kd_tr_hash_digest(h, 0), d1 = kd_tr_hash_digest(h, 1);
+    if (d0) {
+        f->pre = mix(mix(f->pre, arg), d0);
+        f->any_pre = 1;
+    }
+    if (d1) {
+        f->post = mix(mix(f->post, arg), d1);
+        f->any_post = 1;
+    }
+}
+
+static void fold_end(launch_fold *f)
+{
+    f->dg[KD_DG_SHAPE] = f->shape;
+    f->dg[KD_DG_PRE] = f->any_pre ? kd_fmix64(f->pre) | 1 : 0;
+    f->dg[KD_DG_POST] = f->any_post ? kd_fmix64(f->post) | 1 : 0;
+}
+
+/* The fields of decode_launch, on the caller's cursor copy. */
+static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, kd_payload *out,
+                              uint32_t cap, launch_fold *f, uint64_t *tensor_args)
+{
+    kd_launch l;
+    memset(&l, 0, sizeof l);
     if (kd_cur_u8(c) != KD_REC_LAUNCH) {
         kd_cur_fail(c, "not a launch record");
         return 0;
     }
-    l->tag = KD_TAG_LAUNCH;
-    l->kind = kd_cur_u8(c);
-    l->flags = kd_cur_u8(c);
-    l->device_type = kd_cur_u8(c);
-    l->device_index = (int8_t)kd_cur_u8(c);
-    if (!c->bad && l->kind != KD_KIND_TRITON && l->kind != KD_KIND_CPP)
+    l.tag = KD_TAG_LAUNCH;
+    l.kind = kd_cur_u8(c);
+    l.flags = kd_cur_u8(c);
+    l.device_type = kd_cur_u8(c);
+    l.device_index = (int8_t)kd_cur_u8(c);
+    if (!c->bad && l.kind != KD_KIND_TRITON && l.kind != KD_KIND_CPP)
         kd_cur_fail(c, "unknown kernel kind");
-    l->name_id = get_str_id(c, r);
-    l->config_id = get_str_id(c, r);
-    l->num_warps = (uint16_t)kd_cur_varint(c);
-    l->num_stages = (uint8_t)kd_cur_varint(c);
-    l->shared_mem = (uint32_t)kd_cur_varint(c);
-    l->call_depth = (uint16_t)kd_cur_varint(c);
-    if (l->flags & KD_LF_GRID)
+    l.name_id = get_str_id(c, r);
+    l.config_id = get_str_id(c, r);
+    l.num_warps = (uint16_t)kd_cur_varint(c);
+    l.num_stages = (uint8_t)kd_cur_varint(c);
+    l.shared_mem = (uint32_t)kd_cur_varint(c);
+    l.call_depth = (uint16_t)kd_cur_varint(c);
+    if (l.flags & KD_LF_GRID)
         for (int k = 0; k < 3; k++)
-            l->grid[k] = (uint32_t)kd_cur_varint(c);
-    l->launch_index = ch->base_launch + (uint64_t)kd_cur_svarint(c);
-    l->py_index = kd_cur_varint(c);
-    l->stream = ch->base_stream + (uint64_t)kd_cur_svarint(c);
-    l->thread_id = ch->base_thread + (uint64_t)kd_cur_svarint(c);
-    l->t_start_ns = ch->base_t + (uint64_t)kd_cur_svarint(c);
-    l->t_end_ns = l->t_start_ns + kd_cur_varint(c);
+            l.grid[k] = (uint32_t)kd_cur_varint(c);
+    l.launch_index = ch->base_launch + (uint64_t)kd_cur_svarint(c);
+    l.py_index = kd_cur_varint(c);
+    l.stream = ch->base_stream + (uint64_t)kd_cur_svarint(c);
+    l.thread_id = ch->base_thread + (uint64_t)kd_cur_svarint(c);
+    l.t_start_ns = ch->base_t + (uint64_t)kd_cur_svarint(c);
+    l.t_end_ns = l.t_start_ns + kd_cur_varint(c);
     uint64_t nargs = kd_cur_varint(c);
     if (c->bad)
         return 0;
@@ -201,7 +252,9 @@ static uint32_t decode_launch(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
         kd_cur_fail(c, "too many arguments");
         return 0;
     }
-    l->nargs = (uint16_t)nargs;
+    l.nargs = (uint16_t)nargs;
+    if (f)
+        fold_header(f, r, &l);
     uint32_t k = 1;
     uint64_t prev_ptr = 0;
     for (uint64_t a = 0; a < nargs && !c->bad; a++) {
@@ -210,10 +263,12 @@ static uint32_t decode_launch(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
         uint32_t name_id = get_str_id(c, r);
         if (c->bad)
             return 0;
+        if (f)
+            f->shape = mix(mix(mix(f->shape, tag), role), r->str_dg[name_id]);
         if (tag == KD_TAG_TENSOR) {
             uint8_t tflags = kd_cur_u8(c);
-            uint8_t dt = l->device_type;
-            int8_t di = l->device_index;
+            uint8_t dt = l.device_type;
+            int8_t di = l.device_index;
             if (!(tflags & 0x80)) {
                 dt = kd_cur_u8(c);
                 di = (int8_t)kd_cur_u8(c);
@@ -232,29 +287,38 @@ static uint32_t decode_launch(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
                 kd_cur_fail(c, "launch needs too many payloads");
                 return 0;
             }
-            kd_payload tmp[1 + (KD_MAX_NDIM + KD_CONT_DIMS - 1) / KD_CONT_DIMS + 1];
-            kd_payload *q = (cap && k + need <= cap) ? &out[k] : tmp;
-            memset(q, 0, need * sizeof *q);
-            if (cap && k + need > cap)
-                cap = 0; /* too small: keep validating, report 0 */
-            kd_tensor_arg *t = &q->tensor;
-            t->tag = KD_TAG_TENSOR;
-            t->role = role;
-            t->name_id = name_id;
-            t->flags = (uint8_t)(tflags & KD_TF_HASHED);
-            t->device_type = dt;
-            t->device_index = di;
-            t->dtype = dtype;
-            t->ndim = ndim;
-            t->storage_offset = kd_cur_svarint(c);
-            t->data_ptr = prev_ptr + (uint64_t)kd_cur_svarint(c);
-            prev_ptr = t->data_ptr;
+            if (f)
+                f->shape = mix(mix(f->shape, dtype), ndim);
+            if (k + need > cap)
+                cap = 0; /* does not fit: keep validating, store nothing more */
+            kd_payload *q = cap ? &out[k] : NULL;
+            int64_t storage_offset = kd_cur_svarint(c);
+            uint64_t data_ptr = prev_ptr + (uint64_t)kd_cur_svarint(c);
+            prev_ptr = data_ptr;
+            if (q) {
+                memset(q, 0, need * sizeof *q);
+                kd_tensor_arg *t = &q->tensor;
+                t->tag = KD_TAG_TENSOR;
+                t->role = role;
+                t->name_id = name_id;
+                t->flags = (uint8_t)(tflags & KD_TF_HASHED);
+                t->device_type = dt;
+                t->device_index = di;
+                t->dtype = dtype;
+                t->ndim = ndim;
+                t->storage_offset = storage_offset;
+                t->data_ptr = data_ptr;
+            }
             for (uint32_t d = 0; d < ndim && !c->bad; d++) {
                 int64_t size = (int64_t)kd_cur_varint(c);
                 int64_t stride = kd_cur_svarint(c);
+                if (f)
+                    f->shape = mix(mix(f->shape, (uint64_t)size), (uint64_t)stride);
+                if (q == NULL)
+                    continue;
                 if (d < KD_INLINE_DIMS) {
-                    t->sizes[d] = size;
-                    t->strides[d] = stride;
+                    q->tensor.sizes[d] = size;
+                    q->tensor.strides[d] = stride;
                 } else {
                     uint32_t e = d - KD_INLINE_DIMS;
                     kd_dims_cont *dc = &q[1 + e / KD_CONT_DIMS].dims;
@@ -265,7 +329,8 @@ static uint32_t decode_launch(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
                 }
             }
             if (hashed) {
-                kd_hash_rec *h = &q[kd_tensor_payloads(ndim)].hash;
+                kd_payload local;
+                kd_hash_rec *h = q ? &q[kd_tensor_payloads(ndim)].hash : &local.hash;
                 h->tag = KD_TAG_HASH;
                 h->kinds = kd_cur_u8(c);
                 h->flags = kd_cur_u8(c);
@@ -278,32 +343,33 @@ static uint32_t decode_launch(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
                     read_hash_side(c, h, 0);
                 if (h->flags & KD_HF_POST)
                     read_hash_side(c, h, 1);
+                if (f && !c->bad)
+                    fold_hash(f, a, h);
             }
             (*tensor_args)++;
             k += need;
             continue;
         }
-        kd_payload *q = (cap && k < cap) ? &out[k] : &scratch[1];
-        if (cap && k >= cap)
-            cap = 0;
-        memset(q, 0, sizeof *q);
-        q->scalar.tag = tag;
-        q->scalar.role = role;
-        q->scalar.name_id = name_id;
+        kd_payload scalar;
+        memset(&scalar, 0, sizeof scalar);
+        kd_scalar_arg *q = &scalar.scalar;
+        q->tag = tag;
+        q->role = role;
+        q->name_id = name_id;
         switch (tag) {
         case KD_TAG_INT:
-            q->scalar.value.i = kd_cur_svarint(c);
+            q->value.i = kd_cur_svarint(c);
             break;
         case KD_TAG_FLOAT:
-            q->scalar.value.f = kd_cur_f64(c);
+            q->value.f = kd_cur_f64(c);
             break;
         case KD_TAG_BOOL:
-            q->scalar.value.i = kd_cur_u8(c) ? 1 : 0;
+            q->value.i = kd_cur_u8(c) ? 1 : 0;
             break;
         case KD_TAG_NONE:
             break;
         case KD_TAG_OTHER:
-            q->scalar.value.type_name_id = get_str_id(c, r);
+            q->value.type_name_id = get_str_id(c, r);
             break;
         default:
             kd_cur_fail(c, "unknown argument tag");
@@ -313,12 +379,37 @@ static uint32_t decode_launch(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
             kd_cur_fail(c, "launch needs too many payloads");
             return 0;
         }
+        if (f && (tag == KD_TAG_INT || tag == KD_TAG_FLOAT || tag == KD_TAG_BOOL))
+            f->shape = mix(f->shape, (uint64_t)q->value.i);
+        if (k + 1 > cap)
+            cap = 0;
+        if (cap)
+            out[k] = scalar;
         k++;
     }
     if (c->bad)
         return 0;
-    l->nslots = (uint16_t)(k - 1);
-    return cap ? k : (k | 0x80000000u); /* high bit: counted but not stored */
+    l.nslots = (uint16_t)(k - 1);
+    if (cap)
+        out[0].launch = l;
+    if (f)
+        fold_end(f);
+    return k;
+}
+
+/* Decodes and validates the launch record at c->pos: stores its payloads in
+ * out[0..cap) (cap 0: none) and, when dg is not NULL, its KD_DG_N digests.
+ * Returns the payload count (header included; more than cap: not stored), or
+ * 0 with c->bad set.  It works on a local copy of the cursor, which stores
+ * into out (byte-typed, so aliasing anything) cannot touch. */
+static uint32_t decode_launch(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, kd_payload *out,
+                              uint32_t cap, uint64_t *dg, uint64_t *tensor_args)
+{
+    kd_cur cur = *c;
+    launch_fold fold = {dg, 0, 0, 0, 0, 0};
+    uint32_t k = launch_fields(&cur, r, ch, out, cap, dg ? &fold : NULL, tensor_args);
+    *c = cur;
+    return k;
 }
 
 static int decode_op(kd_cur *c, const kd_tr *r, kd_tr_op *op)
@@ -344,7 +435,7 @@ static int decode_op(kd_cur *c, const kd_tr *r, kd_tr_op *op)
         if (c->bad)
             return -1;
         kd_cur sub = {c->p, c->pos, c->pos + n, 0, 0, NULL};
-        skip_tree(&sub, 0);
+        skip_tree(&sub);
         if (!sub.bad && sub.pos != sub.end)
             kd_cur_fail(&sub, "bytes left over after a hash tree");
         if (sub.bad) {
@@ -367,7 +458,6 @@ static int decode_op(kd_cur *c, const kd_tr *r, kd_tr_op *op)
 /* ---------------- the file ---------------- */
 
 static void op_digests(const kd_tr *r, const kd_tr_op *op, uint64_t out[KD_DG_N]);
-static void launch_digests(const kd_tr *r, const kd_payload *p, uint32_t n, uint64_t out[KD_DG_N]);
 static uint64_t str_digest(const kd_tr *r, uint32_t id);
 
 static int set_err(kd_tr *r, uint64_t off, const char *why)
@@ -404,10 +494,6 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
         return set_err(r, 0, "out of memory");
     r->str_dg[0] = r->str_pdg[0] = bytes_digest(NULL, 0);
     uint64_t dg_cap = 0;
-    r->scratch_cap = 256;
-    r->scratch = malloc(r->scratch_cap * sizeof *r->scratch);
-    if (r->scratch == NULL)
-        return set_err(r, 0, "out of memory");
     size_t pos = hdr;
     while (pos < size) {
         if (size - pos < KD_CHUNK_HEADER_BYTES)
@@ -482,24 +568,10 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
                 uint8_t t = c.pos < c.end ? data[c.pos] : 0;
                 uint64_t *dg = &r->dg[r->nrec * KD_DG_N];
                 if (t == KD_REC_LAUNCH) {
-                    /* decoded once: validated and digested in the same pass */
-                    uint32_t got = decode_launch(&c, r, &ch, r->scratch, (uint32_t)r->scratch_cap, &r->tensor_args);
-                    if (!c.bad && (got & 0x80000000u)) { /* scratch too small: grow, decode again */
-                        uint64_t need = got & 0x7fffffffu;
-                        kd_payload *np = realloc(r->scratch, need * sizeof *np);
-                        if (np == NULL)
-                            return set_err(r, pos, "out of memory");
-                        r->scratch = np;
-                        r->scratch_cap = need;
-                        c.pos = at;
-                        uint64_t ignore = 0;
-                        got = decode_launch(&c, r, &ch, r->scratch, (uint32_t)r->scratch_cap, &ignore);
-                    }
-                    if (!c.bad) {
-                        if (got > r->max_nslots)
-                            r->max_nslots = got;
-                        launch_digests(r, r->scratch, got, dg);
-                    }
+                    /* validated and digested in one pass, nothing materialized */
+                    uint32_t got = decode_launch(&c, r, &ch, NULL, 0, dg, &r->tensor_args);
+                    if (got > r->max_nslots)
+                        r->max_nslots = got;
                 } else if (t == KD_REC_OP) {
                     kd_tr_op op;
                     if (decode_op(&c, r, &op) == 0)
@@ -548,7 +620,6 @@ void kd_tr_free(kd_tr *r)
     free(r->str_dg);
     free(r->str_pdg);
     free(r->dg);
-    free(r->scratch);
     free(r->rec_off);
     free(r->rec_chunk);
     free(r->rec_type);
@@ -572,8 +643,8 @@ uint32_t kd_tr_launch(const kd_tr *r, uint64_t i, kd_payload *out, uint32_t cap)
         return 0;
     kd_cur c = rec_cursor(r, i);
     uint64_t ta = 0;
-    uint32_t got = decode_launch(&c, r, &r->chunks[r->rec_chunk[i]], out, cap, &ta);
-    return (c.bad || (got & 0x80000000u)) ? 0 : got;
+    uint32_t got = decode_launch(&c, r, &r->chunks[r->rec_chunk[i]], out, cap, NULL, &ta);
+    return (c.bad || got > cap) ? 0 : got;
 }
 
 int kd_tr_op_get(const kd_tr *r, uint64_t i, kd_tr_op *op)
@@ -616,48 +687,6 @@ static void op_digests(const kd_tr *r, const kd_tr_op *op, uint64_t out[KD_DG_N]
     out[KD_DG_SHAPE] = mix(op->depth, r->str_pdg[op->text_id]);
     out[KD_DG_PRE] = (op->flags & KD_OPF_IN_HASH) ? bytes_digest(op->in_tree, op->in_len) : 0;
     out[KD_DG_POST] = (op->flags & KD_OPF_OUT_HASH) ? bytes_digest(op->out_tree, op->out_len) : 0;
-}
-
-static void launch_digests(const kd_tr *r, const kd_payload *p, uint32_t n, uint64_t out[KD_DG_N])
-{
-    const kd_launch *l = &p[0].launch;
-    out[KD_DG_KEY] = mix(l->kind, str_digest(r, l->name_id));
-    uint64_t cf = mix(mix(l->flags & KD_LF_GRID, l->grid[0]), l->grid[1]);
-    cf = mix(mix(cf, l->grid[2]), str_digest(r, l->config_id));
-    out[KD_DG_CONFIG] = mix(mix(cf, l->num_warps), l->num_stages);
-    uint64_t sh = mix(7, l->nargs), pre = 0, post = 0;
-    int any_pre = 0, any_post = 0;
-    uint32_t k = 1;
-    for (uint32_t a = 0; a < l->nargs && k < n; a++) {
-        const kd_payload *q = &p[k];
-        sh = mix(mix(mix(sh, q->tag), q->scalar.role), str_digest(r, q->scalar.name_id));
-        if (q->tag == KD_TAG_TENSOR) {
-            sh = mix(mix(sh, q->tensor.dtype), q->tensor.ndim);
-            for (uint32_t d = 0; d < q->tensor.ndim; d++) {
-                int64_t size, stride;
-                kd_tensor_dim(q, d, &size, &stride);
-                sh = mix(mix(sh, (uint64_t)size), (uint64_t)stride);
-            }
-            if (q->tensor.flags & KD_TF_HASHED) {
-                const kd_hash_rec *h = &q[kd_tensor_payloads(q->tensor.ndim)].hash;
-                uint64_t d0 = kd_tr_hash_digest(h, 0), d1 = kd_tr_hash_digest(h, 1);
-                if (d0) {
-                    pre = mix(mix(pre, a), d0);
-                    any_pre = 1;
-                }
-                if (d1) {
-                    post = mix(mix(post, a), d1);
-                    any_post = 1;
-                }
-            }
-        } else if (q->tag == KD_TAG_INT || q->tag == KD_TAG_FLOAT || q->tag == KD_TAG_BOOL) {
-            sh = mix(sh, (uint64_t)q->scalar.value.i);
-        }
-        k += kd_arg_payloads(q);
-    }
-    out[KD_DG_SHAPE] = sh;
-    out[KD_DG_PRE] = any_pre ? kd_fmix64(pre) | 1 : 0;
-    out[KD_DG_POST] = any_post ? kd_fmix64(post) | 1 : 0;
 }
 
 void kd_tr_digests(const kd_tr *r, uint64_t i, uint64_t out[KD_DG_N])

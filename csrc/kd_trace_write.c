@@ -78,47 +78,6 @@ void kd_buf_f64(kd_buf *b, double v)
     kd_buf_u64(b, u);
 }
 
-/* ---------------- CRC-32 (IEEE 802.3, reflected, as zlib's crc32) ---------------- */
-
-/* Slicing by 8: table k gives the CRC of a byte followed by k zero bytes, so
- * eight bytes are folded per step (about 4x the byte-at-a-time loop). */
-static uint32_t crc_tables[8][256];
-static int crc_ready = 0; /* benign race: every thread computes the same tables */
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_tables[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++)
-            crc_tables[t][i] = (crc_tables[t - 1][i] >> 8) ^ crc_tables[0][crc_tables[t - 1][i] & 0xff];
-    crc_ready = 1;
-}
-
-uint32_t kd_crc32(const uint8_t *p, size_t n)
-{
-    if (!crc_ready)
-        crc_init();
-    uint32_t c = 0xFFFFFFFFu;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint32_t lo = c ^ ((uint32_t)p[i] | (uint32_t)p[i + 1] << 8 | (uint32_t)p[i + 2] << 16 |
-                           (uint32_t)p[i + 3] << 24);
-        uint32_t hi = (uint32_t)p[i + 4] | (uint32_t)p[i + 5] << 8 | (uint32_t)p[i + 6] << 16 |
-                      (uint32_t)p[i + 7] << 24;
-        c = crc_tables[7][lo & 0xff] ^ crc_tables[6][(lo >> 8) & 0xff] ^ crc_tables[5][(lo >> 16) & 0xff] ^
-            crc_tables[4][lo >> 24] ^ crc_tables[3][hi & 0xff] ^ crc_tables[2][(hi >> 8) & 0xff] ^
-            crc_tables[1][(hi >> 16) & 0xff] ^ crc_tables[0][hi >> 24];
-    }
-    for (; i < n; i++)
-        c = crc_tables[0][(c ^ p[i]) & 0xff] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
-}
-
 /* ---------------- writer ---------------- */
 
 static void put_u32le(uint8_t *d, uint32_t v)

@@ -338,15 +338,17 @@ def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
             structural.append(f"only run {runs[1]} launched [{right}] ({j2 - j1} step(s))")
     if not aligned:
         structural.append(f"the runs differ over more than {ALIGN_LIMIT} steps: that part was not aligned")
-    pa = torch.cat(seg_a) if seg_a else torch.zeros(0, dtype=torch.int64)
-    pb = torch.cat(seg_b) if seg_b else torch.zeros(0, dtype=torch.int64)
-    if len(pa) == A.n == B.n:  # aligned one to one: no gather
+    if len(seg_a) == 1 and len(seg_a[0]) == A.n == B.n:  # aligned one to one: no copy, no gather
+        pa = pb = seg_a[0]
         da, db = A.dig, B.dig
     else:
+        pa = torch.cat(seg_a) if seg_a else torch.zeros(0, dtype=torch.int64)
+        pb = torch.cat(seg_b) if seg_b else torch.zeros(0, dtype=torch.int64)
         da, db = A.dig[pa], B.dig[pb]
-    cfg = (da[:, 1] != db[:, 1]).nonzero().flatten()
-    shp = (da[:, 2] != db[:, 2]).nonzero().flatten()
-    diff = ((da[:, 3] != db[:, 3]) | (da[:, 4] != db[:, 4])).nonzero().flatten()
+    ne = da != db  # one pass over both digest tables
+    cfg = ne[:, 1].nonzero().flatten()
+    shp = ne[:, 2].nonzero().flatten()
+    diff = (ne[:, 3] | ne[:, 4]).nonzero().flatten()
     hashed = int((((da[:, 3] | da[:, 4]) != 0) & ((db[:, 3] | db[:, 4]) != 0)).sum())
     config_changes = _Pairs(A, B, pa[cfg], pb[cfg])
     shape_changes = _Pairs(A, B, pa[shp], pb[shp])

@@ -13,6 +13,7 @@ record per entry of ``debug_mode.operators``, in that order.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import sys
 import time
@@ -384,21 +385,37 @@ class Run:
         head = "".join(f"# kdebug: INCOMPLETE: {p}\n" for p in self.problems())
         return head + "\n".join(lines)
 
-    def digests(self) -> bytes:
+    def digests(self) -> memoryview:
+        """Per record: key, config, shape, pre, post digests (5 x u64): a view
+        of the reader's table, not a copy."""
         return self._reader.digests()
 
     def __repr__(self) -> str:
         return f"<kdebug.Run {self.path}: {len(self)} records, {self.info['tensor_args']} tensor args>"
 
 
+def _map(path: str):
+    """The file's bytes: mapped read-only (no copy: the reader validates and
+    decodes it in place), or read when it cannot be mapped (empty, a pipe)."""
+    with open(path, "rb") as f:
+        try:
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (ValueError, OSError):
+            return f.read()
+
+
 def load(path: str, *, quiet: bool = False) -> Run:
     """Reads a trace written by ``DebugMode.save`` / ``DebugMode(trace=...)`` /
     ``kdebug record``.  A truncated file (the process died) loads up to its last
     complete chunk, with a warning; a corrupt, foreign or newer file raises
-    TraceFileError naming the byte offset."""
+    TraceFileError naming the byte offset.
+
+    The file is memory-mapped, not copied: appending to it (a trace still being
+    streamed) is fine, but do not truncate or rewrite it while the Run is in
+    use (a mapped page that no longer exists ends the process with SIGBUS):
+    record again into a new path."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = _map(path)
     except OSError as e:
         raise TraceFileError(str(path), 0, f"cannot read: {e.strerror}") from None
     run = Run(data, str(path))

@@ -241,6 +241,28 @@ static void test_crc(void)
         buf[i] = (uint8_t)i;
     CHECK(kd_crc32(buf, 768) == 0xB0C0DF2Au);
     CHECK(kd_crc32(buf, 13) == 0xE6FE46B8u); /* zlib.crc32(bytes(range(13))) */
+    /* the carry-less multiplication path (where the CPU has it) and slicing by
+     * 8 against a bit-at-a-time reference: every length to 700 (short buffers,
+     * 64-byte blocks, 16-byte blocks, tails), at several alignments */
+    uint8_t rnd[720];
+    uint64_t s = 1;
+    for (int i = 0; i < 720; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        rnd[i] = (uint8_t)(s >> 56);
+    }
+    int bad = 0;
+    for (size_t n = 0; n <= 700; n++)
+        for (size_t off = 0; off < 16; off += 5) {
+            uint32_t c = 0xFFFFFFFFu;
+            for (size_t i = 0; i < n; i++) {
+                c ^= rnd[off + i];
+                for (int k = 0; k < 8; k++)
+                    c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            }
+            c ^= 0xFFFFFFFFu;
+            bad += kd_crc32(rnd + off, n) != c || kd_crc32_portable(rnd + off, n) != c;
+        }
+    CHECK(bad == 0);
 }
 
 static void test_truncation(void)
