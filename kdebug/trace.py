@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import stat
 import sys
 import time
 import warnings
@@ -73,12 +74,26 @@ def _op_record(op, attributes) -> tuple[int, int, str, str, Any, Any]:
     return op.call_depth, flags, name, text, log.get("input_hash"), log.get("hash")
 
 
+def _create(path: str):
+    """Opens a new trace file for writing.  An existing regular file is unlinked
+    first, not truncated: a kdebug.Run loaded from it maps it (load()), and
+    truncating or rewriting a mapped file would make that Run read garbage or
+    kill the process with SIGBUS; the old Run keeps reading the old, unlinked
+    file."""
+    try:
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return open(path, "wb")
+
+
 class Writer:
     """Encodes operators entries with the C writer and writes whole chunks."""
 
     def __init__(self, path: str | None = None, meta: dict | None = None):
         self._w = _C.TraceWriter()
-        self._f = open(path, "wb") if path is not None else None
+        self._f = _create(path) if path is not None else None
         self._chunks: list[bytes] = []
         self.path = path
         self.custom_skipped = 0
@@ -411,9 +426,10 @@ def load(path: str, *, quiet: bool = False) -> Run:
     TraceFileError naming the byte offset.
 
     The file is memory-mapped, not copied: appending to it (a trace still being
-    streamed) is fine, but do not truncate or rewrite it while the Run is in
-    use (a mapped page that no longer exists ends the process with SIGBUS):
-    record again into a new path."""
+    streamed) is fine, and kdebug's writers replace an existing file rather
+    than truncate it, so re-recording to the same path leaves this Run
+    reading the old file.  Another program truncating the file in place while
+    the Run is in use would end the process with SIGBUS."""
     try:
         data = _map(path)
     except OSError as e:

@@ -65,6 +65,28 @@ def test_save_load_in_another_process(program, tmp_path):
     assert kdebug.compare(dm, str(path)).ok
 
 
+def test_rewriting_a_loaded_trace_keeps_the_run_readable(tmp_path):
+    """load() maps the file: kdebug's writers must replace it, not truncate it
+    under the mapping (SIGBUS).  In a subprocess, so a crash fails the test."""
+    p = _py("""
+        import sys, torch, kdebug
+        from kdebug import DebugMode
+        f = torch.compile(lambda x: torch.sin(x) * 2)
+        path = sys.argv[1]
+        with DebugMode() as dm, DebugMode.log_tensor_hashes("bitwise"):
+            f(torch.randn(4096))
+        dm.save(path)
+        old = kdebug.load(path)
+        with DebugMode(trace=path):          # a new recording streamed to the same path
+            torch.compile(lambda x: x + 1)(torch.randn(3))
+        dm.save(path)                        # and a save over it
+        print(len(old.operators), old.kernels[0].kernel_name, len(kdebug.load(path)))
+    """, str(tmp_path / "run.kdt"), check=False)
+    assert p.returncode == 0, p.stderr[-3000:]
+    n_old, name, n_new = p.stdout.split()
+    assert name.startswith("cpp_fused_") and int(n_old) == int(n_new) > 0
+
+
 def test_trace_bytes_per_tensor_argument(program, tmp_path):
     dm = record(program)
     s = dm.save(tmp_path / "run.kdt")
