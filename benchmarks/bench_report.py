@@ -78,6 +78,8 @@ def browser_times(path: str, planted: str, shot: str | None) -> dict:
         page.wait_for_function("window.kdReady !== undefined", timeout=60000)
         wall = time.perf_counter() - t0
         ready_ms = page.evaluate("window.kdReady")  # since navigation start
+        phases = page.evaluate("window.kdPhases")
+        script_start_ms = ready_ms - page.evaluate("window.kdLoadMs")
         summary = page.inner_text("#summary")
         before = page.inner_text("#tbl-count")
         t1 = time.perf_counter()
@@ -93,7 +95,7 @@ def browser_times(path: str, planted: str, shot: str | None) -> dict:
         if shot:
             page.screenshot(path=shot)
         b.close()
-    return {"interactive_ms": ready_ms, "wall_to_ready_s": wall, "search_redraw_s": max(search_s, 0.0),
+    return {"interactive_ms": ready_ms, "script_start_ms": script_start_ms, "phases_ms": phases, "wall_to_ready_s": wall, "search_redraw_s": max(search_s, 0.0),
             "sort_by_name_s": sort_s, "rows": before,
             "console_errors": errors, "summary_names_planted": planted in summary}
 
