@@ -39,8 +39,10 @@ from kdebug.trace import Writer
 from kdebug.workloads import TinyBlock, train_step_fn
 
 
-def record(step, x, steps: int, fault=None):
-    with DebugMode() as dm, DebugMode.log_tensor_hashes("bitwise", hash_inputs=True):
+def record(step, x, steps: int, fault=None, hash_fn="bitwise"):
+    """`steps` steps recorded with input and output hashes; with `fault`
+    (kernel name, argument, occurrence) one launch's output is perturbed."""
+    with DebugMode() as dm, DebugMode.log_tensor_hashes(hash_fn, hash_inputs=True):
         if fault is None:
             for _ in range(steps):
                 step(x)

@@ -30,37 +30,12 @@ import time
 
 import torch
 
-from kdebug import DebugMode
+from bench_compare import record, write  # the same recorded steps and trace writer
 from kdebug.export import export_perfetto
 from kdebug.report import write_html
-from kdebug.testing import perturb_kernel_output
-from kdebug.trace import Writer
 from kdebug.workloads import TinyBlock, train_step_fn
 
-
-def record(step, x, steps: int, fault=None):
-    with DebugMode() as dm, DebugMode.log_tensor_hashes(["bitwise", "norm"], hash_inputs=True):
-        if fault is None:
-            for _ in range(steps):
-                step(x)
-        else:
-            with perturb_kernel_output(*fault):
-                for _ in range(steps):
-                    step(x)
-    dm.operators  # noqa: B018
-    return dm
-
-
-def write(path: str, part, per_part: int, target: int) -> int:
-    w = Writer(path)
-    written = i = 0
-    while written < target:
-        dm = part(i)
-        w.write(dm.operators, None, dm._recorder)
-        written += per_part
-        i += 1
-    w.close()
-    return written
+HASHES = ["bitwise", "norm"]  # what kdebug hunt records
 
 
 def browser_times(path: str, planted: str, shot: str | None) -> dict:
@@ -121,12 +96,12 @@ def main() -> None:
         x = torch.randn(2, 16, 64)
         step = train_step_fn(model)
         step(x)
-        base = record(step, x, a.steps)
+        base = record(step, x, a.steps, hash_fn=HASHES)
         kernels = base.kernels
         per_part = len(kernels)
         k = kernels[len(kernels) // 2]
         name, arg = k.kernel_name, k.written[0]
-        bad = record(step, x, a.steps, fault=(name, arg, a.steps // 2))
+        bad = record(step, x, a.steps, fault=(name, arg, a.steps // 2), hash_fn=HASHES)
         reps = -(-a.launches // per_part)
         n = write(os.path.join(tmp, "run0.kdt"), lambda i: base, per_part, a.launches)
         write(os.path.join(tmp, "run1.kdt"), lambda i: bad if i == reps // 2 else base, per_part, a.launches)

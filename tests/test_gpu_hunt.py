@@ -28,16 +28,22 @@ def test_index_add_triton_kernel_is_named(index_add_case):
     assert "grid (" in text
 
 
-def test_gpu_runs_through_trace_files(index_add_case, tmp_path, block_step):
+def _record_runs(n, tmp_path, index_add_case, block_step) -> list:
+    """n trace files of a deterministic transformer step, then the atomic kernel."""
     cf, x, ind = index_add_case
     step, inp = block_step
     paths = []
-    for i in range(3):
+    for i in range(n):
         p = tmp_path / f"run{i}.kdt"
         with DebugMode(trace=p), DebugMode.log_tensor_hashes(["bitwise", "norm"], hash_inputs=True):
-            step(inp)          # deterministic transformer step first
-            cf(x, ind)         # then the atomic kernel
-        paths.append(p)
+            step(inp)
+            cf(x, ind)
+        paths.append(str(p))
+    return paths
+
+
+def test_gpu_runs_through_trace_files(index_add_case, tmp_path, block_step):
+    paths = _record_runs(3, tmp_path, index_add_case, block_step)
     runs = [kdebug.load(p) for p in paths]
     assert all(r.complete for r in runs)
     ks = runs[0].kernels
@@ -70,15 +76,7 @@ def test_gpu_report_and_perfetto_export(index_add_case, tmp_path, block_step):
     from kdebug import report
     from kdebug.export import export_perfetto
 
-    cf, x, ind = index_add_case
-    step, inp = block_step
-    paths = []
-    for i in range(4):
-        p = tmp_path / f"run{i}.kdt"
-        with DebugMode(trace=p), DebugMode.log_tensor_hashes(["bitwise", "norm"], hash_inputs=True):
-            step(inp)
-            cf(x, ind)
-        paths.append(str(p))
+    paths = _record_runs(4, tmp_path, index_add_case, block_step)
     meta, _ = report.build(paths)
     bad = [c for c in meta["comparisons"] if not c["ok"]]
     assert bad, "four runs of a compiled index_add were identical"

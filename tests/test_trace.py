@@ -3,7 +3,6 @@ a killed process, corrupt / truncated / foreign files, a fuzzed reader, and
 upstream's check_hash_mismatches on loaded logs.  Real Inductor C++ kernels."""
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 import sys
