@@ -4,13 +4,17 @@ each costs (not a correctness mode: the switched-off variants record less).
 
     python tools/ablate_hash_step.py
 
-On the H100 (2026-11-22; 119 kernels and 130 aten ops per step) switching off
-the aten-op tree hashes, the hook check or the fresh-buffer tracking moved the
-median step by less than the run-to-run noise (untraced 5.8 / 6.4 ms at the
-start / end of one run): the aten-op hash path is not where log_tensor_hashes()
-spends its time there.  Note: never run the compiled step under another
-dispatch mode first; dynamo guards on the mode stack and recompiles.
+Variants run in interleaved rounds.  On the H100 (2026-11-22; 119 kernels and
+130 aten ops per step) the untraced step itself moved between 6.8 and 8.7 ms
+from round to round, more than any variant differed: switching off the
+aten-op tree hashes or the kernel hashes did not measurably change the step
+(medians 13.5 ms full, 12.9 without kernel hashes, 15.4 without aten hashes,
+11.3 DebugMode alone).  Finding where log_tensor_hashes() spends its time needs
+a quieter host or a host-side profiler, not wall-clock ablation.  Note: never
+run the compiled step under another dispatch mode first; dynamo guards on the
+mode stack and recompiles.
 """
+import contextlib
 import statistics
 import time
 
@@ -49,37 +53,43 @@ def timed(ctx, n=30):
     return statistics.median(ts)
 
 
-base = timed(None)
-print(f"untraced {base:.2f} ms")
-timed(K.log_tensor_hashes, 5)  # warm-up of the hash path
-for name, ctx in [("dm", ()), ("hash", K.log_tensor_hashes)]:
-    t = timed(ctx)
-    print(f"{name:28s} {t:.2f} ms  {t / base:.2f}x")
-saved = {}
 
 
-def patch(obj, attr, value):
-    saved[(obj, attr)] = getattr(obj, attr)
-    setattr(obj, attr, value)
+@contextlib.contextmanager
+def hash_no_kernels():
+    """log_tensor_hashes() with the launch hook's kernel hashing switched off."""
+    with K.log_tensor_hashes():
+        prev = kdebug._C._set_hash_config(0, 0, 0, 0)
+        try:
+            yield
+        finally:
+            kdebug._C._set_hash_config(*prev)
 
 
-cache = {}
-orig_hooks = mode._own_hooks
-patch(mode, "_own_hooks", lambda: cache.setdefault(0, orig_hooks()))
-t = timed(K.log_tensor_hashes)
-print(f"{'hash, _own_hooks cached':28s} {t:.2f} ms  {t / base:.2f}x")
-patch(mode.DebugMode, "_track_fresh", lambda self, f, a, r: None)
-t = timed(K.log_tensor_hashes)
-print(f"{'+ no _track_fresh':28s} {t:.2f} ms  {t / base:.2f}x")
-patch(mode, "_tree_hash", lambda obj, spec, sid: (None, False))
-t = timed(K.log_tensor_hashes)
-print(f"{'+ no aten tree_hash':28s} {t:.2f} ms  {t / base:.2f}x")
-for (o, a), v in saved.items():
-    setattr(o, a, v)
-t = timed(K.log_tensor_hashes)
-print(f"{'hash again (restored)':28s} {t:.2f} ms  {t / base:.2f}x")
-t = timed(None)
-print(f"{'untraced again':28s} {t:.2f} ms")
+@contextlib.contextmanager
+def hash_no_aten():
+    """log_tensor_hashes() with the aten-op tree hashes switched off."""
+    saved = mode._tree_hash
+    mode._tree_hash = lambda obj, spec, sid: (None, False)
+    try:
+        with K.log_tensor_hashes():
+            yield
+    finally:
+        mode._tree_hash = saved
+
+
+VARIANTS = {"untraced": None, "dm": (), "hash": K.log_tensor_hashes,
+            "hash, no kernel hashes": hash_no_kernels, "hash, no aten hashes": hash_no_aten}
+for ctx in VARIANTS.values():
+    timed(ctx, 5)  # warm-up
+res = {k: [] for k in VARIANTS}
+for _ in range(5):  # interleaved rounds: drift hits every variant alike
+    for k, ctx in VARIANTS.items():
+        res[k].append(timed(ctx, 10))
+base = statistics.median(res["untraced"])
+for k, v in res.items():
+    m = statistics.median(v)
+    print(f"{k:28s} {m:6.2f} ms  {m / base:.2f}x   rounds {' '.join(f'{t:.2f}' for t in v)}")
 with K() as dm:
     step(x)
 print(f"aten ops per step: {len(dm.operators) - len(dm.kernels)}, kernels {len(dm.kernels)}")
