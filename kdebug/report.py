@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import glob
 import html
 import json
@@ -119,8 +120,9 @@ class _Table:
             return torch.zeros((0, row // dtype.itemsize), dtype=dtype)
         return torch.frombuffer(buf, dtype=dtype).view(-1, row // dtype.itemsize)
 
+    @functools.cached_property
     def arg_cols(self):
-        """(written, bytes, post-hash columns) per argument row."""
+        """(written, bytes, post-hashed, post-hash columns) per argument row."""
         a8 = self._view(self.arg, torch.uint8, ARG_BYTES)
         a64 = self._view(self.arg, torch.int64, ARG_BYTES)
         a32 = self._view(self.arg, torch.int32, ARG_BYTES)
@@ -174,8 +176,8 @@ def _spread(ta: _Table, tb: _Table, pa: torch.Tensor, pb: torch.Tensor) -> torch
     starts = torch.cumsum(counts, 0) - counts
     j = torch.arange(total) - starts[pair]
     ai, bi = ta.off[pa][pair] + j, tb.off[pb][pair] + j
-    wa, _, hpa, posta = ta.arg_cols()
-    wb, bytes_b, hpb, postb = tb.arg_cols()
+    _, _, hpa, posta = ta.arg_cols
+    wb, bytes_b, hpb, postb = tb.arg_cols
     w = wb[bi]
     nbytes = bytes_b[bi].double() * w
     differs = (hpa[ai] & hpb[bi] & (posta[ai] != postb[bi]).any(1)) | (hpa[ai] != hpb[bi])
@@ -189,24 +191,27 @@ def _spread(ta: _Table, tb: _Table, pa: torch.Tensor, pb: torch.Tensor) -> torch
     return frac
 
 
-def _columns(rep: Report, ta: _Table, tb: _Table, for_a: bool):
-    """flags / peer / spread of one side of a comparison (Note [Report data])."""
+def _hashed(t: _Table) -> torch.Tensor:
+    """Per record: some hash was taken."""
+    return (t.dig[:, 3] | t.dig[:, 4]) != 0
+
+
+def _columns(rep: Report, t: _Table, pair_spread: torch.Tensor, for_a: bool):
+    """flags / peer / spread of one side (table t) of a comparison (Note
+    [Report data]); pair_spread is _spread() of its aligned pairs."""
     al = rep.alignment
     pa, pb = al["pa"], al["pb"]
     me, other = (pa, pb) if for_a else (pb, pa)
-    t = ta if for_a else tb
     flags = torch.full((t.n,), UNALIGNED, dtype=torch.uint8)
     flags[me] = 0
-    hashed = ((t.dig[:, 3] | t.dig[:, 4]) != 0) if t.n else torch.zeros(0, dtype=torch.bool)
-    flags[hashed] |= HASHED
+    flags[_hashed(t)] |= HASHED
     # the divergence and what inherited it, as the engine counts them (pairs
     # before it whose digests differ were found equal value by value)
     if al["root"] is not None:
         flags[me[al["diff"][al["diff"] >= al["root"]]]] |= DIFF
+        flags[me[al["root"]]] |= ROOT
     flags[me[al["config"]]] |= CONFIG
     flags[me[al["shape"]]] |= SHAPE
-    if al["root"] is not None:
-        flags[me[al["root"]]] |= ROOT
     d = rep.divergence
     if d is not None and d.writer is not None:
         wi = d.writer.index  # an index in run a
@@ -219,7 +224,7 @@ def _columns(rep: Report, ta: _Table, tb: _Table, for_a: bool):
     peer = torch.full((t.n,), -1, dtype=torch.int32)
     peer[me] = other.int()
     spread = torch.zeros(t.n, dtype=torch.float32)
-    spread[me] = _spread(ta, tb, pa, pb)
+    spread[me] = pair_spread
     return flags, peer, spread
 
 
@@ -285,16 +290,17 @@ def build(runs: Sequence, *, hunt: dict | None = None, title: str | None = None)
     strings: dict[str, int] = {"": 0}
     tables = [_Table(s, strings) for s in sides]
     primary = next((k for k, r in enumerate(reports) if not r.ok), 0)
+    # one spread per comparison, shown on both of its sides
+    spreads = [_spread(tables[0], t, r.alignment["pa"], r.alignment["pb"]) for r, t in zip(reports, tables[1:])]
     cols = []
     for i, t in enumerate(tables):
         if not reports:
-            z = torch.zeros(t.n, dtype=torch.uint8)
-            z[((t.dig[:, 3] | t.dig[:, 4]) != 0)] = HASHED
-            cols.append((z, torch.full((t.n,), -1, dtype=torch.int32), torch.zeros(t.n, dtype=torch.float32)))
+            cols.append((_hashed(t).to(torch.uint8) * HASHED, torch.full((t.n,), -1, dtype=torch.int32),
+                         torch.zeros(t.n, dtype=torch.float32)))
         elif i == 0:
-            cols.append(_columns(reports[primary], tables[0], tables[primary + 1], True))
+            cols.append(_columns(reports[primary], t, spreads[primary], True))
         else:
-            cols.append(_columns(reports[i - 1], tables[0], t, False))
+            cols.append(_columns(reports[i - 1], t, spreads[i - 1], False))
     sections: list[bytes] = []
     offset = 0
 
