@@ -58,6 +58,20 @@ def train_step_fn(model: nn.Module):
     return step
 
 
+def gpu_transformer_step(warmup: int = 5):
+    """(step, x): the GPU step the profiling tools measure, a compiled
+    Transformer(4, 512, 8) forward + backward on an (8, 256, 512) input,
+    compiled, run ``warmup`` times and synchronized."""
+    torch.manual_seed(0)
+    model = Transformer(4, 512, 8).cuda()
+    x = torch.randn(8, 256, 512, device="cuda")
+    step = train_step_fn(model)
+    for _ in range(warmup):
+        step(x)
+    torch.cuda.synchronize()
+    return step, x
+
+
 class BucketedBlock(nn.Module):
     """The built-in hunt workload: many token features summed into a few
     buckets (``index_add``), then a TinyBlock.  Inductor's C++ kernel for the

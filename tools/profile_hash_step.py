@@ -13,15 +13,9 @@ import time
 import torch
 
 import kdebug
-from kdebug.workloads import Transformer, train_step_fn
+from kdebug.workloads import gpu_transformer_step
 
-torch.manual_seed(0)
-model = Transformer(4, 512, 8).cuda()
-x = torch.randn(8, 256, 512, device="cuda")
-step = train_step_fn(model)
-for _ in range(5):
-    step(x)
-torch.cuda.synchronize()
+step, x = gpu_transformer_step()
 K = kdebug.DebugMode
 MODES = {
     "untraced": None,
