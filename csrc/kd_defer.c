@@ -177,16 +177,37 @@ static void admit(int device, uint64_t stream, int kinds, uint64_t bytes)
         kd_defer_flush();
 }
 
+/* The start of queuing work on view t of src: holds its storage (NULL: not
+ * queued, nothing held) and admits the view's bytes to the queue (which may
+ * flush it first). */
+static void *enter(PyObject *src, const kd_cuda_tensor *t, int device, uint64_t stream, int kinds,
+                   uint64_t *sdata, uint64_t *lo, uint64_t *hi)
+{
+    *sdata = 0;
+    void *storage = Q.on ? kd_shim_storage_hold(src, sdata) : NULL;
+    if (storage == NULL)
+        return NULL;
+    kd_defer_extent(t, lo, hi);
+    admit(device, stream, kinds, *hi - *lo);
+    return storage;
+}
+
+/* The end of queuing an entry of `bytes` bytes on (device, stream). */
+static void queued(int device, uint64_t stream, uint64_t bytes)
+{
+    Q.device = device, Q.stream = stream;
+    Q.bytes += bytes;
+    Q.st.queued_bytes += bytes;
+    Q.st.pending = (uint64_t)(Q.nh + Q.nc);
+}
+
 int kd_defer_hash(PyObject *src, const kd_cuda_tensor *t, int device, uint64_t stream, int kinds,
                   kd_defer_sink sink, PyObject *owner, uint64_t aux, int w)
 {
-    uint64_t sdata = 0;
-    void *storage = Q.on ? kd_shim_storage_hold(src, &sdata) : NULL;
+    uint64_t sdata, lo, hi;
+    void *storage = enter(src, t, device, stream, kinds, &sdata, &lo, &hi);
     if (storage == NULL)
         return 0;
-    uint64_t lo, hi;
-    kd_defer_extent(t, &lo, &hi);
-    admit(device, stream, kinds, hi - lo);
     hash_entry *e = &Q.he[Q.nh];
     /* the same view queued already (nothing wrote it since: that would have
      * flushed the queue) has the same hash: share its result */
@@ -209,24 +230,19 @@ int kd_defer_hash(PyObject *src, const kd_cuda_tensor *t, int device, uint64_t s
     e->w = w;
     e->lo = lo, e->hi = hi;
     Q.nh++;
-    Q.device = device, Q.stream = stream, Q.kinds = kinds;
-    Q.bytes += hi - lo;
+    Q.kinds = kinds;
     Q.st.queued_hashes++;
-    Q.st.queued_bytes += hi - lo;
-    Q.st.pending = (uint64_t)(Q.nh + Q.nc);
+    queued(device, stream, hi - lo);
     return 1;
 }
 
 int kd_defer_copy(PyObject *src, const kd_cuda_tensor *t, PyObject *dst, uint64_t dst_ptr,
                   int dst_like_src, int device, uint64_t stream)
 {
-    uint64_t sdata = 0;
-    void *storage = Q.on ? kd_shim_storage_hold(src, &sdata) : NULL;
+    uint64_t sdata, lo, hi;
+    void *storage = enter(src, t, device, stream, 0, &sdata, &lo, &hi);
     if (storage == NULL)
         return 0;
-    uint64_t lo, hi;
-    kd_defer_extent(t, &lo, &hi);
-    admit(device, stream, 0, hi - lo);
     if (Q.nh == 0)
         Q.kinds = 0;
     kd_cuda_copy *c = &Q.cc[Q.nc];
@@ -240,11 +256,8 @@ int kd_defer_copy(PyObject *src, const kd_cuda_tensor *t, PyObject *dst, uint64_
     e->dst = Py_NewRef(dst);
     e->lo = lo, e->hi = hi;
     Q.nc++;
-    Q.device = device, Q.stream = stream;
-    Q.bytes += hi - lo;
     Q.st.queued_copies++;
-    Q.st.queued_bytes += hi - lo;
-    Q.st.pending = (uint64_t)(Q.nh + Q.nc);
+    queued(device, stream, hi - lo);
     return 1;
 }
 
