@@ -795,6 +795,26 @@ uint64_t kd_recorder_resolve(kd_recorder *r)
 /* ------------------------------------------------------------------ */
 /* The Recorder Python type                                            */
 
+/* One spare of each KD_BUILD_SLOTS scratch buffer, from the last Recorder
+ * freed (under the GIL).  Their contents need no clearing: every payload is
+ * written before it is read. */
+static kd_payload *spare_build, *spare_scratch;
+
+static kd_payload *take_spare(kd_payload **spare)
+{
+    kd_payload *b = *spare;
+    *spare = NULL;
+    return b != NULL ? b : PyMem_Calloc(KD_BUILD_SLOTS, sizeof(kd_payload));
+}
+
+static void give_spare(kd_payload **spare, kd_payload *b)
+{
+    if (*spare == NULL)
+        *spare = b;
+    else
+        PyMem_Free(b);
+}
+
 static PyObject *rec_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     unsigned long long capacity = 1ull << 20;
@@ -825,10 +845,12 @@ static PyObject *rec_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (self == NULL)
         return NULL;
     kd_store_init(&self->store);
-    self->ring = kd_ring_new(capacity, policy);
-    self->build = PyMem_Calloc(KD_BUILD_SLOTS, sizeof(kd_payload));
+    /* A DebugMode per step makes a Recorder per step: the ring and scratch
+     * buffers of the last one are taken over instead of allocated again. */
+    self->ring = kd_ring_reuse(capacity, policy);
+    self->build = take_spare(&spare_build);
     self->drain_cap = KD_BUILD_SLOTS;
-    self->drain_scratch = PyMem_Calloc(self->drain_cap, sizeof(kd_payload));
+    self->drain_scratch = take_spare(&spare_scratch);
     self->store_objects = store_objects;
     if (self->ring && store_objects)
         self->ring_objs = PyMem_Calloc(self->ring->capacity, sizeof(PyObject *));
@@ -880,12 +902,12 @@ static void rec_dealloc(kd_recorder *self)
 {
     PyObject_GC_UnTrack(self);
     rec_clear_refs(self);
-    kd_ring_free(self->ring);
+    kd_ring_release(self->ring);
     kd_store_free(&self->store);
     PyMem_Free(self->ring_objs);
     PyMem_Free(self->store_objs);
-    PyMem_Free(self->build);
-    PyMem_Free(self->drain_scratch);
+    give_spare(&spare_build, self->build);
+    give_spare(&spare_scratch, self->drain_scratch);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

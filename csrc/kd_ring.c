@@ -27,6 +27,39 @@ kd_ring *kd_ring_new(uint64_t capacity, int policy)
     return r;
 }
 
+/* The last freed ring, kept for the next kd_ring_new of the same capacity: a
+ * DebugMode per training step would otherwise map, fault in (zeroed, perhaps as
+ * a huge page) and unmap its ring every step.  Not thread-safe: kdebug calls
+ * kd_ring_new / kd_ring_free with the GIL held. */
+static kd_ring *spare;
+
+kd_ring *kd_ring_reuse(uint64_t capacity, int policy)
+{
+    uint64_t cap = 16;
+    while (cap < capacity)
+        cap <<= 1;
+    kd_ring *r = spare;
+    if (r == NULL || r->capacity != cap)
+        return kd_ring_new(capacity, policy);
+    spare = NULL;
+    /* Tickets go on from the old head, so every stale stamp (at most the old
+     * head) reads as "not yet written" for the tickets to come. */
+    kd_ring_clear(r);
+    r->policy = policy == KD_RING_DROP_NEW ? KD_RING_DROP_NEW : KD_RING_OVERWRITE;
+    return r;
+}
+
+void kd_ring_release(kd_ring *r)
+{
+    if (r == NULL)
+        return;
+    if (spare == NULL) {
+        spare = r;
+        return;
+    }
+    kd_ring_free(r);
+}
+
 void kd_ring_free(kd_ring *r)
 {
     if (r == NULL)

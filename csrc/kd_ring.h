@@ -20,7 +20,7 @@
  * threads.  kd_ring_read must not run concurrently with writers that could lap
  * the slots it is copying (kdebug's Python layer guarantees this with the GIL);
  * concurrent writers that do not lap it are fine.
- * Nothing here allocates except kd_ring_new.
+ * Nothing here allocates except kd_ring_new (and kd_ring_reuse, through it).
  */
 #ifndef KD_RING_H
 #define KD_RING_H
@@ -56,6 +56,13 @@ typedef struct kd_ring {
  * minimum 16), or NULL when out of memory or capacity is above 2^32. */
 kd_ring *kd_ring_new(uint64_t capacity, int policy);
 void kd_ring_free(kd_ring *r);
+
+/* kd_ring_new, but taking the ring last given to kd_ring_release when its
+ * capacity matches (cleared: no launch of its previous life is read again).
+ * kd_ring_release keeps one ring for that and frees any other.  Callers
+ * serialize both (kdebug: the GIL). */
+kd_ring *kd_ring_reuse(uint64_t capacity, int policy);
+void kd_ring_release(kd_ring *r);
 
 /* Reserves n consecutive slots.  Returns 0 and the first ticket in *first, or
  * -1 when the launch is refused (counted in r->refused). */

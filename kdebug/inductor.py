@@ -8,6 +8,7 @@ module (wrapping its C++ kernels), never once per launch.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import threading
 import warnings
@@ -430,6 +431,11 @@ def install() -> None:
         _installed = True
 
 
+@functools.lru_cache(maxsize=None)
+def _cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
 def config_bypass_warnings() -> list[str]:
     """Global Inductor settings that make launches skip Python."""
     cfg = torch._inductor.config
@@ -437,7 +443,7 @@ def config_bypass_warnings() -> list[str]:
     if getattr(cfg, "cpp_wrapper", False):
         out.append("torch._inductor.config.cpp_wrapper=True: kernels launched from the C++ wrapper "
                    "are not recorded; set it to False while recording")
-    if torch.cuda.is_available() and getattr(cfg.triton, "cudagraphs", False):
+    if _cuda_available() and getattr(cfg.triton, "cudagraphs", False):
         out.append("torch._inductor.config.triton.cudagraphs=True: launches replayed from CUDA graphs "
                    "are not recorded; set it to False (or compile with mode='default') while recording")
     return out

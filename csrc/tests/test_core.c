@@ -131,6 +131,54 @@ static void test_ring_drop_new(void)
     kd_ring_free(r);
 }
 
+static void test_ring_reuse(void)
+{
+    kd_ring *r = kd_ring_new(16, KD_RING_OVERWRITE);
+    static collect c;
+    memset(&c, 0, sizeof c);
+    for (uint64_t i = 0; i < 5; i++)
+        write_launch(r, 2, i); /* 15 slots, one of them unread */
+    CHECK(kd_ring_read(r, scratch, 4096, visit_collect, &c) == 5);
+    write_launch(r, 2, 5);
+    kd_ring_release(r);
+    /* another capacity: a fresh ring; the spare stays */
+    kd_ring *other = kd_ring_reuse(64, KD_RING_OVERWRITE);
+    CHECK(other != NULL && other != r && other->capacity == 64);
+    kd_ring_free(other);
+    kd_ring *again = kd_ring_reuse(16, KD_RING_DROP_NEW);
+    CHECK(again == r);
+    CHECK(again->policy == KD_RING_DROP_NEW);
+    /* nothing of its previous life reads back, nothing counts as lost */
+    memset(&c, 0, sizeof c);
+    CHECK(kd_ring_read(again, scratch, 4096, visit_collect, &c) == 0);
+    CHECK(kd_ring_lost(again) == 0);
+    /* stale stamps read as unwritten: an in-flight launch stops the reader */
+    uint64_t first;
+    CHECK(kd_ring_reserve(again, 3, &first) == 0);
+    CHECK(kd_ring_read(again, scratch, 4096, visit_collect, &c) == 0);
+    kd_payload *h = kd_ring_payload(again, first);
+    memset(h, 0, sizeof *h);
+    h->launch.tag = KD_TAG_LAUNCH;
+    h->launch.nargs = h->launch.nslots = 2;
+    h->launch.launch_index = 77;
+    for (uint32_t i = 0; i < 2; i++) {
+        kd_payload *a = kd_ring_payload(again, first + 1 + i);
+        memset(a, 0, sizeof *a);
+        a->scalar.tag = KD_TAG_INT;
+        a->scalar.value.i = 77000 + i;
+    }
+    CHECK(kd_ring_commit(again, first, 3) == 1);
+    /* wraps past the end of the array, drop_new as asked */
+    int ok = 0;
+    for (uint64_t i = 78; i < 84; i++)
+        ok += write_launch(again, 2, i);
+    CHECK(ok == 4); /* 5 launches of 3 slots fit in 16 */
+    CHECK(kd_ring_read(again, scratch, 4096, visit_collect, &c) == 5);
+    CHECK(c.bad == 0 && c.n == 5 && c.marks[0] == 77 && c.marks[4] == 81);
+    CHECK(kd_ring_lost(again) == 2);
+    kd_ring_free(again);
+}
+
 static void test_ring_in_flight(void)
 {
     kd_ring *r = kd_ring_new(64, KD_RING_OVERWRITE);
@@ -591,6 +639,7 @@ int main(void)
     test_ring_basic();
     test_ring_wrap_overwrite();
     test_ring_drop_new();
+    test_ring_reuse();
     test_ring_in_flight();
     test_ring_threads();
     test_strtab();
