@@ -56,6 +56,7 @@ C_SOURCES = [
     "csrc/kd_hook.c",
     "csrc/kd_view.c",
     "csrc/kd_fmt.c",
+    "csrc/kd_dispatch.c",
     "csrc/kd_module.c",
     "csrc/kd_defer.c",
     "csrc/kd_crc32.c",

@@ -17,30 +17,58 @@ static PyObject *tensor_type = NULL;    /* torch.Tensor */
 static PyObject *parameter_type = NULL; /* torch.nn.Parameter */
 static PyObject *leaf_types = NULL;     /* tuple of types rendered with str()/repr() */
 
+/* Text under construction: in `small` until it outgrows it (most op records
+ * do not), then on the heap. */
 typedef struct buf {
     char *p;
     size_t len, cap;
     int fail;
+    char small[512];
 } buf;
+
+static void buf_init(buf *b)
+{
+    b->p = b->small;
+    b->len = 0;
+    b->cap = sizeof b->small;
+    b->fail = 0;
+}
 
 static void put(buf *b, const char *s, size_t n)
 {
     if (b->fail)
         return;
     if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
+        size_t cap = b->cap * 2;
         while (cap < b->len + n + 1)
             cap *= 2;
-        char *p = PyMem_Realloc(b->p, cap);
+        char *p = b->p == b->small ? PyMem_Malloc(cap) : PyMem_Realloc(b->p, cap);
         if (p == NULL) {
             b->fail = 1;
             return;
         }
+        if (b->p == b->small)
+            memcpy(p, b->small, b->len);
         b->p = p;
         b->cap = cap;
     }
     memcpy(b->p + b->len, s, n);
     b->len += n;
+}
+
+/* Appends the decimal text of v. */
+static void put_int(buf *b, long long v)
+{
+    char num[24];
+    char *e = num + sizeof num, *q = e;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--q = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--q = '-';
+    put(b, q, (size_t)(e - q));
 }
 
 static void puts_(buf *b, const char *s) { put(b, s, strlen(s)); }
@@ -66,15 +94,15 @@ static int tensor_str(buf *b, PyObject *o, int quoted)
     if (kd_shim_tensor_meta(o, &m) != 1 || m.dtype < 0 || m.dtype > 255 ||
         kd_dtype_names[m.dtype] == NULL)
         return 0;
-    char num[32];
     if (quoted)
         put(b, "'", 1);
     puts_(b, "t: ");
     puts_(b, kd_dtype_names[m.dtype]);
     put(b, "[", 1);
     for (int d = 0; d < m.ndim; d++) {
-        int n = snprintf(num, sizeof num, d ? ", %lld" : "%lld", (long long)m.sizes[d]);
-        put(b, num, (size_t)n);
+        if (d)
+            put(b, ", ", 2);
+        put_int(b, (long long)m.sizes[d]);
     }
     put(b, "]", 1);
     if (quoted)
@@ -142,6 +170,15 @@ static int fmt(buf *b, PyObject *o, int top, int depth)
     }
     if (!ok)
         return 0;
+    if (PyLong_CheckExact(o)) { /* str and repr agree */
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (!overflow && !(v == -1 && PyErr_Occurred())) {
+            put_int(b, v);
+            return b->fail ? -1 : 1;
+        }
+        PyErr_Clear();
+    }
     PyObject *s = top ? PyObject_Str(o) : PyObject_Repr(o);
     if (s == NULL)
         return -1;
@@ -154,7 +191,7 @@ static PyObject *finish(buf *b, int r, const char *prefix)
 {
     PyObject *out;
     if (r == 1 && !b->fail)
-        out = PyUnicode_DecodeUTF8(b->p ? b->p : "", (Py_ssize_t)b->len, "strict");
+        out = PyUnicode_DecodeUTF8(b->p, (Py_ssize_t)b->len, "strict");
     else if (r == 0 && !PyErr_Occurred())
         out = Py_NewRef(Py_NotImplemented);
     else {
@@ -163,19 +200,21 @@ static PyObject *finish(buf *b, int r, const char *prefix)
         out = NULL;
     }
     (void)prefix;
-    PyMem_Free(b->p);
+    if (b->p != b->small)
+        PyMem_Free(b->p);
     return out;
 }
 
 /* format_args(args: tuple) -> ", ".join(_arg_to_str(a) for a in args), or NotImplemented */
-static PyObject *kd_format_args(PyObject *m, PyObject *args)
+PyObject *kd_format_args(PyObject *m, PyObject *args)
 {
     (void)m;
     if (!PyTuple_Check(args)) {
         PyErr_SetString(PyExc_TypeError, "format_args expects a tuple");
         return NULL;
     }
-    buf b = {0};
+    buf b;
+    buf_init(&b);
     int r = 1;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args) && r == 1; i++) {
         if (i)
@@ -186,14 +225,15 @@ static PyObject *kd_format_args(PyObject *m, PyObject *args)
 }
 
 /* format_kwargs(kwargs: dict) -> upstream's kwargs_str ("" or ", k=v, ..."), or NotImplemented */
-static PyObject *kd_format_kwargs(PyObject *m, PyObject *kwargs)
+PyObject *kd_format_kwargs(PyObject *m, PyObject *kwargs)
 {
     (void)m;
     if (!PyDict_Check(kwargs)) {
         PyErr_SetString(PyExc_TypeError, "format_kwargs expects a dict");
         return NULL;
     }
-    buf b = {0};
+    buf b;
+    buf_init(&b);
     int r = 1;
     PyObject *k, *v;
     Py_ssize_t pos = 0;
@@ -250,13 +290,14 @@ static int all_none(PyObject *o, int depth)
 }
 
 /* format_output(result) -> None (nothing to show), "  ->  ...", or NotImplemented */
-static PyObject *kd_format_output(PyObject *m, PyObject *result)
+PyObject *kd_format_output(PyObject *m, PyObject *result)
 {
     (void)m;
     int an = all_none(result, 0);
     if (an == 1)
         Py_RETURN_NONE;
-    buf b = {0};
+    buf b;
+    buf_init(&b);
     put(&b, "  ->  ", 6);
     int r = an < 0 ? 0 : fmt(&b, result, 1, 0);
     return finish(&b, r, NULL);

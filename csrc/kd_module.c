@@ -391,10 +391,12 @@ static PyObject *clone_leaf(PyObject *o, void *ctx)
 
 /* tree_clone(obj) -> obj with every tensor leaf cloned (no dispatch mode sees
  * it, queued on the current stream), or NotImplemented for unknown trees. */
+PyObject *kd_tree_clone(PyObject *obj) { return tree_map_c(obj, clone_leaf, NULL, 0); }
+
 static PyObject *mod_tree_clone(PyObject *m, PyObject *obj)
 {
     (void)m;
-    return tree_map_c(obj, clone_leaf, NULL, 0);
+    return kd_tree_clone(obj);
 }
 
 typedef struct hash_ctx {
@@ -450,6 +452,17 @@ static PyObject *hash_leaf(PyObject *o, void *vctx)
 
 /* tree_hash(obj, kinds, spec, stream, value_fn) -> the tree of hashes (None
  * when no leaf is a tensor), or NotImplemented */
+PyObject *kd_tree_hash(PyObject *obj, int kinds, int spec, unsigned long long stream, PyObject *value_fn)
+{
+    hash_ctx c = {kinds, spec, 1, stream, value_fn};
+    PyObject *t = tree_map_c(obj, hash_leaf, &c, 0);
+    if (t != NULL && t != Py_NotImplemented && c.all_none) {
+        Py_DECREF(t);
+        Py_RETURN_NONE;
+    }
+    return t;
+}
+
 static PyObject *mod_tree_hash(PyObject *m, PyObject *args)
 {
     (void)m;
@@ -457,12 +470,7 @@ static PyObject *mod_tree_hash(PyObject *m, PyObject *args)
     PyObject *obj;
     if (!PyArg_ParseTuple(args, "OiiKO", &obj, &c.kinds, &c.spec, &c.stream, &c.value_fn))
         return NULL;
-    PyObject *t = tree_map_c(obj, hash_leaf, &c, 0);
-    if (t != NULL && t != Py_NotImplemented && c.all_none) {
-        Py_DECREF(t);
-        Py_RETURN_NONE;
-    }
-    return t;
+    return kd_tree_hash(obj, c.kinds, c.spec, c.stream, c.value_fn);
 }
 
 /* PendingHash -> value_fn(7-tuple, spec); anything else unchanged. */
@@ -632,7 +640,7 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddObjectRef(m, "PendingHash", (PyObject *)&kd_PendingHashType) != 0 ||
         PyModule_AddObjectRef(m, "Recorder", (PyObject *)&kd_RecorderType) != 0 ||
         PyModule_AddObjectRef(m, "Launch", (PyObject *)&kd_LaunchType) != 0 ||
-        kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 || kd_trace_module_init(m) != 0 ||
+        kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 || kd_dispatch_module_init(m) != 0 || kd_trace_module_init(m) != 0 ||
         PyModule_AddIntConstant(m, "KIND_TRITON", KD_KIND_TRITON) != 0 ||
         PyModule_AddIntConstant(m, "HASH_BITWISE", KD_HK_BITWISE) != 0 ||
         PyModule_AddIntConstant(m, "HASH_NORM", KD_HK_NORM) != 0 ||

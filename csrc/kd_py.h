@@ -1,5 +1,5 @@
 /* kd_py.h - declarations shared by the Python-facing C files of kdebug._C
- * (kd_module.c, kd_recorder.c, kd_hook.c, kd_view.c). */
+ * (kd_module.c, kd_recorder.c, kd_hook.c, kd_view.c, kd_dispatch.c, ...). */
 #ifndef KD_PY_H
 #define KD_PY_H
 
@@ -169,6 +169,21 @@ PyObject *kd_launch_view_new(kd_recorder *r, uint64_t index);
 /* ---- module.c: hook configuration ---- */
 int kd_hook_module_init(PyObject *m);
 int kd_fmt_module_init(PyObject *m);
+int kd_dispatch_module_init(PyObject *m);
+
+/* ---- fmt.c: upstream DebugMode's text (None / NotImplemented as the
+ * Python functions format_args, format_kwargs, format_output; m unused) ---- */
+PyObject *kd_format_args(PyObject *m, PyObject *args);
+PyObject *kd_format_kwargs(PyObject *m, PyObject *kwargs);
+PyObject *kd_format_output(PyObject *m, PyObject *result);
+
+/* ---- module.c: trees of op arguments / results ---- */
+/* Every tensor leaf hashed (GPU ones queued: PendingHash leaves; CPU ones
+ * value_fn(7-tuple)); None when no leaf is a tensor; NotImplemented for a tree
+ * this does not know (use Python's pytree). */
+PyObject *kd_tree_hash(PyObject *obj, int kinds, int spec, unsigned long long stream, PyObject *value_fn);
+/* Every tensor leaf cloned (no dispatch mode sees it), or NotImplemented. */
+PyObject *kd_tree_clone(PyObject *obj);
 
 /* ---- trace_py.c: TraceWriter, TraceReader ---- */
 int kd_trace_module_init(PyObject *m);

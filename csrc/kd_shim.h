@@ -63,6 +63,9 @@ int kd_shim_copy(PyObject *dst, PyObject *src);
  * kd_shim_storage_release (no GIL needed). */
 void *kd_shim_storage_hold(PyObject *tensor, uint64_t *data);
 uint64_t kd_shim_storage_data(void *storage);
+/* The data pointer of a tensor's storage (Python's
+ * t.untyped_storage().data_ptr()); 0 for a non-tensor or one with no storage. */
+uint64_t kd_shim_storage_ptr(PyObject *tensor);
 void kd_shim_storage_release(void *storage);
 
 /* The raw handle (cudaStream_t for CUDA) of the current stream of a device,

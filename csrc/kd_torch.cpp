@@ -234,6 +234,21 @@ extern "C" void *kd_shim_storage_hold(PyObject *obj, uint64_t *data)
     return nullptr;
 }
 
+extern "C" uint64_t kd_shim_storage_ptr(PyObject *obj)
+{
+    try {
+        if (!THPVariable_Check(obj))
+            return 0;
+        const at::Tensor &t = THPVariable_Unpack(obj);
+        if (!t.has_storage())
+            return 0;
+        return reinterpret_cast<uint64_t>(t.storage().data());
+    } catch (...) {
+        set_error("could not read a tensor's storage pointer");
+    }
+    return 0;
+}
+
 extern "C" uint64_t kd_shim_storage_data(void *h)
 {
     return reinterpret_cast<uint64_t>(static_cast<const c10::StorageImpl *>(h)->data());

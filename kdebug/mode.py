@@ -16,27 +16,12 @@ from .calls import _VERBOSE, _CppKernelCall, _KernelCall, make_call
 
 _UPSTREAM_FLAGS = [p for p in inspect.signature(_upstream.DebugMode.__init__).parameters if p != "self"]
 _u = _upstream.utils_module
-_len_dispatch_stack = torch._C._len_torch_dispatch_stack
-_NotImplemented = NotImplemented
-
-# Ops that upstream treats specially (profiler contexts, annotations): always
-# through upstream's own __torch_dispatch__.
-_special_ops: dict = {}
-
-
-def _is_special(func) -> bool:
-    special = _special_ops.get(func)
-    if special is None:
-        name = _upstream.get_op_name(func)
-        special = name.startswith("profiler::_record_function") or name.startswith("debug_mode_ops::")
-        _special_ops[func] = special
-    return special
-
 
 # Dispatch hooks that kdebug's own log_tensor_hashes() / record_outputs()
-# installed through upstream: id(hook) -> ("hash", spec, hash_inputs) | ("record",).
-# When only these are installed, the fast path does their work itself, with
-# hashes queued on the GPU instead of synchronizing per op.
+# installed through upstream: id(hook) -> ("hash", spec, hash_inputs, spec_id,
+# kinds, value_fn) | ("record",) | ("custom",) (a callable hash_fn: upstream's
+# hooks must run).  When only these are installed, the fast path (kd_dispatch.c)
+# does their work itself, with GPU hashes queued instead of synchronizing per op.
 _kd_hooks: dict[int, tuple] = {}
 
 
@@ -60,137 +45,84 @@ def _registering(kind: tuple):
             _kd_hooks.pop(i, None)
 
 
-_skip_hash: dict = {}
+def _op_info(func) -> tuple:
+    """What the aten-op fast path needs to know of an op, once per op
+    (kd_dispatch.c caches it): (special, hash_skipped, makes_empty, writes,
+    written positions, written keyword names, out= names, callable)."""
+    name = _upstream.get_op_name(func)
+    text = str(func)
+    # profiler contexts and annotations: always through upstream's own code
+    special = name.startswith("profiler::_record_function") or name.startswith("debug_mode_ops::")
+    pos: tuple | None = ()
+    names: tuple | None = ()
+    outs: tuple = ()
+    try:
+        arguments = func._schema.arguments
+    except AttributeError:  # no schema: it may write anything
+        pos = names = None
+    else:
+        pos = tuple(i for i, a in enumerate(arguments)
+                    if a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only)
+        names = tuple(a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write)
+        outs = tuple(a.name for a in arguments if a.is_out)
+    writes = pos is None or bool(pos) or bool(names)
+    # OpOverload.__call__ is `self._op(*args, **kwargs)`: call _op, one Python frame less
+    op = func._op if type(func) is torch._ops.OpOverload and hasattr(func, "_op") else func
+    return (special,
+            "empty" in text or "profiler" in text,  # upstream's hash hooks skip these
+            "empty" in text,  # its output holds whatever memory it got (Note [Fresh buffers])
+            writes, pos, names, outs, op)
 
 
-def _hash_skipped(func) -> bool:
-    """Upstream's hash hooks skip ops whose name mentions 'empty' or 'profiler'."""
-    v = _skip_hash.get(func)
-    if v is None:
-        name = str(func)
-        v = _skip_hash[func] = "empty" in name or "profiler" in name
-    return v
+def _stream_tick(mode) -> None:
+    st = mode._stream
+    if not st.closed and st.due():
+        st.write_new()
 
 
-def _own_hooks():
-    """(hash entry or None, record?) when every installed hook is kdebug's own
-    and at most one of each kind is active; None otherwise."""
-    rec = _u._DISPATCH_RECORD_HOOKS
-    log = _u._DISPATCH_LOG_HOOKS
-    pre = _u._DISPATCH_PRE_LOG_HOOKS
-    if len(rec) > 1 or len(log) > 1 or len(pre) > 1:
-        return None
-    entry = None
-    for h in log:
-        entry = _kd_hooks.get(id(h))
-        if entry is None or entry[0] != "hash" or entry[1].fn is not None:
-            return None
-    for h in pre:
-        e = _kd_hooks.get(id(h))
-        if e is None or e is not entry:
-            return None
-    for h in rec:
-        e = _kd_hooks.get(id(h))
-        if e is None or e[0] != "record":
-            return None
-    return entry, bool(rec)
+def _tree_hash_py(obj, spec):
+    """Hashes of the tensor leaves of a tree the C walker does not know."""
+    from torch.utils._pytree import tree_all, tree_map
+
+    t = tree_map(lambda x: hashing.start_value(x, spec) if isinstance(x, torch.Tensor) else None, obj)
+    return None if tree_all(lambda x: x is None, t) else t
 
 
-_empty_ops: dict = {}
+def _tree_clone_py(obj):
+    from torch.utils._pytree import tree_map
 
-
-def _makes_empty(func) -> bool:
-    """An aten::empty* op: its output holds whatever memory it got."""
-    v = _empty_ops.get(func)
-    if v is None:
-        v = _empty_ops[func] = "empty" in str(func)
-    return v
-
-
-_out_args: dict = {}
-_writes: dict = {}
-_defer_pending = _C.defer_pending
-
-
-def _written_args(func) -> tuple:
-    """(positional indices, keyword names) of the arguments an op's schema says
-    it writes (mutable and out= arguments); () for ops that write none."""
-    w = _writes.get(func)
-    if w is None:
-        pos, names = [], []
-        try:
-            for i, a in enumerate(func._schema.arguments):
-                if a.alias_info is not None and a.alias_info.is_write:
-                    if not a.kwarg_only:
-                        pos.append(i)
-                    names.append(a.name)
-        except AttributeError:  # no schema: it may write anything
-            pos, names = None, None
-        w = _writes[func] = () if pos == [] and names == [] else (pos, names)
-    return w
-
-
-def _guard_writes(func, args, kwargs) -> None:
-    """Flush deferred GPU work that this op is about to overwrite (Note
-    [Deferred GPU work] in csrc/kd_defer.h)."""
-    pos, names = _written_args(func)
-    if pos is None:
-        _C.defer_flush()
-        return
-    ts = []
-    for i in pos:
-        if i < len(args):
-            a = args[i]
-            if isinstance(a, (list, tuple)):
-                ts.extend(a)
-            else:
-                ts.append(a)
-    if kwargs:
-        for n in names:
-            a = kwargs.get(n)
-            if isinstance(a, (list, tuple)):
-                ts.extend(a)
-            elif a is not None:
-                ts.append(a)
-    _C.defer_guard(ts)
-
-
-def _without_outs(func, kwargs: dict) -> dict:
-    """kwargs with the op's out= arguments as None: before the op they hold
-    whatever memory the buffer had (Note [Fresh buffers] for aten ops)."""
-    outs = _out_args.get(func)
-    if outs is None:
-        try:
-            outs = frozenset(a.name for a in func._schema.arguments if a.is_out)
-        except AttributeError:
-            outs = frozenset()
-        _out_args[func] = outs
-    if not outs or not kwargs:
-        return kwargs
-    return {k: (None if k in outs else v) for k, v in kwargs.items()}
+    return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, obj)
 
 
 def _spec_value(r, spec_id):
     return hashing.spec(spec_id).value(r[:6])
 
 
-def _tree_hash(obj, spec, spec_id):
-    """Hashes every tensor leaf (GPU ones queued): C for plain trees, else pytree.
-    Returns (tree, made_by_pytree); the tree is None when no leaf is a tensor."""
-    # stream 0: C finds each tensor's current stream itself
-    t = _C.tree_hash(obj, spec.kinds, spec_id, 0, lambda r: spec.value(r[:6]))
-    if t is not _NotImplemented:
-        return t, False
-    from torch.utils._pytree import tree_all, tree_map
-
-    t = tree_map(lambda x: hashing.start_value(x, spec) if isinstance(x, torch.Tensor) else None, obj)
-    return (None if tree_all(lambda x: x is None, t) else t), True
+_configured = False
 
 
-def _configure_formatter() -> None:
+def _configure() -> None:
+    """Hands the C formatter and the aten-op fast path what they call."""
+    global _configured
     leaves = (float, complex, str, type(None), torch.dtype, torch.device, torch.layout,
               torch.memory_format, torch.SymInt, torch.SymFloat, torch.SymBool, type(...))
     _C._configure_fmt(torch.Tensor, torch.nn.Parameter, leaves)
+    # A fresh _OpCall's attributes: the fast path sets them without running the
+    # constructor, unless one is mutable (then sharing it would be wrong).
+    probe = _upstream._OpCall(None, (), {}, 0)
+    for attr in ("args", "kwargs"):
+        if hasattr(probe, attr):
+            delattr(probe, attr)
+    template: dict | None = dict(vars(probe))
+    if not all(v is None or isinstance(v, (bool, int, float, str, tuple)) for v in template.values()):
+        template = None
+    _C._configure_dispatch(_op_info, _upstream.DebugMode.__torch_dispatch__, _stream_tick, _tree_hash_py,
+                           _tree_clone_py, _kd_hooks, _u, _upstream._OpCall, template,
+                           torch._C._len_torch_dispatch_stack)
+    _configured = True
+
+
+_dispatch = _C.dispatch
 
 
 class _OperatorList(list):
@@ -312,56 +244,9 @@ class DebugMode(_upstream.DebugMode):
                       and not self.record_torchfunction)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self._stream is not None and not self._stream.closed and self._stream.due():
-            self._stream.write_new()
-        if _defer_pending() and _written_args(func):
-            _guard_writes(func, args, kwargs)
-        hooks = None
-        if _u._DISPATCH_RECORD_HOOKS or _u._DISPATCH_LOG_HOOKS or _u._DISPATCH_PRE_LOG_HOOKS:
-            hooks = _own_hooks()
-            if hooks is None:
-                return super().__torch_dispatch__(func, types, args, kwargs)
-        if types or not self._fast or _len_dispatch_stack() or _is_special(func):
-            return super().__torch_dispatch__(func, types, args, kwargs)
-        if kwargs is None:
-            kwargs = {}
-        if hooks is not None:
-            return self._dispatch_with_hooks(func, args, kwargs, hooks)
-        call = None
-        if not _u._IN_INDUCTOR_BENCHMARK:
-            call = self._new_op_call(func, args, kwargs)
-            if call is None:
-                return super().__torch_dispatch__(func, types, args, kwargs)
-        result = func(*args, **kwargs)
-        if call is not None:
-            self._set_output(call, result)
-        return result
-
-    def _new_op_call(self, func, args, kwargs):
-        """An _OpCall with upstream's exact text, made by the C formatter and
-        appended to operators; None when the formatter does not know the args."""
-        a = _C.format_args(args)
-        k = _C.format_kwargs(kwargs)
-        if a is _NotImplemented or k is _NotImplemented:
-            return None
-        call = _upstream._OpCall(func, (), {}, self.call_depth + 1)
-        call.args_str = a
-        call.kwargs_str = k
-        del call.args
-        del call.kwargs
-        if self.fx_stack_trace:
-            call.stack_trace = call.fwd_stack_trace = self.fx_stack_trace
-        self._ops.append(call)
-        return call
-
-    def _set_output(self, call, result) -> None:
-        if not self.record_output:
-            return
-        out = _C.format_output(result)
-        if out is _NotImplemented:
-            call.stringify_output(result, self.record_tensor_attributes, None)
-        elif out is not None:
-            call.output_str = out
+        # Note [Fast aten-op recording] (csrc/kd_dispatch.c): one C call, which
+        # hands anything it does not handle to upstream's __torch_dispatch__.
+        return _dispatch(self, func, types, args, kwargs)
 
     # -- operators: upstream's list, with kernel records merged in on read --
     @property
@@ -404,81 +289,12 @@ class DebugMode(_upstream.DebugMode):
             list.__setitem__(ops, slice(None), merged)
         self._report_problems()
 
-    def _dispatch_with_hooks(self, func, args, kwargs, hooks):
-        """The fast path with kdebug's own hash / record hooks: what upstream's
-        hooks would store, with GPU hashes queued instead of synchronizing."""
-        (entry, record) = hooks
-        call = None
-        if not _u._IN_INDUCTOR_BENCHMARK:
-            call = self._new_op_call(func, args, kwargs)
-            if call is None:
-                return super().__torch_dispatch__(func, (), args, kwargs)
-        pending = by_pytree = False
-        if entry is not None and call is not None and entry[2] and not _hash_skipped(func):
-            hargs = args
-            if self._fresh and _written_args(func):
-                hargs = self._without_fresh(func, args)
-            h, by_pytree = _tree_hash((hargs, _without_outs(func, kwargs)), entry[1], entry[3])
-            if h is not None:
-                call.log = {"input_hash": h}
-                pending = True
-                if _written_args(func):  # an in-place op: its input hashes run before it
-                    _guard_writes(func, args, kwargs)
-        result = func(*args, **kwargs)
-        if entry is not None and entry[2]:
-            self._track_fresh(func, args, result)
-        if call is None:
-            return result
-        self._set_output(call, result)
-        if record:
-            out = _C.tree_clone(result)
-            if out is _NotImplemented:
-                from torch.utils._pytree import tree_map
-
-                out = tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, result)
-            call.record = {"output": out}
-        if entry is not None:
-            if call.log is None:
-                call.log = {}
-            if not _hash_skipped(func):
-                h, post_by_pytree = _tree_hash(result, entry[1], entry[3])
-                if h is not None:
-                    call.log["hash"] = h
-                    pending = True
-                    by_pytree = by_pytree or post_by_pytree
-        if pending:
-            self._pending_calls.append((call, by_pytree))
-        return result
-
     # Note [Fresh buffers] for aten ops: a tensor made by an aten::empty* op holds
     # whatever memory it got until an op writes it (nn.Linear's init runs
     # empty, then uniform_).  Hashing it before that write would make two runs
     # differ in memory nobody computed, so an op's written arguments that are
-    # still fresh get None for input hashes, as out= buffers do.
-    def _track_fresh(self, func, args, result) -> None:
-        fresh = self._fresh
-        if isinstance(result, torch.Tensor) and _makes_empty(func):
-            fresh.add(result.untyped_storage().data_ptr())
-            return
-        if not fresh:
-            return
-        if isinstance(result, torch.Tensor):  # new memory written by this op
-            fresh.discard(result.untyped_storage().data_ptr())
-        w = _written_args(func)
-        if w and w[0]:
-            for i in w[0]:
-                a = args[i] if i < len(args) else None
-                if isinstance(a, torch.Tensor):
-                    fresh.discard(a.untyped_storage().data_ptr())
-
-    def _without_fresh(self, func, args) -> tuple:
-        pos = _written_args(func)[0] or ()
-        out = list(args)
-        for i in pos:
-            a = out[i] if i < len(out) else None
-            if isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() in self._fresh:
-                out[i] = None
-        return tuple(out)
+    # still fresh get None for input hashes, as out= buffers do.  self._fresh
+    # holds their storages' data pointers (kept by kd_dispatch.c).
 
     def _resolve_aten_hashes(self) -> None:
         if not self._pending_calls:
@@ -520,7 +336,9 @@ class DebugMode(_upstream.DebugMode):
         if spec.fn is not None:
             hashing.push_custom(spec.fn)
         try:
-            with _registering(("hash", spec, bool(hash_inputs), spec_id)) as note, \
+            entry = (("hash", spec, bool(hash_inputs), spec_id, spec.kinds, lambda r: spec.value(r[:6]))
+                     if spec.fn is None else ("custom",))
+            with _registering(entry) as note, \
                     _upstream.DebugMode.log_tensor_hashes(hash_fn=spec.aten_fn(), hash_inputs=hash_inputs):
                 note()
                 yield
@@ -551,8 +369,8 @@ class DebugMode(_upstream.DebugMode):
     # -- entering and leaving --
     def __enter__(self):
         inductor.install()
-        if not _special_ops:
-            _configure_formatter()
+        if not _configured:
+            _configure()
         for msg in inductor.config_bypass_warnings():
             self._warn_once(msg, msg)
         if not self.kernels_only:

@@ -1,0 +1,666 @@
+/* kd_dispatch.c - kdebug.DebugMode.__torch_dispatch__'s work, in C.
+ *
+ * Note [Fast aten-op recording]
+ * Upstream DebugMode handles every aten op in Python: it builds an _OpCall,
+ * stringifies arguments and output, runs dispatch hooks (hashes, recorded
+ * outputs), each through several Python frames.  kdebug's DebugMode does the
+ * same work here, in one C call per op, and gives the op to upstream's own
+ * __torch_dispatch__ whenever it would do something this file does not:
+ *
+ *   - flags that change what a record holds (store_original_args, record_ids,
+ *     stack traces, tensor attributes, torch-function records: mode._fast is
+ *     False), other dispatch modes below this one, tensor-subclass `types`,
+ *     profiler / annotation ops (info.special);
+ *   - dispatch hooks that are not kdebug's own log_tensor_hashes() /
+ *     record_outputs() (a callable hash_fn included);
+ *   - arguments the C formatter does not know (kd_fmt.c returns NotImplemented).
+ *
+ * What it records is what upstream would: the same _OpCall class, with
+ * upstream's exact text (kd_fmt.c; tests/test_upstream_parity.py compares
+ * whole debug strings), call.log["hash"] / ["input_hash"] and
+ * call.record["output"] as upstream's hooks store them, except that GPU
+ * hashes are queued (PendingHash leaves, resolved when results are read:
+ * DebugMode._resolve_aten_hashes) instead of synchronizing per op.
+ *
+ * The Python method stays a thin wrapper around kd_dispatch (mode.py):
+ * torch wraps every __torch_dispatch__ so that dynamo never traces into it,
+ * and the Python helpers called from here rely on that.
+ *
+ * Per op (OpOverload) the facts this needs come from mode._op_info(func) once,
+ * cached here: whether it is special, skipped by upstream's hash hooks, an
+ * empty*, which arguments its schema writes and which are out= arguments.
+ */
+#include "kd_py.h"
+#include "kd_defer.h"
+#include "kd_shim.h"
+
+/* Set once by _configure_dispatch (all strong references). */
+static PyObject *op_info_fn;       /* mode._op_info(func) -> info tuple */
+static PyObject *upstream_fn;      /* upstream DebugMode.__torch_dispatch__ (unbound) */
+static PyObject *stream_tick_fn;   /* mode._stream_tick(mode) */
+static PyObject *py_hash_fn;       /* mode._tree_hash_py(obj, spec) -> tree or None */
+static PyObject *py_clone_fn;      /* mode._tree_clone_py(obj) -> tree */
+static PyObject *kd_hooks;         /* mode._kd_hooks: {id(hook): entry} */
+static PyObject *utils_mod;        /* upstream module with the hook lists */
+static PyObject *opcall_type;      /* upstream _OpCall */
+static PyObject *opcall_template;  /* dict: a fresh _OpCall's attributes, or None: call the class */
+static PyObject *len_stack_fn;     /* torch._C._len_torch_dispatch_stack */
+static PyObject *info_cache;       /* {func: info tuple} */
+
+static PyObject *s_fast, *s_ops, *s_call_depth, *s_fx_stack_trace, *s_record_output, *s_fresh,
+    *s_pending, *s_stream, *s_log, *s_record, *s_hash, *s_input_hash, *s_output, *s_op, *s_args_str,
+    *s_kwargs_str, *s_stack_trace, *s_fwd_stack_trace, *s_output_str, *s_stringify_output,
+    *s_record_tensor_attributes, *s_rec_hooks, *s_log_hooks, *s_pre_hooks, *empty_tuple;
+
+/* The info tuple's fields (mode._op_info). */
+enum { I_SPECIAL, I_HASH_SKIPPED, I_MAKES_EMPTY, I_WRITES, I_WRITTEN_POS, I_WRITTEN_NAMES,
+       I_OUT_NAMES, I_CALLABLE, I_N };
+
+/* A hash hook entry: ("hash", spec, hash_inputs, spec_id, kinds, value_fn). */
+enum { E_KIND, E_SPEC, E_HASH_INPUTS, E_SPEC_ID, E_KINDS, E_VALUE_FN, E_N };
+
+static PyObject *op_info(PyObject *func)
+{
+    PyObject *info = PyDict_GetItemWithError(info_cache, func);
+    if (info != NULL || PyErr_Occurred())
+        return info; /* borrowed */
+    info = PyObject_CallOneArg(op_info_fn, func);
+    if (info == NULL)
+        return NULL;
+    if (!PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != I_N) {
+        Py_DECREF(info);
+        PyErr_SetString(PyExc_TypeError, "kdebug: _op_info must return an 8-tuple");
+        return NULL;
+    }
+    int rc = PyDict_SetItem(info_cache, func, info);
+    Py_DECREF(info);
+    return rc == 0 ? info : NULL; /* the cache holds it */
+}
+
+static int flag(PyObject *info, int i) { return PyTuple_GET_ITEM(info, i) == Py_True; }
+
+static int is_kind(PyObject *entry, const char *kind)
+{
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) < 1)
+        return 0;
+    PyObject *k = PyTuple_GET_ITEM(entry, E_KIND);
+    return PyUnicode_Check(k) && PyUnicode_CompareWithASCIIString(k, kind) == 0;
+}
+
+static PyObject *upstream(PyObject *mode, PyObject *func, PyObject *types, PyObject *args, PyObject *kwargs)
+{
+    PyObject *a[5] = {mode, func, types, args, kwargs ? kwargs : Py_None};
+    return PyObject_Vectorcall(upstream_fn, a, 5, NULL);
+}
+
+/* ---- which arguments an op writes ---- */
+
+static void guard_one(PyObject *a)
+{
+    if (PyList_Check(a) || PyTuple_Check(a)) {
+        PyObject *fast = PySequence_Fast(a, "");
+        if (fast == NULL) {
+            PyErr_Clear();
+            return;
+        }
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++)
+            kd_defer_guard_tensor(PySequence_Fast_GET_ITEM(fast, i), 0);
+        Py_DECREF(fast);
+    } else if (a != Py_None) {
+        kd_defer_guard_tensor(a, 0);
+    }
+}
+
+/* Flush deferred GPU work that this op is about to overwrite (Note [Deferred
+ * GPU work] in kd_defer.h); an op with no schema may write anything. */
+static void guard_writes(PyObject *info, PyObject *args, PyObject *kwargs)
+{
+    PyObject *pos = PyTuple_GET_ITEM(info, I_WRITTEN_POS);
+    if (pos == Py_None) {
+        kd_defer_flush();
+        return;
+    }
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(pos); j++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pos, j));
+        if (i >= 0 && i < nargs)
+            guard_one(PyTuple_GET_ITEM(args, i));
+    }
+    PyObject *names = PyTuple_GET_ITEM(info, I_WRITTEN_NAMES);
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0 && names != Py_None)
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(names); j++) {
+            PyObject *a = PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(names, j));
+            if (a != NULL)
+                guard_one(a);
+        }
+    PyErr_Clear();
+}
+
+/* ---- Note [Fresh buffers] for aten ops (mode.py) ---- */
+
+static PyObject *storage_key(PyObject *t)
+{
+    return PyLong_FromUnsignedLongLong(kd_shim_storage_ptr(t));
+}
+
+static int is_tensor(PyObject *o)
+{
+    kd_tensor_meta m;
+    return kd_shim_tensor_meta(o, &m) != 0;
+}
+
+static int set_op(PyObject *set, PyObject *t, int add)
+{
+    PyObject *k = storage_key(t);
+    if (k == NULL)
+        return -1;
+    int rc = add ? PySet_Add(set, k) : PySet_Discard(set, k);
+    Py_DECREF(k);
+    return rc < 0 ? -1 : 0;
+}
+
+static int track_fresh(PyObject *fresh, PyObject *info, PyObject *args, PyObject *result)
+{
+    int result_tensor = is_tensor(result);
+    if (result_tensor && flag(info, I_MAKES_EMPTY))
+        return set_op(fresh, result, 1);
+    if (PySet_GET_SIZE(fresh) == 0)
+        return 0;
+    if (result_tensor && set_op(fresh, result, 0) < 0) /* new memory written by this op */
+        return -1;
+    PyObject *pos = PyTuple_GET_ITEM(info, I_WRITTEN_POS);
+    if (pos == Py_None)
+        return 0;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(pos); j++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pos, j));
+        if (i >= 0 && i < PyTuple_GET_SIZE(args) && is_tensor(PyTuple_GET_ITEM(args, i)) &&
+            set_op(fresh, PyTuple_GET_ITEM(args, i), 0) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* args with the written arguments that are still fresh replaced by None. */
+static PyObject *without_fresh(PyObject *fresh, PyObject *info, PyObject *args)
+{
+    PyObject *pos = PyTuple_GET_ITEM(info, I_WRITTEN_POS);
+    if (pos == Py_None)
+        return Py_NewRef(args);
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *out = PyTuple_New(n); /* a copy: args itself must not change */
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(out, i, Py_NewRef(PyTuple_GET_ITEM(args, i)));
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(pos); j++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pos, j));
+        if (i < 0 || i >= PyTuple_GET_SIZE(out) || !is_tensor(PyTuple_GET_ITEM(out, i)))
+            continue;
+        PyObject *k = storage_key(PyTuple_GET_ITEM(out, i));
+        int in = k ? PySet_Contains(fresh, k) : -1;
+        Py_XDECREF(k);
+        if (in < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (in)
+            Py_SETREF(PyTuple_GET_ITEM(out, i), Py_NewRef(Py_None));
+    }
+    return out;
+}
+
+/* kwargs with the op's out= arguments as None (they hold whatever memory the
+ * buffer had before the op), or kwargs itself (new reference). */
+static PyObject *without_outs(PyObject *info, PyObject *kwargs)
+{
+    PyObject *outs = PyTuple_GET_ITEM(info, I_OUT_NAMES);
+    if (PyTuple_GET_SIZE(outs) == 0 || PyDict_GET_SIZE(kwargs) == 0)
+        return Py_NewRef(kwargs);
+    PyObject *out = PyDict_Copy(kwargs);
+    for (Py_ssize_t j = 0; out != NULL && j < PyTuple_GET_SIZE(outs); j++) {
+        PyObject *name = PyTuple_GET_ITEM(outs, j);
+        int has = PyDict_Contains(out, name);
+        if (has < 0 || (has && PyDict_SetItem(out, name, Py_None) < 0))
+            Py_CLEAR(out);
+    }
+    return out;
+}
+
+/* ---- hashes and clones of op arguments / results ---- */
+
+/* Sets *tree to the hashes of every tensor leaf (None when there is none) and
+ * *by_pytree when Python's pytree made it.  Returns 0, or -1 with an error. */
+static int tree_hash(PyObject *obj, PyObject *entry, PyObject **tree, int *by_pytree)
+{
+    int kinds = (int)PyLong_AsLong(PyTuple_GET_ITEM(entry, E_KINDS));
+    int spec = (int)PyLong_AsLong(PyTuple_GET_ITEM(entry, E_SPEC_ID));
+    /* stream 0: each tensor's current stream */
+    PyObject *t = kd_tree_hash(obj, kinds, spec, 0, PyTuple_GET_ITEM(entry, E_VALUE_FN));
+    if (t == Py_NotImplemented) {
+        Py_DECREF(t);
+        t = PyObject_CallFunctionObjArgs(py_hash_fn, obj, PyTuple_GET_ITEM(entry, E_SPEC), NULL);
+        *by_pytree = 1;
+    }
+    *tree = t;
+    return t == NULL ? -1 : 0;
+}
+
+static PyObject *tree_clone(PyObject *obj)
+{
+    PyObject *c = kd_tree_clone(obj);
+    if (c == Py_NotImplemented) {
+        Py_DECREF(c);
+        c = PyObject_CallOneArg(py_clone_fn, obj);
+    }
+    return c;
+}
+
+/* ---- the record ---- */
+
+static PyObject *getattr_or(PyObject *o, PyObject *name, PyObject *dflt)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        return Py_XNewRef(dflt);
+    }
+    return v;
+}
+
+/* A new _OpCall with upstream's text for (func, args, kwargs), appended to
+ * mode._ops; NotImplemented when the formatter does not know the arguments. */
+static PyObject *new_op_call(PyObject *mode, PyObject *func, PyObject *args, PyObject *kwargs)
+{
+    PyObject *a = kd_format_args(NULL, args);
+    if (a == NULL || a == Py_NotImplemented)
+        return a;
+    PyObject *k = kd_format_kwargs(NULL, kwargs);
+    if (k == NULL || k == Py_NotImplemented) {
+        Py_DECREF(a);
+        return k;
+    }
+    PyObject *call = NULL, *depth = NULL, *depth1 = NULL, *fx = NULL, *ops = NULL;
+    depth = PyObject_GetAttr(mode, s_call_depth);
+    long d = depth ? PyLong_AsLong(depth) : -1;
+    depth1 = d == -1 && PyErr_Occurred() ? NULL : PyLong_FromLong(d + 1);
+    if (depth1 == NULL)
+        goto done;
+    if (opcall_template == Py_None) { /* upstream's constructor, as it is */
+        PyObject *cargs[4] = {func, empty_tuple, NULL, depth1};
+        cargs[2] = PyDict_New();
+        if (cargs[2] == NULL)
+            goto done;
+        call = PyObject_Vectorcall(opcall_type, cargs, 4, NULL);
+        Py_DECREF(cargs[2]);
+        if (call == NULL || PyObject_DelAttrString(call, "args") < 0 ||
+            PyObject_DelAttrString(call, "kwargs") < 0)
+            goto fail;
+    } else { /* the attributes upstream's constructor sets, without running it */
+        call = PyBaseObject_Type.tp_new((PyTypeObject *)opcall_type, empty_tuple, NULL);
+        if (call == NULL)
+            goto done;
+        PyObject *key, *val;
+        Py_ssize_t pos = 0;
+        int set = 0; /* the four below, set in upstream's order (interned names: identity) */
+        while (PyDict_Next(opcall_template, &pos, &key, &val)) {
+            PyObject *v = key == s_op ? (set |= 1, func) : key == s_call_depth ? (set |= 2, depth1)
+                        : key == s_args_str ? (set |= 4, a) : key == s_kwargs_str ? (set |= 8, k) : val;
+            if (PyObject_SetAttr(call, key, v) < 0)
+                goto fail;
+        }
+        if ((!(set & 1) && PyObject_SetAttr(call, s_op, func) < 0) ||
+            (!(set & 2) && PyObject_SetAttr(call, s_call_depth, depth1) < 0) ||
+            (!(set & 4) && PyObject_SetAttr(call, s_args_str, a) < 0) ||
+            (!(set & 8) && PyObject_SetAttr(call, s_kwargs_str, k) < 0))
+            goto fail;
+    }
+    if (opcall_template == Py_None &&
+        (PyObject_SetAttr(call, s_args_str, a) < 0 || PyObject_SetAttr(call, s_kwargs_str, k) < 0))
+        goto fail;
+    fx = getattr_or(mode, s_fx_stack_trace, Py_None);
+    if (fx == NULL)
+        goto fail;
+    if (PyObject_IsTrue(fx) == 1 &&
+        (PyObject_SetAttr(call, s_stack_trace, fx) < 0 || PyObject_SetAttr(call, s_fwd_stack_trace, fx) < 0))
+        goto fail;
+    ops = PyObject_GetAttr(mode, s_ops);
+    if (ops == NULL || PyList_Append(ops, call) < 0) /* upstream appends: no merge on write */
+        goto fail;
+    goto done;
+fail:
+    Py_CLEAR(call);
+done:
+    Py_DECREF(a);
+    Py_DECREF(k);
+    Py_XDECREF(depth);
+    Py_XDECREF(depth1);
+    Py_XDECREF(fx);
+    Py_XDECREF(ops);
+    return call;
+}
+
+static int set_output(PyObject *mode, PyObject *call, PyObject *result)
+{
+    PyObject *rec = PyObject_GetAttr(mode, s_record_output);
+    int on = rec ? PyObject_IsTrue(rec) : -1;
+    Py_XDECREF(rec);
+    if (on <= 0)
+        return on;
+    PyObject *out = kd_format_output(NULL, result);
+    if (out == NULL)
+        return -1;
+    int rc = 0;
+    if (out == Py_NotImplemented) {
+        PyObject *attrs = PyObject_GetAttr(mode, s_record_tensor_attributes);
+        PyObject *r = attrs ? PyObject_CallMethodObjArgs(call, s_stringify_output, result, attrs, Py_None, NULL)
+                            : NULL;
+        Py_XDECREF(attrs);
+        rc = r ? 0 : -1;
+        Py_XDECREF(r);
+    } else if (out != Py_None) {
+        rc = PyObject_SetAttr(call, s_output_str, out);
+    }
+    Py_DECREF(out);
+    return rc;
+}
+
+/* ---- kdebug's own hooks ---- */
+
+/* The installed dispatch hooks: 0 none, 1 only kdebug's own (*entry: the hash
+ * entry or NULL, *record: record_outputs()), 2 anything else. */
+static int own_hooks(PyObject **entry, int *record)
+{
+    PyObject *lists[3] = {PyObject_GetAttr(utils_mod, s_rec_hooks), PyObject_GetAttr(utils_mod, s_log_hooks),
+                          PyObject_GetAttr(utils_mod, s_pre_hooks)};
+    int res = -1;
+    *entry = NULL;
+    *record = 0;
+    for (int i = 0; i < 3; i++)
+        if (lists[i] == NULL || !PyList_Check(lists[i]))
+            goto done;
+    Py_ssize_t nr = PyList_GET_SIZE(lists[0]), nl = PyList_GET_SIZE(lists[1]), np = PyList_GET_SIZE(lists[2]);
+    if (nr + nl + np == 0) {
+        res = 0;
+        goto done;
+    }
+    res = 2;
+    if (nr > 1 || nl > 1 || np > 1)
+        goto done;
+    PyObject *e[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        if (PyList_GET_SIZE(lists[i]) == 0)
+            continue;
+        PyObject *id = PyLong_FromVoidPtr(PyList_GET_ITEM(lists[i], 0));
+        e[i] = id ? PyDict_GetItemWithError(kd_hooks, id) : NULL;
+        Py_XDECREF(id);
+        if (e[i] == NULL) {
+            if (PyErr_Occurred())
+                res = -1;
+            goto done;
+        }
+    }
+    if (e[1] != NULL && !(is_kind(e[1], "hash") && PyTuple_GET_SIZE(e[1]) == E_N))
+        goto done;
+    if (np == 1 && e[2] != e[1])
+        goto done;
+    if (nr == 1 && !is_kind(e[0], "record"))
+        goto done;
+    *entry = e[1];
+    *record = nr == 1;
+    res = 1;
+done:
+    for (int i = 0; i < 3; i++)
+        Py_XDECREF(lists[i]);
+    return res;
+}
+
+/* Stores a hash tree under call.log[key]; the log dict is made when missing. */
+static int log_hash(PyObject *call, PyObject *key, PyObject *tree)
+{
+    PyObject *log = PyObject_GetAttr(call, s_log);
+    if (log == NULL)
+        return -1;
+    if (log == Py_None) {
+        Py_DECREF(log);
+        log = PyDict_New();
+        if (log == NULL || PyObject_SetAttr(call, s_log, log) < 0) {
+            Py_XDECREF(log);
+            return -1;
+        }
+    }
+    int rc = PyDict_SetItem(log, key, tree);
+    Py_DECREF(log);
+    return rc;
+}
+
+/* ---- the method ---- */
+
+/* dispatch(mode, func, types, args, kwargs) -> the op's result */
+static PyObject *kd_dispatch(PyObject *m, PyObject *const *a, Py_ssize_t n)
+{
+    (void)m;
+    if (n != 5) {
+        PyErr_SetString(PyExc_TypeError, "dispatch(mode, func, types, args, kwargs)");
+        return NULL;
+    }
+    if (op_info_fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "kdebug: _configure_dispatch was not called");
+        return NULL;
+    }
+    PyObject *mode = a[0], *func = a[1], *types = a[2], *args = a[3], *kwargs = a[4];
+    if (!PyTuple_Check(args) || (kwargs != Py_None && !PyDict_Check(kwargs)))
+        return upstream(mode, func, types, args, kwargs);
+    PyObject *info = op_info(func);
+    if (info == NULL)
+        return NULL;
+    PyObject *stream = PyObject_GetAttr(mode, s_stream);
+    if (stream == NULL)
+        return NULL;
+    if (stream != Py_None) { /* DebugMode(trace=...): write due chunks */
+        PyObject *r = PyObject_CallOneArg(stream_tick_fn, mode);
+        Py_XDECREF(r);
+        if (r == NULL) {
+            Py_DECREF(stream);
+            return NULL;
+        }
+    }
+    Py_DECREF(stream);
+    int writes = flag(info, I_WRITES);
+    kd_defer_stats st;
+    kd_defer_get_stats(&st);
+    if (writes && st.pending != 0)
+        guard_writes(info, args, kwargs == Py_None ? NULL : kwargs);
+    PyObject *entry;
+    int record;
+    int hooks = own_hooks(&entry, &record);
+    if (hooks < 0)
+        return NULL;
+    if (hooks == 2)
+        return upstream(mode, func, types, args, kwargs);
+    PyObject *fast = PyObject_GetAttr(mode, s_fast);
+    int is_fast = fast ? PyObject_IsTrue(fast) : -1;
+    Py_XDECREF(fast);
+    if (is_fast < 0)
+        return NULL;
+    PyObject *depth = is_fast ? PyObject_CallNoArgs(len_stack_fn) : NULL;
+    long below = depth ? PyLong_AsLong(depth) : 1;
+    Py_XDECREF(depth);
+    if (below == -1 && PyErr_Occurred())
+        return NULL;
+    int ntypes = PyObject_IsTrue(types);
+    if (ntypes < 0)
+        return NULL;
+    if (ntypes || !is_fast || below != 0 || flag(info, I_SPECIAL))
+        return upstream(mode, func, types, args, kwargs);
+    if (kwargs == Py_None)
+        kwargs = NULL;
+    PyObject *kw = kwargs ? Py_NewRef(kwargs) : PyDict_New();
+    if (kw == NULL)
+        return NULL;
+
+    PyObject *call = NULL, *result = NULL, *fresh = NULL, *pending_list = NULL;
+    int pending = 0, by_pytree = 0;
+    int hash_inputs = entry != NULL && PyTuple_GET_ITEM(entry, E_HASH_INPUTS) == Py_True;
+    int skipped = flag(info, I_HASH_SKIPPED);
+    if (!kd_in_benchmark()) {
+        call = new_op_call(mode, func, args, kw);
+        if (call == NULL)
+            goto fail;
+        if (call == Py_NotImplemented) {
+            Py_DECREF(call);
+            PyObject *r = upstream(mode, func, empty_tuple, args, kw);
+            Py_DECREF(kw);
+            return r;
+        }
+    }
+    if (hash_inputs) {
+        fresh = PyObject_GetAttr(mode, s_fresh);
+        if (fresh == NULL || !PySet_Check(fresh)) {
+            if (fresh != NULL)
+                PyErr_SetString(PyExc_TypeError, "kdebug: DebugMode._fresh must be a set");
+            goto fail;
+        }
+    }
+    if (hash_inputs && call != NULL && !skipped) {
+        PyObject *hargs = writes && PySet_GET_SIZE(fresh) > 0 ? without_fresh(fresh, info, args)
+                                                                : Py_NewRef(args);
+        PyObject *hkw = hargs ? without_outs(info, kw) : NULL;
+        PyObject *both = hkw ? PyTuple_Pack(2, hargs, hkw) : NULL;
+        Py_XDECREF(hargs);
+        Py_XDECREF(hkw);
+        PyObject *tree = NULL;
+        int rc = both ? tree_hash(both, entry, &tree, &by_pytree) : -1;
+        Py_XDECREF(both);
+        if (rc < 0)
+            goto fail;
+        if (tree != Py_None) {
+            PyObject *log = Py_BuildValue("{OO}", s_input_hash, tree);
+            rc = log ? PyObject_SetAttr(call, s_log, log) : -1;
+            Py_XDECREF(log);
+            pending = 1;
+            if (rc == 0 && writes) /* an in-place op: its input hashes run before it */
+                guard_writes(info, args, kw);
+        }
+        Py_DECREF(tree);
+        if (rc < 0)
+            goto fail;
+    }
+    result = PyObject_Call(PyTuple_GET_ITEM(info, I_CALLABLE), args, kw);
+    if (result == NULL)
+        goto fail;
+    if (hash_inputs && track_fresh(fresh, info, args, result) < 0)
+        goto fail;
+    if (call == NULL)
+        goto done;
+    if (set_output(mode, call, result) < 0)
+        goto fail;
+    if (record) {
+        PyObject *out = tree_clone(result);
+        PyObject *d = out ? Py_BuildValue("{OO}", s_output, out) : NULL;
+        Py_XDECREF(out);
+        int rc = d ? PyObject_SetAttr(call, s_record, d) : -1;
+        Py_XDECREF(d);
+        if (rc < 0)
+            goto fail;
+    }
+    if (entry != NULL) {
+        PyObject *log = PyObject_GetAttr(call, s_log);
+        if (log == NULL)
+            goto fail;
+        int none = log == Py_None;
+        Py_DECREF(log);
+        if (none) {
+            log = PyDict_New();
+            int rc = log ? PyObject_SetAttr(call, s_log, log) : -1;
+            Py_XDECREF(log);
+            if (rc < 0)
+                goto fail;
+        }
+        if (!skipped) {
+            PyObject *tree = NULL;
+            int byp = 0;
+            if (tree_hash(result, entry, &tree, &byp) < 0)
+                goto fail;
+            int rc = 0;
+            if (tree != Py_None) {
+                rc = log_hash(call, s_hash, tree);
+                pending = 1;
+                by_pytree |= byp;
+            }
+            Py_DECREF(tree);
+            if (rc < 0)
+                goto fail;
+        }
+    }
+    if (pending) {
+        pending_list = PyObject_GetAttr(mode, s_pending);
+        PyObject *item = pending_list ? Py_BuildValue("(OO)", call, by_pytree ? Py_True : Py_False) : NULL;
+        int rc = item ? PyList_Append(pending_list, item) : -1;
+        Py_XDECREF(item);
+        if (rc < 0)
+            goto fail;
+    }
+    goto done;
+fail:
+    Py_CLEAR(result);
+done:
+    Py_XDECREF(call);
+    Py_XDECREF(fresh);
+    Py_XDECREF(pending_list);
+    Py_DECREF(kw);
+    return result;
+}
+
+/* _configure_dispatch(op_info, upstream_dispatch, stream_tick, tree_hash_py,
+ *                     tree_clone_py, kd_hooks, utils_module, _OpCall, template,
+ *                     len_dispatch_stack) */
+static PyObject *kd_configure_dispatch(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *o[10];
+    if (!PyArg_ParseTuple(args, "OOOOOO!OOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &PyDict_Type, &o[5], &o[6],
+                          &o[7], &o[8], &o[9]))
+        return NULL;
+    if (!PyType_Check(o[7]) || (o[8] != Py_None && !PyDict_Check(o[8]))) {
+        PyErr_SetString(PyExc_TypeError, "_configure_dispatch: _OpCall must be a type, template a dict or None");
+        return NULL;
+    }
+    PyObject **slots[10] = {&op_info_fn, &upstream_fn, &stream_tick_fn, &py_hash_fn, &py_clone_fn,
+                            &kd_hooks, &utils_mod, &opcall_type, &opcall_template, &len_stack_fn};
+    for (int i = 0; i < 10; i++)
+        Py_XSETREF(*slots[i], Py_NewRef(o[i]));
+    Py_XSETREF(info_cache, PyDict_New());
+    if (info_cache == NULL)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef dispatch_methods[] = {
+    {"dispatch", (PyCFunction)(void (*)(void))kd_dispatch, METH_FASTCALL,
+     "dispatch(mode, func, types, args, kwargs): DebugMode.__torch_dispatch__ (Note [Fast aten-op recording])."},
+    {"_configure_dispatch", kd_configure_dispatch, METH_VARARGS,
+     "Set the Python pieces the aten-op fast path calls (kdebug.mode)."},
+    {NULL, NULL, 0, NULL},
+};
+
+int kd_dispatch_module_init(PyObject *m)
+{
+    struct { PyObject **p; const char *s; } names[] = {
+        {&s_fast, "_fast"}, {&s_ops, "_ops"}, {&s_call_depth, "call_depth"},
+        {&s_fx_stack_trace, "fx_stack_trace"}, {&s_record_output, "record_output"}, {&s_fresh, "_fresh"},
+        {&s_pending, "_pending_calls"}, {&s_stream, "_stream"}, {&s_log, "log"}, {&s_record, "record"},
+        {&s_hash, "hash"}, {&s_input_hash, "input_hash"}, {&s_output, "output"}, {&s_op, "op"},
+        {&s_args_str, "args_str"}, {&s_kwargs_str, "kwargs_str"}, {&s_stack_trace, "stack_trace"},
+        {&s_fwd_stack_trace, "fwd_stack_trace"}, {&s_output_str, "output_str"},
+        {&s_stringify_output, "stringify_output"}, {&s_record_tensor_attributes, "record_tensor_attributes"},
+        {&s_rec_hooks, "_DISPATCH_RECORD_HOOKS"}, {&s_log_hooks, "_DISPATCH_LOG_HOOKS"},
+        {&s_pre_hooks, "_DISPATCH_PRE_LOG_HOOKS"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if ((*names[i].p = PyUnicode_InternFromString(names[i].s)) == NULL)
+            return -1;
+    empty_tuple = PyTuple_New(0);
+    if (empty_tuple == NULL)
+        return -1;
+    return PyModule_AddFunctions(m, dispatch_methods);
+}

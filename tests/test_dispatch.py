@@ -1,0 +1,99 @@
+"""The aten-op fast path (csrc/kd_dispatch.c, Note [Fast aten-op recording]):
+records identical to upstream's constructor, fresh buffers, and the ops and
+hooks it hands to upstream's own __torch_dispatch__."""
+import torch
+from torch.utils import _debug_mode as upstream
+
+import kdebug
+from kdebug import _upstream, mode
+from kdebug import DebugMode
+
+
+def _upstream_record(op, args, kwargs, depth):
+    c = _upstream._OpCall(op, args, kwargs, depth)
+    c.stringify_args([])
+    return c
+
+
+def test_records_equal_what_upstream_constructor_makes():
+    x = torch.randn(3, 4)
+    with DebugMode() as kd:
+        torch.add(x, x, alpha=2)
+        torch.ops.aten.sum.dim_IntList(x, [1], keepdim=True)
+    calls = list(kd.operators)
+    assert len(calls) == 2
+    want = [_upstream_record(torch.ops.aten.add.Tensor, (x, x), {"alpha": 2}, 1),
+            _upstream_record(torch.ops.aten.sum.dim_IntList, (x, [1], True), {}, 1)]  # as dispatched
+    for got, ref in zip(calls, want):
+        assert type(got) is type(ref)
+        ref_vars = {k: v for k, v in vars(ref).items() if k != "output_str"}
+        got_vars = {k: v for k, v in vars(got).items() if k != "output_str"}
+        assert got_vars == ref_vars
+        assert list(got_vars) == list(ref_vars)  # upstream's attribute order
+    assert calls[0].output_str == "  ->  t: f32[3, 4]"
+
+
+def test_records_without_a_template_call_upstreams_constructor():
+    """Where a fresh _OpCall holds a mutable default, the fast path must run
+    upstream's constructor instead of sharing the template's values."""
+    x = torch.randn(2, 2)
+    with DebugMode() as warm:
+        x + 1
+    mode._configure()
+    template_args = None
+    try:
+        # the same configuration as mode._configure(), template None
+        kdebug._C._configure_dispatch(mode._op_info, _upstream.DebugMode.__torch_dispatch__, mode._stream_tick,
+                                      mode._tree_hash_py, mode._tree_clone_py, mode._kd_hooks, _upstream.utils_module,
+                                      _upstream._OpCall, template_args, torch._C._len_torch_dispatch_stack)
+        with DebugMode() as kd:
+            x + 1
+        assert kd.debug_string() == warm.debug_string()
+        assert vars(list(kd.operators)[0]) == vars(list(warm.operators)[0])
+    finally:
+        mode._configure()
+
+
+def test_in_place_write_into_a_fresh_buffer_has_no_input_hash():
+    """Note [Fresh buffers] for aten ops: the memory of torch.empty is not
+    hashed before an op writes it; once written it is."""
+    src = torch.arange(6.0).reshape(2, 3)
+    with DebugMode() as kd, DebugMode.log_tensor_hashes("bitwise", hash_inputs=True):
+        buf = torch.empty(2, 3)
+        buf.copy_(src)   # writes the fresh buffer: its input hash is None
+        buf.add_(1)      # written before: hashed
+    ops = [c for c in kd.operators if isinstance(c, _upstream._OpCall)]
+    names = [str(c.op) for c in ops]
+    assert names == ["aten.empty.memory_format", "aten.copy_.default", "aten.add_.Tensor"]
+    empty, copy, add = ops
+    assert "hash" not in (empty.log or {})  # upstream's hooks skip empty*
+    dst_hash, src_hash = copy.log["input_hash"][0][:2]
+    assert dst_hash is None and src_hash is not None
+    assert add.log["input_hash"][0][0] == copy.log["hash"]
+    assert torch.equal(buf, src + 1)  # the op itself saw its real arguments
+
+
+def test_ops_with_foreign_hooks_go_through_upstream():
+    """A dispatch hook that is not kdebug's own runs, for every op."""
+    seen = []
+
+    def log_hook(func, types, args, kwargs, result):
+        seen.append(str(func))
+        return {"mine": 1}
+
+    x = torch.randn(3)
+    with DebugMode() as kd, upstream.DebugMode.dispatch_hooks(log_hook=log_hook):
+        (x * 2).sin()
+    assert seen == ["aten.mul.Tensor", "aten.sin.default"]
+    assert [c.log for c in kd.operators] == [{"mine": 1}, {"mine": 1}]
+
+
+def test_ops_under_another_mode_go_through_upstream():
+    """With another dispatch mode below kdebug's, upstream's code records."""
+    x = torch.randn(3)
+    with upstream.DebugMode() as up_outer, DebugMode() as kd:
+        x.cos()
+    with upstream.DebugMode() as ref:
+        x.cos()
+    assert kd.debug_string() == ref.debug_string()
+    assert len(up_outer.operators) == 1
