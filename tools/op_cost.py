@@ -1,0 +1,86 @@
+"""Host cost per aten op of each recording layer, on small tensors.
+
+    python tools/op_cost.py [--device cuda] [--ops 3000] [--rounds 7]
+
+A loop of small ops (mm, add, relu_, sum, clone, copy_) runs with no mode, a
+do-nothing TorchDispatchMode, upstream's DebugMode, kdebug's DebugMode, and
+kdebug's with log_tensor_hashes() / hash_inputs=True / record_outputs().
+Prints the best-of-rounds microseconds per op for each, interleaved by round so
+that drift hits every variant alike.
+"""
+import argparse
+import contextlib
+import time
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import kdebug
+from kdebug import _upstream
+
+p = argparse.ArgumentParser()
+p.add_argument("--device", default="cpu")
+p.add_argument("--ops", type=int, default=3000)
+p.add_argument("--rounds", type=int, default=7)
+a = p.parse_args()
+dev = a.device
+sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+
+x = torch.randn(8, 8, device=dev)
+y = torch.randn(8, 8, device=dev)
+buf = torch.empty(8, 8, device=dev)
+PER = 6
+
+
+def body(n):
+    for _ in range(n // PER):
+        z = torch.mm(x, y)
+        z = z + y
+        z.relu_()
+        z.sum()
+        w = z.clone()
+        buf.copy_(w)
+
+
+class Trivial(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+K = kdebug.DebugMode
+VARIANTS = {
+    "none": lambda: contextlib.nullcontext(),
+    "trivial mode": Trivial,
+    "upstream DebugMode": lambda: _upstream.DebugMode(),
+    "kdebug DebugMode": lambda: K(),
+    "kdebug + hashes": lambda: _nested(K(), K.log_tensor_hashes),
+    "kdebug + hash_inputs": lambda: _nested(K(), lambda: K.log_tensor_hashes(hash_inputs=True)),
+    "kdebug + record_outputs": lambda: _nested(K(), K.record_outputs),
+}
+
+
+@contextlib.contextmanager
+def _nested(outer, inner):
+    with outer, inner():
+        yield
+
+
+def run(make):
+    sync()
+    t0 = time.perf_counter()
+    with make():
+        body(a.ops)
+    sync()
+    return (time.perf_counter() - t0) / a.ops * 1e6
+
+
+for make in VARIANTS.values():
+    run(make)
+best = {k: float("inf") for k in VARIANTS}
+for _ in range(a.rounds):
+    for k, make in VARIANTS.items():
+        best[k] = min(best[k], run(make))
+base = best["none"]
+print(f"device {dev}, {a.ops} ops, best of {a.rounds} rounds")
+for k, v in best.items():
+    print(f"{k:26s} {v:7.2f} us/op   +{v - base:6.2f} over none")

@@ -1,0 +1,53 @@
+"""Sample where the host spends a recorded GPU step's time, with py-spy.
+
+    python tools/spy_step.py MODE SECONDS OUT.txt     # MODE: untraced, dm, hash, hash_in, record
+
+Builds and warms up the GPU transformer step, then attaches py-spy (native
+frames included) to itself for SECONDS while it runs MODE steps in a loop, and
+writes py-spy's raw collapsed stacks to OUT.txt.  Needs py-spy on PATH.
+"""
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+import kdebug
+from kdebug.workloads import gpu_transformer_step
+
+mode, secs, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+step, x = gpu_transformer_step()
+K = kdebug.DebugMode
+CTX = {"dm": None, "hash": K.log_tensor_hashes, "hash_in": lambda: K.log_tensor_hashes(hash_inputs=True),
+       "record": K.record_outputs}
+
+
+def one():
+    if mode == "untraced":
+        step(x)
+    else:
+        with K():
+            if CTX[mode] is None:
+                step(x)
+            else:
+                with CTX[mode]():
+                    step(x)
+    torch.cuda.synchronize()
+
+
+for _ in range(5):
+    one()
+cmd = ["py-spy", "record", "--pid", str(os.getpid()), "--rate", "1000", "--format", "raw",
+       "--duration", str(int(secs)), "--output", out]
+# native frames need the process paused while sampled; without them it is not
+cmd.append("--native" if os.environ.get("SPY_NATIVE", "1") == "1" else "--nonblocking")
+spy = subprocess.Popen(cmd)
+time.sleep(1.0)  # let py-spy attach
+n = 0
+t0 = time.perf_counter()
+while spy.poll() is None:
+    one()
+    n += 1
+dt = time.perf_counter() - t0
+print(f"{mode}: {n} steps, {dt / max(n, 1) * 1e3:.2f} ms/step while sampled; py-spy exit {spy.returncode}")
