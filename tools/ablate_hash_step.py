@@ -1,6 +1,6 @@
 """Host-time ablation of log_tensor_hashes() on the GPU transformer step:
-median ms/step with parts of the aten-op hash path switched off, to see what
-each costs (not a correctness mode: the switched-off variants record less).
+median ms/step with the kernel hashing switched off, to see what it costs
+(not a correctness mode: the switched-off variant records less).
 
     python tools/ablate_hash_step.py
 
@@ -8,9 +8,11 @@ Variants run in interleaved rounds.  On the H100 (2026-11-22; 119 kernels and
 130 aten ops per step) the untraced step itself moved between 6.8 and 8.7 ms
 from round to round, more than any variant differed: switching off the
 aten-op tree hashes or the kernel hashes did not measurably change the step
-(medians 13.5 ms full, 12.9 without kernel hashes, 15.4 without aten hashes,
-11.3 DebugMode alone).  Finding where log_tensor_hashes() spends its time needs
-a quieter host or a host-side profiler, not wall-clock ablation.  Note: never
+(medians 13.5 ms full, 12.9 without kernel hashes, 11.3 DebugMode alone).
+A variant without aten-op hashes patched a Python function that is C now
+(csrc/kd_dispatch.c); tools/op_cost.py measures that layer per op instead.
+Finding where log_tensor_hashes() spends its time needs a quieter host or a
+host-side profiler (tools/spy_step.py), not wall-clock ablation.  Note: never
 run the compiled step under another dispatch mode first; dynamo guards on the
 mode stack and recompiles.
 """
@@ -21,7 +23,6 @@ import time
 import torch
 
 import kdebug
-from kdebug import mode
 from kdebug.workloads import gpu_transformer_step
 
 step, x = gpu_transformer_step()
@@ -60,20 +61,8 @@ def hash_no_kernels():
             kdebug._C._set_hash_config(*prev)
 
 
-@contextlib.contextmanager
-def hash_no_aten():
-    """log_tensor_hashes() with the aten-op tree hashes switched off."""
-    saved = mode._tree_hash
-    mode._tree_hash = lambda obj, spec, sid: (None, False)
-    try:
-        with K.log_tensor_hashes():
-            yield
-    finally:
-        mode._tree_hash = saved
-
-
 VARIANTS = {"untraced": None, "dm": (), "hash": K.log_tensor_hashes,
-            "hash, no kernel hashes": hash_no_kernels, "hash, no aten hashes": hash_no_aten}
+            "hash, no kernel hashes": hash_no_kernels}
 for ctx in VARIANTS.values():
     timed(ctx, 5)  # warm-up
 res = {k: [] for k in VARIANTS}
