@@ -328,6 +328,8 @@ PyObject *kd_defer_clone(PyObject *o, const kd_tensor_meta *m, uint64_t stream)
     return kd_shim_clone(o);
 }
 
+int kd_defer_pending(void) { return Q.nh + Q.nc != 0; }
+
 void kd_defer_get_stats(kd_defer_stats *s)
 {
     *s = Q.st;

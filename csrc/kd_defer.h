@@ -71,6 +71,9 @@ void kd_defer_guard_tensor(PyObject *tensor, uint64_t stream);
 /* Launches everything queued.  Returns 0, or -1 if some of it failed (counted). */
 int kd_defer_flush(void);
 
+/* Is any hash or copy queued and not yet launched? */
+int kd_defer_pending(void);
+
 /* The byte range [lo, hi) a strided CUDA view covers (lo == hi when empty). */
 void kd_defer_extent(const kd_cuda_tensor *t, uint64_t *lo, uint64_t *hi);
 

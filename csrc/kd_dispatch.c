@@ -466,9 +466,7 @@ static PyObject *kd_dispatch(PyObject *m, PyObject *const *a, Py_ssize_t n)
     }
     Py_DECREF(stream);
     int writes = flag(info, I_WRITES);
-    kd_defer_stats st;
-    kd_defer_get_stats(&st);
-    if (writes && st.pending != 0)
+    if (writes && kd_defer_pending())
         guard_writes(info, args, kwargs == Py_None ? NULL : kwargs);
     PyObject *entry;
     int record;

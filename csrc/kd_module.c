@@ -393,11 +393,6 @@ static PyObject *clone_leaf(PyObject *o, void *ctx)
  * it, queued on the current stream), or NotImplemented for unknown trees. */
 PyObject *kd_tree_clone(PyObject *obj) { return tree_map_c(obj, clone_leaf, NULL, 0); }
 
-static PyObject *mod_tree_clone(PyObject *m, PyObject *obj)
-{
-    (void)m;
-    return kd_tree_clone(obj);
-}
 
 typedef struct hash_ctx {
     int kinds, spec, all_none;
@@ -463,16 +458,6 @@ PyObject *kd_tree_hash(PyObject *obj, int kinds, int spec, unsigned long long st
     return t;
 }
 
-static PyObject *mod_tree_hash(PyObject *m, PyObject *args)
-{
-    (void)m;
-    hash_ctx c = {0, 0, 1, 0, NULL};
-    PyObject *obj;
-    if (!PyArg_ParseTuple(args, "OiiKO", &obj, &c.kinds, &c.spec, &c.stream, &c.value_fn))
-        return NULL;
-    return kd_tree_hash(obj, c.kinds, c.spec, c.stream, c.value_fn);
-}
-
 /* PendingHash -> value_fn(7-tuple, spec); anything else unchanged. */
 static PyObject *resolve_leaf(PyObject *o, void *ctx)
 {
@@ -525,29 +510,6 @@ static PyObject *mod_defer_flush(PyObject *m, PyObject *unused)
     return PyLong_FromLong(kd_defer_flush());
 }
 
-static PyObject *mod_defer_pending(PyObject *m, PyObject *unused)
-{
-    (void)m, (void)unused;
-    kd_defer_stats st;
-    kd_defer_get_stats(&st);
-    return PyBool_FromLong(st.pending != 0);
-}
-
-/* defer_guard(tensors): an aten op is about to write these (on the current
- * stream): flush deferred work that overlaps them. */
-static PyObject *mod_defer_guard(PyObject *m, PyObject *seq)
-{
-    (void)m;
-    PyObject *fast = PySequence_Fast(seq, "defer_guard expects a sequence of tensors");
-    if (fast == NULL)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    for (Py_ssize_t i = 0; i < n; i++)
-        kd_defer_guard_tensor(PySequence_Fast_GET_ITEM(fast, i), 0);
-    Py_DECREF(fast);
-    Py_RETURN_NONE;
-}
-
 static PyObject *mod_defer_stats(PyObject *m, PyObject *unused)
 {
     (void)m, (void)unused;
@@ -582,13 +544,7 @@ static PyMethodDef module_methods[] = {
     {"_empty_like", mod_empty_like, METH_O, "_empty_like(t): what record_outputs copies into (tests)."},
     {"_set_defer", mod_set_defer, METH_O, "_set_defer(on) -> previous: batch GPU hashes / copies (Note [Deferred GPU work])."},
     {"defer_flush", mod_defer_flush, METH_NOARGS, "defer_flush(): launch every deferred GPU hash / copy now."},
-    {"defer_pending", mod_defer_pending, METH_NOARGS, "defer_pending() -> True when GPU work is deferred."},
-    {"defer_guard", mod_defer_guard, METH_O, "defer_guard(tensors): flush deferred work these writes would overlap."},
     {"defer_stats", mod_defer_stats, METH_NOARGS, "defer_stats() -> counters of the deferred GPU work."},
-    {"tree_hash", mod_tree_hash, METH_VARARGS,
-     "tree_hash(obj, kinds, spec, stream, value_fn): hash every tensor leaf (GPU ones queued)."},
-    {"tree_clone", mod_tree_clone, METH_O,
-     "tree_clone(obj): clones of every tensor leaf (C++, no dispatch mode), or NotImplemented."},
     {"tree_resolve", mod_tree_resolve, METH_VARARGS,
      "tree_resolve(obj, value_fn): replace PendingHash leaves by value_fn(7-tuple, spec)."},
     {"hash_async", mod_hash_async, METH_VARARGS,

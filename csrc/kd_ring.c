@@ -4,13 +4,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-kd_ring *kd_ring_new(uint64_t capacity, int policy)
+/* Slots for a requested capacity: a power of two, at least 16; 0 above 2^32. */
+static uint64_t slots_for(uint64_t capacity)
 {
     if (capacity > ((uint64_t)1 << 32))
-        return NULL;
+        return 0;
     uint64_t cap = 16;
     while (cap < capacity)
         cap <<= 1;
+    return cap;
+}
+
+static int known_policy(int policy) { return policy == KD_RING_DROP_NEW ? KD_RING_DROP_NEW : KD_RING_OVERWRITE; }
+
+kd_ring *kd_ring_new(uint64_t capacity, int policy)
+{
+    uint64_t cap = slots_for(capacity);
+    if (cap == 0)
+        return NULL;
     kd_ring *r = calloc(1, sizeof *r);
     if (r == NULL)
         return NULL;
@@ -23,29 +34,26 @@ kd_ring *kd_ring_new(uint64_t capacity, int policy)
     }
     r->capacity = cap;
     r->mask = cap - 1;
-    r->policy = policy == KD_RING_DROP_NEW ? KD_RING_DROP_NEW : KD_RING_OVERWRITE;
+    r->policy = known_policy(policy);
     return r;
 }
 
-/* The last freed ring, kept for the next kd_ring_new of the same capacity: a
- * DebugMode per training step would otherwise map, fault in (zeroed, perhaps as
- * a huge page) and unmap its ring every step.  Not thread-safe: kdebug calls
- * kd_ring_new / kd_ring_free with the GIL held. */
+/* The last ring given to kd_ring_release, kept for the next kd_ring_reuse of
+ * the same capacity: a DebugMode per training step would otherwise map, fault
+ * in (zeroed, perhaps as a huge page) and unmap its ring every step.  Not
+ * thread-safe: kdebug calls kd_ring_reuse / kd_ring_release with the GIL held. */
 static kd_ring *spare;
 
 kd_ring *kd_ring_reuse(uint64_t capacity, int policy)
 {
-    uint64_t cap = 16;
-    while (cap < capacity)
-        cap <<= 1;
     kd_ring *r = spare;
-    if (r == NULL || r->capacity != cap)
+    if (r == NULL || r->capacity != slots_for(capacity))
         return kd_ring_new(capacity, policy);
     spare = NULL;
     /* Tickets go on from the old head, so every stale stamp (at most the old
      * head) reads as "not yet written" for the tickets to come. */
     kd_ring_clear(r);
-    r->policy = policy == KD_RING_DROP_NEW ? KD_RING_DROP_NEW : KD_RING_OVERWRITE;
+    r->policy = known_policy(policy);
     return r;
 }
 

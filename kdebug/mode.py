@@ -51,6 +51,7 @@ def _op_info(func) -> tuple:
     written positions, written keyword names, out= names, callable)."""
     name = _upstream.get_op_name(func)
     text = str(func)
+    empty = "empty" in text
     # profiler contexts and annotations: always through upstream's own code
     special = name.startswith("profiler::_record_function") or name.startswith("debug_mode_ops::")
     pos: tuple | None = ()
@@ -69,8 +70,8 @@ def _op_info(func) -> tuple:
     # OpOverload.__call__ is `self._op(*args, **kwargs)`: call _op, one Python frame less
     op = func._op if type(func) is torch._ops.OpOverload and hasattr(func, "_op") else func
     return (special,
-            "empty" in text or "profiler" in text,  # upstream's hash hooks skip these
-            "empty" in text,  # its output holds whatever memory it got (Note [Fresh buffers])
+            empty or "profiler" in text,  # upstream's hash hooks skip these
+            empty,  # its output holds whatever memory it got (Note [Fresh buffers])
             writes, pos, names, outs, op)
 
 

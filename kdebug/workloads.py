@@ -72,6 +72,30 @@ def gpu_transformer_step(warmup: int = 5):
     return step, x
 
 
+RECORDING_MODES = ("untraced", "dm", "hash", "hash_in", "record")
+
+
+def recorded_step(step, x: torch.Tensor, mode: str):
+    """One GPU step under a recording mode named as in RECORDING_MODES
+    (no DebugMode, DebugMode(), + log_tensor_hashes(), + hash_inputs=True,
+    + record_outputs()), synchronized; returns the DebugMode (None untraced).
+    What the profiling tools run."""
+    import contextlib
+
+    from .mode import DebugMode as K
+
+    inner = {"dm": contextlib.nullcontext, "hash": K.log_tensor_hashes,
+             "hash_in": lambda: K.log_tensor_hashes(hash_inputs=True), "record": K.record_outputs}
+    dm = None
+    if mode == "untraced":
+        step(x)
+    else:
+        with K() as dm, inner[mode]():
+            step(x)
+    torch.cuda.synchronize()
+    return dm
+
+
 class BucketedBlock(nn.Module):
     """The built-in hunt workload: many token features summed into a few
     buckets (``index_add``), then a TinyBlock.  Inductor's C++ kernel for the

@@ -145,6 +145,7 @@ static void test_ring_reuse(void)
     kd_ring *other = kd_ring_reuse(64, KD_RING_OVERWRITE);
     CHECK(other != NULL && other != r && other->capacity == 64);
     kd_ring_free(other);
+    CHECK(kd_ring_reuse((uint64_t)1 << 40, KD_RING_OVERWRITE) == NULL); /* too large, as kd_ring_new */
     kd_ring *again = kd_ring_reuse(16, KD_RING_DROP_NEW);
     CHECK(again == r);
     CHECK(again->policy == KD_RING_DROP_NEW);
