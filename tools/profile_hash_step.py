@@ -13,49 +13,29 @@ import time
 import torch
 
 import kdebug
-from kdebug.workloads import gpu_transformer_step
+from kdebug.workloads import RECORDING_MODES, gpu_transformer_step, recorded_step
 
 step, x = gpu_transformer_step()
-K = kdebug.DebugMode
-MODES = {
-    "untraced": None,
-    "dm": (),
-    "hash": (lambda: K.log_tensor_hashes(),),
-    "hash_in": (lambda: K.log_tensor_hashes(hash_inputs=True),),
-    "record": (lambda: K.record_outputs(),),
-}
-which = sys.argv[1:] or list(MODES)
+which = sys.argv[1:] or list(RECORDING_MODES)
 
 
-def one(ctx):
-    if ctx is None:
-        step(x)
-        torch.cuda.synchronize()
-        return None
-    with K() as dm:
-        if ctx:
-            with ctx[0]():
-                step(x)
-        else:
-            step(x)
-    torch.cuda.synchronize()
-    return dm
+def one(name):
+    return recorded_step(step, x, name)
 
 
 from torch.profiler import ProfilerActivity, profile
 
 for name in which:
-    ctx = MODES[name]
     for _ in range(3):
-        one(ctx)
+        one(name)
     ts = []
     for _ in range(15):
         t0 = time.perf_counter()
-        one(ctx)
+        one(name)
         ts.append((time.perf_counter() - t0) * 1e3)
     d0 = kdebug._C.defer_stats()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        one(ctx)
+        one(name)
     d1 = kdebug._C.defer_stats()
     print(f"   deferred: {d1['queued_hashes'] - d0['queued_hashes']} hashes, {d1['queued_copies'] - d0['queued_copies']} copies, "
           f"{(d1['queued_bytes'] - d0['queued_bytes']) / 1e6:.1f} MB, {d1['hash_launches'] - d0['hash_launches']} hash launches, "
@@ -80,6 +60,6 @@ for name in which:
         pr = cProfile.Profile()
         pr.enable()
         for _ in range(5):
-            one(ctx)
+            one(name)
         pr.disable()
         pstats.Stats(pr).sort_stats("tottime").print_stats(14)

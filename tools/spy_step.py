@@ -11,29 +11,14 @@ import subprocess
 import sys
 import time
 
-import torch
-
-import kdebug
-from kdebug.workloads import gpu_transformer_step
+from kdebug.workloads import gpu_transformer_step, recorded_step
 
 mode, secs, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 step, x = gpu_transformer_step()
-K = kdebug.DebugMode
-CTX = {"dm": None, "hash": K.log_tensor_hashes, "hash_in": lambda: K.log_tensor_hashes(hash_inputs=True),
-       "record": K.record_outputs}
 
 
 def one():
-    if mode == "untraced":
-        step(x)
-    else:
-        with K():
-            if CTX[mode] is None:
-                step(x)
-            else:
-                with CTX[mode]():
-                    step(x)
-    torch.cuda.synchronize()
+    recorded_step(step, x, mode)
 
 
 for _ in range(5):
