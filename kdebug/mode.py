@@ -120,6 +120,13 @@ def _configure() -> None:
     _C._configure_dispatch(_op_info, _upstream.DebugMode.__torch_dispatch__, _stream_tick, _tree_hash_py,
                            _tree_clone_py, _kd_hooks, _u, _upstream._OpCall, template,
                            torch._C._len_torch_dispatch_stack)
+    # Note [Fast aten-op recording]: __torch_dispatch__ as a C method, which
+    # does itself what torch's dynamo-disable wrapper around a Python one does
+    ev = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
+    get_cb = getattr(ev, "get_eval_frame_callback", None)
+    set_cb = getattr(ev, "set_eval_frame", None)
+    if get_cb is not None and set_cb is not None:
+        DebugMode.__torch_dispatch__ = _C._dispatch_method(DebugMode, get_cb, set_cb)
     _configured = True
 
 
@@ -247,6 +254,8 @@ class DebugMode(_upstream.DebugMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         # Note [Fast aten-op recording] (csrc/kd_dispatch.c): one C call, which
         # hands anything it does not handle to upstream's __torch_dispatch__.
+        # _configure() replaces this method by the C one where torch has the
+        # eval-frame calls it needs.
         return _dispatch(self, func, types, args, kwargs)
 
     # -- operators: upstream's list, with kernel records merged in on read --

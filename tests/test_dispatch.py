@@ -97,3 +97,35 @@ def test_ops_under_another_mode_go_through_upstream():
         x.cos()
     assert kd.debug_string() == ref.debug_string()
     assert len(up_outer.operators) == 1
+
+
+def test_dispatch_method_runs_python_below_it_without_dynamos_callback():
+    """__torch_dispatch__ is a C method (no dynamo-disable wrapper); it must
+    still do what that wrapper does: Python code reached from an aten op (here
+    an op's Python kernel) runs with no eval-frame callback, and the caller's
+    callback is back after the op.  torch._dynamo.run sets the callback to
+    False ("run only") for the duration of the call."""
+    seen = []
+    lib = torch.library.Library("kdebug_test_cb", "DEF")
+    lib.define("probe(Tensor x) -> Tensor")
+
+    def probe(x):
+        seen.append(("kernel", torch._C._dynamo.eval_frame.get_eval_frame_callback()))
+        return x.clone()
+
+    lib.impl("probe", probe, "CPU")
+
+    def body(x):
+        y = torch.ops.kdebug_test_cb.probe(x)
+        seen.append(("caller", torch._C._dynamo.eval_frame.get_eval_frame_callback()))
+        return y
+
+    x = torch.randn(3)
+    torch._dynamo.run(body)(x)
+    assert seen == [("kernel", False), ("caller", False)]  # without a mode: the callback is there
+    seen.clear()
+    with DebugMode() as dm:
+        torch._dynamo.run(body)(x)
+    assert isinstance(DebugMode.__dict__["__torch_dispatch__"], type(list.append))  # the C method
+    assert seen == [("kernel", None), ("caller", False)]
+    assert "kdebug_test_cb::probe(t: f32[3])" in dm.debug_string()
