@@ -13,8 +13,9 @@ A variant without aten-op hashes patched a Python function that is C now
 (csrc/kd_dispatch.c); tools/op_cost.py measures that layer per op instead.
 Finding where log_tensor_hashes() spends its time needs a quieter host or a
 host-side profiler (tools/spy_step.py), not wall-clock ablation.  Note: never
-run the compiled step under another dispatch mode first; dynamo guards on the
-mode stack and recompiles.
+run the compiled step under another dispatch mode first unless that mode's
+ignore_compile_internals() is True (DebugMode's is): with any other mode on
+the stack dynamo skips the frame and the step runs eagerly from then on.
 """
 import contextlib
 import statistics
