@@ -133,6 +133,23 @@ def _configure() -> None:
 _dispatch = _C.dispatch
 
 
+def _compile_skipping_modes() -> list[str]:
+    """Class names of dispatch modes on this thread's stack that make dynamo
+    skip compiled frames (not infra modes, ignore_compile_internals False)."""
+    from torch.utils._python_dispatch import _get_dispatch_stack_at
+
+    out = []
+    for i in range(torch._C._len_torch_dispatch_stack()):
+        m = _get_dispatch_stack_at(i)
+        try:
+            if m.is_infra_mode() or m.ignore_compile_internals():
+                continue
+        except AttributeError:  # a mode class without these (older torch)
+            continue
+        out.append(type(m).__name__)
+    return out
+
+
 class _OperatorList(list):
     """``debug_mode.operators``: a list that upstream appends aten-op records to,
     into which kernel records are merged (in launch order) when it is read.
@@ -383,6 +400,13 @@ class DebugMode(_upstream.DebugMode):
             _configure()
         for msg in inductor.config_bypass_warnings():
             self._warn_once(msg, msg)
+        for name in _compile_skipping_modes():
+            self._warn_once(
+                "skipping-mode:" + name,
+                f"the dispatch mode {name} is active and its ignore_compile_internals() is False: "
+                "dynamo does not run torch.compile'd frames while it is on the stack (torch may keep "
+                "running them eagerly afterwards), so kdebug records their aten ops but no kernels. "
+                "Enter DebugMode outside that mode, or give the mode ignore_compile_internals() = True.")
         if not self.kernels_only:
             super().__enter__()
             _C._modes_pushed(1)

@@ -129,3 +129,32 @@ def test_dispatch_method_runs_python_below_it_without_dynamos_callback():
     assert isinstance(DebugMode.__dict__["__torch_dispatch__"], type(list.append))  # the C method
     assert seen == [("kernel", None), ("caller", False)]
     assert "kdebug_test_cb::probe(t: f32[3])" in dm.debug_string()
+
+
+def test_entering_under_a_mode_that_makes_dynamo_skip_compiled_frames_warns():
+    """Under a dispatch mode whose ignore_compile_internals() is False, dynamo
+    does not run compiled frames, so no kernel would be recorded: say so."""
+    import pytest
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class PlainMode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class IgnoringMode(PlainMode):
+        @classmethod
+        def ignore_compile_internals(cls):
+            return True
+
+    with IgnoringMode():
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", kdebug.KdebugWarning)
+            with DebugMode():
+                torch.ones(2).add(1)
+    with PlainMode():
+        with pytest.warns(kdebug.KdebugWarning, match="PlainMode is active"):
+            with DebugMode() as dm:
+                torch.ones(2).add(1)
+    assert "aten::add.Tensor" in dm.debug_string()
