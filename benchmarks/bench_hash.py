@@ -79,19 +79,10 @@ def main(argv=None):
     import kdebug
     from torch.utils._debug_mode import DebugMode as Up
 
-    from kdebug.workloads import Transformer, train_step_fn
+    from kdebug.workloads import STEP_SIZES, transformer_step
 
-    if dev == "cuda":
-        blocks, d, heads, shape = 4, 512, 8, (8, 256)
-    else:
-        blocks, d, heads, shape = 2, 128, 4, (4, 64)
-    torch.manual_seed(0)
-    model = Transformer(blocks, d, heads).to(dev)
-    x = torch.randn(*shape, d, device=dev)
-    step = train_step_fn(model)
-    for _ in range(5):
-        step(x)
-    _sync(dev)
+    blocks, d, heads, shape = STEP_SIZES[dev]
+    step, x = transformer_step(dev)
 
     read_ms: dict[str, list[float]] = {}
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class TinyBlock(nn.Module):
@@ -58,18 +59,39 @@ def train_step_fn(model: nn.Module):
     return step
 
 
-def gpu_transformer_step(warmup: int = 5):
-    """(step, x): the GPU step the profiling tools measure, a compiled
-    Transformer(4, 512, 8) forward + backward on an (8, 256, 512) input,
-    compiled, run ``warmup`` times and synchronized."""
+# The benchmark step's size per device: (blocks, d, heads, (batch, tokens)).
+STEP_SIZES = {"cuda": (4, 512, 8, (8, 256)), "cpu": (2, 128, 4, (4, 64))}
+
+
+def transformer_step(device: str = "cuda", warmup: int = 5):
+    """(step, x): the step the benchmarks and profiling tools measure, a
+    compiled Transformer forward + backward of STEP_SIZES[device] (on CUDA
+    Transformer(4, 512, 8) on an (8, 256, 512) input), run ``warmup`` times
+    and synchronized."""
+    blocks, d, heads, shape = STEP_SIZES[device]
     torch.manual_seed(0)
-    model = Transformer(4, 512, 8).cuda()
-    x = torch.randn(8, 256, 512, device="cuda")
+    model = Transformer(blocks, d, heads).to(device)
+    x = torch.randn(*shape, d, device=device)
     step = train_step_fn(model)
     for _ in range(warmup):
         step(x)
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()
     return step, x
+
+
+class NullDispatchMode(TorchDispatchMode):
+    """A dispatch mode that only runs each op: the price of any Python
+    TorchDispatchMode, which the profiling tools compare against.  Like
+    DebugMode it sets ignore_compile_internals: without it dynamo skips
+    compiled frames while the mode is on the stack, and they run eagerly."""
+
+    @classmethod
+    def ignore_compile_internals(cls):
+        return True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
 
 
 RECORDING_MODES = ("untraced", "dm", "hash", "hash_in", "record")

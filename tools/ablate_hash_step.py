@@ -24,9 +24,9 @@ import time
 import torch
 
 import kdebug
-from kdebug.workloads import gpu_transformer_step
+from kdebug.workloads import transformer_step
 
-step, x = gpu_transformer_step()
+step, x = transformer_step()
 K = kdebug.DebugMode
 
 

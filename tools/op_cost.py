@@ -13,10 +13,10 @@ import contextlib
 import time
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import kdebug
 from kdebug import _upstream
+from kdebug.workloads import NullDispatchMode
 
 p = argparse.ArgumentParser()
 p.add_argument("--device", default="cpu")
@@ -42,15 +42,10 @@ def body(n):
         buf.copy_(w)
 
 
-class Trivial(TorchDispatchMode):
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return func(*args, **(kwargs or {}))
-
-
 K = kdebug.DebugMode
 VARIANTS = {
     "none": lambda: contextlib.nullcontext(),
-    "trivial mode": Trivial,
+    "trivial mode": NullDispatchMode,
     "upstream DebugMode": lambda: _upstream.DebugMode(),
     "kdebug DebugMode": lambda: K(),
     "kdebug + hashes": lambda: _nested(K(), K.log_tensor_hashes),

@@ -13,9 +13,9 @@ import time
 import torch
 
 import kdebug
-from kdebug.workloads import RECORDING_MODES, gpu_transformer_step, recorded_step
+from kdebug.workloads import RECORDING_MODES, transformer_step, recorded_step
 
-step, x = gpu_transformer_step()
+step, x = transformer_step()
 which = sys.argv[1:] or list(RECORDING_MODES)
 
 

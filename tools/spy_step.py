@@ -11,10 +11,10 @@ import subprocess
 import sys
 import time
 
-from kdebug.workloads import gpu_transformer_step, recorded_step
+from kdebug.workloads import transformer_step, recorded_step
 
 mode, secs, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-step, x = gpu_transformer_step()
+step, x = transformer_step()
 
 
 def one():

@@ -23,11 +23,10 @@ import threading
 import time
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import kdebug
 from kdebug import _upstream
-from kdebug.workloads import Transformer, train_step_fn
+from kdebug.workloads import NullDispatchMode, transformer_step
 
 p = argparse.ArgumentParser()
 p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -40,18 +39,7 @@ cuda = dev == "cuda"
 sync = torch.cuda.synchronize if cuda else (lambda: None)
 
 
-class Trivial(TorchDispatchMode):
-    # as DebugMode's: without it dynamo skips compiling while the mode is on
-    # the stack, and the step would run eagerly
-    @classmethod
-    def ignore_compile_internals(cls):
-        return True
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return func(*args, **(kwargs or {}))
-
-
-class Counting(Trivial):
+class Counting(NullDispatchMode):
     def __init__(self):
         super().__init__()
         self.ops = collections.Counter()
@@ -72,7 +60,7 @@ def nested(*makers):
 K = kdebug.DebugMode
 VARIANTS = {
     "untraced": contextlib.nullcontext,
-    "trivial dispatch mode": Trivial,
+    "trivial dispatch mode": NullDispatchMode,
     "kdebug kernels_only": lambda: K(kernels_only=True),
     "kdebug dispatch only": lambda: K(record_triton_kernels=False),
     "kdebug DebugMode()": K,
@@ -82,15 +70,7 @@ VARIANTS = {
 if a.only:
     VARIANTS = {k: v for k, v in VARIANTS.items() if k in a.only.split(",") or k == "untraced"}
 
-torch.manual_seed(0)
-if cuda:
-    model, x = Transformer(4, 512, 8).cuda(), torch.randn(8, 256, 512, device="cuda")
-else:
-    model, x = Transformer(2, 128, 4), torch.randn(4, 64, 128)
-step = train_step_fn(model)
-for _ in range(5):
-    step(x)
-sync()
+step, x = transformer_step(dev)
 
 
 _gc = {"n": [0, 0, 0], "s": [0.0, 0.0, 0.0], "t0": 0.0}

@@ -13,9 +13,9 @@ import time
 import torch
 
 from kdebug import DebugMode as K
-from kdebug.workloads import gpu_transformer_step
+from kdebug.workloads import transformer_step
 
-step, x = gpu_transformer_step()
+step, x = transformer_step()
 res = {k: [] for k in ("untraced", "construct", "enter", "body", "exit", "sync",
                        "hash_enter", "hash_body", "hash_exit")}
 dm = None
