@@ -59,6 +59,7 @@ C_SOURCES = [
     "csrc/kd_dispatch.c",
     "csrc/kd_module.c",
     "csrc/kd_defer.c",
+    "csrc/kd_results.c",
     "csrc/kd_crc32.c",
     "csrc/kd_trace_write.c",
     "csrc/kd_trace_read.c",

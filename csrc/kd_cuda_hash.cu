@@ -4,6 +4,7 @@
 #include "kd_cuda_hash.h"
 #include "kd_cuda_util.cuh"
 #include "kd_hash.h" // the definition: kd_fmix64, KD_HASH_GOLDEN
+#include "kd_results.h"
 
 #include <cuda_runtime.h>
 
@@ -15,7 +16,7 @@
 namespace {
 
 constexpr int kThreads = 256;         // threads per block
-constexpr int kCapacity = 8192;       // results in flight per device
+constexpr int kCapacity = KD_CUDA_CAPACITY; // results in flight per device
 constexpr int kNormBlocks = 1024;     // max blocks per tensor when the norm is asked for
 constexpr int kMaxBlocks = 4096;      // otherwise
 constexpr int64_t kPartials = 1 << 20; // the norm's per-block partial sums: a ring per device
@@ -363,7 +364,7 @@ struct DeviceState {
     int64_t pnext = 0;             // next free partial
     uint64_t pstream = 0;          // the stream of every launch since the partials last wrapped
     bool pmixed = false;           // ... or launches on several streams since then
-    std::vector<kd_cuda_result> host;
+    std::vector<kd_cuda_result> stage; // [kCapacity]: collected results on their way to kd_results_deliver
 };
 
 // Note [Norm partials]
@@ -436,16 +437,16 @@ int collect_locked(int device)
     if (sync_device("synchronizing to read hashes") != 0)
         return -1;
     int64_t n = s.next - s.collected;
-    size_t old = s.host.size();
-    s.host.resize(old + (size_t)n);
+    if (s.stage.empty())
+        s.stage.resize(kCapacity);
     int64_t first = s.collected % kCapacity;
     int64_t run1 = n < kCapacity - first ? n : kCapacity - first;
-    cudaError_t e = cudaMemcpy(&s.host[old], s.res + first, sizeof(kd_cuda_result) * run1,
+    cudaError_t e = cudaMemcpy(s.stage.data(), s.res + first, sizeof(kd_cuda_result) * run1,
                                cudaMemcpyDeviceToHost);
     if (e == cudaSuccess)
         e = cudaMemset(s.res + first, 0, sizeof(kd_cuda_result) * run1);
     if (e == cudaSuccess && run1 < n) {
-        e = cudaMemcpy(&s.host[old + run1], s.res, sizeof(kd_cuda_result) * (n - run1),
+        e = cudaMemcpy(s.stage.data() + run1, s.res, sizeof(kd_cuda_result) * (n - run1),
                        cudaMemcpyDeviceToHost);
         if (e == cudaSuccess)
             e = cudaMemset(s.res, 0, sizeof(kd_cuda_result) * (n - run1));
@@ -454,6 +455,8 @@ int collect_locked(int device)
         set_error("reading hashes back", e);
         return -1;
     }
+    for (int64_t i = 0; i < n; i++)
+        kd_results_deliver(device, s.collected + i, &s.stage[(size_t)i]);
     s.collected = s.next;
     s.pmixed = false; // the device is idle: every partial is free
     return 0;
@@ -570,17 +573,6 @@ extern "C" int kd_cuda_hash_collect(void)
         if (devs[d].next != devs[d].collected && collect_locked(d) != 0)
             rc = -1;
     return rc;
-}
-
-extern "C" const kd_cuda_result *kd_cuda_hash_result(int device, int64_t index)
-{
-    if (device < 0 || device >= 64)
-        return nullptr;
-    std::lock_guard<std::mutex> lock(mu);
-    DeviceState &s = devs[device];
-    if (index < 0 || index >= s.collected || (size_t)index >= s.host.size())
-        return nullptr;
-    return &s.host[(size_t)index];
 }
 
 extern "C" int64_t kd_cuda_hash_outstanding(void)

@@ -4,13 +4,14 @@
  * kd_cuda_hash_enqueue queues one hash kernel for up to KD_CUDA_BATCH tensors
  * on the stream of the launch they belong to, right after it; results land in
  * a device ring of kd_cuda_result.  Nothing synchronizes until the results
- * are needed: kd_cuda_hash_collect (when the user reads results, when the ring
- * is full, or when a DebugMode exits) synchronizes the device once and copies
- * every new result to the host, where kd_cuda_hash_result finds it by its
- * global index.  Definitions are those of kd_hash.h: bitwise and hash_tensor
- * sums are order-free (64-bit integer add / xor atomics); the norm's float64
- * sum uses a fixed split (blocks, threads, tree) that depends on the tensor's
- * size only, so it is the same on every run.
+ * are needed: kd_cuda_hash_collect (when the user reads results, or when the
+ * ring is full) synchronizes the device once and hands every new result to
+ * whoever registered for its global index (Note [GPU hash results] in
+ * kd_results.h); nothing is kept on the host after that.  Definitions are
+ * those of kd_hash.h: bitwise and hash_tensor sums are order-free (64-bit
+ * integer add / xor atomics); the norm's float64 sum uses a fixed split
+ * (blocks, threads, tree) that depends on the tensor's size only, so it is
+ * the same on every run.
  * kd_cuda_stub.c provides the same API for builds without CUDA.
  */
 #ifndef KD_CUDA_HASH_H
@@ -23,6 +24,7 @@ extern "C" {
 #endif
 
 #define KD_CUDA_BATCH 16
+#define KD_CUDA_CAPACITY 8192 /* results in flight per device */
 #define KD_CUDA_MAX_DIMS 8
 
 typedef struct kd_cuda_tensor {
@@ -59,12 +61,9 @@ int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, const kd_cu
  * Returns 0, or -1 on failure. */
 int kd_cuda_stream_wait(int device, uint64_t from, uint64_t to);
 
-/* Synchronizes each device with results in flight and copies them to the
- * host.  Returns 0, or -1 on failure. */
+/* Synchronizes each device with results in flight and hands them to
+ * kd_results_deliver, in index order.  Returns 0, or -1 on failure. */
 int kd_cuda_hash_collect(void);
-
-/* The result of a global index on a device once collected, else NULL. */
-const kd_cuda_result *kd_cuda_hash_result(int device, int64_t index);
 
 /* Results queued but not yet collected, on all devices. */
 int64_t kd_cuda_hash_outstanding(void);

@@ -19,12 +19,6 @@ int kd_cuda_stream_wait(int device, uint64_t from, uint64_t to)
     return -1;
 }
 
-const kd_cuda_result *kd_cuda_hash_result(int device, int64_t index)
-{
-    (void)device, (void)index;
-    return NULL;
-}
-
 int64_t kd_cuda_hash_outstanding(void) { return 0; }
 
 uint64_t kd_cuda_syncs(void) { return 0; }

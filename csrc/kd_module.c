@@ -5,6 +5,7 @@
 #include "kd_defer.h"
 #include "kd_hash.h"
 #include "kd_py.h"
+#include "kd_results.h"
 #include "kd_shim.h"
 
 kd_strtab *kd_strings = NULL;
@@ -206,7 +207,103 @@ static PyObject *mod_hash(PyObject *m, PyObject *args)
     return hash7(bitwise, n.l1, n.nan, n.posinf, n.neginf, x, unsupported);
 }
 
-/* hash_async(t, kinds, stream) -> a 7-tuple now (CPU tensors), an int handle
+/* A hash still on the GPU (an aten-op record's leaf, or hash_async's result).
+ * handle is the result's index once queued, KD_PENDING_DEFERRED until the
+ * deferred queue is flushed (Note [Deferred GPU work]), KD_PENDING_FAILED if
+ * queuing failed; the result is delivered into it when the device's results
+ * are collected (Note [GPU hash results]). */
+typedef struct {
+    PyObject_HEAD
+    long long handle;
+    int device;
+    int spec;
+    int have;
+    kd_cuda_result res;
+} kd_pending_hash;
+
+#define KD_PENDING_DEFERRED (-1)
+#define KD_PENDING_FAILED (-2)
+
+static PyTypeObject kd_PendingHashType;
+
+static void pending_deliver(void *owner, uint64_t aux, int w, const kd_cuda_result *res)
+{
+    (void)aux, (void)w;
+    kd_pending_hash *p = owner;
+    p->res = *res;
+    p->have = 1;
+}
+
+/* p now waits for GPU result `index` (< 0: queuing failed). */
+static void pending_await(kd_pending_hash *p, int device, int64_t index)
+{
+    p->device = device;
+    p->handle = index;
+    if (index < 0 || kd_results_expect(device, index, pending_deliver, p, NULL, 0, 0) != 0)
+        p->handle = KD_PENDING_FAILED;
+}
+
+static void pending_sink(PyObject *owner, uint64_t aux, int w, int device, int64_t index, const char *error)
+{
+    (void)aux, (void)w, (void)error;
+    pending_await((kd_pending_hash *)owner, device, index);
+}
+
+static kd_pending_hash *pending_new(int spec)
+{
+    kd_pending_hash *p = PyObject_New(kd_pending_hash, &kd_PendingHashType);
+    if (p != NULL) {
+        p->handle = KD_PENDING_DEFERRED;
+        p->device = 0;
+        p->spec = spec;
+        p->have = 0;
+    }
+    return p;
+}
+
+static void pending_dealloc(kd_pending_hash *p)
+{
+    if (p->handle >= 0 && !p->have)
+        kd_results_forget(p->device, p->handle, p);
+    PyObject_Free(p);
+}
+
+/* The 7-tuple of p (flushing and collecting when needed: one synchronization),
+ * Py_None if queuing it failed, NULL with an error if its result is missing. */
+static PyObject *pending_fetch(kd_pending_hash *p)
+{
+    if (p->handle == KD_PENDING_DEFERRED)
+        kd_defer_flush();
+    if (p->handle < 0) /* queuing failed: counted in defer_stats, reported by DebugMode */
+        Py_RETURN_NONE;
+    if (!p->have && kd_cuda_hash_collect() != 0) {
+        PyErr_SetString(PyExc_RuntimeError, kd_cuda_last_error());
+        return NULL;
+    }
+    if (!p->have) {
+        PyErr_SetString(PyExc_RuntimeError, "kdebug: a GPU hash result never arrived");
+        return NULL;
+    }
+    const kd_cuda_result *r = &p->res;
+    return hash7(kd_hash_finish(r->S, r->nbytes), r->l1, r->nan, r->posinf, r->neginf, r->xor64,
+                 (int)r->unsupported);
+}
+
+static PyObject *pending_repr(kd_pending_hash *self)
+{
+    return PyUnicode_FromFormat("<kdebug pending GPU hash %lld>", self->handle);
+}
+
+static PyTypeObject kd_PendingHashType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kdebug._C.PendingHash",
+    .tp_basicsize = sizeof(kd_pending_hash),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)pending_dealloc,
+    .tp_repr = (reprfunc)pending_repr,
+    .tp_doc = "A hash queued on the GPU; its value arrives when results are read (hash_fetch).",
+};
+
+/* hash_async(t, kinds, stream) -> a 7-tuple now (CPU tensors), a PendingHash
  * for a result queued on the GPU (fetch it with hash_fetch), or NotImplemented
  * (another device, or a build without CUDA: use the slow path). */
 static PyObject *mod_hash_async(PyObject *m, PyObject *args)
@@ -235,37 +332,40 @@ static PyObject *mod_hash_async(PyObject *m, PyObject *args)
         return hash7(kd_hash_finish(0, 0), 0.0, 0, 0, 0, 0, 0);
     if (stream == 0) /* the tensor's device's current stream */
         stream = kd_shim_current_stream(meta.device_type, meta.device_index);
+    kd_pending_hash *p = pending_new(0);
+    if (p == NULL)
+        return NULL;
     int64_t idx = kd_cuda_hash_enqueue(meta.device_index, stream, kinds, &ct, 1);
     if (idx < 0) {
+        Py_DECREF(p);
         PyErr_SetString(PyExc_RuntimeError, kd_cuda_last_error());
         return NULL;
     }
-    return PyLong_FromLongLong(((int64_t)meta.device_index << 48) | idx);
+    pending_await(p, meta.device_index, idx);
+    if (p->handle < 0) {
+        Py_DECREF(p);
+        PyErr_SetString(PyExc_RuntimeError, "kdebug: more GPU hash results in flight than it can track");
+        return NULL;
+    }
+    return (PyObject *)p;
 }
 
-/* hash_fetch(handle) -> the 7-tuple of a queued GPU hash (collects if needed) */
+/* hash_fetch(pending) -> the 7-tuple of a queued GPU hash (collects if needed) */
 static PyObject *mod_hash_fetch(PyObject *m, PyObject *arg)
 {
     (void)m;
-    long long h = PyLong_AsLongLong(arg);
-    if (h == -1 && PyErr_Occurred())
-        return NULL;
-    int device = (int)(h >> 48);
-    int64_t idx = h & ((1ll << 48) - 1);
-    const kd_cuda_result *res = kd_cuda_hash_result(device, idx);
-    if (res == NULL) {
-        if (kd_cuda_hash_collect() != 0) {
-            PyErr_SetString(PyExc_RuntimeError, kd_cuda_last_error());
-            return NULL;
-        }
-        res = kd_cuda_hash_result(device, idx);
-    }
-    if (res == NULL) {
-        PyErr_SetString(PyExc_KeyError, "no such GPU hash");
+    if (Py_TYPE(arg) != &kd_PendingHashType) {
+        PyErr_Format(PyExc_TypeError, "hash_fetch expects a PendingHash (from hash_async), not %s",
+                     Py_TYPE(arg)->tp_name);
         return NULL;
     }
-    return hash7(kd_hash_finish(res->S, res->nbytes), res->l1, res->nan, res->posinf, res->neginf,
-                 res->xor64, (int)res->unsupported);
+    PyObject *r = pending_fetch((kd_pending_hash *)arg);
+    if (r == Py_None) {
+        Py_DECREF(r);
+        PyErr_SetString(PyExc_RuntimeError, "kdebug could not queue this GPU hash");
+        return NULL;
+    }
+    return r;
 }
 
 static PyObject *mod_hash_collect(PyObject *m, PyObject *unused)
@@ -284,43 +384,13 @@ static PyObject *mod_gpu_info(PyObject *m, PyObject *unused)
 {
     (void)m;
     (void)unused;
-    return Py_BuildValue("{sOsKsL}", "available", kd_cuda_available() ? Py_True : Py_False,
+    return Py_BuildValue("{sOsKsLsK}", "available", kd_cuda_available() ? Py_True : Py_False,
                          "syncs", (unsigned long long)kd_cuda_syncs(), "in_flight",
-                         (long long)kd_cuda_hash_outstanding());
+                         (long long)kd_cuda_hash_outstanding(), "waiting",
+                         (unsigned long long)kd_results_waiting());
 }
 
 /* ---- hashing aten-op arguments and results as pytrees (the fast path) ---- */
-
-/* A hash still on the GPU inside an aten-op record: (handle, spec id).
- * handle is KD_PENDING_DEFERRED until the deferred queue is flushed
- * (Note [Deferred GPU work]), KD_PENDING_FAILED if queuing failed. */
-typedef struct {
-    PyObject_HEAD
-    long long handle;
-    int spec;
-} kd_pending_hash;
-
-#define KD_PENDING_DEFERRED (-1)
-#define KD_PENDING_FAILED (-2)
-
-static void pending_sink(PyObject *owner, uint64_t aux, int w, int device, int64_t index, const char *error)
-{
-    (void)aux, (void)w, (void)error;
-    ((kd_pending_hash *)owner)->handle = index < 0 ? KD_PENDING_FAILED : (((long long)device << 48) | index);
-}
-
-static PyObject *pending_repr(kd_pending_hash *self)
-{
-    return PyUnicode_FromFormat("<kdebug pending GPU hash %lld>", self->handle);
-}
-
-static PyTypeObject kd_PendingHashType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kdebug._C.PendingHash",
-    .tp_basicsize = sizeof(kd_pending_hash),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_repr = (reprfunc)pending_repr,
-    .tp_doc = "A hash queued on the GPU; DebugMode replaces it by its value when results are read.",
-};
 
 /* Rebuilds an exact list / tuple / dict tree with every other object mapped by
  * leaf(o, ctx) (a new reference, NULL with an exception, or NotImplemented to
@@ -416,11 +486,9 @@ static PyObject *hash_leaf(PyObject *o, void *vctx)
     c->all_none = 0;
     kd_cuda_tensor ct;
     if (kd_defer_enabled() && kd_cuda_describe(&meta, &ct) && ct.numel > 0) {
-        kd_pending_hash *p = PyObject_New(kd_pending_hash, &kd_PendingHashType);
+        kd_pending_hash *p = pending_new(c->spec);
         if (p == NULL)
             return NULL;
-        p->handle = KD_PENDING_DEFERRED;
-        p->spec = c->spec;
         uint64_t stream = c->stream ? c->stream : kd_shim_current_stream(meta.device_type, meta.device_index);
         if (kd_defer_hash(o, &ct, meta.device_index, stream, c->kinds, pending_sink, (PyObject *)p, 0, 0))
             return (PyObject *)p;
@@ -431,14 +499,9 @@ static PyObject *hash_leaf(PyObject *o, void *vctx)
     Py_XDECREF(a);
     if (h == NULL || h == Py_NotImplemented)
         return h;
-    if (PyLong_Check(h)) {
-        kd_pending_hash *p = PyObject_New(kd_pending_hash, &kd_PendingHashType);
-        if (p != NULL) {
-            p->handle = PyLong_AsLongLong(h);
-            p->spec = c->spec;
-        }
-        Py_DECREF(h);
-        return (PyObject *)p;
+    if (Py_TYPE(h) == &kd_PendingHashType) {
+        ((kd_pending_hash *)h)->spec = c->spec;
+        return h;
     }
     PyObject *v = PyObject_CallFunctionObjArgs(c->value_fn, h, NULL);
     Py_DECREF(h);
@@ -464,15 +527,9 @@ static PyObject *resolve_leaf(PyObject *o, void *ctx)
     if (Py_TYPE(o) != &kd_PendingHashType)
         return Py_NewRef(o);
     kd_pending_hash *p = (kd_pending_hash *)o;
-    if (p->handle == KD_PENDING_DEFERRED)
-        kd_defer_flush();
-    if (p->handle < 0) /* queuing failed: counted in defer_stats, reported by DebugMode */
-        Py_RETURN_NONE;
-    PyObject *h = PyLong_FromLongLong(p->handle);
-    PyObject *r = h ? mod_hash_fetch(NULL, h) : NULL;
-    Py_XDECREF(h);
-    if (r == NULL)
-        return NULL;
+    PyObject *r = pending_fetch(p);
+    if (r == NULL || r == Py_None)
+        return r;
     PyObject *v = PyObject_CallFunction((PyObject *)ctx, "Oi", r, p->spec);
     Py_DECREF(r);
     return v;
@@ -548,8 +605,8 @@ static PyMethodDef module_methods[] = {
     {"tree_resolve", mod_tree_resolve, METH_VARARGS,
      "tree_resolve(obj, value_fn): replace PendingHash leaves by value_fn(7-tuple, spec)."},
     {"hash_async", mod_hash_async, METH_VARARGS,
-     "hash_async(t, kinds, stream) -> 7-tuple, int handle (GPU, queued), or NotImplemented"},
-    {"hash_fetch", mod_hash_fetch, METH_O, "hash_fetch(handle) -> 7-tuple (collects if needed)"},
+     "hash_async(t, kinds, stream) -> 7-tuple, PendingHash (GPU, queued), or NotImplemented"},
+    {"hash_fetch", mod_hash_fetch, METH_O, "hash_fetch(pending) -> 7-tuple (collects if needed)"},
     {"hash_collect", mod_hash_collect, METH_NOARGS,
      "Synchronize once and read every queued GPU hash back; returns kdebug's sync count."},
     {"gpu_info", mod_gpu_info, METH_NOARGS, "{'available', 'syncs', 'in_flight'} of GPU hashing"},

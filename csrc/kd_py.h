@@ -54,6 +54,7 @@ typedef struct kd_recorder {
     PyObject *outputs;          /* GIL; {launch_index: {name: clone}} */
     PyObject *custom;           /* GIL; {(launch_index, arg, when): value} */
     uint64_t resolved_upto;     /* GIL; stored launches before this have no pending GPU hash */
+    struct kd_result_anchor *anchor; /* GIL; its GPU hash results in flight (Note [GPU hash results]) */
     int nmessages;
     char messages[KD_MAX_ERROR_MESSAGES][KD_ERROR_MESSAGE_BYTES];
 } kd_recorder;
@@ -132,8 +133,9 @@ struct kd_tensor_meta;
 struct kd_cuda_tensor;
 int kd_cuda_describe(const struct kd_tensor_meta *m, struct kd_cuda_tensor *t);
 
-/* Fills in the GPU hashes of stored launches (collecting them first: one
- * device synchronization).  Returns how many are still missing. */
+/* Collects this recorder's GPU hashes in flight (one device synchronization;
+ * they land in its records) and returns how many stored hashes are still
+ * missing (queuing or reading them failed: kd_recorder_error said why). */
 uint64_t kd_recorder_resolve(kd_recorder *r);
 
 /* ---- hook.c: what the runner hook captures during a recorded launch ---- */

@@ -7,6 +7,7 @@
 #include "kd_defer.h"
 #include "kd_hash.h"
 #include "kd_py.h"
+#include "kd_results.h"
 #include "kd_shim.h"
 
 _Thread_local kd_recorder *kd_tls_recorder = NULL;
@@ -169,79 +170,117 @@ static uint32_t describe_arg(PyObject *o, uint32_t name_id, uint8_t role, int ha
     return 1;
 }
 
-/* CUDA tensors to hash, queued as one kernel (Note [Hashing on the GPU]). */
+/* The CUDA tensors one launch hashes before or after it runs: handed to the
+ * deferred queue or launched as hash kernels of up to KD_CUDA_BATCH tensors
+ * (Note [Hashing on the GPU]). */
+#define KD_GPU_BATCH_MAX 128
 typedef struct gpu_batch {
-    kd_cuda_tensor t[KD_CUDA_BATCH];
-    kd_hash_rec *h[KD_CUDA_BATCH];
-    PyObject *obj[KD_CUDA_BATCH]; /* borrowed: the launch's arguments */
-    uint64_t pos[KD_CUDA_BATCH];  /* ring index of h (relative to the launch before it is reserved) */
-    int w[KD_CUDA_BATCH];
-    int n, device, kinds;
+    kd_cuda_tensor t[KD_GPU_BATCH_MAX];
+    PyObject *obj[KD_GPU_BATCH_MAX]; /* borrowed: the launch's arguments */
+    uint64_t pos[KD_GPU_BATCH_MAX];  /* ring ticket of the hash record (relative to the launch before it is reserved) */
+    int w[KD_GPU_BATCH_MAX];
+    int device[KD_GPU_BATCH_MAX];
+    int kinds[KD_GPU_BATCH_MAX];
+    int n;
     uint64_t stream;
 } gpu_batch;
 
-/* Where a deferred hash lands: the hash payload at ring index `pos`, unless
+/* A collected GPU result for the hash record at ring ticket `pos` (Note [GPU
+ * hash results]): filled in unless the record was drained or lapped since
+ * (a drain collects first, so only a cleared or lapped record misses it). */
+static void rec_deliver(void *owner, uint64_t pos, int w, const kd_cuda_result *res)
+{
+    kd_recorder *r = owner;
+    uint64_t head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&r->ring->tail, memory_order_relaxed);
+    if (pos < tail || head - pos > r->ring->capacity)
+        return;
+    kd_hash_rec *h = &kd_ring_payload(r->ring, pos)->hash;
+    uint8_t pending = (uint8_t)(w ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE);
+    if (!(h->flags & pending))
+        return;
+    h->bitwise[w] = kd_hash_finish(res->S, res->nbytes);
+    h->l1[w] = res->l1;
+    h->nan[w] = res->nan, h->posinf[w] = res->posinf, h->neginf[w] = res->neginf;
+    h->xor64[w] = res->xor64;
+    if (res->unsupported && (h->kinds & (KD_HK_NORM | KD_HK_XOR))) {
+        h->flags |= KD_HF_UNSUPPORTED;
+        r->hash_unsupported++;
+    }
+    h->flags &= (uint8_t)~pending;
+    if ((h->flags & KD_HF_CHECKED) && !(h->flags & (KD_HF_PENDING_PRE | KD_HF_PENDING_POST)) &&
+        h->bitwise[0] != h->bitwise[1] && !(h->flags & KD_HF_CHANGED)) {
+        h->flags |= KD_HF_CHANGED;
+        r->readonly_changed++;
+    }
+}
+
+/* Side w of the hash record at ring ticket `pos` waits for GPU result `index`
+ * (index < 0: queuing failed, `error` says why). */
+static void await_result(kd_recorder *r, uint64_t pos, int w, int device, int64_t index, const char *error)
+{
+    kd_hash_rec *h = &kd_ring_payload(r->ring, pos)->hash;
+    if (index >= 0 && kd_results_expect(device, index, rec_deliver, NULL, r->anchor, pos, w) == 0) {
+        h->bitwise[w] = (uint64_t)index; /* until the result arrives */
+        h->flags |= (uint8_t)(w ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE);
+        return;
+    }
+    h->flags &= (uint8_t)~(w ? (KD_HF_POST | KD_HF_PENDING_POST) : (KD_HF_PRE | KD_HF_PENDING_PRE));
+    char msg[300];
+    snprintf(msg, sizeof msg, "queuing GPU hashes: %s",
+             index >= 0 ? "more GPU hash results in flight than kdebug can track" : error ? error : "");
+    kd_recorder_error(r, msg);
+}
+
+/* Where a deferred hash lands: the hash payload at ring ticket `pos`, unless
  * the ring has been lapped since (that launch is then counted as lost). */
 static void ring_sink(PyObject *owner, uint64_t pos, int w, int device, int64_t index, const char *error)
 {
     kd_recorder *r = (kd_recorder *)owner;
-    (void)device;
     uint64_t head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
     if (head - pos > r->ring->capacity)
         return;
-    kd_hash_rec *h = &kd_ring_payload(r->ring, pos)->hash;
-    if (index < 0) {
-        h->flags &= (uint8_t)~(w ? (KD_HF_POST | KD_HF_PENDING_POST) : (KD_HF_PRE | KD_HF_PENDING_PRE));
-        char msg[300];
-        snprintf(msg, sizeof msg, "queuing GPU hashes: %s", error ? error : "");
-        kd_recorder_error(r, msg);
-        return;
-    }
-    h->bitwise[w] = (uint64_t)index;
+    await_result(r, pos, w, device, index, error);
 }
 
-/* Hands a batch to the deferred queue (Note [Deferred GPU work]): the hash
- * records are marked pending now and get their result index at the flush. */
-static void batch_flush(kd_recorder *r, gpu_batch *b);
+/* Hash kernels for the batch now, on its stream: one per run of up to
+ * KD_CUDA_BATCH entries of one device and kind; entry i's hash record is at
+ * ring ticket base + pos[i]. */
+static void batch_flush(kd_recorder *r, gpu_batch *b, uint64_t base)
+{
+    int i = 0;
+    while (i < b->n) {
+        int j = i + 1;
+        while (j < b->n && j - i < KD_CUDA_BATCH && b->device[j] == b->device[i] && b->kinds[j] == b->kinds[i])
+            j++;
+        int64_t first = kd_cuda_hash_enqueue(b->device[i], b->stream, b->kinds[i], &b->t[i], j - i);
+        const char *err = first < 0 ? kd_cuda_last_error() : NULL;
+        for (int k = i; k < j; k++)
+            await_result(r, base + b->pos[k], b->w[k], b->device[k], first < 0 ? -1 : first + (k - i), err);
+        i = j;
+    }
+    b->n = 0;
+}
 
+/* Hands a batch to the deferred queue (Note [Deferred GPU work]); what the
+ * queue refuses is launched right away. */
 static void batch_defer(kd_recorder *r, gpu_batch *b, uint64_t base)
 {
-    gpu_batch now; /* what the queue refused: launched right away */
-    now.n = 0;
+    int refused = 0;
     for (int i = 0; i < b->n; i++) {
-        kd_hash_rec *h = &kd_ring_payload(r->ring, base + b->pos[i])->hash;
+        uint64_t pos = base + b->pos[i];
+        kd_hash_rec *h = &kd_ring_payload(r->ring, pos)->hash;
         h->flags |= (uint8_t)(b->w[i] ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE);
-        if (!kd_defer_hash(b->obj[i], &b->t[i], b->device, b->stream, b->kinds, ring_sink,
-                           (PyObject *)r, base + b->pos[i], b->w[i])) {
-            int k = now.n++;
-            now.t[k] = b->t[i], now.h[k] = h, now.w[k] = b->w[i];
-            now.device = b->device, now.kinds = b->kinds, now.stream = b->stream;
+        if (!kd_defer_hash(b->obj[i], &b->t[i], b->device[i], b->stream, b->kinds[i], ring_sink,
+                           (PyObject *)r, pos, b->w[i])) {
+            /* compacted to the front, with absolute tickets */
+            b->t[refused] = b->t[i], b->pos[refused] = pos, b->w[refused] = b->w[i];
+            b->device[refused] = b->device[i], b->kinds[refused] = b->kinds[i];
+            refused++;
         }
     }
-    b->n = 0;
-    batch_flush(r, &now);
-}
-
-static void batch_flush(kd_recorder *r, gpu_batch *b)
-{
-    if (b->n == 0)
-        return;
-    int64_t first = kd_cuda_hash_enqueue(b->device, b->stream, b->kinds, b->t, b->n);
-    for (int i = 0; i < b->n; i++) {
-        kd_hash_rec *h = b->h[i];
-        if (first < 0) {
-            h->flags &= (uint8_t)~(b->w[i] ? KD_HF_POST : KD_HF_PRE);
-            continue;
-        }
-        h->bitwise[b->w[i]] = (uint64_t)(first + i);
-        h->flags |= (uint8_t)(b->w[i] ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE);
-    }
-    if (first < 0) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "queuing GPU hashes: %s", kd_cuda_last_error());
-        kd_recorder_error(r, msg);
-    }
-    b->n = 0;
+    b->n = refused;
+    batch_flush(r, b, 0);
 }
 
 int kd_cuda_describe(const kd_tensor_meta *m, kd_cuda_tensor *t)
@@ -298,8 +337,8 @@ static int batch_add(kd_recorder *r, gpu_batch *b, const kd_tensor_meta *m, int 
     kd_cuda_tensor probe;
     if (b == NULL || !kd_cuda_describe(m, &probe))
         return 0;
-    if (b->n && (b->n == KD_CUDA_BATCH || b->device != m->device_index || b->kinds != kinds))
-        batch_flush(r, b);
+    if (b->n == KD_GPU_BATCH_MAX)
+        return 0; /* a launch with more hashed tensors: the rest take the slow path */
     kd_cuda_tensor *t = &b->t[b->n];
     *t = probe;
     if (t->numel == 0) {
@@ -307,12 +346,11 @@ static int batch_add(kd_recorder *r, gpu_batch *b, const kd_tensor_meta *m, int 
         h->bitwise[w] = kd_hash_finish(0, 0);
         return 1;
     }
-    b->h[b->n] = h;
     b->w[b->n] = w;
     b->obj[b->n] = obj;
     b->pos[b->n] = pos;
-    b->device = m->device_index;
-    b->kinds = kinds;
+    b->device[b->n] = m->device_index;
+    b->kinds[b->n] = kinds;
     b->stream = stream;
     b->n++;
     return 1;
@@ -491,9 +529,7 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
         }
         used += k;
     }
-    if (!defer || why != NULL)
-        batch_flush(r, &batch); /* before the kernel, on its stream */
-    if (why != NULL) {
+    if (why != NULL) { /* nothing recorded: its hashes are not queued */
         char msg[200];
         snprintf(msg, sizeof msg, "could not describe an argument of %s: %s",
                  kd_strtab_get(kd_strings, info->name_id, NULL), why);
@@ -540,8 +576,10 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
             off += kd_arg_payloads(&b[off]);
         }
     }
-    if (batch.n)
+    if (batch.n && defer)
         batch_defer(r, &batch, p->first);
+    else if (batch.n)
+        batch_flush(r, &batch, p->first); /* before the kernel, on its stream */
     guard_writes(dev_type, args, nargs, info, stream);
     p->n = used;
     p->ok = 1;
@@ -617,7 +655,7 @@ static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, P
     if (kd_defer_enabled())
         batch_defer(r, &batch, 0);
     else
-        batch_flush(r, &batch); /* after the kernel, on its stream */
+        batch_flush(r, &batch, 0); /* after the kernel, on its stream */
     if (cfg->check_readonly) {
         /* values still on the GPU are compared when they are resolved */
         off = 1;
@@ -720,73 +758,43 @@ static int visit_drain(void *ctx, uint64_t first, const kd_payload *p, uint32_t 
     return 0;
 }
 
+/* Queued GPU hashes of this recorder: launched, and with collect, their
+ * results in its records (one device synchronization when any is in flight). */
+static void flush_hashes(kd_recorder *r, int collect)
+{
+    kd_defer_flush();
+    if (collect && r->anchor != NULL && r->anchor->refs > 0 && kd_cuda_hash_collect() != 0) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "reading GPU hashes: %s", kd_cuda_last_error());
+        kd_recorder_error(r, msg);
+    }
+}
+
 uint64_t kd_recorder_drain(kd_recorder *r)
 {
-    kd_defer_flush(); /* deferred results land in the ring: before it is read */
+    flush_hashes(r, 1); /* results land in the ring: before it is read */
     kd_ring_read(r->ring, r->drain_scratch, r->drain_cap, visit_drain, r);
     return r->store.nlaunches;
 }
 
-/* Fills one side of a hash record from the GPU's result; 0 if not there yet. */
-static int resolve_side(kd_recorder *r, kd_hash_rec *h, int w, int device)
-{
-    const kd_cuda_result *res = kd_cuda_hash_result(device, (int64_t)h->bitwise[w]);
-    if (res == NULL)
-        return 0;
-    h->bitwise[w] = kd_hash_finish(res->S, res->nbytes);
-    h->l1[w] = res->l1;
-    h->nan[w] = res->nan, h->posinf[w] = res->posinf, h->neginf[w] = res->neginf;
-    h->xor64[w] = res->xor64;
-    if (res->unsupported && (h->kinds & (KD_HK_NORM | KD_HK_XOR))) {
-        h->flags |= KD_HF_UNSUPPORTED;
-        r->hash_unsupported++;
-    }
-    h->flags &= (uint8_t) ~(w ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE);
-    return 1;
-}
-
 uint64_t kd_recorder_resolve(kd_recorder *r)
 {
-    kd_defer_flush();
+    flush_hashes(r, 1);
     uint64_t unresolved = 0;
-    int collected = 0;
     uint64_t first_pending = UINT64_MAX;
     for (uint64_t i = r->resolved_upto; i < r->store.nlaunches; i++) {
         kd_payload *l = &r->store.payloads[r->store.launch_off[i]];
         uint32_t off = 1;
-        int pending_here = 0;
         for (uint32_t a = 0; a < l->launch.nargs && off <= l->launch.nslots; a++) {
             kd_payload *q = &l[off];
             kd_hash_rec *h = kd_arg_hash(q);
             off += kd_arg_payloads(q);
-            if (h == NULL || !(h->flags & (KD_HF_PENDING_PRE | KD_HF_PENDING_POST)))
-                continue;
-            if (!collected) {
-                if (kd_cuda_hash_collect() != 0) {
-                    char msg[300];
-                    snprintf(msg, sizeof msg, "reading GPU hashes: %s", kd_cuda_last_error());
-                    kd_recorder_error(r, msg);
-                }
-                collected = 1;
-            }
-            int dev = q->tensor.device_index < 0 ? 0 : q->tensor.device_index;
-            int ok = 1;
-            for (int w = 0; w < 2; w++)
-                if ((h->flags & (w ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE)) && !resolve_side(r, h, w, dev))
-                    ok = 0;
-            if (!ok) {
-                pending_here = 1;
+            if (h != NULL && (h->flags & (KD_HF_PENDING_PRE | KD_HF_PENDING_POST))) {
                 unresolved++;
-                continue;
-            }
-            if ((h->flags & KD_HF_CHECKED) && h->bitwise[0] != h->bitwise[1] &&
-                !(h->flags & KD_HF_CHANGED)) {
-                h->flags |= KD_HF_CHANGED;
-                r->readonly_changed++;
+                if (first_pending == UINT64_MAX)
+                    first_pending = i;
             }
         }
-        if (pending_here && first_pending == UINT64_MAX)
-            first_pending = i;
     }
     r->resolved_upto = first_pending == UINT64_MAX ? r->store.nlaunches : first_pending;
     return unresolved;
@@ -852,9 +860,10 @@ static PyObject *rec_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->drain_cap = KD_BUILD_SLOTS;
     self->drain_scratch = take_spare(&spare_scratch);
     self->store_objects = store_objects;
+    self->anchor = kd_result_anchor_new(self);
     if (self->ring && store_objects)
         self->ring_objs = PyMem_Calloc(self->ring->capacity, sizeof(PyObject *));
-    if (self->ring == NULL || self->build == NULL || self->drain_scratch == NULL ||
+    if (self->ring == NULL || self->build == NULL || self->drain_scratch == NULL || self->anchor == NULL ||
         (store_objects && self->ring_objs == NULL)) {
         Py_DECREF(self);
         return PyErr_NoMemory();
@@ -902,6 +911,7 @@ static void rec_dealloc(kd_recorder *self)
 {
     PyObject_GC_UnTrack(self);
     rec_clear_refs(self);
+    kd_result_anchor_drop(self->anchor); /* results still to come find no recorder */
     kd_ring_release(self->ring);
     kd_store_free(&self->store);
     PyMem_Free(self->ring_objs);
@@ -1000,7 +1010,7 @@ static PyObject *rec_resolve(kd_recorder *self, PyObject *unused)
 static PyObject *rec_clear(kd_recorder *self, PyObject *unused)
 {
     (void)unused;
-    kd_recorder_drain(self);
+    flush_hashes(self, 0); /* what is still to come lands nowhere: the ring is cleared */
     drop_objects(self);
     kd_store_clear(&self->store);
     self->resolved_upto = 0;

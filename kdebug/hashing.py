@@ -77,8 +77,9 @@ def _raw(t: torch.Tensor, kinds: int) -> tuple:
 
 
 def start(t: torch.Tensor, kinds: int):
-    """Starts hashing t: a 7-tuple when done at once (CPU), an int handle when
-    queued on t's current CUDA stream (fetch with finish), else the host path."""
+    """Starts hashing t: a 7-tuple when done at once (CPU), a _C.PendingHash
+    when queued on t's current CUDA stream (fetch with finish), else the host
+    path."""
     with torch._C._DisableTorchDispatch():
         if t.is_quantized:
             t = t.int_repr()
@@ -89,7 +90,7 @@ def start(t: torch.Tensor, kinds: int):
 
 
 def finish(r) -> tuple:
-    return _C.hash_fetch(r) if isinstance(r, int) else r
+    return _C.hash_fetch(r) if isinstance(r, _C.PendingHash) else r
 
 
 def _hash7(t: torch.Tensor, kinds: int, on_host: bool) -> tuple:
@@ -188,7 +189,7 @@ class Pending:
 
     __slots__ = ("handle", "spec")
 
-    def __init__(self, handle: int, spec: "HashSpec"):
+    def __init__(self, handle, spec: "HashSpec"):  # handle: a _C.PendingHash
         self.handle, self.spec = handle, spec
 
     def value(self):
@@ -202,7 +203,7 @@ class Pending:
 def start_value(t: torch.Tensor, spec: "HashSpec"):
     """The spec's value for t now, or a Pending one queued on the GPU."""
     r = start(t, spec.kinds)
-    if isinstance(r, int):
+    if isinstance(r, _C.PendingHash):
         return Pending(r, spec)
     return spec.value(r[:6])
 

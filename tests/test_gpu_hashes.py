@@ -115,6 +115,42 @@ def test_identical_steps_hash_identically(block_step):
     assert runs[0] == runs[1]
 
 
+def _step_hashes(step, x):
+    with DebugMode() as dm:
+        with DebugMode.log_tensor_hashes(hash_fn="bitwise"):
+            step(x)
+    return [(k.kernel_name, k.post_hashes) for k in dm.kernels], \
+        [op.log for op in dm.operators if not isinstance(op, kdebug._KernelCall)]
+
+
+def test_results_of_unread_modes_are_not_kept(block_step):
+    """Note [GPU hash results]: DebugModes dropped without reading their hashes
+    leave nothing on the host once the device's results are collected, even
+    past the device ring's capacity (which collects by itself), and a later
+    DebugMode still gets its own values."""
+    step, x = block_step
+    ref = _step_hashes(step, x)
+    assert ref[0] and all(h for _, h in ref[0])
+    def results_queued():
+        st = _C.defer_stats()
+        return st["queued_hashes"] - st["shared_hashes"]
+
+    queued0 = results_queued()
+    syncs0 = _C.gpu_info()["syncs"]
+    n = 0
+    while results_queued() - queued0 < 10_000:  # past the 8192 results in flight per device
+        with DebugMode() as dm:
+            with DebugMode.log_tensor_hashes(hash_fn="bitwise"):
+                step(x)
+        del dm
+        n += 1
+    assert _C.gpu_info()["syncs"] > syncs0  # the full ring was collected on its own
+    assert _C.gpu_info()["waiting"] > 0     # the last modes' results are still on their way
+    _C.hash_collect()
+    assert _C.gpu_info()["waiting"] == 0 and _C.gpu_info()["in_flight"] == 0
+    assert _step_hashes(step, x) == ref, n
+
+
 def test_pre_and_post_follow_roles_on_triton_kernels(block_step):
     step, x = block_step
     with DebugMode(store_original_args=True) as dm:

@@ -11,6 +11,7 @@
 #include "../kd_hash.h"
 #include "../kd_record.h"
 #include "../kd_render.h"
+#include "../kd_results.h"
 #include "../kd_ring.h"
 #include "../kd_store.h"
 #include "../kd_strtab.h"
@@ -633,6 +634,104 @@ static void test_decode_and_norm(void)
     CHECK(kd_hash_norm(&bad, &n) == -1);
 }
 
+/* ---- GPU result hand-over (kd_results.c) ---- */
+
+typedef struct got_results {
+    int n;
+    uint64_t aux[8];
+    int w[8];
+    uint64_t S[8];
+} got_results;
+
+static void take_result(void *owner, uint64_t aux, int w, const kd_cuda_result *res)
+{
+    got_results *g = owner;
+    if (g->n < 8) {
+        g->aux[g->n] = aux, g->w[g->n] = w, g->S[g->n] = res->S;
+        g->n++;
+    }
+}
+
+static kd_cuda_result result_with(uint64_t S)
+{
+    kd_cuda_result r;
+    memset(&r, 0, sizeof r);
+    r.S = S;
+    return r;
+}
+
+static void test_results(void)
+{
+    got_results direct = {0}, anchored = {0};
+    /* registered first, delivered later: handed over once, slot freed */
+    CHECK(kd_results_expect(0, 5, take_result, &direct, NULL, 77, 1) == 0);
+    CHECK(kd_results_waiting() == 1);
+    /* another index on the same slot while 5 waits: too many in flight */
+    CHECK(kd_results_expect(0, 5 + KD_CUDA_CAPACITY, take_result, &direct, NULL, 0, 0) == -1);
+    kd_cuda_result r5 = result_with(555);
+    kd_results_deliver(0, 5, &r5);
+    CHECK(direct.n == 1 && direct.aux[0] == 77 && direct.w[0] == 1 && direct.S[0] == 555);
+    CHECK(kd_results_waiting() == 0);
+    kd_results_deliver(0, 5, &r5); /* again: nobody waits, nothing handed */
+    CHECK(direct.n == 1);
+    /* the same slot, one capacity later: free again; two waiters share one
+     * result (identical views queued together) */
+    CHECK(kd_results_expect(0, 5 + KD_CUDA_CAPACITY, take_result, &direct, NULL, 78, 0) == 0);
+    CHECK(kd_results_expect(0, 5 + KD_CUDA_CAPACITY, take_result, &direct, NULL, 79, 1) == 0);
+    CHECK(kd_results_waiting() == 2);
+    kd_cuda_result r6 = result_with(666);
+    kd_results_deliver(0, 5 + KD_CUDA_CAPACITY, &r6);
+    CHECK(direct.n == 3 && direct.S[1] == 666 && direct.S[2] == 666);
+    CHECK((direct.aux[1] == 78 && direct.aux[2] == 79) || (direct.aux[1] == 79 && direct.aux[2] == 78));
+    CHECK(kd_results_waiting() == 0);
+    direct.n = 2; /* as if only one of them had come */
+
+    /* delivered before anyone registered: handed over at registration */
+    kd_cuda_result r9 = result_with(999);
+    kd_results_deliver(3, 9, &r9);
+    CHECK(kd_results_expect(3, 9, take_result, &direct, NULL, 1, 0) == 0);
+    CHECK(direct.n == 3 && direct.S[2] == 999);
+
+    /* a forgotten direct owner gets nothing; bad devices are refused */
+    CHECK(kd_results_expect(0, 11, take_result, &direct, NULL, 2, 0) == 0);
+    CHECK(kd_results_expect(0, 11, take_result, &anchored, NULL, 3, 0) == 0);
+    kd_results_forget(0, 11, &direct);
+    kd_cuda_result r11 = result_with(11);
+    kd_results_deliver(0, 11, &r11);
+    CHECK(direct.n == 3 && anchored.n == 1 && anchored.aux[0] == 3 && kd_results_waiting() == 0);
+    anchored.n = 0;
+    /* many waiters: the pool grows */
+    got_results many = {0};
+    for (int i = 0; i < 1000; i++)
+        CHECK(kd_results_expect(2, 1000 + i, take_result, &many, NULL, (uint64_t)i, 0) == 0);
+    CHECK(kd_results_waiting() == 1000);
+    for (int i = 0; i < 1000; i++) {
+        kd_cuda_result ri = result_with((uint64_t)i);
+        kd_results_deliver(2, 1000 + i, &ri);
+    }
+    CHECK(many.n == 8 && kd_results_waiting() == 0); /* take_result keeps the first 8 */
+    CHECK(kd_results_expect(-1, 1, take_result, &direct, NULL, 0, 0) == -1);
+    CHECK(kd_results_expect(KD_RESULTS_DEVICES, 1, take_result, &direct, NULL, 0, 0) == -1);
+
+    /* an anchor: results arrive while the owner lives; after the drop they are
+     * discarded and the anchor is freed with the last one (ASan checks) */
+    kd_result_anchor *a = kd_result_anchor_new(&anchored);
+    CHECK(a != NULL);
+    for (int64_t i = 20; i < 23; i++)
+        CHECK(kd_results_expect(1, i, take_result, NULL, a, (uint64_t)i, 0) == 0);
+    CHECK(a->refs == 3);
+    kd_cuda_result r20 = result_with(20);
+    kd_results_deliver(1, 20, &r20);
+    CHECK(anchored.n == 1 && anchored.aux[0] == 20 && a->refs == 2);
+    kd_result_anchor_drop(a); /* the owner dies with two in flight */
+    kd_cuda_result r21 = result_with(21), r22 = result_with(22);
+    kd_results_deliver(1, 21, &r21);
+    kd_results_deliver(1, 22, &r22);
+    CHECK(anchored.n == 1 && kd_results_waiting() == 0);
+    kd_result_anchor_drop(kd_result_anchor_new(&anchored)); /* none in flight: freed at once */
+    kd_results_reset();
+}
+
 int main(void)
 {
     test_hash_bitwise();
@@ -646,6 +745,7 @@ int main(void)
     test_strtab();
     test_render();
     test_doubles();
+    test_results();
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
