@@ -53,7 +53,6 @@ typedef struct kd_recorder {
     uint64_t outputs_skipped;   /* GIL; outputs not recorded: budget exceeded */
     PyObject *outputs;          /* GIL; {launch_index: {name: clone}} */
     PyObject *custom;           /* GIL; {(launch_index, arg, when): value} */
-    uint64_t resolved_upto;     /* GIL; stored launches before this have no pending GPU hash */
     struct kd_result_anchor *anchor; /* GIL; its GPU hash results in flight (Note [GPU hash results]) */
     int nmessages;
     char messages[KD_MAX_ERROR_MESSAGES][KD_ERROR_MESSAGE_BYTES];
@@ -122,8 +121,9 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
 void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssize_t nargs,
                    int raised);
 
-/* Moves every complete launch from the ring into the store.  Returns the
- * number of launches in the store. */
+/* Moves every complete launch from the ring into the store, after collecting
+ * its GPU hashes in flight (one device synchronization; they land in the ring
+ * records first).  Returns the number of launches in the store. */
 uint64_t kd_recorder_drain(kd_recorder *r);
 
 /* Describes a tensor for the CUDA hash kernel.  Returns 1 when this build can
@@ -133,10 +133,6 @@ struct kd_tensor_meta;
 struct kd_cuda_tensor;
 int kd_cuda_describe(const struct kd_tensor_meta *m, struct kd_cuda_tensor *t);
 
-/* Collects this recorder's GPU hashes in flight (one device synchronization;
- * they land in its records) and returns how many stored hashes are still
- * missing (queuing or reading them failed: kd_recorder_error said why). */
-uint64_t kd_recorder_resolve(kd_recorder *r);
 
 /* ---- hook.c: what the runner hook captures during a recorded launch ---- */
 typedef struct kd_capture {

@@ -185,6 +185,17 @@ typedef struct gpu_batch {
     uint64_t stream;
 } gpu_batch;
 
+/* Once both sides of a checked read-only argument's hash are known: whether
+ * the launch changed its bytes (check_inputs_unchanged). */
+static void note_readonly_change(kd_recorder *r, kd_hash_rec *h)
+{
+    if ((h->flags & KD_HF_CHECKED) && !(h->flags & (KD_HF_PENDING_PRE | KD_HF_PENDING_POST | KD_HF_CHANGED)) &&
+        h->bitwise[0] != h->bitwise[1]) {
+        h->flags |= KD_HF_CHANGED;
+        r->readonly_changed++;
+    }
+}
+
 /* A collected GPU result for the hash record at ring ticket `pos` (Note [GPU
  * hash results]): filled in unless the record was drained or lapped since
  * (a drain collects first, so only a cleared or lapped record misses it). */
@@ -208,11 +219,7 @@ static void rec_deliver(void *owner, uint64_t pos, int w, const kd_cuda_result *
         r->hash_unsupported++;
     }
     h->flags &= (uint8_t)~pending;
-    if ((h->flags & KD_HF_CHECKED) && !(h->flags & (KD_HF_PENDING_PRE | KD_HF_PENDING_POST)) &&
-        h->bitwise[0] != h->bitwise[1] && !(h->flags & KD_HF_CHANGED)) {
-        h->flags |= KD_HF_CHANGED;
-        r->readonly_changed++;
-    }
+    note_readonly_change(r, h);
 }
 
 /* Side w of the hash record at ring ticket `pos` waits for GPU result `index`
@@ -331,7 +338,7 @@ int kd_cuda_describe(const kd_tensor_meta *m, kd_cuda_tensor *t)
 
 /* Queues a CUDA tensor's hashes; 0 if this build or view cannot (the caller
  * falls back to the slow path). */
-static int batch_add(kd_recorder *r, gpu_batch *b, const kd_tensor_meta *m, int kinds,
+static int batch_add(gpu_batch *b, const kd_tensor_meta *m, int kinds,
                      kd_hash_rec *h, int w, uint64_t stream, PyObject *obj, uint64_t pos)
 {
     kd_cuda_tensor probe;
@@ -369,7 +376,7 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
     h->kinds |= (uint8_t)kinds;
     h->flags |= (uint8_t)(w ? KD_HF_POST : KD_HF_PRE);
     int std_kinds = kinds & (KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR);
-    if (std_kinds && batch_add(r, b, &m, std_kinds, h, w, stream, o, pos)) {
+    if (std_kinds && batch_add(b, &m, std_kinds, h, w, stream, o, pos)) {
         /* queued */
     } else if (m.device_type == KD_DEV_CPU) {
         kd_view v = {(const void *)(uintptr_t)m.data_ptr, m.dtype, kd_itemsize(m.dtype),
@@ -657,19 +664,13 @@ static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, P
     else
         batch_flush(r, &batch, 0); /* after the kernel, on its stream */
     if (cfg->check_readonly) {
-        /* values still on the GPU are compared when they are resolved */
+        /* values still on the GPU are compared when they arrive (rec_deliver) */
         off = 1;
         for (Py_ssize_t i = 0; i < nargs && off <= p->n - 1; i++) {
             kd_payload *a = kd_ring_payload(r->ring, p->first + off);
             if (a->tag == KD_TAG_TENSOR && (a->tensor.flags & KD_TF_HASHED)) {
-                uint32_t np = kd_tensor_payloads(a->tensor.ndim);
-                kd_hash_rec *h = &kd_ring_payload(r->ring, p->first + off + np)->hash;
-                if ((h->flags & KD_HF_CHECKED) &&
-                    !(h->flags & (KD_HF_PENDING_PRE | KD_HF_PENDING_POST)) &&
-                    h->bitwise[0] != h->bitwise[1]) {
-                    h->flags |= KD_HF_CHANGED;
-                    r->readonly_changed++;
-                }
+                uint64_t hpos = p->first + off + kd_tensor_payloads(a->tensor.ndim);
+                note_readonly_change(r, &kd_ring_payload(r->ring, hpos)->hash);
             }
             off += kd_arg_payloads(a);
         }
@@ -775,29 +776,6 @@ uint64_t kd_recorder_drain(kd_recorder *r)
     flush_hashes(r, 1); /* results land in the ring: before it is read */
     kd_ring_read(r->ring, r->drain_scratch, r->drain_cap, visit_drain, r);
     return r->store.nlaunches;
-}
-
-uint64_t kd_recorder_resolve(kd_recorder *r)
-{
-    flush_hashes(r, 1);
-    uint64_t unresolved = 0;
-    uint64_t first_pending = UINT64_MAX;
-    for (uint64_t i = r->resolved_upto; i < r->store.nlaunches; i++) {
-        kd_payload *l = &r->store.payloads[r->store.launch_off[i]];
-        uint32_t off = 1;
-        for (uint32_t a = 0; a < l->launch.nargs && off <= l->launch.nslots; a++) {
-            kd_payload *q = &l[off];
-            kd_hash_rec *h = kd_arg_hash(q);
-            off += kd_arg_payloads(q);
-            if (h != NULL && (h->flags & (KD_HF_PENDING_PRE | KD_HF_PENDING_POST))) {
-                unresolved++;
-                if (first_pending == UINT64_MAX)
-                    first_pending = i;
-            }
-        }
-    }
-    r->resolved_upto = first_pending == UINT64_MAX ? r->store.nlaunches : first_pending;
-    return unresolved;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1001,19 +979,12 @@ static PyObject *rec_drain(kd_recorder *self, PyObject *unused)
     return PyLong_FromUnsignedLongLong(kd_recorder_drain(self));
 }
 
-static PyObject *rec_resolve(kd_recorder *self, PyObject *unused)
-{
-    (void)unused;
-    return PyLong_FromUnsignedLongLong(kd_recorder_resolve(self));
-}
-
 static PyObject *rec_clear(kd_recorder *self, PyObject *unused)
 {
     (void)unused;
     flush_hashes(self, 0); /* what is still to come lands nowhere: the ring is cleared */
     drop_objects(self);
     kd_store_clear(&self->store);
-    self->resolved_upto = 0;
     kd_ring_clear(self->ring);
     self->errors = self->unrecorded = self->suppressed = self->drain_failures = 0;
     self->hash_unsupported = self->readonly_changed = self->output_bytes = self->outputs_skipped = 0;
@@ -1142,11 +1113,9 @@ static PyMethodDef rec_methods[] = {
      "start(mode=None, ops=None, all_threads=False): record launches from now on."},
     {"stop", (PyCFunction)rec_stop, METH_NOARGS, "Stop recording."},
     {"drain", (PyCFunction)rec_drain, METH_NOARGS,
-     "Move complete launches from the ring to the store; returns the stored count."},
+     "Move complete launches from the ring to the store, with their GPU hashes (collected first: one "
+     "device synchronization when any is in flight); returns the stored count."},
     {"clear", (PyCFunction)rec_clear, METH_NOARGS, "Forget every launch and counter."},
-    {"resolve", (PyCFunction)rec_resolve, METH_NOARGS,
-     "Fill in GPU hashes of stored launches (collects them: one device synchronization); "
-     "returns how many are still missing."},
     {"launch", (PyCFunction)rec_launch, METH_O, "launch(i): view of stored launch i."},
     {"stats", (PyCFunction)rec_stats, METH_NOARGS, "Counters: launches, dropped, errors, ..."},
     {"messages", (PyCFunction)rec_messages, METH_NOARGS,

@@ -590,7 +590,6 @@ static PyObject *tr_load_into(kd_trace_reader *self, PyObject *args)
         }
         Py_DECREF(ix);
     }
-    rec->resolved_upto = rec->store.nlaunches;
     PyMem_Free(p);
     return idx;
 oom:

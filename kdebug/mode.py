@@ -292,8 +292,7 @@ class DebugMode(_upstream.DebugMode):
         rec = self._recorder
         if rec is None:
             return
-        n = rec.drain()
-        rec.resolve()  # GPU hashes: one synchronization, only when results are read
+        n = rec.drain()  # collects GPU hashes: one synchronization, only when results are read
         self._resolve_aten_hashes()
         if n > self._materialized:
             new = []

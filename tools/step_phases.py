@@ -18,36 +18,33 @@ from kdebug.workloads import transformer_step
 step, x = transformer_step()
 res = {k: [] for k in ("untraced", "construct", "enter", "body", "exit", "sync",
                        "hash_enter", "hash_body", "hash_exit")}
-dm = None
+
+
+def phases(*named):
+    """Runs each (name, fn) in turn and adds its time to res[name]."""
+    t = time.perf_counter()
+    for name, fn in named:
+        fn()
+        now = time.perf_counter()
+        res[name].append(now - t)
+        t = now
+
+
+box = [None]  # the DebugMode; replacing it frees the previous one
+
+
+def construct():
+    box[0] = K()
+
+
 for _ in range(40):
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    step(x)
-    torch.cuda.synchronize()
-    res["untraced"].append(time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    dm = K()  # the previous DebugMode is freed here too
-    t1 = time.perf_counter()
-    dm.__enter__()
-    t2 = time.perf_counter()
-    step(x)
-    t3 = time.perf_counter()
-    dm.__exit__(None, None, None)
-    t4 = time.perf_counter()
-    torch.cuda.synchronize()
-    t5 = time.perf_counter()
-    for k, a, b in (("construct", t0, t1), ("enter", t1, t2), ("body", t2, t3), ("exit", t3, t4), ("sync", t4, t5)):
-        res[k].append(b - a)
+    phases(("untraced", lambda: (step(x), torch.cuda.synchronize())))
+    phases(("construct", construct), ("enter", lambda: box[0].__enter__()), ("body", lambda: step(x)),
+           ("exit", lambda: box[0].__exit__(None, None, None)), ("sync", torch.cuda.synchronize))
     with K():
         c = K.log_tensor_hashes()
-        t0 = time.perf_counter()
-        c.__enter__()
-        t1 = time.perf_counter()
-        step(x)
-        t2 = time.perf_counter()
-        c.__exit__(None, None, None)
-        t3 = time.perf_counter()
-    for k, a, b in (("hash_enter", t0, t1), ("hash_body", t1, t2), ("hash_exit", t2, t3)):
-        res[k].append(b - a)
+        phases(("hash_enter", c.__enter__), ("hash_body", lambda: step(x)),
+               ("hash_exit", lambda: c.__exit__(None, None, None)))
 for k, v in res.items():
     print(f"{k:12s} median {statistics.median(v) * 1e3:7.3f} ms  min {min(v) * 1e3:7.3f}")
