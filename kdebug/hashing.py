@@ -157,31 +157,46 @@ class HashSpec:
         return vals[0] if self.single else tuple(vals)
 
 
-_specs: list[HashSpec] = [HashSpec([], None, True)]  # id 0: none
+def _shared_custom(t: torch.Tensor):
+    raise RuntimeError("kdebug: the shared spec of callable hash_fns is not called; "
+                       "each log_tensor_hashes() keeps its own callable")
+
+
+# Spec ids go into records (16 bits).  One id per distinct list of names, made
+# once; every callable hash_fn shares one id, since a record of a custom hash
+# holds its value (Recorder.custom) and only needs to say it is custom.  A loop
+# entering log_tensor_hashes() every step so makes no new ids.
+_specs: list[HashSpec] = [HashSpec([], None, True),  # id 0: none
+                          HashSpec(None, _shared_custom, True)]  # id 1: any callable
+CUSTOM_ID = 1
+_spec_ids: dict[tuple, int] = {}
 _specs_lock = threading.Lock()
 
 
 def parse(hash_fn) -> tuple[int, HashSpec]:
     """(spec id, spec) for a hash_fn argument; a clear error for bad input."""
     if callable(hash_fn) and not isinstance(hash_fn, str):
-        spec = HashSpec(None, hash_fn, True)
-    elif isinstance(hash_fn, str):
+        return CUSTOM_ID, HashSpec(None, hash_fn, True)
+    if isinstance(hash_fn, str):
         if hash_fn not in KINDS:
             raise ValueError(f"hash_fn={hash_fn!r} is not a hash kdebug knows: use one of "
                              f"{', '.join(map(repr, KINDS))}, a list of them, or a callable")
-        spec = HashSpec([hash_fn], None, True)
+        key = ((hash_fn,), True)
     elif isinstance(hash_fn, (list, tuple)) and hash_fn and all(isinstance(h, str) for h in hash_fn):
         bad = [h for h in hash_fn if h not in KINDS]
         if bad:
             raise ValueError(f"hash_fn has unknown hash(es) {bad}: use {', '.join(map(repr, KINDS))}")
-        spec = HashSpec(list(hash_fn), None, False)
+        key = (tuple(hash_fn), False)
     else:
         raise TypeError(f"hash_fn must be a str, a non-empty list of str or a callable, not {type(hash_fn).__name__}")
     with _specs_lock:
-        if len(_specs) >= 65535:
-            raise RuntimeError("too many log_tensor_hashes() specs in one process")
-        _specs.append(spec)
-        return len(_specs) - 1, spec
+        i = _spec_ids.get(key)
+        if i is None:
+            if len(_specs) >= 65535:
+                raise RuntimeError("kdebug: more than 65534 distinct hash_fn lists in one process")
+            _specs.append(HashSpec(list(key[0]), None, key[1]))
+            i = _spec_ids[key] = len(_specs) - 1
+        return i, _specs[i]
 
 
 class Pending:

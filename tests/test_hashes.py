@@ -219,6 +219,31 @@ def test_custom_hash_fn(compiled_cpu, cpu_inputs):
     assert any(v == pytest.approx(mm_hash) for v in k.pre_hashes.values())
 
 
+
+def test_repeated_hash_contexts_make_no_new_spec_ids(compiled_cpu, cpu_inputs):
+    # a training loop entering log_tensor_hashes() every step must not run out
+    # of the 16-bit spec ids records carry; callables share one id and keep
+    # their own values
+    with DebugMode() as dm:
+        for i in range(3):
+            with DebugMode.log_tensor_hashes(hash_fn=lambda t, i=i: float(i)):
+                compiled_cpu(*cpu_inputs)
+    n = len(hashing._specs)
+    for _ in range(200):
+        with DebugMode.log_tensor_hashes(hash_fn=["bitwise", "norm"]):
+            pass
+        with DebugMode.log_tensor_hashes(hash_fn=lambda t: 0):
+            pass
+    assert len(hashing._specs) <= n + 1
+    assert hashing.parse("norm") == hashing.parse("norm")
+    assert hashing.parse("norm")[0] != hashing.parse(["norm"])[0]  # a list gives tuples
+    per_run = [k.post_hashes for k in dm.kernels]
+    assert len(per_run) % 3 == 0 and per_run
+    third = len(per_run) // 3
+    for i in range(3):
+        vals = {v for h in per_run[i * third:(i + 1) * third] for v in h.values()}
+        assert vals == {float(i)}
+
 def test_check_inputs_unchanged_finds_a_kernel_that_writes_its_input():
     def kernel(inp, out):
         out.copy_(inp * 2)
