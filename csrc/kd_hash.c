@@ -2,6 +2,7 @@
 #include "kd_hash.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 int kd_itemsize(int st)
@@ -30,15 +31,70 @@ int kd_itemsize(int st)
 
 typedef void (*run_fn)(void *ctx, const unsigned char *p, uint64_t nbytes);
 
+/* Runs shorter than this are gathered (Note [Gathering short runs]). */
+#define KD_GATHER_BELOW 256
+#define KD_GATHER_BYTES 65536
+
+/* Note [Gathering short runs]
+ * A view whose innermost logical dimension is not contiguous in memory (a
+ * transposed or sliced tensor) has runs of one element, or a few.  Calling
+ * the hash's run function per element costs tens of nanoseconds each; the
+ * runs are copied instead, in logical order, into a small buffer that is
+ * hashed as one run.  When logical rows lie closer together in memory than
+ * the elements of one row (a transposed view), a band of whole rows is
+ * gathered at once, column by column, so that each cache line and page is
+ * read once per band and not once per row.  The bytes, and the order the run
+ * functions see them in, are exactly those of the per-run walk: every hash
+ * gives the same value.
+ */
+/* Copies m blocks of n bytes, `step` bytes apart, to dst, `dstep` bytes
+ * apart (DSTEP: an expression, n itself for back to back). */
+#define KD_GATHER_BODY(DSTEP)                                                  \
+    switch (n) { /* constant sizes: one move per block */                      \
+    case 1: KD_GATHER(1, DSTEP);                                               \
+    case 2: KD_GATHER(2, DSTEP);                                               \
+    case 4: KD_GATHER(4, DSTEP);                                               \
+    case 8: KD_GATHER(8, DSTEP);                                               \
+    case 16: KD_GATHER(16, DSTEP);                                             \
+    default:                                                                   \
+        for (int64_t j = 0; j < m; j++)                                        \
+            memcpy(dst + j * (int64_t)(DSTEP), src + j * step, n);             \
+        return;                                                                \
+    }
+#define KD_GATHER(N, DSTEP)                                                    \
+    for (int64_t j = 0; j < m; j++)                                            \
+        memcpy(dst + j * (int64_t)(DSTEP), src + j * step, (N));               \
+    return
+
+static void gather_blocks_to(unsigned char *dst, int64_t dstep, const unsigned char *src, int64_t m, int64_t step,
+                             uint64_t n)
+{
+    KD_GATHER_BODY(dstep)
+}
+
+/* The same, back to back: the destination step is the constant block size. */
+#undef KD_GATHER
+#define KD_GATHER(N, DSTEP)                                                    \
+    for (int64_t j = 0; j < m; j++)                                            \
+        memcpy(dst + j * (N), src + j * step, (N));                            \
+    return
+
+static void gather_blocks(unsigned char *dst, const unsigned char *src, int64_t m, int64_t step, uint64_t n)
+{
+    KD_GATHER_BODY(n)
+}
+#undef KD_GATHER
+#undef KD_GATHER_BODY
+
 /* Calls fn for each maximal run of elements contiguous in memory and in
- * logical order.  Returns the number of elements. */
+ * logical order (short runs gathered).  Returns the number of elements. */
 static uint64_t for_each_run(const kd_view *v, run_fn fn, void *ctx)
 {
     int nd = v->ndim;
     uint64_t numel = 1;
     for (int d = 0; d < nd; d++)
         numel *= (uint64_t)(v->sizes[d] < 0 ? 0 : v->sizes[d]);
-    if (numel == 0)
+    if (numel == 0 || nd > 64)
         return 0;
     /* innermost dims that are row-major contiguous collapse into one run */
     int k = nd;
@@ -51,15 +107,55 @@ static uint64_t for_each_run(const kd_view *v, run_fn fn, void *ctx)
     for (int d = k; d < nd; d++)
         run *= (uint64_t)v->sizes[d];
     const unsigned char *base = v->data;
+    const uint64_t blk = run * (uint64_t)v->itemsize;
+    const int64_t is = v->itemsize;
     int64_t idx[64] = {0};
-    if (k > 64)
-        return 0;
+    unsigned char buf[KD_GATHER_BYTES];
+    /* gathering: dim k-1 is walked by an inner loop (in bands: dims k-2 and
+     * k-1), the dims before it by idx */
+    const int gather = k > 0 && blk < KD_GATHER_BELOW;
+    const uint64_t rowbytes = gather ? (uint64_t)v->sizes[k - 1] * blk : 0;
+    const int band = gather && k >= 2 && llabs(v->strides[k - 2]) < llabs(v->strides[k - 1]) &&
+                     rowbytes * 2 <= sizeof buf;
+    const int outer = band ? k - 2 : gather ? k - 1 : k;
+    uint64_t fill = 0;
     for (;;) {
         int64_t off = 0;
-        for (int d = 0; d < k; d++)
+        for (int d = 0; d < outer; d++)
             off += idx[d] * v->strides[d];
-        fn(ctx, base + off * v->itemsize, run * (uint64_t)v->itemsize);
-        int d = k - 1;
+        const unsigned char *p = base + off * is;
+        if (band) {
+            const int64_t rows = v->sizes[k - 2], cols = v->sizes[k - 1];
+            const int64_t rstep = v->strides[k - 2] * is, cstep = v->strides[k - 1] * is;
+            const int64_t per = (int64_t)(sizeof buf / rowbytes);
+            for (int64_t r = 0; r < rows; r += per) {
+                int64_t nr = rows - r < per ? rows - r : per;
+                /* column i of rows r .. r+nr-1: nr blocks rstep apart, into
+                 * buf[q * rowbytes + i * blk] */
+                for (int64_t i = 0; i < cols; i++)
+                    gather_blocks_to(buf + (uint64_t)i * blk, (int64_t)rowbytes, p + r * rstep + i * cstep, nr,
+                                     rstep, blk);
+                fn(ctx, buf, (uint64_t)nr * rowbytes);
+            }
+        } else if (!gather) {
+            fn(ctx, p, blk);
+        } else {
+            const int64_t step = v->strides[k - 1] * is;
+            for (int64_t i = 0, n = v->sizes[k - 1]; i < n;) {
+                int64_t room = (int64_t)((sizeof buf - fill) / blk);
+                if (room == 0) {
+                    fn(ctx, buf, fill);
+                    fill = 0;
+                    continue;
+                }
+                int64_t m = n - i < room ? n - i : room;
+                gather_blocks(buf + fill, p, m, step, blk);
+                fill += (uint64_t)m * blk;
+                p += m * step;
+                i += m;
+            }
+        }
+        int d = outer - 1;
         while (d >= 0) {
             if (++idx[d] < v->sizes[d])
                 break;
@@ -69,6 +165,8 @@ static uint64_t for_each_run(const kd_view *v, run_fn fn, void *ctx)
         if (d < 0)
             break;
     }
+    if (fill)
+        fn(ctx, buf, fill);
     return numel;
 }
 

@@ -590,6 +590,58 @@ static void test_hash_bitwise(void)
     CHECK(kd_hash_bitwise(&zero_d) == kd_hash_bitwise(&d1));
 }
 
+/* Note [Gathering short runs] in kd_hash.c: views of one-element runs and of
+ * short blocks, larger than the gather buffer, hash exactly like their
+ * contiguous copies, with every hash and element size. */
+static void test_hash_gathered_views(void)
+{
+    enum { A = 300, B = 40, C = 3, N = A * B * C };
+    static const int types[5][2] = {{KD_ST_BYTE, 1}, {KD_ST_HALF, 2}, {KD_ST_FLOAT, 4},
+                                    {KD_ST_DOUBLE, 8}, {KD_ST_COMPLEX_DOUBLE, 16}};
+    static unsigned char src[N * 16], cp[N * 16];
+    uint64_t x = 0x1234567;
+    for (size_t i = 0; i < sizeof src; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        src[i] = (unsigned char)(x >> 56);
+    }
+    /* memory [A][B][C]; view 0: logical (B, A, C) (bands of rows of blocks
+     * of C elements), view 1: logical (C, B, A) (bands of rows of single
+     * elements, several bands), view 2: logical (A, B, 1) (rows of single
+     * elements further apart than the elements of a row) */
+    int64_t szs[3][3] = {{B, A, C}, {C, B, A}, {A, B, 1}};
+    int64_t sds[3][3] = {{C, B * C, 1}, {1, C, B * C}, {B * C, C, 1}};
+    int64_t stcs[3][3] = {{A * C, C, 1}, {B * A, A, 1}, {B, 1, 1}};
+    int ok = 1;
+    for (int t = 0; t < 5; t++) {
+        int st = types[t][0], is = types[t][1];
+        for (int which = 0; which < 3; which++) {
+            const int64_t *sz = szs[which], *sd = sds[which];
+            int64_t k = 0;
+            for (int64_t i = 0; i < sz[0]; i++)
+                for (int64_t j = 0; j < sz[1]; j++)
+                    for (int64_t l = 0; l < sz[2]; l++, k++)
+                        memcpy(cp + k * is, src + (i * sd[0] + j * sd[1] + l * sd[2]) * is, (size_t)is);
+            kd_view v = {src, st, is, 3, sz, sd};
+            kd_view c = {cp, st, is, 3, sz, stcs[which]};
+            if (kd_hash_bitwise(&v) != kd_hash_bitwise(&c))
+                ok = 0;
+            kd_norm nv, nc;
+            int rv = kd_hash_norm(&v, &nv), rc = kd_hash_norm(&c, &nc);
+            if (rv != rc || (rv == 0 && (memcmp(&nv.l1, &nc.l1, 8) != 0 || nv.nan != nc.nan ||
+                                         nv.posinf != nc.posinf || nv.neginf != nc.neginf)))
+                ok = 0;
+            uint64_t xv = 0, xc = 1;
+            if (kd_hash_xor64(&v, &xv) != kd_hash_xor64(&c, &xc) || xv != xc)
+                ok = 0;
+        }
+    }
+    CHECK(ok);
+    /* and a transposed view is not hashed like the untransposed one */
+    int64_t szt[2] = {A * B, C}, stt[2] = {1, A * B}, szn[2] = {A * B, C}, stn[2] = {C, 1};
+    kd_view tv = {src, KD_ST_FLOAT, 4, 2, szt, stt}, nv2 = {src, KD_ST_FLOAT, 4, 2, szn, stn};
+    CHECK(kd_hash_bitwise(&tv) != kd_hash_bitwise(&nv2));
+}
+
 static void test_decode_and_norm(void)
 {
     uint16_t h;
@@ -735,6 +787,7 @@ static void test_results(void)
 int main(void)
 {
     test_hash_bitwise();
+    test_hash_gathered_views();
     test_decode_and_norm();
     test_ring_basic();
     test_ring_wrap_overwrite();
