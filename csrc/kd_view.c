@@ -75,37 +75,19 @@ static PyObject *get_grid(kd_launch_view *v, void *c)
         Py_RETURN_NONE;
     return Py_BuildValue("(III)", l->grid[0], l->grid[1], l->grid[2]);
 }
-static PyObject *get_config(kd_launch_view *v, void *c)
+/* The chosen config's fields (closure: which), None without a config. */
+enum { CFG_TEXT, CFG_WARPS, CFG_STAGES, CFG_SHARED };
+static PyObject *get_config_field(kd_launch_view *v, void *which)
 {
-    (void)c;
     const kd_launch *l = &hdr(v)->launch;
     if (!(l->flags & KD_LF_CONFIG))
         Py_RETURN_NONE;
-    return str_id(l->config_id);
-}
-static PyObject *get_num_warps(kd_launch_view *v, void *c)
-{
-    (void)c;
-    const kd_launch *l = &hdr(v)->launch;
-    if (!(l->flags & KD_LF_CONFIG))
-        Py_RETURN_NONE;
-    return PyLong_FromLong(l->num_warps);
-}
-static PyObject *get_num_stages(kd_launch_view *v, void *c)
-{
-    (void)c;
-    const kd_launch *l = &hdr(v)->launch;
-    if (!(l->flags & KD_LF_CONFIG))
-        Py_RETURN_NONE;
-    return PyLong_FromLong(l->num_stages);
-}
-static PyObject *get_shared(kd_launch_view *v, void *c)
-{
-    (void)c;
-    const kd_launch *l = &hdr(v)->launch;
-    if (!(l->flags & KD_LF_CONFIG))
-        Py_RETURN_NONE;
-    return PyLong_FromUnsignedLong(l->shared_mem);
+    switch ((int)(intptr_t)which) {
+    case CFG_TEXT: return str_id(l->config_id);
+    case CFG_WARPS: return PyLong_FromLong(l->num_warps);
+    case CFG_STAGES: return PyLong_FromLong(l->num_stages);
+    default: return PyLong_FromUnsignedLong(l->shared_mem);
+    }
 }
 static PyObject *get_device(kd_launch_view *v, void *c)
 {
@@ -307,10 +289,10 @@ static PyGetSetDef view_getset[] = {
     {"kind", (getter)get_kind, NULL, "'triton' or 'cpp'", NULL},
     {"kernel_name", (getter)get_name, NULL, "kernel name", NULL},
     {"grid", (getter)get_grid, NULL, "(x, y, z) as launched, or None", NULL},
-    {"config", (getter)get_config, NULL, "block sizes of the chosen config, or None", NULL},
-    {"num_warps", (getter)get_num_warps, NULL, "num_warps of the chosen config", NULL},
-    {"num_stages", (getter)get_num_stages, NULL, "num_stages of the chosen config", NULL},
-    {"shared_mem", (getter)get_shared, NULL, "shared memory bytes of the launcher", NULL},
+    {"config", (getter)get_config_field, NULL, "block sizes of the chosen config, or None", (void *)CFG_TEXT},
+    {"num_warps", (getter)get_config_field, NULL, "num_warps of the chosen config", (void *)CFG_WARPS},
+    {"num_stages", (getter)get_config_field, NULL, "num_stages of the chosen config", (void *)CFG_STAGES},
+    {"shared_mem", (getter)get_config_field, NULL, "shared memory bytes of the launcher", (void *)CFG_SHARED},
     {"device", (getter)get_device, NULL, "device string", NULL},
     {"stream", (getter)get_stream, NULL, "raw CUDA stream (0 for CPU kernels)", NULL},
     {"thread_id", (getter)get_thread, NULL, "Python thread ident of the launching thread", NULL},

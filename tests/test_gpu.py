@@ -51,7 +51,7 @@ def test_every_triton_launch_recorded_with_the_grid_the_gpu_ran(block_step, tmp_
     assert dm.complete
     stream = torch.cuda.current_stream().cuda_stream
     assert all(c.stream == stream and c.device == torch.device("cuda:0") for c in calls)
-    assert all(c.config is not None and c.num_warps > 0 for c in calls)
+    assert all(c.config is not None and c.num_warps > 0 and c.num_stages > 0 and c.shared_mem >= 0 for c in calls)
 
 
 def test_roles_match_the_kernel_source(block_step):

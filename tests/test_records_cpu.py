@@ -223,5 +223,6 @@ def test_tensor_info_and_args(compiled_cpu, cpu_inputs):
     assert infos and all(i.device == torch.device("cpu") for i in infos)
     assert set(k.written) | set(k.read) == set(k.arg_names)
     assert k.grid is None and k.config is None  # C++ kernels have no grid
+    assert k.num_warps is None and k.num_stages is None and k.shared_mem is None
     assert k.device == torch.device("cpu") and k.stream == 0
     assert k.t_end_ns >= k.t_start_ns > 0
