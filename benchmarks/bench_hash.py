@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
+import os
+import random
 import statistics
 import sys
+import threading
 import time
 
 import torch
 
-sys.path.insert(0, __import__("os").path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(__file__))
 from bench_record import _sync, time_steps  # noqa: E402
 
 
@@ -95,9 +99,6 @@ def main(argv=None):
     p.add_argument("--json")
     args = p.parse_args(argv)
     dev = args.device
-    import gc
-    import random
-
     import kdebug
     from torch.utils._debug_mode import DebugMode as Up
 
@@ -179,9 +180,6 @@ def main(argv=None):
         gc.collect()
 
     print(f"\n{dev}: {blocks} blocks d={d} batch {shape}, fwd+bwd, torch {torch.__version__}")
-    import os
-    import threading
-
     host = {"python_threads": [t.name for t in threading.enumerate()], "loadavg": os.getloadavg(),
             "cpus": os.cpu_count()}
     print(f"kdebug: {args.cycles} shuffled cycles; upstream: {args.rounds} rounds x {args.steps} steps; "
@@ -190,19 +188,17 @@ def main(argv=None):
           "| x untraced with reading |")
     print("|---|---|---|---|---|---|")
     table = []
-    for block, res, reads, paired in ((kd, kd, kd_reads, True), (up, up, up_reads, False)):
+    # paired ratios only in the kdebug block, where every cycle has one untraced step
+    for res, reads, paired, untraced_name in ((kd, kd_reads, True, "untraced"),
+                                              (up, up_reads, False, "untraced (upstream block)")):
         base = statistics.median(res["untraced"])
         for name, v in res.items():
-            if block is up and name == "untraced":
-                name_out = "untraced (upstream block)"
-            else:
-                name_out = name
             ms = statistics.median(v)
             rd = statistics.median(reads[name])
-            q = (_quartiles([t / u for t, u in zip(v, res["untraced"])]) if paired
-                 else (ms / base,) * 3)
+            q = _quartiles([t / u for t, u in zip(v, res["untraced"])]) if paired else None
+            name_out = untraced_name if name == "untraced" else name
             table.append((name_out, ms, ms / base, rd, (ms + rd) / base, q))
-            qs = f"{q[1]:.2f} ({q[0]:.2f}-{q[2]:.2f})" if paired else "-"
+            qs = f"{q[1]:.2f} ({q[0]:.2f}-{q[2]:.2f})" if q else "-"
             print(f"| {name_out} | {ms:.2f} | {ms / base:.2f} | {qs} | {rd:.2f} | {(ms + rd) / base:.2f} |")
     tp = throughput(dev)
     print("\nthroughput:", json.dumps(tp, indent=1))
@@ -210,7 +206,7 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump({"device": dev, "cycles": args.cycles, "rounds": args.rounds, "steps": args.steps,
                        "table_columns": ["mode", "ms", "x untraced", "ms reading", "x untraced with reading",
-                                         "paired x untraced quartiles (kdebug block)"],
+                                         "paired x untraced quartiles (kdebug block; None in the upstream block)"],
                        "table": table, "raw": {"kdebug block": kd, "upstream block": up},
                        "reads": {"kdebug block": kd_reads, "upstream block": up_reads},
                        "throughput": tp, "torch": torch.__version__, "host": host}, f, indent=1)

@@ -48,43 +48,39 @@ typedef void (*run_fn)(void *ctx, const unsigned char *p, uint64_t nbytes);
  * gives the same value.
  */
 /* Copies m blocks of n bytes, `step` bytes apart, to dst, `dstep` bytes
- * apart (DSTEP: an expression, n itself for back to back). */
-#define KD_GATHER_BODY(DSTEP)                                                  \
-    switch (n) { /* constant sizes: one move per block */                      \
-    case 1: KD_GATHER(1, DSTEP);                                               \
-    case 2: KD_GATHER(2, DSTEP);                                               \
-    case 4: KD_GATHER(4, DSTEP);                                               \
-    case 8: KD_GATHER(8, DSTEP);                                               \
-    case 16: KD_GATHER(16, DSTEP);                                             \
-    default:                                                                   \
-        for (int64_t j = 0; j < m; j++)                                        \
-            memcpy(dst + j * (int64_t)(DSTEP), src + j * step, n);             \
-        return;                                                                \
+ * apart; in gather_blocks back to back.  Each case has a constant block size
+ * (one move per block); DSTEP(N) is the destination step for block size N,
+ * a constant too when the blocks go back to back. */
+#define KD_GATHER_CASES(DSTEP)                                                 \
+    switch (n) {                                                               \
+    case 1: KD_GATHER(1, DSTEP(1));                                            \
+    case 2: KD_GATHER(2, DSTEP(2));                                            \
+    case 4: KD_GATHER(4, DSTEP(4));                                            \
+    case 8: KD_GATHER(8, DSTEP(8));                                            \
+    case 16: KD_GATHER(16, DSTEP(16));                                         \
+    default: KD_GATHER(n, DSTEP(n));                                           \
     }
-#define KD_GATHER(N, DSTEP)                                                    \
+#define KD_GATHER(N, D)                                                        \
     for (int64_t j = 0; j < m; j++)                                            \
-        memcpy(dst + j * (int64_t)(DSTEP), src + j * step, (N));               \
+        memcpy(dst + j * (int64_t)(D), src + j * step, (N));                   \
     return
+#define KD_GIVEN_STEP(N) dstep
+#define KD_BACK_TO_BACK(N) (N)
 
 static void gather_blocks_to(unsigned char *dst, int64_t dstep, const unsigned char *src, int64_t m, int64_t step,
                              uint64_t n)
 {
-    KD_GATHER_BODY(dstep)
+    KD_GATHER_CASES(KD_GIVEN_STEP)
 }
-
-/* The same, back to back: the destination step is the constant block size. */
-#undef KD_GATHER
-#define KD_GATHER(N, DSTEP)                                                    \
-    for (int64_t j = 0; j < m; j++)                                            \
-        memcpy(dst + j * (N), src + j * step, (N));                            \
-    return
 
 static void gather_blocks(unsigned char *dst, const unsigned char *src, int64_t m, int64_t step, uint64_t n)
 {
-    KD_GATHER_BODY(n)
+    KD_GATHER_CASES(KD_BACK_TO_BACK)
 }
+#undef KD_GATHER_CASES
 #undef KD_GATHER
-#undef KD_GATHER_BODY
+#undef KD_GIVEN_STEP
+#undef KD_BACK_TO_BACK
 
 /* Calls fn for each maximal run of elements contiguous in memory and in
  * logical order (short runs gathered).  Returns the number of elements. */

@@ -260,8 +260,7 @@ class _OpCall(_upstream._OpCall):
 
 
 _ops_by_name: dict[str, Any] = {}
-_spec_ids: dict[tuple, int] = {}
-_names_set = False  # (hash names, single) -> this process's spec id
+_names_set = False
 
 
 def _resolve_op(name: str):
@@ -306,11 +305,8 @@ class Run:
         self._spec_map = {}
         for k, v in (self.meta.get("hash_specs") or {}).items():
             names = tuple(v.get("names") or ())
-            if names and not v.get("custom"):
-                key = (names, bool(v.get("single")))
-                if key not in _spec_ids:
-                    _spec_ids[key] = hashing.parse(names[0] if key[1] else list(names))[0]
-                self._spec_map[int(k)] = _spec_ids[key]
+            if names and not v.get("custom"):  # this process's id for the same names (made once)
+                self._spec_map[int(k)] = hashing.parse(names[0] if v.get("single") else list(names))[0]
         global _names_set
         if not _names_set:  # kernel lines render dtypes by name (set once per process)
             _C._set_dtype_names(dict(_upstream.dtype_abbrs))
