@@ -619,9 +619,11 @@ static PyObject *tr_table(kd_trace_reader *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "table: a launch record could not be decoded");
         return NULL;
     }
-    PyObject *out = Py_BuildValue("(y#y#y#)", (const char *)t.rec, (Py_ssize_t)(t.nrec * sizeof *t.rec),
-                                  (const char *)t.arg, (Py_ssize_t)(t.narg * sizeof *t.arg),
-                                  (const char *)t.dims, (Py_ssize_t)(t.ndims * sizeof *t.dims));
+    /* "y#" makes None of a NULL pointer (an empty table has no buffers): make
+     * empty bytes instead, so every caller gets three bytes objects */
+    PyObject *out = Py_BuildValue("(y#y#y#)", t.rec ? (const char *)t.rec : "", (Py_ssize_t)(t.nrec * sizeof *t.rec),
+                                  t.arg ? (const char *)t.arg : "", (Py_ssize_t)(t.narg * sizeof *t.arg),
+                                  t.dims ? (const char *)t.dims : "", (Py_ssize_t)(t.ndims * sizeof *t.dims));
     kd_tab_free(&t);
     return out;
 }

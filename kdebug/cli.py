@@ -307,6 +307,11 @@ def _hunt(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
+    # torch's CPU wheel does not bring numpy, and importing torch without it
+    # warns; kdebug never uses numpy, so its commands do not repeat that warning
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     p = argparse.ArgumentParser(prog="kdebug", description="kernel-level debugger for torch.compile")
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="compile a built-in model, record its kernels, print the debug string")

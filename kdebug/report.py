@@ -322,8 +322,7 @@ def build(runs: Sequence, *, hunt: dict | None = None, title: str | None = None)
             "problems": run.problems(), "torch": run.meta.get("torch"), "argv": run.meta.get("argv"),
             "time": run.meta.get("time"), "dropped": st.get("dropped", 0),
             "rec": add(bytes(t.rec)), "arg": add(bytes(t.arg)), "dims": add(t.dims),
-            "flags": add(flags.numpy().tobytes()), "peer": add(peer.numpy().tobytes()),
-            "spread": add(spread.numpy().tobytes()),
+            "flags": add(_bytes(flags)), "peer": add(_bytes(peer)), "spread": add(_bytes(spread)),
         })
     first = sides[0].run.meta
     workload = (hunt or {}).get("what") or " ".join(first.get("argv") or []) or sides[0].run.path
@@ -339,6 +338,15 @@ def build(runs: Sequence, *, hunt: dict | None = None, title: str | None = None)
         "build_s": round(time.perf_counter() - t0, 3),
     }
     return meta, b"".join(sections)
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    """The bytes of a CPU tensor, in memory order (no numpy: torch's CPU wheel
+    does not bring it)."""
+    out = bytearray(t.numel() * t.element_size())
+    if out:
+        torch.frombuffer(out, dtype=t.dtype).copy_(t.reshape(-1))
+    return bytes(out)
 
 
 def _script_json(obj) -> str:

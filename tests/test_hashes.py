@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import random
+import struct
 
 import pytest
+
 import torch
 import torch.distributed.tensor  # noqa: F401 (upstream's hash_tensor_fn needs it loaded)
 
@@ -29,7 +31,7 @@ def fmix64(k: int) -> int:
 def reference_bitwise(t: torch.Tensor) -> int:
     """Note [The bitwise hash], written independently of the C code: the bytes
     of the contiguous copy, in 8-byte little-endian words."""
-    data = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    data = bytes(t.detach().contiguous().reshape(-1).view(torch.uint8).tolist())
     L = len(data)
     data += b"\0" * (-L % 8)
     S = 0
@@ -68,7 +70,7 @@ def test_bitwise_known_answers_every_dtype(dtype):
 
 def test_bitwise_of_the_empty_tensor_and_one_double_from_the_definition():
     assert hashing.bitwise(torch.empty(0)) == fmix64(0 ^ fmix64(0 ^ LSALT))
-    one = int.from_bytes(torch.tensor([1.0], dtype=torch.float64).numpy().tobytes(), "little")
+    one = int.from_bytes(struct.pack("<d", 1.0), "little")
     assert hashing.bitwise(torch.tensor([1.0], dtype=torch.float64)) == \
         fmix64(fmix64(one ^ GOLDEN) ^ fmix64(8 ^ LSALT))
 

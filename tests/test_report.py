@@ -293,3 +293,52 @@ def test_structural_report_in_chromium(runs, browser, tmp_path):
     assert "run 1 vs run 0" in text and runs["extra_kernel"] in text and "insert" in text
     assert problems == []
     page.close()
+
+
+# ---------------------------------------------------------------- runs with no kernel launch
+
+
+@pytest.fixture(scope="module")
+def launchless(tmp_path_factory):
+    """Traces with no kernel launch: an eager-only run (aten ops only), a run
+    that recorded nothing, and a file cut off right after its header."""
+    d = tmp_path_factory.mktemp("launchless")
+    with DebugMode() as dm, DebugMode.log_tensor_hashes("bitwise", hash_inputs=True):
+        (torch.arange(8.0) * 2).sum()
+    dm.save(str(d / "eager.kdt"))
+    with DebugMode() as empty:
+        pass
+    empty.save(str(d / "empty.kdt"))
+    with open(d / "eager.kdt", "rb") as f:
+        head = f.read(40)
+    (d / "cut.kdt").write_bytes(head)
+    return d
+
+
+@pytest.mark.parametrize("name", ["eager", "empty", "cut"])
+def test_report_and_export_of_runs_without_launches(launchless, name, tmp_path, capsys):
+    import warnings
+
+    trace = str(launchless / f"{name}.kdt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", kdebug.KdebugWarning)  # the cut file warns that it is incomplete
+        assert cli(["report", trace, trace, "-o", str(tmp_path / "r.html")]) == 0
+        assert cli(["diff", trace, trace, "--html", str(tmp_path / "d.html")]) == 0
+        assert cli(["export", "--perfetto", trace, "-o", str(tmp_path / "p.json")]) == 0
+    out = capsys.readouterr().out
+    assert "wrote" in out and "Traceback" not in out
+    meta, _ = report.build([trace, trace])
+    ops = {"eager": 3, "empty": 0, "cut": 0}[name]
+    assert [r["kernels"] for r in meta["runs"]] == [0, 0] and [r["ops"] for r in meta["runs"]] == [ops, ops]
+    events = json.loads((tmp_path / "p.json").read_text())["traceEvents"]
+    assert sum(1 for e in events if e.get("cat") == "aten") == ops
+
+
+def test_report_of_a_run_without_launches_in_chromium(launchless, browser, tmp_path):
+    out = tmp_path / "eager.html"
+    trace = str(launchless / "eager.kdt")
+    report.write_html(str(out), [trace, trace])
+    page, problems, _ = _open(browser, out)
+    assert "match" in page.inner_text("#summary")
+    assert problems == []
+    page.close()
