@@ -59,7 +59,7 @@ static PyObject *set_eval_cb_fn;   /* torch._C._dynamo.eval_frame.set_eval_frame
 static PyObject *s_fast, *s_ops, *s_call_depth, *s_fx_stack_trace, *s_record_output, *s_fresh,
     *s_pending, *s_stream, *s_log, *s_record, *s_hash, *s_input_hash, *s_output, *s_op, *s_args_str,
     *s_kwargs_str, *s_stack_trace, *s_fwd_stack_trace, *s_output_str, *s_stringify_output,
-    *s_record_tensor_attributes, *s_rec_hooks, *s_log_hooks, *s_pre_hooks, *empty_tuple;
+    *s_record_tensor_attributes, *s_rec_hooks, *s_log_hooks, *s_pre_hooks, *s_kd_extents, *empty_tuple;
 
 /* The info tuple's fields (mode._op_info). */
 enum { I_SPECIAL, I_HASH_SKIPPED, I_MAKES_EMPTY, I_WRITES, I_WRITTEN_POS, I_WRITTEN_NAMES,
@@ -442,6 +442,25 @@ static int log_hash(PyObject *call, PyObject *key, PyObject *tree)
     return rc;
 }
 
+/* call._kd_extents = (input extents, output extents): the memory every tensor
+ * leaf read and written covers (kd_tree_extents), the input tree made from
+ * what the input hashes were taken of (in_obj) or else (args, kwargs); a side
+ * kdebug cannot walk is None.  Note [Data flow] in compare.py. */
+static int set_extents(PyObject *call, PyObject *in_obj, PyObject *args, PyObject *kw, PyObject *result)
+{
+    PyObject *pair = in_obj ? Py_NewRef(in_obj) : PyTuple_Pack(2, args, kw);
+    PyObject *in = pair ? kd_tree_extents(pair) : NULL;
+    Py_XDECREF(pair);
+    PyObject *out = in ? kd_tree_extents(result) : NULL;
+    PyObject *both = out ? PyTuple_Pack(2, in == Py_NotImplemented ? Py_None : in,
+                                        out == Py_NotImplemented ? Py_None : out) : NULL;
+    Py_XDECREF(in);
+    Py_XDECREF(out);
+    int rc = both ? PyObject_SetAttr(call, s_kd_extents, both) : -1;
+    Py_XDECREF(both);
+    return rc;
+}
+
 /* ---- the method ---- */
 
 /* One aten op under `mode`: the op's result. */
@@ -500,7 +519,7 @@ static PyObject *dispatch_op(PyObject *mode, PyObject *func, PyObject *types, Py
     if (kw == NULL)
         return NULL;
 
-    PyObject *call = NULL, *result = NULL, *fresh = NULL, *pending_list = NULL;
+    PyObject *call = NULL, *result = NULL, *fresh = NULL, *pending_list = NULL, *in_obj = NULL;
     int pending = 0, by_pytree = 0;
     int hash_inputs = entry != NULL && PyTuple_GET_ITEM(entry, E_HASH_INPUTS) == Py_True;
     int skipped = flag(info, I_HASH_SKIPPED);
@@ -532,7 +551,7 @@ static PyObject *dispatch_op(PyObject *mode, PyObject *func, PyObject *types, Py
         Py_XDECREF(hkw);
         PyObject *tree = NULL;
         int rc = both ? tree_hash(both, entry, &tree, &by_pytree) : -1;
-        Py_XDECREF(both);
+        in_obj = both; /* its extents, leaf for leaf with the hash tree (below) */
         if (rc < 0)
             goto fail;
         if (tree != Py_None) {
@@ -592,6 +611,8 @@ static PyObject *dispatch_op(PyObject *mode, PyObject *func, PyObject *types, Py
             Py_DECREF(tree);
             if (rc < 0)
                 goto fail;
+            if (set_extents(call, in_obj, args, kw, result) < 0)
+                goto fail;
         }
     }
     if (pending) {
@@ -609,6 +630,7 @@ done:
     Py_XDECREF(call);
     Py_XDECREF(fresh);
     Py_XDECREF(pending_list);
+    Py_XDECREF(in_obj);
     Py_DECREF(kw);
     return result;
 }
@@ -747,7 +769,7 @@ int kd_dispatch_module_init(PyObject *m)
         {&s_fast, "_fast"}, {&s_ops, "_ops"}, {&s_call_depth, "call_depth"},
         {&s_fx_stack_trace, "fx_stack_trace"}, {&s_record_output, "record_output"}, {&s_fresh, "_fresh"},
         {&s_pending, "_pending_calls"}, {&s_stream, "_stream"}, {&s_log, "log"}, {&s_record, "record"},
-        {&s_hash, "hash"}, {&s_input_hash, "input_hash"}, {&s_output, "output"}, {&s_op, "op"},
+        {&s_hash, "hash"}, {&s_input_hash, "input_hash"}, {&s_kd_extents, "_kd_extents"}, {&s_output, "output"}, {&s_op, "op"},
         {&s_args_str, "args_str"}, {&s_kwargs_str, "kwargs_str"}, {&s_stack_trace, "stack_trace"},
         {&s_fwd_stack_trace, "fwd_stack_trace"}, {&s_output_str, "output_str"},
         {&s_stringify_output, "stringify_output"}, {&s_record_tensor_attributes, "record_tensor_attributes"},

@@ -463,6 +463,42 @@ static PyObject *clone_leaf(PyObject *o, void *ctx)
  * it, queued on the current stream), or NotImplemented for unknown trees. */
 PyObject *kd_tree_clone(PyObject *obj) { return tree_map_c(obj, clone_leaf, NULL, 0); }
 
+/* (device type, device index, first byte, one past the last byte) of the
+ * memory a tensor leaf covers, None for other leaves (Note [Data flow] in
+ * compare.py: what an aten op read and wrote). */
+static PyObject *extent_leaf(PyObject *o, void *ctx)
+{
+    (void)ctx;
+    if (is_other_node(o))
+        Py_RETURN_NOTIMPLEMENTED;
+    kd_tensor_meta m;
+    int r = kd_shim_tensor_meta(o, &m);
+    if (r == 0)
+        Py_RETURN_NONE;
+    if (r < 0)
+        Py_RETURN_NOTIMPLEMENTED;
+    uint64_t span = 1;
+    for (int d = 0; d < m.ndim; d++) {
+        if (m.sizes[d] == 0) {
+            span = 0;
+            break;
+        }
+        span += (uint64_t)(m.sizes[d] - 1) * (uint64_t)(m.strides[d] < 0 ? -m.strides[d] : m.strides[d]);
+    }
+    int itemsize = kd_itemsize(m.dtype);
+    uint64_t lo = m.data_ptr, hi = m.data_ptr + span * (uint64_t)(itemsize > 0 ? itemsize : 1);
+    return Py_BuildValue("(iiKK)", m.device_type, m.device_index, (unsigned long long)lo, (unsigned long long)hi);
+}
+
+/* tree_extents(obj) -> obj with every tensor leaf replaced by its extent
+ * (extent_leaf), or NotImplemented for a tree this does not know. */
+PyObject *kd_tree_extents(PyObject *obj) { return tree_map_c(obj, extent_leaf, NULL, 0); }
+
+static PyObject *mod_tree_extents(PyObject *m, PyObject *obj)
+{
+    (void)m;
+    return kd_tree_extents(obj);
+}
 
 typedef struct hash_ctx {
     int kinds, spec, all_none;
@@ -604,6 +640,8 @@ static PyMethodDef module_methods[] = {
     {"defer_stats", mod_defer_stats, METH_NOARGS, "defer_stats() -> counters of the deferred GPU work."},
     {"tree_resolve", mod_tree_resolve, METH_VARARGS,
      "tree_resolve(obj, value_fn): replace PendingHash leaves by value_fn(7-tuple, spec)."},
+    {"tree_extents", mod_tree_extents, METH_O,
+     "tree_extents(obj) -> obj with tensor leaves as (device type, index, lo, hi) byte ranges, or NotImplemented."},
     {"hash_async", mod_hash_async, METH_VARARGS,
      "hash_async(t, kinds, stream) -> 7-tuple, PendingHash (GPU, queued), or NotImplemented"},
     {"hash_fetch", mod_hash_fetch, METH_O, "hash_fetch(pending) -> 7-tuple (collects if needed)"},

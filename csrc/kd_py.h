@@ -182,6 +182,9 @@ PyObject *kd_format_output(PyObject *m, PyObject *result);
 PyObject *kd_tree_hash(PyObject *obj, int kinds, int spec, unsigned long long stream, PyObject *value_fn);
 /* Every tensor leaf cloned (no dispatch mode sees it), or NotImplemented. */
 PyObject *kd_tree_clone(PyObject *obj);
+/* Every tensor leaf as its (device type, index, lo, hi) byte range, other
+ * leaves None; NotImplemented for a tree this does not know. */
+PyObject *kd_tree_extents(PyObject *obj);
 
 /* ---- trace_py.c: TraceWriter, TraceReader ---- */
 int kd_trace_module_init(PyObject *m);

@@ -31,7 +31,7 @@
 
 #define KD_TRACE_MAGIC "KDTRACE\x1a"
 #define KD_TRACE_VERSION_MAJOR 1
-#define KD_TRACE_VERSION_MINOR 0
+#define KD_TRACE_VERSION_MINOR 1
 #define KD_TRACE_HEADER_BYTES 32
 #define KD_CHUNK_HEADER_BYTES 16
 #define KD_CHUNK_MAX_BODY (64u << 20)
@@ -48,7 +48,9 @@ enum kd_chunk_type {
 enum kd_rec_type { KD_REC_LAUNCH = 1, KD_REC_OP = 2 };
 
 /* Op-record flags. */
-enum { KD_OPF_IN_HASH = 1, KD_OPF_OUT_HASH = 2, KD_OPF_OPCALL = 4 };
+/* KD_OPF_EXTENTS (format 1.1): a third tree, the memory each tensor leaf of
+ * the input and output hash trees covers (Note [Data flow] in compare.py). */
+enum { KD_OPF_IN_HASH = 1, KD_OPF_OUT_HASH = 2, KD_OPF_OPCALL = 4, KD_OPF_EXTENTS = 8 };
 
 /* Tree node tags of an op record's hash trees (aten ops hash pytrees). */
 enum kd_tree_tag {
@@ -104,7 +106,7 @@ int kd_tw_launch(kd_tw *w, const kd_payload *p, uint32_t n, const kd_strtab *g);
  * (KD_T_* encoded, lengths 0 when absent). */
 int kd_tw_op(kd_tw *w, uint32_t depth, uint32_t flags, const char *name, size_t name_len,
              const char *text, size_t text_len, const uint8_t *in_tree, size_t in_len,
-             const uint8_t *out_tree, size_t out_len);
+             const uint8_t *out_tree, size_t out_len, const uint8_t *ext_tree, size_t ext_len);
 int kd_tw_meta(kd_tw *w, const char *json, size_t len);
 /* Seals the records built so far into out (a STRINGS chunk first when new
  * strings were used).  Returns 0, or -1 out of memory. */
@@ -160,8 +162,8 @@ uint32_t kd_tr_launch(const kd_tr *r, uint64_t i, kd_payload *out, uint32_t cap)
 
 typedef struct kd_tr_op {
     uint32_t depth, flags, name_id, text_id;
-    const uint8_t *in_tree, *out_tree;
-    size_t in_len, out_len;
+    const uint8_t *in_tree, *out_tree, *ext_tree;
+    size_t in_len, out_len, ext_len;
 } kd_tr_op;
 int kd_tr_op_get(const kd_tr *r, uint64_t i, kd_tr_op *op);
 

@@ -276,27 +276,31 @@ static PyObject *tw_launches(kd_trace_writer *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* op(depth, flags, name, text, in_tree, out_tree) */
+/* op(depth, flags, name, text, in_tree, out_tree, extents) */
 static PyObject *tw_op(kd_trace_writer *self, PyObject *args)
 {
     unsigned int depth, flags;
     const char *name, *text;
     Py_ssize_t nl, tl;
-    PyObject *in_tree, *out_tree;
-    if (!PyArg_ParseTuple(args, "IIs#s#OO", &depth, &flags, &name, &nl, &text, &tl, &in_tree, &out_tree))
+    PyObject *in_tree, *out_tree, *ext_tree = Py_None;
+    if (!PyArg_ParseTuple(args, "IIs#s#OO|O", &depth, &flags, &name, &nl, &text, &tl, &in_tree, &out_tree,
+                          &ext_tree))
         return NULL;
-    PyObject *ib = NULL, *ob = NULL;
-    if ((flags & KD_OPF_IN_HASH) && (ib = tree_bytes(in_tree)) == NULL)
-        return NULL;
-    if ((flags & KD_OPF_OUT_HASH) && (ob = tree_bytes(out_tree)) == NULL) {
+    PyObject *ib = NULL, *ob = NULL, *eb = NULL;
+    if (((flags & KD_OPF_IN_HASH) && (ib = tree_bytes(in_tree)) == NULL) ||
+        ((flags & KD_OPF_OUT_HASH) && (ob = tree_bytes(out_tree)) == NULL) ||
+        ((flags & KD_OPF_EXTENTS) && (eb = tree_bytes(ext_tree)) == NULL)) {
         Py_XDECREF(ib);
+        Py_XDECREF(ob);
         return NULL;
     }
-    int rc = kd_tw_op(&self->w, depth, flags, name, (size_t)nl, text, (size_t)tl,
-                      ib ? (const uint8_t *)PyBytes_AS_STRING(ib) : NULL, ib ? (size_t)PyBytes_GET_SIZE(ib) : 0,
-                      ob ? (const uint8_t *)PyBytes_AS_STRING(ob) : NULL, ob ? (size_t)PyBytes_GET_SIZE(ob) : 0);
+#define KD_BYTES(o) (o) ? (const uint8_t *)PyBytes_AS_STRING(o) : NULL, (o) ? (size_t)PyBytes_GET_SIZE(o) : 0
+    int rc = kd_tw_op(&self->w, depth, flags, name, (size_t)nl, text, (size_t)tl, KD_BYTES(ib), KD_BYTES(ob),
+                      KD_BYTES(eb));
+#undef KD_BYTES
     Py_XDECREF(ib);
     Py_XDECREF(ob);
+    Py_XDECREF(eb);
     if (rc != 0)
         return tw_fail("could not encode an op record (out of memory, or a record over 32 MiB)");
     Py_RETURN_NONE;
@@ -349,7 +353,7 @@ static PyObject *tw_stats(kd_trace_writer *self, PyObject *unused)
 
 static PyMethodDef tw_methods[] = {
     {"launches", (PyCFunction)tw_launches, METH_VARARGS, "launches(recorder, start, stop): encode stored launches."},
-    {"op", (PyCFunction)tw_op, METH_VARARGS, "op(depth, flags, name, text, in_tree, out_tree): encode an op record."},
+    {"op", (PyCFunction)tw_op, METH_VARARGS, "op(depth, flags, name, text, in_tree, out_tree[, extents]): encode an op record."},
     {"meta", (PyCFunction)tw_meta, METH_O, "meta(json): seal, then a META chunk."},
     {"seal", (PyCFunction)tw_seal, METH_NOARGS, "Close the records encoded so far into chunks."},
     {"end", (PyCFunction)tw_end, METH_NOARGS, "Seal, then the END chunk."},
@@ -479,7 +483,7 @@ static PyObject *tr_string(kd_trace_reader *self, uint32_t id)
     return PyUnicode_DecodeUTF8(s, (Py_ssize_t)n, "replace");
 }
 
-/* op(i, make_norm) -> (depth, flags, name, text, in_tree, out_tree) */
+/* op(i, make_norm) -> (depth, flags, name, text, in_tree, out_tree, extents) */
 static PyObject *tr_op(kd_trace_reader *self, PyObject *args)
 {
     unsigned long long i;
@@ -491,9 +495,7 @@ static PyObject *tr_op(kd_trace_reader *self, PyObject *args)
         PyErr_SetString(PyExc_IndexError, "not an op record");
         return NULL;
     }
-    PyObject *in = Py_None, *out = Py_None;
-    Py_INCREF(in);
-    Py_INCREF(out);
+    PyObject *in = Py_NewRef(Py_None), *out = Py_NewRef(Py_None), *ext = Py_NewRef(Py_None);
     if (op.flags & KD_OPF_IN_HASH) {
         kd_cur c = {op.in_tree, 0, op.in_len, 0, 0, NULL};
         Py_SETREF(in, tree_get(&c, make_norm, 0));
@@ -502,13 +504,18 @@ static PyObject *tr_op(kd_trace_reader *self, PyObject *args)
         kd_cur c = {op.out_tree, 0, op.out_len, 0, 0, NULL};
         Py_SETREF(out, tree_get(&c, make_norm, 0));
     }
-    if (in == NULL || out == NULL) {
+    if (in != NULL && out != NULL && (op.flags & KD_OPF_EXTENTS)) {
+        kd_cur c = {op.ext_tree, 0, op.ext_len, 0, 0, NULL};
+        Py_SETREF(ext, tree_get(&c, make_norm, 0));
+    }
+    if (in == NULL || out == NULL || ext == NULL) {
         Py_XDECREF(in);
         Py_XDECREF(out);
+        Py_XDECREF(ext);
         return NULL;
     }
-    return Py_BuildValue("(IINNNN)", op.depth, op.flags, tr_string(self, op.name_id),
-                         tr_string(self, op.text_id), in, out);
+    return Py_BuildValue("(IINNNNN)", op.depth, op.flags, tr_string(self, op.name_id),
+                         tr_string(self, op.text_id), in, out, ext);
 }
 
 /* The global id of file string id (interned on first use; 0 if the table is full). */
@@ -668,7 +675,7 @@ static PyMethodDef tr_methods[] = {
     {"types", (PyCFunction)tr_types, METH_NOARGS, "types() -> bytes: 1 launch, 2 op, per record"},
     {"digests", (PyCFunction)tr_digests, METH_NOARGS,
      "digests() -> memoryview of the reader's nrec x 5 u64 digests (no copy)"},
-    {"op", (PyCFunction)tr_op, METH_VARARGS, "op(i, make_norm) -> (depth, flags, name, text, in, out)"},
+    {"op", (PyCFunction)tr_op, METH_VARARGS, "op(i, make_norm) -> (depth, flags, name, text, in, out, extents)"},
     {"load_into", (PyCFunction)tr_load_into, METH_VARARGS, "load_into(recorder, spec_map, start, stop) -> indices of the launch records appended"},
     {"table", (PyCFunction)tr_table, METH_VARARGS,
      "table(start, stop) -> (records, args, dims) bytes: fixed-size rows (Note [Trace tables])"},

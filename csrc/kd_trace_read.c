@@ -420,7 +420,7 @@ static int decode_op(kd_cur *c, const kd_tr *r, kd_tr_op *op)
         return -1;
     }
     uint64_t flags = kd_cur_varint(c);
-    if (flags & ~(uint64_t)(KD_OPF_IN_HASH | KD_OPF_OUT_HASH | KD_OPF_OPCALL)) {
+    if (flags & ~(uint64_t)(KD_OPF_IN_HASH | KD_OPF_OUT_HASH | KD_OPF_OPCALL | KD_OPF_EXTENTS)) {
         kd_cur_fail(c, "unknown op record flags");
         return -1;
     }
@@ -428,8 +428,9 @@ static int decode_op(kd_cur *c, const kd_tr *r, kd_tr_op *op)
     op->depth = (uint32_t)kd_cur_varint(c);
     op->name_id = get_str_id(c, r);
     op->text_id = get_str_id(c, r);
-    for (int side = 0; side < 2; side++) {
-        if (!(flags & (side ? KD_OPF_OUT_HASH : KD_OPF_IN_HASH)))
+    static const uint32_t side_flag[3] = {KD_OPF_IN_HASH, KD_OPF_OUT_HASH, KD_OPF_EXTENTS};
+    for (int side = 0; side < 3; side++) {
+        if (!(flags & side_flag[side]))
             continue;
         size_t n = kd_cur_len(c);
         if (c->bad)
@@ -443,7 +444,10 @@ static int decode_op(kd_cur *c, const kd_tr *r, kd_tr_op *op)
             c->bad_off = sub.bad_off;
             return -1;
         }
-        if (side) {
+        if (side == 2) {
+            op->ext_tree = c->p + c->pos;
+            op->ext_len = n;
+        } else if (side == 1) {
             op->out_tree = c->p + c->pos;
             op->out_len = n;
         } else {

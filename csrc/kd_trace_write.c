@@ -300,11 +300,11 @@ int kd_tw_launch(kd_tw *w, const kd_payload *p, uint32_t n, const kd_strtab *g)
 
 int kd_tw_op(kd_tw *w, uint32_t depth, uint32_t flags, const char *name, size_t name_len,
              const char *text, size_t text_len, const uint8_t *in_tree, size_t in_len,
-             const uint8_t *out_tree, size_t out_len)
+             const uint8_t *out_tree, size_t out_len, const uint8_t *ext_tree, size_t ext_len)
 {
-    if (w->body.len + text_len + in_len + out_len > KD_CHUNK_MAX_BODY / 4 && kd_tw_seal(w) != 0)
+    if (w->body.len + text_len + in_len + out_len + ext_len > KD_CHUNK_MAX_BODY / 4 && kd_tw_seal(w) != 0)
         return -1;
-    if (text_len + in_len + out_len + name_len > KD_CHUNK_MAX_BODY / 2)
+    if (text_len + in_len + out_len + ext_len + name_len > KD_CHUNK_MAX_BODY / 2)
         return -1;
     ensure_bases(w, NULL);
     kd_buf *b = &w->body;
@@ -320,6 +320,10 @@ int kd_tw_op(kd_tw *w, uint32_t depth, uint32_t flags, const char *name, size_t 
     if (flags & KD_OPF_OUT_HASH) {
         kd_buf_varint(b, out_len);
         kd_buf_put(b, out_tree, out_len);
+    }
+    if (flags & KD_OPF_EXTENTS) {
+        kd_buf_varint(b, ext_len);
+        kd_buf_put(b, ext_tree, ext_len);
     }
     if (b->oom || w->strings.oom)
         return -1;

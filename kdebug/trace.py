@@ -27,7 +27,7 @@ from . import _C, _upstream, hashing
 from .calls import _KernelCall, make_call
 
 TraceError = _C.TraceError
-_FLAG_IN, _FLAG_OUT, _FLAG_OPCALL = 1, 2, 4
+_FLAG_IN, _FLAG_OUT, _FLAG_OPCALL, _FLAG_EXTENTS = 1, 2, 4, 8  # KD_OPF_* (kd_trace.h)
 REC_LAUNCH, REC_OP = 1, 2
 
 
@@ -55,8 +55,8 @@ def _meta_base() -> dict:
             "argv": list(sys.argv), "pid": os.getpid(), "time": time.time(), **_specs_meta()}
 
 
-def _op_record(op, attributes) -> tuple[int, int, str, str, Any, Any]:
-    """(depth, flags, name, text, input hash tree, output hash tree) of a non-kernel entry."""
+def _op_record(op, attributes) -> tuple[int, int, str, str, Any, Any, Any]:
+    """(depth, flags, name, text, input hash tree, output hash tree, extents) of a non-kernel entry."""
     log = getattr(op, "log", None)
     saved = log
     try:
@@ -70,8 +70,11 @@ def _op_record(op, attributes) -> tuple[int, int, str, str, Any, Any]:
         flags |= _FLAG_IN
     if "hash" in log:
         flags |= _FLAG_OUT
+    extents = getattr(op, "_kd_extents", None)
+    if extents is not None:
+        flags |= _FLAG_EXTENTS
     name = _upstream.get_call_name(op)
-    return op.call_depth, flags, name, text, log.get("input_hash"), log.get("hash")
+    return op.call_depth, flags, name, text, log.get("input_hash"), log.get("hash"), extents
 
 
 def _create(path: str):
@@ -359,13 +362,15 @@ class Run:
                     self._load_range(i, i + 1)
                 c = make_call(self._rec.launch(self._store_of[i]), self._rec)
             else:
-                depth, flags, name, text, tin, tout = self._reader.op(i, hashing.norm_value)
+                depth, flags, name, text, tin, tout, ext = self._reader.op(i, hashing.norm_value)
                 log = {}
                 if flags & _FLAG_IN:
                     log["input_hash"] = tin
                 if flags & _FLAG_OUT:
                     log["hash"] = tout
                 c = _OpCall(depth, name, text, log or None, bool(flags & _FLAG_OPCALL))
+                if flags & _FLAG_EXTENTS:
+                    c._kd_extents = ext
             self._calls[i] = c
         return c
 

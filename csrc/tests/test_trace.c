@@ -102,8 +102,9 @@ static kd_buf make_trace(kd_strtab *g, int n, int every, int end)
     for (int i = 0; i < n; i++) {
         uint32_t np = make_launch(g, p, (uint64_t)i, 0x1234567890abcdefull ^ (uint64_t)i);
         CHECK(kd_tw_launch(&w, p, np, g) == 0);
-        CHECK(kd_tw_op(&w, 1, KD_OPF_OUT_HASH | KD_OPF_OPCALL, "aten::add.Tensor", 16,
-                       "aten::add.Tensor(t: f32[4], 1)", 30, NULL, 0, TREE, sizeof TREE) == 0);
+        /* every other op also carries an extents tree (format 1.1) */
+        CHECK(kd_tw_op(&w, 1, KD_OPF_OUT_HASH | KD_OPF_OPCALL | (i % 2 ? KD_OPF_EXTENTS : 0u), "aten::add.Tensor",
+                       16, "aten::add.Tensor(t: f32[4], 1)", 30, NULL, 0, TREE, sizeof TREE, TREE, sizeof TREE) == 0);
         if ((i + 1) % every == 0)
             kd_tw_seal(&w);
     }
@@ -157,6 +158,10 @@ static void test_roundtrip(void)
         CHECK(kd_tr_op_get(&r, i + 1, &op) == 0);
         CHECK(op.depth == 1 && op.out_len == sizeof TREE && memcmp(op.out_tree, TREE, sizeof TREE) == 0);
         CHECK(op.in_tree == NULL);
+        if ((i / 2) % 2) /* the writer's op number i / 2 carries extents when odd */
+            CHECK(op.ext_len == sizeof TREE && memcmp(op.ext_tree, TREE, sizeof TREE) == 0);
+        else
+            CHECK(op.ext_tree == NULL && op.ext_len == 0);
         CHECK(kd_tr_launch(&r, i + 1, got, 16) == 0); /* not a launch */
     }
     /* digests: equal launches of two files are equal; a changed hash changes only PRE */
@@ -199,7 +204,7 @@ static void test_table(void)
         if (k % 2 == 1) {
             CHECK(row->type == KD_REC_OP && row->nargs == 0 && row->depth == 1);
             CHECK(n == 16 && memcmp(name, "aten::add.Tensor", 16) == 0);
-            CHECK(row->kind == (KD_OPF_OUT_HASH | KD_OPF_OPCALL) && row->device_type == 255);
+            CHECK((row->kind & ~KD_OPF_EXTENTS) == (KD_OPF_OUT_HASH | KD_OPF_OPCALL) && row->device_type == 255);
             continue;
         }
         uint64_t li = 2 + k / 2;
