@@ -1,21 +1,19 @@
-"""Run-to-run comparison: name the first kernel where two runs diverge.
+"""Run-to-run comparison: name every step where two runs start to differ.
 
-``compare(run_a, run_b)`` walks two recordings launch by launch, in order, on
-their hashes (record with ``DebugMode.log_tensor_hashes("bitwise",
-hash_inputs=True)``), after aligning the two launch sequences as a diff tool
-would (structural differences are reported, never fatal).  The first launch
-whose hashes differ is classified:
+``compare(run_a, run_b)`` aligns two recordings launch by launch as a diff tool
+would (structural differences are reported, never fatal), then walks the
+aligned steps with their data flow (Note [Data flow] in dataflow.py: each
+tensor a step reads is linked to the last earlier step that wrote overlapping
+memory).  Record with ``DebugMode.log_tensor_hashes("bitwise", hash_inputs=True)``.
 
-- *output divergence*: its inputs were identical and its outputs were not:
-  this launch is non-deterministic;
-- *input divergence*: it read different values.  The memory's last writer in
-  the run is looked up: a recorded kernel whose written arguments overlap the
-  input's address range, or an aten op whose output hash is the input's hash;
-  when there is none, the difference came from outside the recorded launches
-  (a graph input, RNG, an op run with no DebugMode).
-
-Every later launch whose hashes differ too is counted as having inherited the
-difference.
+Every step whose written hashes differ is a *root* (every input it read was
+identical: it is non-deterministic itself), an *heir* (a differing input traces
+to an earlier differing write) or an *outside* root (a differing input traces
+to no differing recorded write).  Each root counts the later steps whose
+outputs changed because of it; a root that changed nothing later and left no
+differing tensor in memory that nothing read is *benign* (RNG bookkeeping,
+scratch) and does not make the runs differ.  The remaining roots are ranked by
+consequence; the first is the report's FIRST DIVERGENCE.
 """
 from __future__ import annotations
 
@@ -26,7 +24,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from . import _C, _upstream
+from . import _C, _upstream, dataflow
 from .calls import TensorInfo, _KernelCall
 
 
@@ -44,6 +42,10 @@ class Step:
     post: dict = field(default_factory=dict)  # arg name -> hash (after)
     tensors: dict = field(default_factory=dict)  # arg name -> TensorInfo (kernels)
     arg_names: tuple = ()
+    reads: list = field(default_factory=list)    # dataflow.Slot per tensor read (Note [Data flow])
+    writes: list = field(default_factory=list)   # dataflow.Slot per tensor written
+    flow_known: bool = True                      # False: an op recorded without extents
+    labels: dict = field(default_factory=dict)   # hash key -> what to call it
 
     @property
     def key(self) -> tuple:
@@ -60,15 +62,25 @@ def _step(i: int, op) -> Step:
     if isinstance(op, _KernelCall):
         tensors = dict(op.tensor_info)
         pre = dict(op.pre_hashes or {})
-        for n in _aliased_inputs(tensors):
+        aliased = _aliased_inputs(tensors)
+        for n in aliased:
             pre.pop(n, None)
+        names = tuple(op.arg_names)
+        # aliased inputs keep their read slot: no pre-hash to compare, but linked by memory
+        reads, writes = dataflow.kernel_slots(tensors, names)
+        labels = {s.key: s.label for s in reads + writes}
         return Step(i, "kernel", op.kernel_name, op.grid, op.config, op.launch_index,
-                    pre, dict(op.post_hashes or {}), tensors, tuple(op.arg_names))
+                    pre, dict(op.post_hashes or {}), tensors, names, reads, writes, True, labels)
     log = getattr(op, "log", None) or {}
-    pre = {"inputs": log["input_hash"]} if log.get("input_hash") is not None else {}
-    post = {"output": log["hash"]} if log.get("hash") is not None else {}
+    ext = getattr(op, "_kd_extents", None)
+    pre = dataflow.tree_values(log.get("input_hash"), "in", ext[0] if ext else None)
+    post = dataflow.tree_values(log.get("hash"), "out", ext[1] if ext else None)
     name = op._name if hasattr(op, "_name") else _upstream.get_call_name(op)
-    return Step(i, "aten", name, pre=pre, post=post)
+    slots = dataflow.op_slots(ext, getattr(op, "op", None))
+    reads, writes = slots if slots is not None else ([], [])
+    labels = {s.key: s.label for s in reads + writes}
+    return Step(i, "aten", name, pre=pre, post=post, reads=reads, writes=writes,
+                flow_known=slots is not None, labels=labels)
 
 
 def steps_of(run) -> list[Step]:
@@ -207,6 +219,28 @@ class Divergence:
 
 
 @dataclass
+class Root:
+    """A step whose outputs differ between the runs while every input it read
+    was identical (``kind`` "root"), or whose differing input came from no
+    differing recorded write ("outside"); Note [Data flow]."""
+
+    kind: str                   # "root" or "outside"
+    step_a: Step
+    step_b: Step
+    outputs: list               # (label, hash in run a, hash in run b) of each differing output
+    outside_inputs: list = field(default_factory=list)  # (label, hash a, hash b) of inputs from outside
+    consequences: int = 0       # later steps whose outputs changed because of it (transitively)
+    reaches_end: int = 0        # differing writes from it that nothing recorded read and that were
+                                # still in memory when the recording ended (possibly kept tensors)
+    absorbed: int = 0           # later steps that read its differences and wrote identical outputs
+    benign: bool = False        # changes no later output and nothing that outlives the recording
+    position: int = 0           # aligned position
+    keys: list = field(default_factory=list)  # hash keys (argument names) of `outside_inputs` or else `outputs`
+    writer: Step | None = None  # "outside": the last recorded write of that input's memory, when one is known
+    writer_args: list = field(default_factory=list)
+
+
+@dataclass
 class Report:
     runs: tuple[int, int]
     n_a: int
@@ -218,6 +252,8 @@ class Report:
     config_changes: Any = field(default_factory=list)  # (step_a, step_b) pairs: grid / config differ
     shape_changes: Any = field(default_factory=list)   # (step_a, step_b) pairs: argument shapes differ
     kernels_b: int = 0                                  # kernel launches in run b
+    roots: list = field(default_factory=list)   # consequential Roots, ranked (the first is the divergence)
+    benign: list = field(default_factory=list)  # benign Roots: differences nothing later depends on
     # the alignment behind the report, for kdebug.report: opcodes, aligned
     # positions pa / pb, positions (into pa) of pairs whose hashes / configs /
     # shapes differ, the divergence's position (or None)
@@ -316,6 +352,100 @@ def _device_key(t: TensorInfo) -> tuple[int, int]:
             -1 if t.device.index is None else t.device.index)
 
 
+def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp) -> tuple[list, list, dict]:
+    """Note [Data flow]: walks the aligned steps from the first one whose hashes
+    differ, linking every read to the last earlier write of overlapping memory.
+    Returns (consequential roots ranked, benign roots, {root position: aligned
+    positions of the steps whose difference came from it})."""
+    if len(diff) == 0:
+        return [], [], {}
+    diffset = set(diff.tolist())
+    other_args = set(shp.tolist())  # argument shapes or an op's non-tensor arguments differ
+    mm = dataflow.MemoryMap()
+    found: list[Root] = []
+    caused: list[list[int]] = []        # per root number: positions it caused
+    absorbed = []                       # per root number: steps that absorbed it
+    written: list[list] = []            # per root number: its differing Writes and those it caused
+    last = int(diff[-1])
+    start = int(diff[0])
+    pos_of = {i: k for k, i in enumerate(pa[start:].tolist(), start)}
+    for i in range(int(pa[start]), A.n):
+        k = pos_of.get(i)
+        a = A.step(i)
+        if k is None:  # no counterpart (a structural difference): what it wrote differs, from no root
+            for s in a.writes:
+                mm.paint(dataflow.Write(-1, s, True, 0))
+            continue
+        if k > last and not a.writes:
+            continue
+        b = B.step(int(pb[k])) if k in diffset else None
+        in_diff, outside, causes = [], [], 0
+        for s in a.reads:
+            hashed = b is not None and (s.key in a.pre or s.key in b.pre)
+            if hashed and a.pre.get(s.key) == b.pre.get(s.key):
+                continue  # read identical bytes in both runs
+            dws = [w for w in mm.writers(s) if w.differs]
+            if dws:
+                in_diff.append(s)
+                for w in dws:
+                    causes |= w.causes
+                    w.read = True
+            elif hashed:
+                outside.append(s)
+        out_diff = [] if b is None else \
+            [s for s in a.writes if (s.key in a.post or s.key in b.post) and a.post.get(s.key) != b.post.get(s.key)]
+        if b is not None and not a.flow_known:
+            # an op recorded without extents: its hashes alone, unlinked
+            pre_differs = any(a.pre.get(x) != b.pre.get(x) for x in set(a.pre) | set(b.pre))
+            out_keys = [x for x in sorted(set(a.post) | set(b.post)) if a.post.get(x) != b.post.get(x)]
+            if out_keys and not pre_differs:
+                out_diff = [dataflow.Slot(x, a.labels.get(x, x), ("?", -1), 0, 0) for x in out_keys]
+        if out_diff and k in other_args and not in_diff:
+            # it was given other arguments (shapes, a generator's state, a scalar): not its own doing
+            outside.append(dataflow.Slot("args", "non-tensor arguments / shapes", ("?", -1), 0, 0))
+        if out_diff and (outside or not in_diff):
+            n = len(found)
+            kind = "outside" if outside else "root"
+            found.append(Root(kind, a, b, [(s.label, a.post.get(s.key), b.post.get(s.key)) for s in out_diff],
+                              [(s.label, a.pre.get(s.key), b.pre.get(s.key)) for s in outside], position=k,
+                              keys=[s.key for s in (outside or out_diff)]))
+            caused.append([])
+            absorbed.append(0)
+            written.append([])
+            causes |= 1 << n
+        elif out_diff:
+            for r in _bits(causes):
+                caused[r].append(k)
+        elif causes:
+            for r in _bits(causes):
+                absorbed[r] += 1
+        for s in a.writes:
+            w = dataflow.Write(k, s, s in out_diff, causes if s in out_diff else 0)
+            mm.paint(w)
+            if w.differs:
+                for r in _bits(causes):
+                    written[r].append(w)
+    alive = mm.owners()
+    for n, r in enumerate(found):
+        r.consequences = len(caused[n])
+        r.absorbed = absorbed[n]
+        r.reaches_end = sum(1 for w in written[n] if id(w) in alive and not w.read)
+        r.benign = r.consequences == 0 and r.reaches_end == 0
+    ranked = sorted((r for r in found if not r.benign), key=lambda r: (-r.consequences, -r.reaches_end, r.position))
+    benign = [r for r in found if r.benign]
+    inherited = {r.position: torch.tensor(caused[n], dtype=torch.int64) for n, r in enumerate(found)}
+    return ranked, benign, inherited
+
+
+def _bits(x: int):
+    n = 0
+    while x:
+        if x & 1:
+            yield n
+        x >>= 1
+        n += 1
+
+
 def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
     """Compares two runs: DebugMode objects, kdebug.Run objects or trace file paths."""
     A, B = _Side.of(run_a), _Side.of(run_b)
@@ -352,48 +482,40 @@ def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
     hashed = int((((da[:, 3] | da[:, 4]) != 0) & ((db[:, 3] | db[:, 4]) != 0)).sum())
     config_changes = _Pairs(A, B, pa[cfg], pb[cfg])
     shape_changes = _Pairs(A, B, pa[shp], pb[shp])
+    roots, benign, inherited_pos = _walk_flow(A, B, pa, pb, diff, shp)
     div = None
     root = None
-    for k in diff.tolist():
-        a, b = A.step(int(pa[k])), B.step(int(pb[k]))
-        d_in = _first_diff(a.pre, b.pre, a.arg_names)
-        d_out = _first_diff(a.post, b.post, a.arg_names)
-        if d_in is None and d_out is None:
-            continue  # equal values with unequal encodings (not expected)
-        kind = "input" if d_in is not None else "output"
-        arg, ha, hb = d_in if d_in is not None else d_out
+    if roots:
+        top = roots[0]
+        root = top.position
+        a, b = top.step_a, top.step_b
+        arg = top.keys[0]
         idx = a.arg_names.index(arg) if arg in a.arg_names else None
-        div = Divergence(kind, a, b, arg, idx, ha, hb)
-        if kind == "input":
-            target = a.tensors.get(arg)
-            leaf_value = _first_leaf_diff(ha, hb) if a.kind == "aten" else ha
-            leaf = _C.tree_leaf_digest(leaf_value) if leaf_value is not None else 0
-            lo, hi = _extent(target) if isinstance(target, TensorInfo) else (0, 0)
-            dt, di = _device_key(target) if isinstance(target, TensorInfo) else (-1, -1)
-            found = A.run._reader.last_writer(a.index, dt, di, lo, hi, leaf)
-            if found is not None:
-                w = div.writer = A.step(found[0])
-                mask = found[1]
-                div.writer_args = ([n for bit, n in enumerate(w.arg_names) if mask >> bit & 1]
-                                   if w.kind == "kernel" else ["output"])
-                # the writer's own hashes of what it wrote: equal in both runs means
-                # the bytes changed after it wrote them, outside the recorded launches
-                pos = (pa == found[0]).nonzero().flatten()
-                wb = B.step(int(pb[int(pos[0])])) if len(pos) else None
-                div.outside = wb is not None and all(
-                    w.post.get(n) is not None and w.post.get(n) == wb.post.get(n) for n in div.writer_args)
-            else:
-                div.outside = True
-        later = diff[diff > k]
-        div.inherited = _Pairs(A, B, pa[later], pb[later])
-        culprit = div.writer if div.writer is not None else a
-        div.hints = _hints(culprit, kind, bool(len(cfg)) and int(cfg[0]) <= k)
-        root = k
-        break
+        if top.kind == "root":
+            _, ha, hb = top.outputs[0]
+            div = Divergence("output", a, b, arg, idx, ha, hb)
+        else:
+            _, ha, hb = top.outside_inputs[0] if top.outside_inputs else top.outputs[0]
+            div = Divergence("input", a, b, arg, idx, ha, hb, outside=True)
+            slot = next((s for s in a.reads if s.key == arg), None)
+            if slot is not None:  # name the last recorded write of that memory (it matched, or is unhashed)
+                dt = {"cpu": 0, "cuda": 1}.get(slot.device[0], -1)
+                leaf = _C.tree_leaf_digest(ha) if ha is not None else 0  # an op writer: by its output hash
+                found = A.run._reader.last_writer(a.index, dt, slot.device[1], slot.lo, slot.hi, leaf)
+                if found is not None:
+                    w = div.writer = A.step(found[0])
+                    div.writer_args = ([n for bit, n in enumerate(w.arg_names) if found[1] >> bit & 1]
+                                       if w.kind == "kernel" else ["output"])
+        div.inherited = _Pairs(A, B, pa[inherited_pos[top.position]], pb[inherited_pos[top.position]]) \
+            if inherited_pos.get(top.position) is not None else _Pairs(A, B, pa[:0], pb[:0])
+        div.hints = _hints(a, div.kind, bool(len(cfg)) and int(cfg[0]) <= root)
+        top.writer, top.writer_args = div.writer, div.writer_args
+    heirs = sorted({k for x in roots for k in inherited_pos[x.position].tolist()})
     alignment = {"opcodes": ops, "aligned": aligned, "pa": pa, "pb": pb, "diff": diff, "config": cfg,
-                 "shape": shp, "root": root}
+                 "shape": shp, "root": root, "roots": torch.tensor([x.position for x in roots], dtype=torch.int64),
+                 "heirs": torch.tensor(heirs, dtype=torch.int64)}
     return Report(runs, A.n, B.n, len(pa), hashed, div, structural, config_changes, shape_changes,
-                  B.run.types.count(1), alignment)
+                  B.run.types.count(1), roots, benign, alignment)
 
 
 def format_report(r: Report) -> str:
@@ -418,34 +540,74 @@ def format_report(r: Report) -> str:
         if r.hashed == 0:
             lines.append("  nothing to compare: record with DebugMode.log_tensor_hashes('bitwise', hash_inputs=True)")
         elif r.ok:
-            lines.append(f"  all {r.compared} launches and ops have matching inputs and outputs")
+            lines.append(f"  all {r.compared} launches and ops have matching inputs and outputs"
+                         + (f", apart from {len(r.benign)} benign difference(s) below" if r.benign else ""))
             lines.append("  still possible: work outside the recorded launches (Python, ops run with no "
                          "DebugMode), RNG state, autotuning choosing other kernels")
+        lines += _benign_lines(r)
         return "\n".join(lines)
+    top = r.roots[0]
     s = d.step_a
     where = f"{s.label()}" + (f"  grid {s.grid}" if s.grid is not None else "")
-    lines.append(f"  FIRST DIVERGENCE: {where}")
-    idx = f" (index {d.arg_index})" if d.arg_index is not None else ""
-    if d.kind == "output":
-        lines.append(f"    inputs identical, output {d.arg}{idx} differs ({_fmt_pair(d.hash_a, d.hash_b, a, b)})")
-        lines.append(f"    -> this {'kernel' if s.kind == 'kernel' else 'op'} is non-deterministic; "
-                     f"{len(d.inherited)} later launches/ops inherited the difference")
-    else:
-        lines.append(f"    input {d.arg}{idx} differs ({_fmt_pair(d.hash_a, d.hash_b, a, b)})")
-        if d.writer is not None and d.outside:
-            lines.append(f"    -> last recorded write: {d.writer.label()} ({', '.join(d.writer_args)}), whose "
-                         "output matched between the runs: the memory changed after it, outside the recorded "
-                         "launches (an op run with no DebugMode, a raw pointer write, another thread)")
-        elif d.writer is not None:
-            lines.append(f"    -> likely cause: {d.writer.label()} wrote it (its {', '.join(d.writer_args)}, "
-                         "not hashed): that launch is the non-deterministic one")
-        else:
-            lines.append("    -> no recorded launch wrote it: the difference came from outside the recorded "
-                         "launches (a graph input, RNG, an op run with no DebugMode)")
-        lines.append(f"    {len(d.inherited)} later launches/ops inherited the difference")
+    more = f" (root 1 of {len(r.roots)})" if len(r.roots) > 1 else ""
+    lines.append(f"  FIRST DIVERGENCE{more}: {where}")
+    lines += [f"    {x}" for x in _root_lines(top, a, b)]
     for h in d.hints:
         lines.append(f"    hint: {h}")
+    if len(r.roots) > 1:
+        lines.append("  OTHER ROOTS (independent of the first; ranked by how much changed because of them):")
+        for n, x in enumerate(r.roots[1:10], 2):
+            lines.append(f"    root {n}: {x.step_a.label()}")
+            lines += [f"      {t}" for t in _root_lines(x, a, b)]
+        if len(r.roots) > 10:
+            lines.append(f"    ... {len(r.roots) - 10} more roots")
+    lines += _benign_lines(r)
     return "\n".join(lines)
+
+
+def _diff_text(outs: list, a: int, b: int, limit: int = 3) -> str:
+    parts = [f"{label} differ (SHAPES above)" if ha is None and hb is None else
+             f"{label} differs ({_fmt_pair(ha, hb, a, b)})" for label, ha, hb in outs[:limit]]
+    if len(outs) > limit:
+        parts.append(f"{len(outs) - limit} more")
+    return "; ".join(parts)
+
+
+def _root_lines(x: "Root", a: int, b: int) -> list[str]:
+    what = "kernel" if x.step_a.kind == "kernel" else "op"
+    out = []
+    if x.kind == "root":
+        lead = "" if x.outputs and x.outputs[0][0].startswith("output") else "output "
+        out.append(f"inputs identical, {lead}{_diff_text(x.outputs, a, b)}")
+        why = f"-> this {what} is non-deterministic"
+    else:
+        out.append(f"input {_diff_text(x.outside_inputs, a, b)}, and no recorded step wrote a differing "
+                   "value into it")
+        why = ("-> the difference came from outside the recorded launches (a graph input, RNG, an op run "
+               "with no DebugMode, a write kdebug did not see)")
+    tail = [f"{x.consequences} later launches/ops changed because of it"]
+    if x.reaches_end:
+        tail.append(f"{x.reaches_end} differing tensor(s) from it still held their value when the recording ended")
+    if x.absorbed:
+        tail.append(f"{x.absorbed} read it and wrote identical outputs")
+    out.append(f"{why}; " + "; ".join(tail))
+    if x.writer is not None:
+        out.append(f"-> last recorded write of that memory: {x.writer.label()} ({', '.join(x.writer_args)}), whose "
+                   "output matched between the runs: it changed after that write")
+    return out
+
+
+def _benign_lines(r: "Report") -> list[str]:
+    if not r.benign:
+        return []
+    lines = ["  BENIGN (differences no later output depends on and nothing kept at the end holds):"]
+    for x in r.benign[:10]:
+        lines.append(f"    {x.step_a.label()}: {_diff_text(x.outputs, *r.runs, limit=2)}; "
+                     + (f"read by {x.absorbed} later launch(es)/op(s) whose outputs matched"
+                        if x.absorbed else "overwritten before anything read it"))
+    if len(r.benign) > 10:
+        lines.append(f"    ... {len(r.benign) - 10} more")
+    return lines
 
 
 def _record(fn, args, kwargs, hash_fn):

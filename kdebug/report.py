@@ -207,9 +207,9 @@ def _columns(rep: Report, t: _Table, pair_spread: torch.Tensor, for_a: bool):
     flags[_hashed(t)] |= HASHED
     # the divergence and what inherited it, as the engine counts them (pairs
     # before it whose digests differ were found equal value by value)
-    if al["root"] is not None:
-        flags[me[al["diff"][al["diff"] >= al["root"]]]] |= DIFF
-        flags[me[al["root"]]] |= ROOT
+    if al["root"] is not None:  # every consequential root and what changed because of them
+        flags[me[al["roots"]]] |= DIFF | ROOT
+        flags[me[al["heirs"]]] |= DIFF
     flags[me[al["config"]]] |= CONFIG
     flags[me[al["shape"]]] |= SHAPE
     d = rep.divergence
@@ -248,6 +248,12 @@ def _step_json(s) -> dict | None:
             "config": None if s.config is None else str(s.config)}
 
 
+def _root_json(x) -> dict:
+    return {"a": _step_json(x.step_a), "b": _step_json(x.step_b), "kind": x.kind,
+            "outputs": [lab for lab, _, _ in x.outputs], "inputs": [lab for lab, _, _ in x.outside_inputs],
+            "consequences": x.consequences, "reaches_end": x.reaches_end, "absorbed": x.absorbed}
+
+
 def _comparison_json(rep: Report, limit: int = 2000) -> dict:
     al = rep.alignment
     d = rep.divergence
@@ -275,7 +281,9 @@ def _comparison_json(rep: Report, limit: int = 2000) -> dict:
         "shape_changes": [[int(pa[k]), int(pb[k])] for k in al["shape"][:limit].tolist()],
         "shape_total": len(al["shape"]),
         "inherited": 0 if d is None else len(d.inherited),
-        "diff_total": 0 if al["root"] is None else int((al["diff"] >= al["root"]).sum()),
+        "diff_total": len(al["roots"]) + len(al["heirs"]),
+        "roots": [_root_json(x) for x in rep.roots[:limit]],
+        "benign": [_root_json(x) for x in rep.benign[:limit]],
     }
 
 

@@ -63,7 +63,7 @@ def test_planted_output_fault_is_the_first_divergence(chain):
     assert [x.name for x, _ in d.inherited] == [k2, k4]
     text = str(r)
     assert f"FIRST DIVERGENCE: kernel #0 {k1}" in text and "non-deterministic" in text
-    assert "2 later launches/ops inherited" in text
+    assert "2 later launches/ops changed because of it" in text
 
 
 def test_fault_in_a_later_kernel(chain):

@@ -58,7 +58,7 @@ def test_hunt_builtin_workload_names_the_atomic_kernel(tmp_path):
     assert "Run 1: comparing with run 0 ... 14 kernels" in out
     assert "FIRST DIVERGENCE: kernel #0 cpp_fused_div_index_add_zeros_0" in out
     assert "inputs identical, output out_ptr0" in out and "bitwise 0x" in out and "norm " in out
-    assert "later launches/ops inherited the difference" in out
+    assert "later launches/ops changed because of it" in out
     assert "runs DIVERGE" in out
     assert "2/2" in p.stderr  # the progress bar
     # --html: the report of the same comparison; hunt.json lets `kdebug report DIR` redraw it

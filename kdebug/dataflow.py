@@ -1,0 +1,247 @@
+"""What each recorded step read and wrote, and which earlier step wrote what it read.
+
+Note [Data flow]
+A run-to-run difference is only explained by the memory it travelled through,
+never by equal hash values.  Every step of a run (a kernel launch or an aten
+op) is described by its *slots*: one per tensor it reads and one per tensor it
+writes, each with the byte range it covers on its device and the hashes taken
+of it (``pre`` before the step for reads, ``post`` after it for writes).
+
+- Kernels: every tensor argument, read when its role has R, written when it
+  has W (``in_out_ptr`` both), from the launch record's TensorInfo.
+- Aten ops: every tensor leaf of the input hash tree is read, every tensor
+  leaf of the output tree written.  The byte ranges come from the op's
+  ``_kd_extents`` (taken by the C dispatch path with the hashes, kept in the
+  trace: KD_OPF_EXTENTS); an op recorded without them has no slots and
+  links nothing (``Step.flow_known`` is False).
+
+A read is linked to the *last earlier step that wrote overlapping memory* on
+the same device (``MemoryMap``).  compare.py walks the aligned steps of two
+runs in order, painting every write into the map as it goes, and classifies
+each step whose written hashes differ between the runs:
+
+- **root**: every input it read is identical in both runs (its pre-hash is
+  equal, or, without one, the write it was linked to is identical);
+- **inherited**: an input differs and traces to an earlier differing write;
+- **outside**: an input differs but traces to no differing recorded write (no
+  recorded step wrote it after the runs first differed, or its last writer
+  wrote identical bytes): the difference entered from outside the recording.
+
+Only steps from the first differing one onward are painted: a read whose
+last writer came before it was written identically in both runs.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+from .calls import TensorInfo
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One tensor a step read (``pre`` hash) or wrote (``post`` hash)."""
+
+    key: str                 # the hash dictionary key: argument name, "in/0/1" style path for ops
+    label: str               # what to call it: "in_ptr0 (index 1)", "output[7] philox_offset"
+    device: tuple            # (device type, index)
+    lo: int
+    hi: int
+
+
+def _tensor_extent(t: TensorInfo) -> tuple[int, int]:
+    if t.numel() == 0:
+        return (t.data_ptr, t.data_ptr)
+    itemsize = getattr(t.dtype, "itemsize", 1)
+    span = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride))
+    return (t.data_ptr, t.data_ptr + (span + 1) * itemsize)
+
+
+def _device(t: TensorInfo) -> tuple:
+    return (t.device.type, -1 if t.device.index is None else t.device.index)
+
+
+def kernel_slots(tensors: dict, arg_names: tuple) -> tuple[list, list]:
+    """(reads, writes) of a kernel launch from its TensorInfo per argument."""
+    reads, writes = [], []
+    for name, t in tensors.items():
+        if not isinstance(t, TensorInfo):
+            continue
+        idx = arg_names.index(name) if name in arg_names else None
+        label = f"{name} (index {idx})" if idx is not None else name
+        lo, hi = _tensor_extent(t)
+        s = Slot(name, label, _device(t), lo, hi)
+        if t.reads:
+            reads.append(s)
+        if t.writes:
+            writes.append(s)
+    return reads, writes
+
+
+_DEV_NAMES = {0: "cpu", 1: "cuda"}
+
+
+def _is_extent(x) -> bool:
+    return isinstance(x, tuple) and len(x) == 4 and all(isinstance(v, int) for v in x)
+
+
+def _walk(tree, path=()):
+    """(path, leaf) of every leaf of an extents tree, in the order the hash
+    trees list theirs (dict values in insertion order)."""
+    if _is_extent(tree) or tree is None:
+        yield path, tree
+    elif isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from _walk(v, path + (k,))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            yield from _walk(v, path + (i,))
+    else:
+        yield path, None
+
+
+def _schema(op):
+    return getattr(op, "_schema", None)
+
+
+def _input_label(path: tuple, schema) -> str:
+    """'self', 'indices[2]', 'weight' for a path into ((args...), {kwargs})."""
+    if len(path) >= 2 and path[0] == 0 and isinstance(path[1], int):
+        j, rest = path[1], path[2:]
+        name = f"arg {j}"
+        if schema is not None and j < len(schema.arguments):
+            name = schema.arguments[j].name
+    elif len(path) >= 2 and path[0] == 1:
+        name, rest = str(path[1]), path[2:]
+    else:
+        name, rest = "input", path
+    return name + "".join(f"[{r}]" for r in rest)
+
+
+def _output_label(path: tuple, schema) -> str:
+    """'output', 'output[7] philox_offset' for a path into the op's result."""
+    if not path:
+        return "output"
+    text = "output" + "".join(f"[{r}]" for r in path)
+    if schema is not None and isinstance(path[0], int) and path[0] < len(schema.returns):
+        rname = schema.returns[path[0]].name
+        if rname:
+            text += f" {rname}"
+    return text
+
+
+def path_key(side: str, path: tuple) -> str:
+    return side + "/" + "/".join(str(p) for p in path)
+
+
+def op_slots(extents, op) -> tuple[list, list] | None:
+    """(reads, writes) of an aten op from its extents trees, None without them."""
+    if extents is None:
+        return None
+    ext_in, ext_out = extents
+    schema = _schema(op)
+    reads, writes = [], []
+    for tree, side, out in ((ext_in, "in", reads), (ext_out, "out", writes)):
+        if tree is None:
+            continue
+        for path, leaf in _walk(tree):
+            if leaf is None:
+                continue
+            dt, di, lo, hi = leaf
+            label = _input_label(path, schema) if side == "in" else _output_label(path, schema)
+            out.append(Slot(path_key(side, path), label, (_DEV_NAMES.get(dt, dt), di), lo, hi))
+    return reads, writes
+
+
+def tree_values(tree, side: str, shape=None) -> dict:
+    """{path key: hash} of every leaf of a hash tree (the same paths op_slots
+    uses).  ``shape``, the matching extents tree, says where the leaves are: a
+    tuple of two bitwise hashes and a tuple of one value per hash kind look
+    alike."""
+    out: dict[str, Any] = {}
+
+    def walk(t, path, e):
+        if e is not None and (_is_extent(e) or not isinstance(e, (tuple, list, dict))):
+            if t is not None:
+                out[path_key(side, path)] = t
+        elif isinstance(t, dict):
+            for k, v in t.items():
+                walk(v, path + (k,), e.get(k) if isinstance(e, dict) else None)
+        elif isinstance(t, list) or (isinstance(t, tuple) and (e is not None or not _is_hash_tuple(t))):
+            for i, v in enumerate(t):
+                walk(v, path + (i,), e[i] if isinstance(e, (list, tuple)) and i < len(e) else None)
+        elif t is not None:
+            out[path_key(side, path)] = t
+
+    walk(tree, (), shape)
+    return out
+
+
+def _is_hash_tuple(t) -> bool:
+    # a list of hash_fn kinds gives a tuple of plain values per tensor
+    return isinstance(t, tuple) and bool(t) and all(isinstance(x, (int, float)) for x in t)
+
+
+@dataclass
+class Write:
+    """A painted write: the step (aligned position) and slot that wrote it,
+    and whether its post-hash differs between the runs."""
+
+    pos: int
+    slot: Slot
+    differs: bool
+    causes: int = 0          # bit set of root numbers its difference came from
+    read: bool = False       # a later step read it
+
+class MemoryMap:
+    """Byte ranges per device, each owned by the last Write painted over it."""
+
+    def __init__(self):
+        self._maps: dict[tuple, tuple[list, list, list]] = {}
+
+    def paint(self, w: Write) -> None:
+        lo, hi = w.slot.lo, w.slot.hi
+        if hi <= lo:
+            return
+        starts, ends, owners = self._maps.setdefault(w.slot.device, ([], [], []))
+        i = bisect.bisect_right(ends, lo)         # first interval ending after lo
+        j = bisect.bisect_left(starts, hi)        # first interval starting at or after hi
+        new_s, new_e, new_o = [], [], []
+        if i < j and starts[i] < lo:              # keep the left part of the first
+            new_s.append(starts[i]); new_e.append(lo); new_o.append(owners[i])
+        new_s.append(lo); new_e.append(hi); new_o.append(w)
+        if i < j and ends[j - 1] > hi:            # keep the right part of the last
+            new_s.append(hi); new_e.append(ends[j - 1]); new_o.append(owners[j - 1])
+        starts[i:j], ends[i:j], owners[i:j] = new_s, new_e, new_o
+
+    def owners(self) -> set[int]:
+        """ids of the Writes that still own some byte (were not wholly overwritten)."""
+        return {id(w) for _, _, owners in self._maps.values() for w in owners}
+
+    def writers(self, slot: Slot) -> list[Write]:
+        """The Writes owning any byte of the slot's range, in address order."""
+        m = self._maps.get(slot.device)
+        if m is None or slot.hi <= slot.lo:
+            return []
+        starts, ends, owners = m
+        i = bisect.bisect_right(ends, slot.lo)
+        j = bisect.bisect_left(starts, slot.hi)
+        seen, out = set(), []
+        for w in owners[i:j]:
+            if id(w) not in seen:
+                seen.add(id(w))
+                out.append(w)
+        return out
+
+
+@dataclass
+class Flow:
+    """How one differing step is explained."""
+
+    pos: int                                    # aligned position
+    status: str                                 # "root", "inherited", "outside"
+    out_diff: list = field(default_factory=list)      # written Slots whose hashes differ
+    in_diff: list = field(default_factory=list)       # (read Slot, [Writes] it traces to)
+    outside_inputs: list = field(default_factory=list)  # read Slots that trace to no differing write
+    causes: int = 0

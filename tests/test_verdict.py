@@ -1,0 +1,156 @@
+"""The verdict engine (Note [Data flow] in kdebug/dataflow.py) on real
+Inductor C++ kernels with planted faults: every independent root is found and
+ranked by what changed because of it, a launch whose inputs are identical is
+never counted as having inherited anything, a difference nothing later depends
+on is benign and the runs still match, and an aten op's differing output is
+named by its index and schema name."""
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+import kdebug
+from kdebug import DebugMode
+from kdebug.compare import steps_of
+from kdebug.testing import perturb_kernel_output
+from kdebug.workloads import TinyBlock, train_step_fn
+
+
+@pytest.fixture(scope="module")
+def step():
+    torch.manual_seed(0)
+    model = TinyBlock(d=32, heads=4)
+    x = torch.randn(2, 8, 32)
+    fn = train_step_fn(model)
+    fn(x)
+    return lambda: fn(x)
+
+
+def record(fn, *faults):
+    torch.manual_seed(0)
+    with DebugMode() as dm, DebugMode.log_tensor_hashes(["bitwise", "norm"], hash_inputs=True):
+        with contextlib.ExitStack() as st:
+            hits = [st.enter_context(perturb_kernel_output(*f)) for f in faults]
+            fn()
+    assert all(h["hits"] == 1 for h in hits)
+    dm.operators  # noqa: B018
+    return dm
+
+
+def test_two_independent_roots_are_both_named_and_ranked_by_consequence(step):
+    """A training step and an independent compiled function in one recording,
+    a fault in each: the step's (everything after it changes) ranks first,
+    the other's is still named, each with only its own consequences."""
+    other = torch.compile(lambda t: (t.sin() * 2).cos() + 1)
+    y = torch.randn(64)
+    other(y)
+
+    def both():
+        step()
+        other(y)
+
+    base = record(both)
+    names = [k.kernel_name for k in base.kernels]
+    early, late = base.kernels[3], base.kernels[-1]
+    r = kdebug.compare(base, record(both, (late.kernel_name, "out_ptr0"), (early.kernel_name, "out_ptr0")))
+    assert not r.ok
+    assert [x.step_a.kernel_number for x in r.roots] == [3, len(names) - 1]
+    assert r.roots[0].consequences > 10 and r.roots[1].consequences == 0 and r.roots[1].reaches_end == 1
+    assert r.divergence.step_a.kernel_number == 3 and r.divergence.kind == "output"
+    assert len(names) - 1 not in [x.kernel_number for x, _ in r.divergence.inherited]
+    text = str(r)
+    assert "root 1 of 2" in text and f"root 2: kernel #{len(names) - 1} {late.kernel_name}" in text
+
+
+def test_every_root_has_identical_inputs_and_every_heir_differs(step):
+    base = record(step)
+    names = [k.kernel_name for k in base.kernels]
+    r = kdebug.compare(base, record(step, (names[3], "out_ptr0"), (names[9], "out_ptr0")))
+    assert r.roots
+    for root in r.roots:
+        if root.kind == "root":
+            a, b = root.step_a, root.step_b
+            assert all(a.pre.get(k) == b.pre.get(k) for k in set(a.pre) | set(b.pre))
+    heirs = r.divergence.inherited
+    assert len(heirs) > 10
+    for x, y in heirs:
+        assert x.post != y.post  # every heir's outputs differ
+    assert 3 not in [x.kernel_number for x, _ in heirs]
+
+
+def test_a_difference_nothing_reads_or_keeps_is_benign_and_the_runs_match():
+    """An eager op writes a scratch tensor that differs between the runs, a
+    later op reads it and produces identical output (it is multiplied by
+    zero), and the scratch is then overwritten: benign, the runs match."""
+    def run(noise):
+        torch.manual_seed(noise)
+        with DebugMode() as dm, DebugMode.log_tensor_hashes("bitwise", hash_inputs=True):
+            x = torch.arange(16.0)
+            scratch = torch.rand(16)                     # differs between the runs
+            y = x + scratch * 0.0                        # reads it; identical output
+            scratch.copy_(x)                             # overwrites it
+            z = y * 2
+        dm.operators  # noqa: B018
+        return dm, z
+
+    (a, za), (b, zb) = run(1), run(2)
+    assert torch.equal(za, zb)
+    r = kdebug.compare(a, b)
+    assert r.ok and r.divergence is None and not r.roots
+    assert [x.step_a.name for x in r.benign] == ["aten::rand"]
+    assert r.benign[0].absorbed == 2  # scratch * 0.0 and copy_ (an in-place op reads self)
+    assert "BENIGN" in str(r) and "aten::rand" in str(r)
+
+
+def test_a_kept_difference_is_not_benign():
+    """The same scratch, kept (not overwritten, read by nothing): it may be a
+    tensor the program keeps, so it is a consequential root."""
+    def run(noise):
+        torch.manual_seed(noise)
+        with DebugMode() as dm, DebugMode.log_tensor_hashes("bitwise", hash_inputs=True):
+            torch.rand(16)
+        dm.operators  # noqa: B018
+        return dm
+
+    r = kdebug.compare(run(1), run(2))
+    assert not r.ok and [x.step_a.name for x in r.roots] == ["aten::rand"] and r.roots[0].reaches_end == 1
+
+
+def test_multi_output_op_names_the_output_by_index_and_schema_name():
+    def run(seed):
+        torch.manual_seed(seed)
+        with DebugMode() as dm, DebugMode.log_tensor_hashes("bitwise", hash_inputs=True):
+            torch.ops.aten.max.dim(torch.rand(2, 3), 1)
+        dm.operators  # noqa: B018
+        return dm
+
+    a, b = run(1), run(2)
+    step = next(s for s in steps_of(a) if s.name == "aten::max.dim")
+    assert [s.label for s in step.writes] == ["output[0] values", "output[1] indices"]
+    assert [s.label for s in step.reads] == ["self"]
+    r = kdebug.compare(a, b)
+    assert r.roots[0].step_a.name == "aten::rand" and r.roots[0].consequences == 1
+    assert "output[0] values" not in str(r)  # an heir, not a root
+
+
+def test_input_changed_outside_the_recording_is_outside(step):
+    """A write no DebugMode sees: the reader's input differs and nothing
+    recorded wrote a differing value: an "outside" root, never an heir."""
+    def run(sneak):
+        x = torch.arange(8.0)
+        with DebugMode() as dm, DebugMode.log_tensor_hashes("bitwise", hash_inputs=True):
+            y = x * 2
+            if sneak:
+                with torch._C._DisableTorchDispatch(), torch.no_grad():
+                    y[3] += 1
+            y + 1
+        dm.operators  # noqa: B018
+        return dm
+
+    r = kdebug.compare(run(False), run(True))
+    assert [x.kind for x in r.roots] == ["outside"] and r.roots[0].step_a.name == "aten::add.Tensor"
+    assert r.divergence.kind == "input" and r.divergence.outside
+    assert r.divergence.writer is not None and r.divergence.writer.name == "aten::mul.Tensor"
+
