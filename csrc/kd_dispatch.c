@@ -59,7 +59,7 @@ static PyObject *set_eval_cb_fn;   /* torch._C._dynamo.eval_frame.set_eval_frame
 static PyObject *s_fast, *s_ops, *s_call_depth, *s_fx_stack_trace, *s_record_output, *s_fresh,
     *s_pending, *s_stream, *s_log, *s_record, *s_hash, *s_input_hash, *s_output, *s_op, *s_args_str,
     *s_kwargs_str, *s_stack_trace, *s_fwd_stack_trace, *s_output_str, *s_stringify_output,
-    *s_record_tensor_attributes, *s_rec_hooks, *s_log_hooks, *s_pre_hooks, *s_kd_extents, *empty_tuple;
+    *s_rec_hooks, *s_log_hooks, *s_pre_hooks, *s_kd_extents, *empty_tuple;
 
 /* The info tuple's fields (mode._op_info). */
 enum { I_SPECIAL, I_HASH_SKIPPED, I_MAKES_EMPTY, I_WRITES, I_WRITTEN_POS, I_WRITTEN_NAMES,
@@ -359,11 +359,8 @@ static int set_output(PyObject *mode, PyObject *call, PyObject *result)
     if (out == NULL)
         return -1;
     int rc = 0;
-    if (out == Py_NotImplemented) {
-        PyObject *attrs = PyObject_GetAttr(mode, s_record_tensor_attributes);
-        PyObject *r = attrs ? PyObject_CallMethodObjArgs(call, s_stringify_output, result, attrs, Py_None, NULL)
-                            : NULL;
-        Py_XDECREF(attrs);
+    if (out == Py_NotImplemented) { /* mode._stringify_output: upstream's, with stable texts */
+        PyObject *r = PyObject_CallMethodObjArgs(mode, s_stringify_output, call, result, NULL);
         rc = r ? 0 : -1;
         Py_XDECREF(r);
     } else if (out != Py_None) {
@@ -772,7 +769,7 @@ int kd_dispatch_module_init(PyObject *m)
         {&s_hash, "hash"}, {&s_input_hash, "input_hash"}, {&s_kd_extents, "_kd_extents"}, {&s_output, "output"}, {&s_op, "op"},
         {&s_args_str, "args_str"}, {&s_kwargs_str, "kwargs_str"}, {&s_stack_trace, "stack_trace"},
         {&s_fwd_stack_trace, "fwd_stack_trace"}, {&s_output_str, "output_str"},
-        {&s_stringify_output, "stringify_output"}, {&s_record_tensor_attributes, "record_tensor_attributes"},
+        {&s_stringify_output, "_stringify_output"},
         {&s_rec_hooks, "_DISPATCH_RECORD_HOOKS"}, {&s_log_hooks, "_DISPATCH_LOG_HOOKS"},
         {&s_pre_hooks, "_DISPATCH_PRE_LOG_HOOKS"},
     };

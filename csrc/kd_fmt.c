@@ -7,6 +7,12 @@
  * nn.Parameter, exact list / tuple / dict, and simple leaves) and returns
  * NotImplemented for anything else, so the caller can fall back to upstream's
  * Python code and stay exact.
+ *
+ * The one intended difference (Note [Stable argument text] in
+ * kdebug/_argtext.py): a leaf whose upstream text is not its value (a
+ * torch.Generator, anything whose str()/repr() holds an address) gets the
+ * text leaf_text(o, top) gives; that function says NotImplemented for every
+ * other leaf, which then falls back to upstream as before.
  */
 #include <string.h>
 
@@ -16,6 +22,7 @@
 static PyObject *tensor_type = NULL;    /* torch.Tensor */
 static PyObject *parameter_type = NULL; /* torch.nn.Parameter */
 static PyObject *leaf_types = NULL;     /* tuple of types rendered with str()/repr() */
+static PyObject *leaf_text_fn = NULL;   /* kdebug._argtext.leaf_text(o, top), or NULL */
 
 /* Text under construction: in `small` until it outgrows it (most op records
  * do not), then on the heap. */
@@ -110,6 +117,43 @@ static int tensor_str(buf *b, PyObject *o, int quoted)
     return 1;
 }
 
+/* A leaf of no type the formatter knows: leaf_text_fn's text (Note [Stable
+ * argument text]), or 0 (fall back to upstream) when it says NotImplemented. */
+static int leaf_text(buf *b, PyObject *o, int top)
+{
+    if (leaf_text_fn == NULL)
+        return 0;
+    PyObject *s = PyObject_CallFunctionObjArgs(leaf_text_fn, o, top ? Py_True : Py_False, NULL);
+    if (s == NULL)
+        return -1;
+    int r = 1;
+    if (s == Py_NotImplemented)
+        r = 0;
+    else if (!PyUnicode_Check(s)) {
+        PyErr_SetString(PyExc_TypeError, "kdebug: leaf_text must return a str or NotImplemented");
+        r = -1;
+    } else
+        put_obj(b, s);
+    Py_DECREF(s);
+    return r == 1 && b->fail ? -1 : r;
+}
+
+/* The repr() of a dict key; a key whose repr is not stable gets leaf_text's. */
+static int key_text(buf *b, PyObject *k)
+{
+    if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k) && leaf_text_fn != NULL) {
+        int r = leaf_text(b, k, 0);
+        if (r != 0)
+            return r;
+    }
+    PyObject *kr = PyObject_Repr(k);
+    if (kr == NULL)
+        return -1;
+    put_obj(b, kr);
+    Py_DECREF(kr);
+    return b->fail ? -1 : 1;
+}
+
 /* Appends the rendering of o; top: not inside a container (str, not repr).
  * Returns 1 done, 0 unsupported (fall back), -1 error. */
 static int fmt(buf *b, PyObject *o, int top, int depth)
@@ -144,11 +188,8 @@ static int fmt(buf *b, PyObject *o, int top, int depth)
             if (!first)
                 put(b, ", ", 2);
             first = 0;
-            PyObject *kr = PyObject_Repr(k);
-            if (kr == NULL)
+            if (key_text(b, k) < 0)
                 return -1;
-            put_obj(b, kr);
-            Py_DECREF(kr);
             put(b, ": ", 2);
             if ((r = fmt(b, v, 0, depth + 1)) != 1)
                 return r;
@@ -169,7 +210,7 @@ static int fmt(buf *b, PyObject *o, int top, int depth)
             }
     }
     if (!ok)
-        return 0;
+        return leaf_text(b, o, top);
     if (PyLong_CheckExact(o)) { /* str and repr agree */
         int overflow;
         long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
@@ -306,12 +347,17 @@ PyObject *kd_format_output(PyObject *m, PyObject *result)
 static PyObject *kd_configure_fmt(PyObject *m, PyObject *args)
 {
     (void)m;
-    PyObject *t, *p, *leaves;
-    if (!PyArg_ParseTuple(args, "OOO!", &t, &p, &PyTuple_Type, &leaves))
+    PyObject *t, *p, *leaves, *text = Py_None;
+    if (!PyArg_ParseTuple(args, "OOO!|O", &t, &p, &PyTuple_Type, &leaves, &text))
         return NULL;
+    if (text != Py_None && !PyCallable_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "_configure_fmt: leaf_text must be callable or None");
+        return NULL;
+    }
     Py_XSETREF(tensor_type, Py_NewRef(t));
     Py_XSETREF(parameter_type, Py_NewRef(p));
     Py_XSETREF(leaf_types, Py_NewRef(leaves));
+    Py_XSETREF(leaf_text_fn, text == Py_None ? NULL : Py_NewRef(text));
     Py_RETURN_NONE;
 }
 
@@ -323,7 +369,7 @@ static PyMethodDef fmt_methods[] = {
     {"format_output", kd_format_output, METH_O,
      "Upstream DebugMode's output_str for an op result (None: nothing), or NotImplemented."},
     {"_configure_fmt", kd_configure_fmt, METH_VARARGS,
-     "_configure_fmt(torch.Tensor, nn.Parameter, leaf_types)"},
+     "_configure_fmt(torch.Tensor, nn.Parameter, leaf_types, leaf_text=None)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _upstream, hashing, inductor
+from . import _C, _argtext, _upstream, hashing, inductor
 from .calls import _VERBOSE, _CppKernelCall, _KernelCall, make_call
 
 _UPSTREAM_FLAGS = [p for p in inspect.signature(_upstream.DebugMode.__init__).parameters if p != "self"]
@@ -105,9 +105,9 @@ _configured = False
 def _configure() -> None:
     """Hands the C formatter and the aten-op fast path what they call."""
     global _configured
-    leaves = (float, complex, str, type(None), torch.dtype, torch.device, torch.layout,
-              torch.memory_format, torch.SymInt, torch.SymFloat, torch.SymBool, type(...))
-    _C._configure_fmt(torch.Tensor, torch.nn.Parameter, leaves)
+    # leaves rendered with str() / repr(), as upstream does (int and bool: by the C code itself);
+    # others go to _argtext.leaf_text (Note [Stable argument text])
+    _C._configure_fmt(torch.Tensor, torch.nn.Parameter, tuple(_argtext.PLAIN), _argtext.leaf_text)
     # A fresh _OpCall's attributes: the fast path sets them without running the
     # constructor, unless one is mutable (then sharing it would be wrong).
     probe = _upstream._OpCall(None, (), {}, 0)
@@ -274,6 +274,38 @@ class DebugMode(_upstream.DebugMode):
         # _configure() replaces this method by the C one where torch has the
         # eval-frame calls it needs.
         return _dispatch(self, func, types, args, kwargs)
+
+    # -- records made by upstream's Python code (Note [Stable argument text]) --
+    def _record_call(self, call) -> None:
+        """Upstream's, with arguments whose text is not their value (a
+        torch.Generator, an object whose repr holds an address) shown by
+        value / type name (kdebug/_argtext.py), as the C formatter shows them,
+        and a called object whose name holds an address by a stable name."""
+        if isinstance(call, _upstream._OpCall) and not isinstance(call.op, torch._ops.OpOverload):
+            call.op = _argtext.stable_op(call.op, _upstream.get_op_name(call.op))
+        if isinstance(call, _upstream._OpCall) and hasattr(call, "args") and hasattr(call, "kwargs"):
+            (args, kwargs), changed = _argtext.stable_tree((call.args, call.kwargs))
+            if changed:
+                if self.store_original_args:
+                    # keep the objects, but fix their text now: the state an op
+                    # starts from, not the one at rendering time
+                    orig = call.args, call.kwargs
+                    call.args, call.kwargs = args, kwargs
+                    call.stringify_args(self.record_tensor_attributes, None)
+                    call.args, call.kwargs = orig
+                else:
+                    call.args, call.kwargs = args, kwargs
+        super()._record_call(call)
+
+    def _record_call_output(self, call, output) -> None:
+        if self.record_output:
+            output = _argtext.stable_tree(output)[0]
+        super()._record_call_output(call, output)
+
+    def _stringify_output(self, call, output) -> None:
+        """The aten-op fast path's fallback for an output the C formatter does
+        not know (kd_dispatch.c): upstream's stringify_output, stable texts."""
+        call.stringify_output(_argtext.stable_tree(output)[0], self.record_tensor_attributes, None)
 
     # -- operators: upstream's list, with kernel records merged in on read --
     @property

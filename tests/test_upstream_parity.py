@@ -31,7 +31,19 @@ CASES = [
     (torch.randn(1), [torch.randn(2), 1], {"k": (torch.randn(3),)}), 1 + 2j, ...,
 ]
 FALLBACK = [torch.Size([2, 3]), Point(1, 2), torch.randn(2).as_subclass(MyTensor),
-            collections.OrderedDict(a=1), [torch.Size([1])], object()]
+            collections.OrderedDict(a=1), [torch.Size([1])]]
+
+
+def _fn():
+    pass
+
+
+# The intended difference from upstream (Note [Stable argument text] in
+# kdebug/_argtext.py): upstream renders these with str() / repr(), which hold
+# an address (`<object object at 0x7f...>`) or, for a Generator, nothing but
+# one; kdebug renders them by value / type name, the same in every run.
+UNSTABLE = [object(), _fn, torch.Generator().manual_seed(3), [1, (object(), None)], {"g": torch.Generator()},
+            {object(): 1}]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -52,6 +64,39 @@ def test_formatter_matches_upstream(arg):
 @pytest.mark.parametrize("arg", FALLBACK, ids=lambda a: type(a).__name__)
 def test_formatter_declines_what_it_does_not_know(arg):
     assert _C.format_args((arg,)) is NotImplemented
+
+
+@pytest.mark.parametrize("arg", UNSTABLE, ids=lambda a: type(a).__name__)
+def test_formatter_renders_address_bearing_leaves_without_the_address(arg):
+    """Where upstream's text holds an address, kdebug's differs from it on
+    purpose: no address, and the same text from the C formatter and from
+    upstream's Python rendering of kdebug's stand-ins (_record_call)."""
+    import re
+
+    from kdebug import _argtext
+
+    up = arg_to_str(arg, [])
+    assert re.search(r"0x[0-9a-f]{5,}", up)  # what this replaces
+    text = _C.format_args((arg,))
+    assert isinstance(text, str) and not re.search(r"0x[0-9a-f]{5,}", text), text
+    assert text == _C.format_args((arg,))  # stable while the value is
+    stand_in, changed = _argtext.stable_tree(arg)
+    assert changed and arg_to_str(stand_in, []) == text
+    assert _C.format_kwargs({"k": arg}) == f", k={text}"
+    assert _C.format_output(arg) == f"  ->  {text}"
+
+
+def test_generator_text_is_its_value():
+    from kdebug import _argtext
+
+    g, h = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    text = _C.format_args((g,))
+    assert text.startswith("Generator(device='cpu', seed=0, state=") and text == _C.format_args((h,))
+    torch.randn(3, generator=g)  # draws: another state, another text
+    assert _C.format_args((g,)) != text and _C.format_args((g,)).startswith("Generator(device='cpu', seed=0, ")
+    torch.randn(3, generator=h)
+    assert _C.format_args((g,)) == _C.format_args((h,))
+    assert _C.format_args((torch.Generator().manual_seed(1),)) != text
 
 
 def test_format_output_none_like_upstream():

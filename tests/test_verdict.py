@@ -154,3 +154,17 @@ def test_input_changed_outside_the_recording_is_outside(step):
     assert r.divergence.kind == "input" and r.divergence.outside
     assert r.divergence.writer is not None and r.divergence.writer.name == "aten::mul.Tensor"
 
+
+def test_other_generator_state_is_a_differing_argument_not_a_nondeterministic_op():
+    def run(seed):
+        g = torch.Generator().manual_seed(seed)
+        with DebugMode() as dm, DebugMode.log_tensor_hashes("bitwise", hash_inputs=True):
+            torch.randn(4, generator=g) * 2
+        dm.operators  # noqa: B018
+        return dm
+
+    assert kdebug.compare(run(0), run(0)).ok
+    r = kdebug.compare(run(0), run(1))
+    assert not r.ok and [x.kind for x in r.roots] == ["outside"]
+    assert r.roots[0].step_a.name == "aten::randn.generator" and r.roots[0].consequences == 1
+    assert "non-deterministic" not in str(r)
