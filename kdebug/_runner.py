@@ -58,8 +58,11 @@ def record(out: str, target: list[str], *, builtin: bool = False, module: bool =
     """Records the program into ``out``; returns its exit status."""
     import kdebug
 
+    from . import replay
+
     if fix:
         apply_fix(fix)
+    replay.activate_from_env()  # kdebug hunt --confirm (Note [Proof by replay])
     status = 0
     with kdebug.DebugMode(trace=out) as dm, kdebug.DebugMode.log_tensor_hashes(list(hash_fn), hash_inputs=True):
         try:
@@ -69,6 +72,7 @@ def record(out: str, target: list[str], *, builtin: bool = False, module: bool =
         except BaseException:
             traceback.print_exc()
             status = 1
+    replay.write_hits()
     st = dm.kernel_stats
     print(f"kdebug: recorded {st['launches']} kernel launch(es) and "
           f"{len(dm.operators) - len(dm.kernels)} aten op(s) into {out}", file=sys.stderr)

@@ -190,20 +190,34 @@ class _Progress:
 
 
 def _record_runs(n: int, target: list[str], module: bool, builtin: bool, tmp: str, fix: str | None,
-                 in_process: bool, label: str) -> list[str] | None:
-    """Records n runs; returns their trace paths, or None (the program failed)."""
+                 in_process: bool, label: str, envs: list | None = None, prefix: str = "") -> list[str] | None:
+    """Records n runs; returns their trace paths, or None (the program failed).
+    envs: per run, environment variables to set for it (kdebug hunt --confirm)."""
     import subprocess
 
     paths = []
     bar = _Progress(n, label)
     for i in range(n):
-        out = os.path.join(tmp, f"{'fix-' + fix + '-' if fix else ''}run{i}.kdt")
+        out = os.path.join(tmp, f"{prefix}{'fix-' + fix + '-' if fix else ''}run{i}.kdt")
         bar.show(f"recording run {i}")
+        env = dict(envs[i]) if envs else {}
         if in_process:
-            status = _record_in_process(out, target, module, builtin, fix, tmp, i)
+            saved_env = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+            try:
+                status = _record_in_process(out, target, module, builtin, fix, tmp, i)
+            finally:
+                for k, v in saved_env.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+                from . import replay
+
+                replay.activate(None)
         else:
             proc = subprocess.run(_runner_cmd(out, target, module, fix, builtin), stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
+                                  stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
             status = proc.returncode
             if status != 0:
                 bar.close()
@@ -295,6 +309,9 @@ def _hunt(args: argparse.Namespace) -> int:
                 first = next(r for r in freps if not r.ok)
                 where = first.divergence.step_a.label() if first.divergence else "structure"
                 print(f"      (first divergence still at {where})")
+    if args.confirm and diverged:
+        hunt["confirm"] = _confirm(next(r for r in reports if not r.ok), paths[0], target, module, builtin, tmp,
+                                   args.in_process)
     import json
 
     with open(os.path.join(tmp, "hunt.json"), "w") as f:
@@ -304,6 +321,39 @@ def _hunt(args: argparse.Namespace) -> int:
     print(f"\nkdebug hunt: {'runs DIVERGE' if diverged else 'all runs match'} "
           f"({time.perf_counter() - t0:.1f}s; traces in {tmp}; kdebug report {tmp} -o report.html draws them)")
     return 1 if diverged else 0
+
+
+def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in_process: bool,
+             limit: int = 3) -> list[dict]:
+    """Note [Proof by replay] for the first ``limit`` roots of a report; prints
+    and returns one verdict per root."""
+    import kdebug
+
+    from . import replay
+
+    run_a = kdebug.load(path_a)
+    out = []
+    print("\nkdebug hunt: confirming the roots by replay")
+    for n, root in enumerate(rep.roots[:limit], 1):
+        where = replay.locate(run_a, root.step_a)
+        if where is None or root.kind != "root":
+            why = "an aten op" if where is None else "a difference from outside the recording"
+            print(f"  root {n} {root.step_a.label()}: not replayable ({why})")
+            out.append({"root": root.step_a.label(), "confirmed": None, "why": f"not replayable: {why}"})
+            continue
+        name, occurrence = where
+        positions = [root.step_a.arg_names.index(k) for k in root.keys if k in root.step_a.arg_names]
+        file = os.path.join(tmp, f"confirm{n}.pt")
+        specs = [replay.Spec(name, occurrence, positions, mode, file) for mode in ("capture", "replay")]
+        cpaths = _record_runs(2, target, module, builtin, tmp, None, in_process, f"confirm root {n}",
+                              envs=[{replay.ENV: s.to_env()} for s in specs], prefix=f"confirm{n}-")
+        if cpaths is None:
+            out.append({"root": root.step_a.label(), "confirmed": None, "why": "the program failed"})
+            continue
+        verdict = replay.judge(rep, root, kdebug.compare(*cpaths), replay.read_hits(file))
+        print(f"  root {n} {root.step_a.label()}: {verdict['text']}")
+        out.append({"root": root.step_a.label(), **verdict})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -352,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="run in this process, resetting dynamo and using a fresh Inductor cache each time")
     h.add_argument("--try-fixes", action="store_true",
                    help="re-run with each candidate fix and say which remove the divergence")
+    h.add_argument("--confirm", action="store_true",
+                   help="prove each root by replay: re-run twice, the second with the root's outputs replaced by "
+                        "the first's, and check that what it was blamed for no longer differs")
     h.add_argument("--device", default="cpu", help="device of the built-in workload (no script given)")
     h.add_argument("--keep", metavar="DIR", default=None, help="write the traces to DIR (default: a temp dir)")
     h.add_argument("--html", metavar="PATH", help="also write the HTML report of the runs")

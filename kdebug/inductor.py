@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _upstream
+from . import _C, _upstream, replay
 
 _lock = threading.Lock()
 _installed = False
@@ -265,6 +265,7 @@ def _patched_wait(orig):
         for key, (_, argtypes, source) in pending.items():
             _wrap_cpp(scope, key, argtypes, source, fresh)
         _mark_fresh_triton(scope, fresh)
+        replay.attach(scope)
         return result
 
     wait.__wrapped__ = orig
@@ -303,6 +304,7 @@ def _wrap_loaded_modules() -> None:
             except ValueError:
                 continue
             _wrap_cpp(mod.__dict__, node.targets[0].id, list(argtypes), source, fresh)
+        replay.attach(mod.__dict__)
 
 
 # ---------------------------------------------------------------- bypass paths
