@@ -202,18 +202,16 @@ def test_generator_ops_record_generator_addresses():
 
 def test_benign_workspace_differs_only_in_the_unread_workspace():
     step = CASES["benign_workspace"].prepare("cpu", warmup=True)
-    a, b = record(step), record(step)
-    outs = []
+    a = record(step)
+    out_a = step.out
+    b = record(step)
     roots, touched = differing(a, b)
-    assert touched == roots and len(roots) == 1
+    assert touched == roots and len(roots) == 1   # nothing after it reads a difference
     i = roots[0]
     assert "workspace_matmul" in a[i][0]
     (y_a, ws_a), (y_b, ws_b) = a[i][2], b[i][2]
     assert y_a == y_b and ws_a != ws_b
-    step()
-    outs.append(step.out)
-    step()
-    assert same_outputs(outs[0], step.out)
+    assert same_outputs(out_a, step.out)
 
 
 def test_unseeded_input_root_is_randn():
@@ -247,13 +245,13 @@ def test_natural_race_is_the_first_difference(name):
 @pytest.mark.slow
 def test_zoo_module_under_hunt_in_process(tmp_path):
     """`kdebug hunt --in-process -- -m kdebug.zoo CASE`: the module runs twice
-    in one process (its custom op registered once), and the planted fault's
-    random amount makes the runs differ."""
+    in one process (its custom op registered once) and each run's workspace
+    differs while the product does not; `python -m kdebug.zoo CASE` runs a
+    planted case on its own (no DebugMode: its fault still hits)."""
     p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--in-process", "--keep", str(tmp_path),
                         "--", "-m", "kdebug.zoo", "benign_workspace"],
                        capture_output=True, text=True, timeout=600)
-    assert p.returncode in (0, 1), p.stdout + p.stderr
-    assert "workspace_matmul" in p.stdout or "all runs match" in p.stdout
+    assert p.returncode in (0, 1), p.stdout + p.stderr  # the verdict is the engine's business here
     a, b = (list(kdebug.load(str(tmp_path / f"run{i}.kdt")).operators) for i in range(2))
     op_a = next(o for o in a if "workspace_matmul" in getattr(o, "_name", ""))
     op_b = next(o for o in b if "workspace_matmul" in getattr(o, "_name", ""))
@@ -261,3 +259,19 @@ def test_zoo_module_under_hunt_in_process(tmp_path):
     p = subprocess.run([sys.executable, "-m", "kdebug.zoo", "absorbed_planted"], capture_output=True, text=True,
                        timeout=600)
     assert p.returncode == 0 and "zoo: ran absorbed_planted on cpu" in p.stdout, p.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["embedding_bag_backward", "conv_cudnn_benchmark"])
+def test_cuda_only_steps_run_on_the_cpu(name):
+    """A smoke test of the CUDA-only cases' code where there is no GPU: their
+    step compiles and runs on the CPU (where it does not race: their roots are
+    CUDA's), twice, with the same results."""
+    import kdebug.zoo as zoo
+
+    step = getattr(zoo, "_" + name)("cpu")
+    step()
+    first = [t.clone() for t in flat(step.out)]
+    step()
+    assert len(first) >= 2 and same_outputs(first, step.out)
+    assert all(torch.isfinite(t).all() for t in first)
