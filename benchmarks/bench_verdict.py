@@ -170,6 +170,8 @@ def main() -> int:
         row.update(engine=ans, observed=obs, correct=judge(case, ans, obs), report=str(rep))
         # a natural race that did not fire: the traces show no root at all
         row["race_fired"] = bool(obs["roots"]) if (case.roots and not case.planted) else None
+        if a.device == "cpu" and torch.get_num_threads() < case.min_threads:
+            row["note"] = f"needs {case.min_threads} CPU threads to race; this host has {torch.get_num_threads()}"
         rows.append(row)
 
     def cell(xs):
