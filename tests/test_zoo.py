@@ -15,7 +15,7 @@ import torch
 import kdebug
 from kdebug._upstream import get_call_name
 from kdebug.testing import perturb_kernel_output
-from kdebug.zoo import CASES, Plant
+from kdebug.zoo import CASES
 
 needs_two_threads = pytest.mark.skipif(
     (os.cpu_count() or 1) < 2 or torch.get_num_threads() < 2,
