@@ -3,6 +3,10 @@
     with kdebug.testing.perturb_kernel_output("cpp_fused_add", "out_ptr0", occurrence=0):
         compiled_fn(x)       # that launch's out_ptr0 gets its first element changed
 
+``value=`` is the amount added (default 1).  A hunt across fresh processes
+needs runs that differ: give each process its own amount (``kdebug.zoo``
+draws it from ``os.urandom``).
+
 The perturbation happens inside the launch (between the kernel and kdebug's
 post-launch hashes), exactly as a non-deterministic kernel would behave; no
 dispatch mode sees it.  C++ kernels (CPU) only: they are the ones wrapped in
@@ -25,20 +29,21 @@ def _scopes():
     return [m.__dict__ for m in mods]
 
 
-def _bump(t: torch.Tensor) -> None:
+def _bump(t: torch.Tensor, value) -> None:
     with torch._C._DisableTorchDispatch(), torch.no_grad():
         e = t.as_strided((1,), (1,), t.storage_offset())
         if e.dtype == torch.bool:
             e.logical_not_()
         else:
-            e.add_(1)
+            e.add_(value)
 
 
 @contextlib.contextmanager
-def perturb_kernel_output(name: str, arg: str, occurrence: int = 0):
+def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float = 1):
     """Within the block, the ``occurrence``-th launch (counting from 0) of the
-    C++ kernel whose name contains ``name`` gets argument ``arg`` perturbed
-    after it ran.  Yields a dict whose "hits" says how many launches were
+    C++ kernels whose names contain ``name`` gets argument ``arg`` perturbed
+    after it ran: ``value`` is added to its first element (a bool element is
+    flipped instead).  Yields a dict whose "hits" says how many launches were
     perturbed (1 when the launch happened)."""
     state = {"calls": 0, "hits": 0}
     swapped = []
@@ -55,7 +60,7 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0):
             def perturbing(*args, _inner=inner, _pos=pos):
                 r = _inner(*args)
                 if state["calls"] == occurrence:
-                    _bump(args[_pos])
+                    _bump(args[_pos], value)
                     state["hits"] += 1
                 state["calls"] += 1
                 return r
