@@ -52,19 +52,25 @@ from kdebug.zoo import CASES
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def hunt(case: str, device: str, keep: str, runs: int = 2, timeout: int = 900) -> dict:
+def hunt(case: str, device: str, keep: str, runs: int = 2, timeout: int = 900, confirm: bool = False) -> dict:
     """One `kdebug hunt` of a zoo case in fresh processes: exit status, wall
     time, output, trace paths."""
     cmd = [sys.executable, "-m", "kdebug", "hunt", "--runs", str(runs), "--keep", keep,
-           "--", "-m", "kdebug.zoo", case]
+           *(["--confirm"] if confirm else []), "--", "-m", "kdebug.zoo", case]
     if device != "cpu":
         cmd += ["--device", device]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
     paths = sorted(glob.glob(os.path.join(keep, "run*.kdt")), key=lambda s: int(os.path.basename(s)[3:-4]))
+    confirmed = None
+    try:
+        with open(os.path.join(keep, "hunt.json")) as f:
+            confirmed = json.load(f).get("confirm")
+    except (OSError, ValueError):
+        pass
     return {"status": p.returncode, "wall_s": round(wall, 2), "stdout": p.stdout, "stderr": p.stderr[-3000:],
-            "paths": paths}
+            "paths": paths, "confirm": confirmed}
 
 
 def _name(op) -> str:
@@ -143,6 +149,7 @@ def main() -> int:
     p.add_argument("--cases", default=None, help="comma-separated case names (default: all available)")
     p.add_argument("--keep", default=None, help="keep each case's hunt directory under this directory")
     p.add_argument("--out", default=None, help="results JSON (default: benchmarks/results/verdict_<device>.json)")
+    p.add_argument("--confirm", action="store_true", help="hunt with --confirm: prove each named root by replay")
     a = p.parse_args()
     names = a.cases.split(",") if a.cases else [n for n, c in CASES.items() if c.available(a.device)]
     root_dir = a.keep or tempfile.mkdtemp(prefix="kdebug-verdict-")
@@ -154,10 +161,10 @@ def main() -> int:
             continue
         d = os.path.join(root_dir, n)
         print(f"hunting {n} ...", file=sys.stderr, flush=True)
-        h = hunt(n, a.device, d)
+        h = hunt(n, a.device, d, confirm=a.confirm)
         row = {"case": n, "expected": list(case.roots), "benign_expected": list(case.benign),
                "planted": case.planted, "may_match": case.may_match, "hunt_status": h["status"],
-               "hunt_wall_s": h["wall_s"], "dir": d}
+               "hunt_wall_s": h["wall_s"], "dir": d, "confirm": h["confirm"]}
         if len(h["paths"]) < 2 or h["status"] == 2:
             row.update(error=(h["stdout"][-2000:] + h["stderr"]), correct=False, engine=None, observed=None)
             rows.append(row)

@@ -408,9 +408,13 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--device", default="cpu", help="device of the built-in workload (no script given)")
     h.add_argument("--keep", metavar="DIR", default=None, help="write the traces to DIR (default: a temp dir)")
     h.add_argument("--html", metavar="PATH", help="also write the HTML report of the runs")
+    h.add_argument("-m", dest="module_name", metavar="MODULE", default=None,
+                   help="hunt a module, as python -m MODULE [args...] would run it")
     h.add_argument("command", nargs=argparse.REMAINDER, help="script.py [args...] (none: the built-in workload)")
     h.set_defaults(fn=_hunt)
     args = p.parse_args(argv)
+    if getattr(args, "module_name", None):  # kdebug hunt -m MODULE args...
+        args.command = ["-m", args.module_name] + list(args.command)
     return args.fn(args)
 
 

@@ -86,6 +86,19 @@ def _after_launch(args) -> None:
     spec.hits += 1
 
 
+def wrap(inner):
+    """inner (a C++ kernel's function) followed by the capture / replay; runs
+    inside kdebug's CppKernel, so its post-launch hashes see what this writes."""
+    def replaying(*args):
+        r = inner(*args)
+        _after_launch(args)
+        return r
+
+    replaying._kd_replay = True
+    replaying._kd_inner = inner
+    return replaying
+
+
 def attach(scope: dict) -> None:
     """Wraps the spec's kernel among a generated module's globals (called
     when kdebug instruments a module)."""
@@ -99,15 +112,7 @@ def attach(scope: dict) -> None:
     for key, obj in list(scope.items()):
         if isinstance(obj, _C.CppKernel) and obj.info.name == spec.name \
                 and not getattr(obj.__wrapped__, "_kd_replay", False):
-            inner = obj.__wrapped__
-
-            def replaying(*args, _inner=inner):
-                r = _inner(*args)  # inside the CppKernel: kdebug's post-launch hashes see what this writes
-                _after_launch(args)
-                return r
-
-            replaying._kd_replay = True
-            scope[key] = _C.CppKernel(replaying, obj.info)
+            scope[key] = _C.CppKernel(wrap(obj.__wrapped__), obj.info)
         elif isinstance(obj, CachingAutotuner) and getattr(obj.fn, "__name__", None) == spec.name \
                 and "run" not in obj.__dict__:
             bound = obj.run

@@ -18,7 +18,7 @@ import contextlib
 
 import torch
 
-from . import _C
+from . import _C, replay
 
 
 def _scopes():
@@ -56,6 +56,11 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float
                 raise ValueError(f"{obj.info.name} has no argument {arg!r} (it has {names})")
             pos = names.index(arg)
             inner = obj.__wrapped__
+            # the fault is part of the kernel: under kdebug hunt --confirm it
+            # goes inside the replay, which then overwrites what it wrote
+            replaying = getattr(inner, "_kd_replay", False)
+            if replaying:
+                inner = inner._kd_inner
 
             def perturbing(*args, _inner=inner, _pos=pos):
                 r = _inner(*args)
@@ -65,7 +70,7 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float
                 state["calls"] += 1
                 return r
 
-            scope[key] = _C.CppKernel(perturbing, obj.info)
+            scope[key] = _C.CppKernel(replay.wrap(perturbing) if replaying else perturbing, obj.info)
             swapped.append((scope, key, obj))
     if not swapped:
         raise ValueError(f"no loaded C++ kernel's name contains {name!r}: compile and run the function first")

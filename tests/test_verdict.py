@@ -168,3 +168,50 @@ def test_other_generator_state_is_a_differing_argument_not_a_nondeterministic_op
     assert not r.ok and [x.kind for x in r.roots] == ["outside"]
     assert r.roots[0].step_a.name == "aten::randn.generator" and r.roots[0].consequences == 1
     assert "non-deterministic" not in str(r)
+
+
+# ---------------------------------------------------------------- proof by replay
+
+
+def test_hunt_confirm_proves_both_planted_roots(tmp_path):
+    """kdebug hunt --confirm on a zoo step with two planted roots (a random
+    amount per process): each root, replayed, clears what it was blamed for."""
+    import json
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--runs", "2", "--confirm", "--keep",
+                        str(tmp_path), "-m", "kdebug.zoo", "two_roots"], capture_output=True, text=True)
+    assert p.returncode == 1, p.stdout + p.stderr
+    verdicts = json.loads((tmp_path / "hunt.json").read_text())["confirm"]
+    assert [v["confirmed"] for v in verdicts] == [True, True], p.stdout
+    assert "sigmoid" in verdicts[0]["root"] and "cos" in verdicts[1]["root"]
+    assert p.stdout.count("CONFIRMED by replay") == 2
+
+
+def test_replaying_a_launch_that_is_not_the_root_does_not_confirm(step, tmp_path):
+    """The replay is a real check: replaying a kernel upstream of a planted
+    fault leaves the fault's differences in place, and judge() says so."""
+    from kdebug import replay
+    from kdebug.testing import _scopes
+
+    base = record(step)
+    kernels = base.kernels
+    culprit, innocent = kernels[5], kernels[2]
+    original = kdebug.compare(base, record(step, (culprit.kernel_name, "out_ptr0", 0, 0.5)))
+    assert original.roots[0].step_a.kernel_number == 5
+    positions = [i for i, t in enumerate(innocent.args) if getattr(t, "writes", False)]
+    runs = []
+    for mode, noise in (("capture", 0.25), ("replay", 0.75)):
+        spec = replay.Spec(innocent.kernel_name, 0, positions, mode, str(tmp_path / "innocent.pt"))
+        replay.activate(spec)
+        try:
+            for scope in _scopes():
+                replay.attach(scope)
+            runs.append(record(step, (culprit.kernel_name, "out_ptr0", 0, noise)))
+        finally:
+            replay.activate(None)
+        assert spec.hits == 1
+    verdict = replay.judge(original, original.roots[0], kdebug.compare(*runs), 1)
+    assert verdict["confirmed"] is False and "NOT CONFIRMED" in verdict["text"]
+    assert culprit.kernel_name in verdict["text"]
