@@ -37,6 +37,9 @@ typedef struct kd_recorder {
     uint32_t drain_cap;
     int store_objects;
     PyObject *ops;              /* GIL; strong ref to the operators list while started */
+    Py_ssize_t merged;          /* GIL; kernel records merged into ops: set together with
+                                 * ops' contents (splice), so len(ops) - merged is the
+                                 * number of aten ops whatever thread reads it */
     PyObject *mode;             /* GIL; strong ref to the DebugMode while started */
     int started;                /* GIL */
     int all_threads;            /* GIL */

@@ -556,7 +556,10 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
     h->name_id = info->name_id;
     h->stream = stream;
     h->thread_id = (uint64_t)PyThread_get_thread_ident();
-    h->py_index = (r->ops != NULL && PyList_Check(r->ops)) ? (uint64_t)PyList_GET_SIZE(r->ops) : 0;
+    /* aten ops recorded before it: not len(ops), which grows when a drain on
+     * another thread merges kernel records in (Note [Launch order]) */
+    Py_ssize_t nops = (r->ops != NULL && PyList_Check(r->ops)) ? PyList_GET_SIZE(r->ops) - r->merged : 0;
+    h->py_index = nops > 0 ? (uint64_t)nops : 0;
     int depth = read_call_depth(r->mode);
     h->call_depth = (uint16_t)(depth > UINT16_MAX ? UINT16_MAX : depth);
     h->launch_index = p->launch_index;
@@ -922,6 +925,7 @@ static PyObject *rec_start(kd_recorder *self, PyObject *args, PyObject *kw)
     }
     Py_XSETREF(self->mode, mode == Py_None ? NULL : Py_NewRef(mode));
     Py_XSETREF(self->ops, ops == Py_None ? NULL : Py_NewRef(ops));
+    self->merged = 0; /* mode.py splices the list's own count in before anything launches */
     self->all_threads = all_threads;
     if (all_threads) {
         kd_global_recorder = self;
@@ -977,6 +981,21 @@ static PyObject *rec_drain(kd_recorder *self, PyObject *unused)
 {
     (void)unused;
     return PyLong_FromUnsignedLongLong(kd_recorder_drain(self));
+}
+
+/* splice(ops, items, merged): ops[:] = items and the count of kernel records
+ * among them, in one step under the GIL (Note [Launch order] in mode.py). */
+static PyObject *rec_splice(kd_recorder *self, PyObject *args)
+{
+    PyObject *ops, *items;
+    Py_ssize_t merged;
+    if (!PyArg_ParseTuple(args, "O!O!n", &PyList_Type, &ops, &PyList_Type, &items, &merged))
+        return NULL;
+    if (PyList_SetSlice(ops, 0, PY_SSIZE_T_MAX, items) < 0)
+        return NULL;
+    if (ops == self->ops)
+        self->merged = merged;
+    Py_RETURN_NONE;
 }
 
 static PyObject *rec_clear(kd_recorder *self, PyObject *unused)
@@ -1116,6 +1135,8 @@ static PyMethodDef rec_methods[] = {
      "Move complete launches from the ring to the store, with their GPU hashes (collected first: one "
      "device synchronization when any is in flight); returns the stored count."},
     {"clear", (PyCFunction)rec_clear, METH_NOARGS, "Forget every launch and counter."},
+    {"splice", (PyCFunction)rec_splice, METH_VARARGS,
+     "splice(ops, items, merged): ops[:] = items, with `merged` kernel records among them."},
     {"launch", (PyCFunction)rec_launch, METH_O, "launch(i): view of stored launch i."},
     {"stats", (PyCFunction)rec_stats, METH_NOARGS, "Counters: launches, dropped, errors, ..."},
     {"messages", (PyCFunction)rec_messages, METH_NOARGS,

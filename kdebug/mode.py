@@ -335,16 +335,23 @@ class DebugMode(_upstream.DebugMode):
             new.sort(key=lambda t: (t[0], t[1]))
             ops = self._ops
             old = list.__getitem__(ops, slice(None))
+            # Note [Launch order]: a launch's py_index is the number of aten ops
+            # recorded before it (len(ops) less the kernel records merged in,
+            # which splice() sets together with the list).  Counting list
+            # entries instead placed a kernel launched on another thread (the
+            # autograd device thread) between a drain and its merge too early,
+            # so its position changed from run to run.  Where the n-th op sits:
+            op_at = [i for i, x in enumerate(old) if not isinstance(x, _KernelCall)]
             merged: list = []
             prev = 0
-            for pos, _, call in new:
-                pos = min(pos, len(old))
+            for nops, _, call in new:
+                pos = op_at[nops] if nops < len(op_at) else len(old)
                 if pos > prev:
                     merged.extend(old[prev:pos])
                     prev = pos
                 merged.append(call)
             merged.extend(old[prev:])
-            list.__setitem__(ops, slice(None), merged)
+            rec.splice(ops, merged, len(merged) - len(op_at))
         self._report_problems()
 
     # Note [Fresh buffers] for aten ops: a tensor made by an aten::empty* op holds
@@ -444,6 +451,8 @@ class DebugMode(_upstream.DebugMode):
         if self.record_triton_kernels:
             try:
                 self._recorder.start(self, self._ops, self.record_all_threads)
+                held = list.__getitem__(self._ops, slice(None))  # a DebugMode entered again
+                self._recorder.splice(self._ops, held, sum(isinstance(x, _KernelCall) for x in held))
             except BaseException:
                 if not self.kernels_only:
                     _C._modes_pushed(-1)

@@ -226,3 +226,48 @@ def test_tensor_info_and_args(compiled_cpu, cpu_inputs):
     assert k.num_warps is None and k.num_stages is None and k.shared_mem is None
     assert k.device == torch.device("cpu") and k.stream == 0
     assert k.t_end_ns >= k.t_start_ns > 0
+
+
+def test_a_launch_between_a_drain_and_its_merge_keeps_its_place():
+    """Note [Launch order], with the interleaving planted: a kernel launched
+    after the ring was drained and before the drained kernels are merged into
+    operators (what a launch on autograd's device thread can hit while the
+    main thread reads the recording) still lands after the aten ops recorded
+    before it."""
+    f = torch.compile(lambda t: t.sin() + 1)
+    g = torch.compile(lambda t: t.cos() * 2)
+    x = torch.randn(16)
+    f(x), g(x)
+
+    class Planted:
+        """The recorder, with g launched right after its next drain."""
+
+        def __init__(self, rec):
+            self._rec, self.fired = rec, False
+
+        def drain(self):
+            n = self._rec.drain()
+            if not self.fired:
+                self.fired = True
+                g(x)
+            return n
+
+        def __getattr__(self, name):
+            return getattr(self._rec, name)
+
+    with DebugMode() as dm:
+        x.abs()               # op 0
+        f(x)                  # kernel K1
+        x.neg()               # op 1
+        real = dm._recorder
+        dm._recorder = Planted(real)
+        try:
+            list(dm.operators)  # drain (K1), then K2 launches, then K1 is merged
+        finally:
+            dm._recorder = real
+        x.exp()               # op 2
+    names = [k.kernel_name if isinstance(k, kdebug._KernelCall) else k.op.__name__ for k in dm.operators]
+    k1 = next(n for n in names if "sin" in n)
+    k2 = next(n for n in names if "cos" in n)
+    assert names.index("abs.default") < names.index(k1) < names.index("neg.default") < names.index(k2)
+    assert names.index(k2) < names.index("exp.default")
