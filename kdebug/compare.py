@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import torch
 
@@ -95,12 +95,12 @@ def _aliased_inputs(tensors: dict) -> list[str]:
     the kernel writes its slices: before the launch part of it holds memory
     nobody wrote yet, so its pre-launch hash is not compared (what the kernel
     really read shows in an earlier writer's outputs or in its own)."""
-    written = [_extent(t) for t in tensors.values() if isinstance(t, TensorInfo) and t.writes]
+    written = [dataflow.tensor_extent(t) for t in tensors.values() if isinstance(t, TensorInfo) and t.writes]
     if not written:
         return []
     return [n for n, t in tensors.items()
             if isinstance(t, TensorInfo) and t.reads and not t.writes
-            and any(_overlaps(_extent(t), w) for w in written)]
+            and any(_overlaps(dataflow.tensor_extent(t), w) for w in written)]
 
 
 class _Side:
@@ -158,33 +158,12 @@ class _Pairs:
         return (self[j] for j in range(len(self)))
 
 
-def _leaves(tree) -> list:
-    if isinstance(tree, dict):
-        return [x for v in tree.values() for x in _leaves(v)]
-    if isinstance(tree, (list, tuple)) and not _is_hash_tuple(tree):
-        return [x for v in tree for x in _leaves(v)]
-    return [tree]
-
-
-def _is_hash_tuple(t) -> bool:
-    # a list of hash_fn kinds gives a tuple of plain values per tensor
-    return isinstance(t, tuple) and bool(t) and all(isinstance(x, (int, float)) for x in t)
-
-
 def _fmt_hash(h) -> str:
     if isinstance(h, tuple):
         return " / ".join(_fmt_hash(x) for x in h)
     if isinstance(h, int):
         return f"0x{h & 0xFFFFFFFFFFFFFFFF:016x}"
     return str(h)
-
-
-def _extent(t: TensorInfo) -> tuple[int, int]:
-    if t.numel() == 0:
-        return (t.data_ptr, t.data_ptr)
-    itemsize = getattr(t.dtype, "itemsize", 1)
-    span = sum((s - 1) * st for s, st in zip(t.shape, t.stride))
-    return (t.data_ptr, t.data_ptr + (span + 1) * itemsize)
 
 
 def _fmt_pair(ha, hb, a: int, b: int) -> str:
@@ -271,19 +250,6 @@ class Report:
         return format_report(self)
 
 
-def _first_diff(da: dict, db: dict, arg_names: Sequence[str]) -> tuple[str, Any, Any] | None:
-    for name in (list(arg_names) or sorted(set(da) | set(db))):
-        if name in da or name in db:
-            a, b = da.get(name), db.get(name)
-            if a != b:
-                return name, a, b
-    for name in sorted(set(da) | set(db)):  # aten trees: keys outside arg_names
-        a, b = da.get(name), db.get(name)
-        if a != b:
-            return name, a, b
-    return None
-
-
 _ATOMIC_OPS = ("index_add", "scatter_add", "index_put", "scatter_reduce", "embedding_dense_backward")
 
 
@@ -305,14 +271,6 @@ def _hints(step: Step, kind: str, config_changed: bool) -> list[str]:
         out.append("autotuning picked different launch configs in the two runs: pin them "
                    "(torch._inductor.config.max_autotune=False, or a fixed config) to compare like with like")
     return out
-
-
-def _first_leaf_diff(a, b):
-    la, lb = _leaves(a), _leaves(b)
-    for x, y in zip(la, lb):
-        if x != y:
-            return x
-    return la[0] if la else None
 
 
 # records differing in their first and last divergence this far apart or more
@@ -345,11 +303,6 @@ def _align(ka: torch.Tensor, kb: torch.Tensor) -> tuple[list, bool]:
     if s:
         ops.append(("equal", a1, na, b1, nb))
     return ops, aligned
-
-
-def _device_key(t: TensorInfo) -> tuple[int, int]:
-    return (1 if t.device.type == "cuda" else 0 if t.device.type == "cpu" else -1,
-            -1 if t.device.index is None else t.device.index)
 
 
 def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp) -> tuple[list, list, dict]:

@@ -50,7 +50,7 @@ class Slot:
     hi: int
 
 
-def _tensor_extent(t: TensorInfo) -> tuple[int, int]:
+def tensor_extent(t: TensorInfo) -> tuple[int, int]:
     if t.numel() == 0:
         return (t.data_ptr, t.data_ptr)
     itemsize = getattr(t.dtype, "itemsize", 1)
@@ -70,7 +70,7 @@ def kernel_slots(tensors: dict, arg_names: tuple) -> tuple[list, list]:
             continue
         idx = arg_names.index(name) if name in arg_names else None
         label = f"{name} (index {idx})" if idx is not None else name
-        lo, hi = _tensor_extent(t)
+        lo, hi = tensor_extent(t)
         s = Slot(name, label, _device(t), lo, hi)
         if t.reads:
             reads.append(s)
