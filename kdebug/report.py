@@ -18,8 +18,10 @@ alignment:
   UNALIGNED no counterpart (a structural difference), CONFIG grid / config
   differ, SHAPE argument shapes differ, HASHED some hash was taken;
 - ``peer`` (i32): the aligned record of the other run, -1 when none;
-- ``spread`` (f32): the fraction of the bytes the launch wrote that differ
-  from its counterpart's (an aten op counts 1 when its output hash differs).
+- ``spread`` (f32): the share of the bytes the launch wrote that lie in
+  arguments whose hashes differ from its counterpart's (an aten op counts 1
+  when its output hash differs).  Hashes say whether an argument differs, not
+  how many of its elements do: the page labels it so.
 
 Run 0 is described against the first comparison that diverges (run 1 when
 none does), every other run against run 0.  The sections are concatenated,
