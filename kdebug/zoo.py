@@ -136,6 +136,20 @@ class _Step:
         self.out = self.fn()
 
 
+def _loss_step(model: nn.Module, x: torch.Tensor) -> _Step:
+    """The compiled forward + backward of mean(model(x)^2); final tensors: the
+    loss and every parameter's gradient."""
+    compiled = torch.compile(lambda x: model(x).pow(2).mean())
+    params = list(model.parameters())
+
+    def step():
+        loss = compiled(x)
+        loss.backward()
+        return loss.detach(), [p.grad for p in params]
+
+    return _Step(params, step)
+
+
 # ---------------------------------------------------------------- natural races (atomic adds)
 
 
@@ -276,15 +290,7 @@ def _moe_routing(device: str):
     n, d = 16384, 32
     model = MoE(d).to(device)
     x = torch.randn(n, d, device=device)
-    compiled = torch.compile(lambda x: model(x).pow(2).mean())
-    params = list(model.parameters())
-
-    def step():
-        loss = compiled(x)
-        loss.backward()
-        return loss.detach(), [p.grad for p in params]
-
-    return _Step(params, step)
+    return _loss_step(model, x)
 
 
 class _ConvNet(nn.Module):
@@ -473,15 +479,7 @@ def _backward_planted(device: str):
     model = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.GELU(), nn.Linear(64, 64), nn.LayerNorm(64),
                           nn.GELU(), nn.Linear(64, 8)).to(device)
     x = torch.randn(128, 32, device=device)
-    compiled = torch.compile(lambda x: model(x).pow(2).mean())
-    params = list(model.parameters())
-
-    def step():
-        loss = compiled(x)
-        loss.backward()
-        return loss.detach(), [q.grad for q in params]
-
-    return _Step(params, step)
+    return _loss_step(model, x)
 
 
 def _absorbed_planted(device: str):
