@@ -317,7 +317,6 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp) -> tuple[list, list, d
     mm = dataflow.MemoryMap()
     found: list[Root] = []
     caused: list[list[int]] = []        # per root number: positions it caused
-    absorbed = []                       # per root number: steps that absorbed it
     written: list[list] = []            # per root number: its differing Writes and those it caused
     last = int(diff[-1])
     start = int(diff[0])
@@ -327,7 +326,7 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp) -> tuple[list, list, d
         a = A.step(i)
         if k is None:  # no counterpart (a structural difference): what it wrote differs, from no root
             for s in a.writes:
-                mm.paint(dataflow.Write(-1, s, True, 0))
+                mm.paint(dataflow.Write(s, True, 0))
             continue
         if k > last and not a.writes:
             continue
@@ -363,17 +362,16 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp) -> tuple[list, list, d
                               [(s.label, a.pre.get(s.key), b.pre.get(s.key)) for s in outside], position=k,
                               keys=[s.key for s in (outside or out_diff)]))
             caused.append([])
-            absorbed.append(0)
             written.append([])
             causes |= 1 << n
         elif out_diff:
             for r in _bits(causes):
                 caused[r].append(k)
         elif causes:
-            for r in _bits(causes):
-                absorbed[r] += 1
+            for r in _bits(causes):  # read a difference, wrote identical outputs
+                found[r].absorbed += 1
         for s in a.writes:
-            w = dataflow.Write(k, s, s in out_diff, causes if s in out_diff else 0)
+            w = dataflow.Write(s, s in out_diff, causes if s in out_diff else 0)
             mm.paint(w)
             if w.differs:
                 for r in _bits(causes):
@@ -381,7 +379,6 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp) -> tuple[list, list, d
     alive = mm.owners()
     for n, r in enumerate(found):
         r.consequences = len(caused[n])
-        r.absorbed = absorbed[n]
         r.reaches_end = sum(1 for w in written[n] if id(w) in alive and not w.read)
         r.benign = r.consequences == 0 and r.reaches_end == 0
     ranked = sorted((r for r in found if not r.benign), key=lambda r: (-r.consequences, -r.reaches_end, r.position))

@@ -33,7 +33,7 @@ last writer came before it was written identically in both runs.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .calls import TensorInfo
@@ -185,10 +185,9 @@ def _is_hash_tuple(t) -> bool:
 
 @dataclass
 class Write:
-    """A painted write: the step (aligned position) and slot that wrote it,
-    and whether its post-hash differs between the runs."""
+    """A painted write: the slot that wrote it, and whether its post-hash
+    differs between the runs."""
 
-    pos: int
     slot: Slot
     differs: bool
     causes: int = 0          # bit set of root numbers its difference came from
@@ -234,14 +233,3 @@ class MemoryMap:
                 out.append(w)
         return out
 
-
-@dataclass
-class Flow:
-    """How one differing step is explained."""
-
-    pos: int                                    # aligned position
-    status: str                                 # "root", "inherited", "outside"
-    out_diff: list = field(default_factory=list)      # written Slots whose hashes differ
-    in_diff: list = field(default_factory=list)       # (read Slot, [Writes] it traces to)
-    outside_inputs: list = field(default_factory=list)  # read Slots that trace to no differing write
-    causes: int = 0

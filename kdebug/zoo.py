@@ -136,11 +136,11 @@ class _Step:
         self.out = self.fn()
 
 
-def _loss_step(model: nn.Module, x: torch.Tensor) -> _Step:
-    """The compiled forward + backward of mean(model(x)^2); final tensors: the
-    loss and every parameter's gradient."""
-    compiled = torch.compile(lambda x: model(x).pow(2).mean())
-    params = list(model.parameters())
+def _loss_step(params, loss_fn, x: torch.Tensor) -> _Step:
+    """The compiled forward + backward of loss_fn(x); final tensors: the loss
+    and every parameter's gradient."""
+    compiled = torch.compile(loss_fn)
+    params = list(params)
 
     def step():
         loss = compiled(x)
@@ -228,15 +228,8 @@ def _embedding_backward(device: str):
     proj = nn.Linear(d, 8).to(device)
     idx = torch.randint(0, vocab, (n,), device=device)
     target = torch.randn(n, 8, device=device)
-    compiled = torch.compile(lambda idx: (proj(emb(idx)) - target).pow(2).mean())
-    params = list(emb.parameters()) + list(proj.parameters())
-
-    def step():
-        loss = compiled(idx)
-        loss.backward()
-        return loss.detach(), emb.weight.grad, proj.weight.grad
-
-    return _Step(params, step)
+    return _loss_step(list(emb.parameters()) + list(proj.parameters()),
+                      lambda idx: (proj(emb(idx)) - target).pow(2).mean(), idx)
 
 
 def _embedding_bag_backward(device: str):
@@ -246,15 +239,8 @@ def _embedding_bag_backward(device: str):
     head = nn.Linear(d, 4).to(device)
     idx = torch.randint(0, vocab, (bags, per_bag), device=device)
     target = torch.randn(bags, 4, device=device)
-    compiled = torch.compile(lambda idx: (head(bag(idx)) - target).pow(2).mean())
-    params = list(bag.parameters()) + list(head.parameters())
-
-    def step():
-        loss = compiled(idx)
-        loss.backward()
-        return loss.detach(), bag.weight.grad
-
-    return _Step(params, step)
+    return _loss_step(list(bag.parameters()) + list(head.parameters()),
+                      lambda idx: (head(bag(idx)) - target).pow(2).mean(), idx)
 
 
 class MoE(nn.Module):
@@ -290,7 +276,7 @@ def _moe_routing(device: str):
     n, d = 16384, 32
     model = MoE(d).to(device)
     x = torch.randn(n, d, device=device)
-    return _loss_step(model, x)
+    return _loss_step(model.parameters(), lambda x: model(x).pow(2).mean(), x)
 
 
 class _ConvNet(nn.Module):
@@ -479,7 +465,7 @@ def _backward_planted(device: str):
     model = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.GELU(), nn.Linear(64, 64), nn.LayerNorm(64),
                           nn.GELU(), nn.Linear(64, 8)).to(device)
     x = torch.randn(128, 32, device=device)
-    return _loss_step(model, x)
+    return _loss_step(model.parameters(), lambda x: model(x).pow(2).mean(), x)
 
 
 def _absorbed_planted(device: str):
