@@ -11,10 +11,13 @@ from typing import Any
 
 import torch
 
-from . import _C, _argtext, _upstream, hashing, inductor
+from . import _C, _argtext, _flags, _upstream, hashing, inductor
 from .calls import _VERBOSE, _CppKernelCall, _KernelCall, make_call
 
-_UPSTREAM_FLAGS = [p for p in inspect.signature(_upstream.DebugMode.__init__).parameters if p != "self"]
+_UPSTREAM_PARAMS = {n: p for n, p in inspect.signature(_upstream.DebugMode.__init__).parameters.items()
+                    if n != "self"}
+_UPSTREAM_FLAGS = list(_UPSTREAM_PARAMS)
+_UPSTREAM_DEFAULTS = {n: p.default for n, p in _UPSTREAM_PARAMS.items()}
 _u = _upstream.utils_module
 
 # Dispatch hooks that kdebug's own log_tensor_hashes() / record_outputs()
@@ -237,24 +240,32 @@ class DebugMode(_upstream.DebugMode):
                 f"DebugMode's flags ({', '.join(_UPSTREAM_FLAGS)}) and record_triton_kernels, "
                 "kernels_only, record_all_threads, ring_capacity, overflow, batch_gpu_work, trace."
             )
-        if trace is not None and not isinstance(trace, (str, os.PathLike)):
-            raise TypeError(f"DebugMode(trace=...) takes a file path, not {type(trace).__name__}")
-        if kernels_only and not record_triton_kernels:
-            raise ValueError("kernels_only=True records nothing unless record_triton_kernels=True")
+        # Note [Flag validation] (kdebug/_flags.py)
+        f = _flags.debug_mode(
+            dict(record_triton_kernels=record_triton_kernels, kernels_only=kernels_only,
+                 record_all_threads=record_all_threads, ring_capacity=ring_capacity, overflow=overflow,
+                 batch_gpu_work=batch_gpu_work, trace=trace),
+            upstream_flags, _UPSTREAM_DEFAULTS)
         self._recorder = None
         self._stream = None
         self._fresh: set[int] = set()  # Note [Fresh buffers] for aten ops
-        self._trace_path = None if trace is None else os.fspath(trace)
+        self._trace_path = f["trace"]
         super().__init__(**upstream_flags)
-        self.record_triton_kernels = bool(record_triton_kernels)
-        self.kernels_only = bool(kernels_only)
-        self.record_all_threads = bool(record_all_threads)
+        self.record_triton_kernels = f["record_triton_kernels"]
+        self.kernels_only = f["kernels_only"]
+        self.record_all_threads = f["record_all_threads"]
         # aten ops on other threads are not intercepted: their writes would be unseen
-        self.batch_gpu_work = bool(batch_gpu_work) and not self.kernels_only and not self.record_all_threads
+        self.batch_gpu_work = f["batch_gpu_work"] and not self.kernels_only and not self.record_all_threads
         self._prev_defer = None
         self._defer_failures = 0
-        self._recorder = _C.Recorder(int(ring_capacity), overflow,
-                                     store_objects=bool(self.store_original_args))
+        try:
+            self._recorder = _C.Recorder(f["ring_capacity"], f["overflow"],
+                                         store_objects=bool(self.store_original_args))
+        except MemoryError:
+            raise MemoryError(
+                f"DebugMode(ring_capacity={f['ring_capacity']}) could not reserve its ring "
+                f"({f['ring_capacity'] * 128} bytes of address space): pass a smaller ring_capacity "
+                "(the default, 2**20 slots, is 128 MiB, touched only as it fills)") from None
         self._materialized = 0
         self._bypass: Counter[str] = Counter()
         self._warned: set[str] = set()
@@ -396,8 +407,9 @@ class DebugMode(_upstream.DebugMode):
             only reads is unchanged by the launch; a kernel that wrote to one
             is reported (call.readonly_violations, a KdebugWarning).
         """
+        hash_inputs, check_inputs_unchanged = _flags.hash_flags(hash_inputs, check_inputs_unchanged)
         spec_id, spec = hashing.parse(hash_fn)
-        prev = _C._set_hash_config(spec.kinds, bool(hash_inputs), bool(check_inputs_unchanged), spec_id)
+        prev = _C._set_hash_config(spec.kinds, hash_inputs, check_inputs_unchanged, spec_id)
         if spec.fn is not None:
             hashing.push_custom(spec.fn)
         try:
@@ -420,9 +432,8 @@ class DebugMode(_upstream.DebugMode):
         aten-op outputs (as upstream).  Kernel outputs are cloned on the
         kernel's stream without synchronizing; at most ``max_bytes`` of them are
         kept, the rest are counted and reported instead of running out of memory."""
-        if max_bytes < 0:
-            raise ValueError("record_outputs(max_bytes=...) must be >= 0")
-        prev = _C._set_record_outputs(True, int(max_bytes))
+        max_bytes = _flags.max_bytes(max_bytes)
+        prev = _C._set_record_outputs(True, max_bytes)
         try:
             with _registering(("record",)) as note, _upstream.DebugMode.record_outputs():
                 note()
