@@ -194,19 +194,35 @@ uint64_t kd_ring_lost(const kd_ring *r)
     /* Launches still unread between tail and head are not lost; while any is
      * in flight the count below can only under-count, never over-count. */
     uint64_t unread = 0;
-    if (head > tail) {
-        /* Count committed launch headers still ahead of the cursor. */
-        uint64_t t = tail;
-        kd_ring *rr = (kd_ring *)r;
-        while (t < head) {
-            if (slot_state(rr, t) != 0)
-                break;
-            const kd_payload *p = &rr->slots[t & rr->mask].p;
-            if (p->tag != KD_TAG_LAUNCH)
-                break;
-            unread++;
-            t += 1u + p->launch.nslots;
+    kd_ring *rr = (kd_ring *)r;
+    /* Walked as kd_ring_read walks: tickets older than head - capacity are
+     * gone, and a lapped slot or a header-less tail is skipped, not an end
+     * (stopping there counted every unread launch as lost: "20 dropped" of a
+     * ring that held 5 of 20). */
+    uint64_t t = head - tail > r->capacity ? head - r->capacity : tail;
+    while (t < head) {
+        int st = slot_state(rr, t);
+        if (st < 0)
+            break; /* in flight */
+        const kd_payload *p = &rr->slots[t & rr->mask].p;
+        if (st > 0 || p->tag != KD_TAG_LAUNCH) {
+            t++;
+            continue;
         }
+        uint32_t n = 1u + p->launch.nslots;
+        if (t + n > head)
+            break;
+        int state = 0;
+        for (uint32_t i = 1; i < n && state == 0; i++)
+            state = slot_state(rr, t + i);
+        if (state < 0)
+            break;
+        if (state > 0) {
+            t++;
+            continue;
+        }
+        unread++;
+        t += n;
     }
     uint64_t accounted = r->read + unread;
     uint64_t overwritten = committed > accounted ? committed - accounted : 0;
