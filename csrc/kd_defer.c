@@ -309,7 +309,7 @@ void kd_defer_guard_tensor(PyObject *o, uint64_t stream)
 PyObject *kd_defer_clone(PyObject *o, const kd_tensor_meta *m, uint64_t stream)
 {
     kd_cuda_tensor t;
-    if (Q.on && kd_cuda_describe(m, &t) && t.numel > 0) {
+    if (Q.on && !m->math_bits && kd_cuda_describe(m, &t) && t.numel > 0) { /* bytes copy: not for conj / neg views */
         int same = 0;
         PyObject *dst = kd_shim_empty_like(o, &same);
         kd_tensor_meta dm;

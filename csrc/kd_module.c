@@ -187,6 +187,11 @@ static PyObject *mod_hash(PyObject *m, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "kdebug._C.hash takes CPU tensors");
         return NULL;
     }
+    if (meta.math_bits) {
+        PyErr_SetString(PyExc_ValueError, "kdebug._C.hash takes tensors without the conjugate / negative "
+                        "bit: resolve them first (resolve_conj(), resolve_neg())");
+        return NULL;
+    }
     kd_view v = {(const void *)(uintptr_t)meta.data_ptr, meta.dtype, kd_itemsize(meta.dtype),
                  meta.ndim, meta.sizes, meta.strides};
     if (v.itemsize == 0) {
@@ -319,6 +324,8 @@ static PyObject *mod_hash_async(PyObject *m, PyObject *args)
         PyErr_SetString(PyExc_TypeError, r == 0 ? "expected a tensor" : kd_shim_last_error());
         return NULL;
     }
+    if (meta.math_bits) /* the slow path resolves them (kdebug/hashing.py) */
+        Py_RETURN_NOTIMPLEMENTED;
     if (meta.device_type == KD_DEV_CPU) {
         PyObject *a = Py_BuildValue("(Oi)", t, kinds);
         PyObject *res = a ? mod_hash(m, a) : NULL;
@@ -521,7 +528,7 @@ static PyObject *hash_leaf(PyObject *o, void *vctx)
         Py_RETURN_NOTIMPLEMENTED;
     c->all_none = 0;
     kd_cuda_tensor ct;
-    if (kd_defer_enabled() && kd_cuda_describe(&meta, &ct) && ct.numel > 0) {
+    if (kd_defer_enabled() && !meta.math_bits && kd_cuda_describe(&meta, &ct) && ct.numel > 0) {
         kd_pending_hash *p = pending_new(c->spec);
         if (p == NULL)
             return NULL;

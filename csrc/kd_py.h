@@ -57,6 +57,8 @@ typedef struct kd_recorder {
     PyObject *outputs;          /* GIL; {launch_index: {name: clone}} */
     PyObject *custom;           /* GIL; {(launch_index, arg, when): value} */
     struct kd_result_anchor *anchor; /* GIL; its GPU hash results in flight (Note [GPU hash results]) */
+    uint64_t generation;        /* GIL; clear() calls made: a store index names a record only with it */
+    struct kd_launch_view *views; /* GIL; live Launch views (Note [Launch views keep their record]) */
     int nmessages;
     char messages[KD_MAX_ERROR_MESSAGES][KD_ERROR_MESSAGE_BYTES];
 } kd_recorder;
@@ -166,6 +168,9 @@ uint64_t kd_now_ns(void);
 
 /* ---- view.c ---- */
 PyObject *kd_launch_view_new(kd_recorder *r, uint64_t index);
+/* Before r's store is cleared: every live view of its current generation
+ * takes its own copy of its record (Note [Launch views keep their record]). */
+void kd_launch_views_detach(kd_recorder *r);
 
 /* ---- module.c: hook configuration ---- */
 int kd_hook_module_init(PyObject *m);

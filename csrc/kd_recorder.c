@@ -376,9 +376,9 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
     h->kinds |= (uint8_t)kinds;
     h->flags |= (uint8_t)(w ? KD_HF_POST : KD_HF_PRE);
     int std_kinds = kinds & (KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR);
-    if (std_kinds && batch_add(b, &m, std_kinds, h, w, stream, o, pos)) {
+    if (std_kinds && !m.math_bits && batch_add(b, &m, std_kinds, h, w, stream, o, pos)) {
         /* queued */
-    } else if (m.device_type == KD_DEV_CPU) {
+    } else if (m.device_type == KD_DEV_CPU && !m.math_bits) {
         kd_view v = {(const void *)(uintptr_t)m.data_ptr, m.dtype, kd_itemsize(m.dtype),
                      m.ndim, m.sizes, m.strides};
         int64_t numel = 1;
@@ -386,6 +386,7 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
             numel *= m.sizes[d];
         /* an empty tensor may have no storage: its hashes need none */
         if (v.itemsize == 0 || (m.data_ptr == 0 && numel > 0)) {
+            h->flags &= (uint8_t)~(w ? KD_HF_POST : KD_HF_PRE); /* no value of any kind */
             h->flags |= KD_HF_UNSUPPORTED;
             r->hash_unsupported++;
         } else {
@@ -430,7 +431,8 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
                 r->hash_unsupported++;
             }
         } else {
-            kd_recorder_error(r, "hashing a device tensor");
+            h->flags &= (uint8_t)~(w ? KD_HF_POST : KD_HF_PRE); /* nothing computed: no values */
+            kd_recorder_error(r, m.math_bits ? "hashing a conjugate / negative view" : "hashing a device tensor");
         }
         Py_XDECREF(res);
     }
@@ -998,10 +1000,27 @@ static PyObject *rec_splice(kd_recorder *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* set_ops(ops): while started, launches count aten ops in this list from now
+ * on (dm.operators = [] while recording; none of it is kernel records). */
+static PyObject *rec_set_ops(kd_recorder *self, PyObject *ops)
+{
+    if (!PyList_Check(ops)) {
+        PyErr_SetString(PyExc_TypeError, "set_ops takes a list");
+        return NULL;
+    }
+    if (self->started) {
+        Py_XSETREF(self->ops, Py_NewRef(ops));
+        self->merged = 0;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *rec_clear(kd_recorder *self, PyObject *unused)
 {
     (void)unused;
     flush_hashes(self, 0); /* what is still to come lands nowhere: the ring is cleared */
+    kd_launch_views_detach(self); /* kept views keep their records */
+    self->generation++;
     drop_objects(self);
     kd_store_clear(&self->store);
     kd_ring_clear(self->ring);
@@ -1048,7 +1067,8 @@ static PyObject *rec_stats(kd_recorder *self, PyObject *unused)
         g->policy == KD_RING_DROP_NEW ? "drop_new" : "overwrite");
     if (d == NULL)
         return NULL;
-    PyObject *more = Py_BuildValue("{sKsKsKsKsKsK}", "gpu_syncs",
+    PyObject *more = Py_BuildValue("{sKsKsKsKsKsKsK}", "seen", (unsigned long long)self->next_launch_index,
+                                   "gpu_syncs",
                                    (unsigned long long)kd_cuda_syncs(), "gpu_hashes_in_flight",
                                    (unsigned long long)kd_cuda_hash_outstanding(), "hash_unsupported",
                                    (unsigned long long)self->hash_unsupported, "readonly_changed",
@@ -1135,6 +1155,8 @@ static PyMethodDef rec_methods[] = {
      "Move complete launches from the ring to the store, with their GPU hashes (collected first: one "
      "device synchronization when any is in flight); returns the stored count."},
     {"clear", (PyCFunction)rec_clear, METH_NOARGS, "Forget every launch and counter."},
+    {"set_ops", (PyCFunction)rec_set_ops, METH_O,
+     "set_ops(ops): while recording, the operators list that launches are placed in."},
     {"splice", (PyCFunction)rec_splice, METH_VARARGS,
      "splice(ops, items, merged): ops[:] = items, with `merged` kernel records among them."},
     {"launch", (PyCFunction)rec_launch, METH_O, "launch(i): view of stored launch i."},

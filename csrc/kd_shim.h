@@ -22,7 +22,14 @@ typedef struct kd_tensor_meta {
     uint64_t data_ptr;    /* element 0 of the view; 0 when it has no storage */
     const int64_t *sizes;   /* borrowed from the TensorImpl: valid while obj lives */
     const int64_t *strides;
+    int32_t math_bits;    /* KD_MATH_CONJ | KD_MATH_NEG: its values are not its bytes */
 } kd_tensor_meta;
+
+/* A view with torch's lazy conjugate / negative bit set: the logical values
+ * are the conjugate / negation of what its memory holds.  Hashes take the
+ * logical values, so such a tensor goes to the slow path (kdebug/hashing.py
+ * resolves the bits) instead of being hashed from its bytes. */
+enum { KD_MATH_CONJ = 1, KD_MATH_NEG = 2 };
 
 /* Fills *out from a torch.Tensor (or subclass) object.  Returns 1 for a
  * tensor, 0 for anything else, -1 for a tensor whose metadata cannot be read

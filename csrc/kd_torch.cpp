@@ -60,6 +60,7 @@ extern "C" int kd_shim_tensor_meta(PyObject *obj, kd_tensor_meta *out)
         out->sizes = impl->sizes().data();
         out->strides = impl->strides().data();
         out->storage_offset = impl->storage_offset();
+        out->math_bits = (impl->is_conj() ? KD_MATH_CONJ : 0) | (impl->is_neg() ? KD_MATH_NEG : 0);
         // const_data_ptr does not materialize copy-on-write storage: reading
         // metadata must never change the program's memory.
         out->data_ptr = impl->has_storage()

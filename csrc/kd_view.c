@@ -3,10 +3,26 @@
 #include "kd_py.h"
 #include "kd_render.h"
 
-typedef struct {
+/* Note [Launch views keep their record]
+ * A view names a record by (recorder, store index), but the store is cleared
+ * and refilled from index 0 (dm.operators = [], reset()), so a kept view
+ * would silently become another launch.  Each recorder therefore links its
+ * live views (GIL) and, before clearing, gives every view of the current
+ * generation its own copy of its record: payloads, kept argument objects and
+ * the dicts of recorded outputs and custom hashes.  A view that could not be
+ * copied (out of memory) raises a clear error instead of showing another
+ * launch; so does one whose generation is gone for any other reason. */
+typedef struct kd_launch_view {
     PyObject_HEAD
     kd_recorder *rec;
     uint64_t index;
+    uint64_t generation;        /* rec->generation when made */
+    struct kd_launch_view *prev, *next; /* rec->views: live views (GIL) */
+    kd_payload *own;            /* its record, once detached from the store */
+    PyObject *own_objects;      /* tuple or None, once detached */
+    PyObject *own_outputs;      /* the recorder's dicts when detached (or NULL) */
+    PyObject *own_custom;
+    int lost;                   /* detaching failed: the record is gone */
 } kd_launch_view;
 
 PyObject *kd_launch_view_new(kd_recorder *r, uint64_t index)
@@ -16,17 +32,84 @@ PyObject *kd_launch_view_new(kd_recorder *r, uint64_t index)
         return NULL;
     v->rec = (kd_recorder *)Py_NewRef(r);
     v->index = index;
+    v->generation = r->generation;
+    v->own = NULL;
+    v->own_objects = v->own_outputs = v->own_custom = NULL;
+    v->lost = 0;
+    v->prev = NULL;
+    v->next = r->views;
+    if (r->views != NULL)
+        r->views->prev = v;
+    r->views = v;
     return (PyObject *)v;
+}
+
+/* Removes v from its recorder's list of live views. */
+static void unlink_view(kd_launch_view *v)
+{
+    if (v->prev != NULL)
+        v->prev->next = v->next;
+    else if (v->rec->views == v)
+        v->rec->views = v->next;
+    if (v->next != NULL)
+        v->next->prev = v->prev;
+    v->prev = v->next = NULL;
 }
 
 static void view_dealloc(kd_launch_view *v)
 {
+    unlink_view(v);
+    PyMem_Free(v->own);
+    Py_XDECREF(v->own_objects);
+    Py_XDECREF(v->own_outputs);
+    Py_XDECREF(v->own_custom);
     Py_XDECREF(v->rec);
     PyObject_Free(v);
 }
 
+static PyObject *get_objects(kd_launch_view *v, void *c);
+
+/* Gives v its own copy of its record (Note [Launch views keep their record]). */
+static void detach_view(kd_launch_view *v)
+{
+    kd_recorder *r = v->rec;
+    if (v->own != NULL || v->lost || v->generation != r->generation || v->index >= r->store.nlaunches)
+        return;
+    const kd_payload *h = kd_store_launch(&r->store, v->index);
+    size_t n = 1u + h->launch.nslots;
+    PyObject *objs = get_objects(v, NULL);
+    kd_payload *own = PyMem_Malloc(n * sizeof(kd_payload));
+    if (own == NULL || objs == NULL) {
+        PyMem_Free(own);
+        Py_XDECREF(objs);
+        PyErr_Clear();
+        v->lost = 1;
+        return;
+    }
+    memcpy(own, h, n * sizeof(kd_payload));
+    v->own = own;
+    v->own_objects = objs;
+    v->own_outputs = Py_XNewRef(r->outputs);
+    v->own_custom = Py_XNewRef(r->custom);
+}
+
+void kd_launch_views_detach(kd_recorder *r)
+{
+    for (kd_launch_view *v = r->views; v != NULL; v = v->next)
+        detach_view(v);
+}
+
+/* The record v shows, or NULL with a RuntimeError when it is gone. */
 static const kd_payload *hdr(kd_launch_view *v)
 {
+    if (v->own != NULL)
+        return v->own;
+    if (v->lost || v->generation != v->rec->generation || v->index >= v->rec->store.nlaunches) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "kdebug: this kernel record was cleared (dm.operators was reset) and could not "
+                        "be kept (out of memory); its launch is no longer available");
+        return NULL;
+    }
     return kd_store_launch(&v->rec->store, v->index);
 }
 
@@ -60,17 +143,24 @@ static PyObject *device_str(int type, int index)
 static PyObject *get_kind(kd_launch_view *v, void *c)
 {
     (void)c;
-    return PyUnicode_FromString(hdr(v)->launch.kind == KD_KIND_CPP ? "cpp" : "triton");
+    const kd_payload *h = hdr(v);
+    if (h == NULL)
+        return NULL;
+    return PyUnicode_FromString(h->launch.kind == KD_KIND_CPP ? "cpp" : "triton");
 }
 static PyObject *get_name(kd_launch_view *v, void *c)
 {
     (void)c;
-    return str_id(hdr(v)->launch.name_id);
+    const kd_payload *h = hdr(v);
+    return h == NULL ? NULL : str_id(h->launch.name_id);
 }
 static PyObject *get_grid(kd_launch_view *v, void *c)
 {
     (void)c;
-    const kd_launch *l = &hdr(v)->launch;
+    const kd_payload *hp = hdr(v);
+    if (hp == NULL)
+        return NULL;
+    const kd_launch *l = &hp->launch;
     if (!(l->flags & KD_LF_GRID))
         Py_RETURN_NONE;
     return Py_BuildValue("(III)", l->grid[0], l->grid[1], l->grid[2]);
@@ -79,7 +169,10 @@ static PyObject *get_grid(kd_launch_view *v, void *c)
 enum { CFG_TEXT, CFG_WARPS, CFG_STAGES, CFG_SHARED };
 static PyObject *get_config_field(kd_launch_view *v, void *which)
 {
-    const kd_launch *l = &hdr(v)->launch;
+    const kd_payload *hp = hdr(v);
+    if (hp == NULL)
+        return NULL;
+    const kd_launch *l = &hp->launch;
     if (!(l->flags & KD_LF_CONFIG))
         Py_RETURN_NONE;
     switch ((int)(intptr_t)which) {
@@ -92,22 +185,75 @@ static PyObject *get_config_field(kd_launch_view *v, void *which)
 static PyObject *get_device(kd_launch_view *v, void *c)
 {
     (void)c;
-    const kd_launch *l = &hdr(v)->launch;
+    const kd_payload *hp = hdr(v);
+    if (hp == NULL)
+        return NULL;
+    const kd_launch *l = &hp->launch;
     return device_str(l->device_type, l->device_index);
 }
-static PyObject *get_stream(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.stream); }
-static PyObject *get_thread(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.thread_id); }
-static PyObject *get_index(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.launch_index); }
-static PyObject *get_store_index(kd_launch_view *v, void *c) { (void)c; return U64(v->index); }
-static PyObject *get_py_index(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.py_index); }
-static PyObject *get_depth(kd_launch_view *v, void *c) { (void)c; return PyLong_FromLong(hdr(v)->launch.call_depth); }
-static PyObject *get_t0(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.t_start_ns); }
-static PyObject *get_t1(kd_launch_view *v, void *c) { (void)c; return U64(hdr(v)->launch.t_end_ns); }
-static PyObject *get_nargs(kd_launch_view *v, void *c) { (void)c; return PyLong_FromLong(hdr(v)->launch.nargs); }
+static PyObject *get_stream(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_payload *h = hdr(v);
+    return h == NULL ? NULL : U64(h->launch.stream);
+}
+static PyObject *get_thread(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_payload *h = hdr(v);
+    return h == NULL ? NULL : U64(h->launch.thread_id);
+}
+static PyObject *get_index(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_payload *h = hdr(v);
+    return h == NULL ? NULL : U64(h->launch.launch_index);
+}
+static PyObject *get_store_index(kd_launch_view *v, void *c)
+{
+    (void)c;
+    if (v->own != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "this launch record was cleared from its recorder's store "
+                        "(the view keeps its own copy): it has no store index");
+        return NULL;
+    }
+    return hdr(v) == NULL ? NULL : U64(v->index);
+}
+static PyObject *get_py_index(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_payload *h = hdr(v);
+    return h == NULL ? NULL : U64(h->launch.py_index);
+}
+static PyObject *get_depth(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_payload *h = hdr(v);
+    return h == NULL ? NULL : PyLong_FromLong(h->launch.call_depth);
+}
+static PyObject *get_t0(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_payload *h = hdr(v);
+    return h == NULL ? NULL : U64(h->launch.t_start_ns);
+}
+static PyObject *get_t1(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_payload *h = hdr(v);
+    return h == NULL ? NULL : U64(h->launch.t_end_ns);
+}
+static PyObject *get_nargs(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_payload *h = hdr(v);
+    return h == NULL ? NULL : PyLong_FromLong(h->launch.nargs);
+}
 static PyObject *get_raised(kd_launch_view *v, void *c)
 {
     (void)c;
-    return PyBool_FromLong(hdr(v)->launch.flags & KD_LF_RAISED);
+    const kd_payload *h = hdr(v);
+    return h == NULL ? NULL : PyBool_FromLong(h->launch.flags & KD_LF_RAISED);
 }
 
 static PyObject *int_tuple(const kd_payload *p, int strides)
@@ -161,6 +307,8 @@ static PyObject *get_args(kd_launch_view *v, void *c)
 {
     (void)c;
     const kd_payload *h = hdr(v);
+    if (h == NULL)
+        return NULL;
     uint32_t nargs = h->launch.nargs;
     PyObject *t = PyTuple_New(nargs);
     uint32_t off = 1;
@@ -182,9 +330,13 @@ static PyObject *get_objects(kd_launch_view *v, void *c)
 {
     (void)c;
     kd_recorder *r = v->rec;
+    if (v->own != NULL)
+        return Py_NewRef(v->own_objects);
+    const kd_payload *h = hdr(v);
+    if (h == NULL)
+        return NULL;
     if (r->store_objs == NULL && !r->store_objects)
         Py_RETURN_NONE;
-    const kd_payload *h = hdr(v);
     uint64_t base = r->store.launch_off[v->index];
     uint32_t nargs = h->launch.nargs;
     PyObject *t = PyTuple_New(nargs);
@@ -215,6 +367,8 @@ static PyObject *get_hashes(kd_launch_view *v, void *c)
 {
     (void)c;
     const kd_payload *h = hdr(v);
+    if (h == NULL)
+        return NULL;
     uint32_t nargs = h->launch.nargs;
     PyObject *t = PyTuple_New(nargs);
     uint32_t off = 1;
@@ -238,6 +392,31 @@ static PyObject *get_hashes(kd_launch_view *v, void *c)
     return t;
 }
 
+/* A dict of the recorder's (outputs or custom hashes) as of this view's
+ * generation: a new empty dict when there is none. */
+static PyObject *recorder_dict(kd_launch_view *v, PyObject *own, PyObject *live)
+{
+    if (hdr(v) == NULL)
+        return NULL;
+    PyObject *d = v->own != NULL ? own : live;
+    return d != NULL ? Py_NewRef(d) : PyDict_New();
+}
+static PyObject *get_outputs(kd_launch_view *v, void *c)
+{
+    (void)c;
+    return recorder_dict(v, v->own_outputs, v->rec->outputs);
+}
+static PyObject *get_custom(kd_launch_view *v, void *c)
+{
+    (void)c;
+    return recorder_dict(v, v->own_custom, v->rec->custom);
+}
+static PyObject *get_detached(kd_launch_view *v, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(v->own != NULL);
+}
+
 static kd_render_ctx render_ctx(void)
 {
     kd_render_ctx c = {kd_strings, kd_dtype_names, 256};
@@ -252,16 +431,19 @@ static PyObject *render_with(kd_launch_view *v, PyObject *args, PyObject *kw, re
     static char *kwlist[] = {"verbose", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|p", kwlist, &verbose))
         return NULL;
+    const kd_payload *h = hdr(v);
+    if (h == NULL)
+        return NULL;
     kd_render_ctx ctx = render_ctx();
     int flags = verbose ? KD_RENDER_VERBOSE : 0;
     char buf[1024];
-    size_t n = fn(&ctx, hdr(v), flags, buf, sizeof buf);
+    size_t n = fn(&ctx, h, flags, buf, sizeof buf);
     if (n < sizeof buf)
         return PyUnicode_DecodeUTF8(buf, (Py_ssize_t)n, "replace");
     char *big = PyMem_Malloc(n + 1);
     if (big == NULL)
         return PyErr_NoMemory();
-    fn(&ctx, hdr(v), flags, big, n + 1);
+    fn(&ctx, h, flags, big, n + 1);
     PyObject *s = PyUnicode_DecodeUTF8(big, (Py_ssize_t)n, "replace");
     PyMem_Free(big);
     return s;
@@ -307,6 +489,9 @@ static PyGetSetDef view_getset[] = {
     {"args", (getter)get_args, NULL, "arguments as tuples (see kdebug.calls)", NULL},
     {"objects", (getter)get_objects, NULL, "argument objects kept, or None", NULL},
     {"hashes", (getter)get_hashes, NULL, "per argument: None or (kinds, flags, spec, pre, post)", NULL},
+    {"outputs", (getter)get_outputs, NULL, "the recorder's {launch_index: {name: clone}} of this record's generation", NULL},
+    {"custom", (getter)get_custom, NULL, "the recorder's custom hash values of this record's generation", NULL},
+    {"detached", (getter)get_detached, NULL, "whether the view holds its own copy (its recorder was cleared)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -79,6 +79,21 @@ class TensorInfo:
     __hash__ = None  # type: ignore[assignment]
 
 
+# kd_record.h: hash kinds and hash-record flags
+_HK_BITWISE, _HK_NORM, _HK_XOR = 1, 2, 4
+_HF_UNSUPPORTED, _HF_CHECKED = 8, 16
+
+
+def _side_kinds(kinds: int, flags: int, when: int) -> int:
+    """The hash kinds one side (0 pre, 1 post) of a hash record holds.  A
+    record's kinds are those of either side; only the post side of a
+    read-only argument checked by check_inputs_unchanged differs: it holds
+    just the bitwise hash the check compares (kd_recorder.c, after_launch)."""
+    if when and flags & _HF_CHECKED:
+        return _HK_BITWISE
+    return kinds
+
+
 def _arg_value(t: tuple) -> Any:
     kind = t[0]
     if kind == "tensor":
@@ -109,7 +124,7 @@ class _KernelCall(_upstream._DebugCall):
         from . import hashing
 
         out = {}
-        custom = self._recorder.custom if self._recorder is not None else {}
+        custom = self._launch.custom
         for i, (name, h) in enumerate(zip(self.arg_names, self._launch.hashes)):
             if h is None:
                 continue
@@ -120,8 +135,12 @@ class _KernelCall(_upstream._DebugCall):
                 key = (self.launch_index, i, when)
                 if key in custom:
                     out[name] = custom[key]
-            elif side is not None and spec.names and (kinds & spec.kinds) == spec.kinds:
-                out[name] = spec.value(side)
+                continue
+            have = _side_kinds(kinds, flags, when)
+            # only what this side computed: a kind it never hashed is absent, not 0
+            if side is not None and spec.names and (have & spec.kinds) == spec.kinds:
+                unhashed = have & (_HK_NORM | _HK_XOR) if flags & _HF_UNSUPPORTED else 0
+                out[name] = spec.value(side, unhashed=unhashed)
         return out or None
 
     @property
@@ -148,7 +167,7 @@ class _KernelCall(_upstream._DebugCall):
         """{"output": {name: clone}} of what the kernel wrote, with record_outputs()."""
         if "record" in self._set:
             return self._set["record"]
-        outs = self._recorder.outputs.get(self.launch_index) if self._recorder is not None else None
+        outs = self._launch.outputs.get(self.launch_index)
         return {"output": outs} if outs else None
 
     @record.setter

@@ -59,21 +59,64 @@ class NormHash(float):
         return f"NormHash({', '.join(parts)})"
 
 
+class Unhashed(float):
+    """Stands where a hash was asked for that the tensor's dtype cannot give
+    (the norm or hash_tensor of a float4_e2m1fn_x2 tensor, whose packed values
+    kdebug does not decode): no value was computed, so none is shown.
+
+    It is never equal to anything, itself included (as a NaN), so two
+    unhashed tensors never match by accident; its float value is NaN so that
+    arithmetic on it (upstream's relative difference) stays defined.
+    hash_fn='bitwise' hashes every dtype by its bytes."""
+
+    __slots__ = ("kind",)
+
+    def __new__(cls, kind: str):
+        self = super().__new__(cls, math.nan)
+        self.kind = kind
+        return self
+
+    def __eq__(self, other):
+        return False
+
+    def __ne__(self, other):
+        return True
+
+    __hash__ = float.__hash__
+
+    def __repr__(self):
+        return f"Unhashed({self.kind!r})"
+
+    __str__ = __repr__
+
+
 def norm_value(l1: float, nan: int, posinf: int, neginf: int) -> float:
     if nan or posinf or neginf:
         return NormHash(l1, nan, posinf, neginf)
     return l1
 
 
+def _logical(t: torch.Tensor) -> torch.Tensor:
+    """t with its lazy conjugate / negative bits applied: the values it
+    stands for, which is what every hash is of (a conj() or neg view holds
+    the un-negated bytes).  A copy only for such views."""
+    if t.is_conj() or t.is_neg():
+        t = t.resolve_conj().resolve_neg()
+        if t.is_conj() or t.is_neg():  # resolve_* keeps the bits on some view kinds: materialize
+            t = t.clone(memory_format=torch.contiguous_format).resolve_conj().resolve_neg()
+    return t
+
+
 def _raw(t: torch.Tensor, kinds: int) -> tuple:
-    """(bitwise, l1, nan, posinf, neginf, xor64, unsupported) of any tensor,
-    computed on the host (copying it there first)."""
+    """(bitwise, l1, nan, posinf, neginf, xor64, unsupported) of any tensor's
+    logical values, computed on the host (copying it there first)."""
     with torch._C._DisableTorchDispatch():
+        t = _logical(t.detach())
         if t.device.type != "cpu":
-            t = t.detach().to("cpu")
+            t = t.to("cpu")
         if t.is_quantized:
             t = t.int_repr()
-        return _C.hash(t.detach(), kinds)
+        return _C.hash(t, kinds)
 
 
 def start(t: torch.Tensor, kinds: int):
@@ -81,9 +124,10 @@ def start(t: torch.Tensor, kinds: int):
     when queued on t's current CUDA stream (fetch with finish), else the host
     path."""
     with torch._C._DisableTorchDispatch():
+        t = _logical(t.detach())
         if t.is_quantized:
             t = t.int_repr()
-        r = _C.hash_async(t.detach(), kinds, 0)  # 0: the current stream of t's device
+        r = _C.hash_async(t, kinds, 0)  # 0: the current stream of t's device
         if r is NotImplemented:
             return _raw(t, kinds)
         return r
@@ -136,16 +180,15 @@ class HashSpec:
             self.kinds |= _C.HASH_CUSTOM
 
     def aten_fn(self) -> Callable:
-        """The function upstream's aten-op hooks call for each tensor."""
+        """The function upstream's aten-op hooks call for each tensor (a dtype
+        a kind cannot decode gives Unhashed, as the fast path does)."""
         if self.fn is not None:
             return self.fn
-        fns = [_FNS[n] for n in self.names]
-        if self.single:
-            return fns[0]
-        return lambda t: tuple(f(t) for f in fns)
+        return lambda t: self.value7(_hash7(t, self.kinds, False))
 
-    def value(self, side: tuple | None, custom: Any = None):
-        """A kernel argument's hash value(s) from a record side (pre or post)."""
+    def value(self, side: tuple | None, custom: Any = None, unhashed: int = 0):
+        """A kernel argument's hash value(s) from a record side (pre or post);
+        kinds in `unhashed` could not be computed for its dtype: Unhashed."""
         if self.fn is not None:
             return custom
         if side is None:
@@ -153,8 +196,22 @@ class HashSpec:
         bw, l1, nan, pinf, ninf, x = side
         vals = []
         for n in self.names:
-            vals.append(bw if n == "bitwise" else x if n == "hash_tensor" else norm_value(l1, nan, pinf, ninf))
+            if KINDS[n] & unhashed:
+                vals.append(Unhashed(n))
+            else:
+                vals.append(bw if n == "bitwise" else x if n == "hash_tensor" else norm_value(l1, nan, pinf, ninf))
         return vals[0] if self.single else tuple(vals)
+
+    def value7(self, r: tuple):
+        """The value(s) of a 7-tuple (bitwise, l1, nan, posinf, neginf, xor64,
+        unsupported): norm and hash_tensor are Unhashed where unsupported is
+        set (warned about once per log_tensor_hashes() context)."""
+        if r[6]:
+            bad = self.kinds & (_C.HASH_NORM | _C.HASH_XOR)
+            if bad:
+                _warn_unhashed([n for n in self.names if KINDS[n] & bad])
+            return self.value(r[:6], unhashed=bad)
+        return self.value(r[:6])
 
 
 def _shared_custom(t: torch.Tensor):
@@ -209,7 +266,7 @@ class Pending:
 
     def value(self):
         r = _C.hash_fetch(self.handle)
-        return self.spec.value(r[:6])
+        return None if r is None else self.spec.value7(r)
 
     def __repr__(self):
         return repr(self.value())
@@ -220,11 +277,32 @@ def start_value(t: torch.Tensor, spec: "HashSpec"):
     r = start(t, spec.kinds)
     if isinstance(r, _C.PendingHash):
         return Pending(r, spec)
-    return spec.value(r[:6])
+    return spec.value7(r)
 
 
 def spec(spec_id: int) -> HashSpec:
     return _specs[spec_id]
+
+
+# hash kinds warned about as Unhashed since the last log_tensor_hashes() entry
+_unhashed_warned: set[str] = set()
+
+
+def _warn_unhashed(names: list[str]) -> None:
+    new = [n for n in names if n not in _unhashed_warned]
+    if not new:
+        return
+    _unhashed_warned.update(new)
+    from . import inductor
+
+    inductor.warn(f"a tensor's dtype has no values the {' / '.join(new)} hash can decode (a packed or "
+                  "sub-byte dtype such as float4_e2m1fn_x2): its hash is recorded as Unhashed, which "
+                  "never compares equal to anything. hash_fn='bitwise' hashes every dtype by its bytes.",
+                  stacklevel=2)
+
+
+def unhashed_reset() -> None:
+    _unhashed_warned.clear()
 
 
 # custom hash_fns of the active log_tensor_hashes() contexts, innermost last

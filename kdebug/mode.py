@@ -99,7 +99,7 @@ def _tree_clone_py(obj):
 
 
 def _spec_value(r, spec_id):
-    return hashing.spec(spec_id).value(r[:6])
+    return hashing.spec(spec_id).value7(r)
 
 
 _configured = False
@@ -248,6 +248,10 @@ class DebugMode(_upstream.DebugMode):
             upstream_flags, _UPSTREAM_DEFAULTS)
         self._recorder = None
         self._stream = None
+        self._entered = False
+        self._shadowing = None
+        self._seen_at_enter = 0
+        self._nested_hidden = 0  # Note [Nested DebugModes]
         self._fresh: set[int] = set()  # Note [Fresh buffers] for aten ops
         self._trace_path = f["trace"]
         super().__init__(**upstream_flags)
@@ -328,7 +332,14 @@ class DebugMode(_upstream.DebugMode):
         self._ops = _OperatorList(self, value)
         self._materialized = 0
         if getattr(self, "_recorder", None) is not None:
+            # kept kernel records keep their launches (Note [Launch views keep
+            # their record], csrc/kd_view.c); new launches go to the new list
             self._recorder.clear()
+            self._recorder.set_ops(self._ops)
+            items = list.__getitem__(self._ops, slice(None))
+            kernels = sum(isinstance(x, _KernelCall) for x in items)
+            if kernels:  # kernel records given back: not aten ops (Note [Launch order])
+                self._recorder.splice(self._ops, items, kernels)
 
     def _flush(self) -> None:
         """Drains the C ring and merges new kernel records into ``operators``."""
@@ -409,11 +420,12 @@ class DebugMode(_upstream.DebugMode):
         """
         hash_inputs, check_inputs_unchanged = _flags.hash_flags(hash_inputs, check_inputs_unchanged)
         spec_id, spec = hashing.parse(hash_fn)
+        hashing.unhashed_reset()
         prev = _C._set_hash_config(spec.kinds, hash_inputs, check_inputs_unchanged, spec_id)
         if spec.fn is not None:
             hashing.push_custom(spec.fn)
         try:
-            entry = (("hash", spec, bool(hash_inputs), spec_id, spec.kinds, lambda r: spec.value(r[:6]))
+            entry = (("hash", spec, hash_inputs, spec_id, spec.kinds, spec.value7)
                      if spec.fn is None else ("custom",))
             with _registering(entry) as note, \
                     _upstream.DebugMode.log_tensor_hashes(hash_fn=spec.aten_fn(), hash_inputs=hash_inputs):
@@ -444,6 +456,12 @@ class DebugMode(_upstream.DebugMode):
 
     # -- entering and leaving --
     def __enter__(self):
+        """Pushes the dispatch mode, starts the kernel recorder and opens the
+        trace: all of it or, when a step fails (an unwritable trace path),
+        none of it (Note [Transactional enter])."""
+        if self._entered:
+            raise RuntimeError("this kdebug DebugMode is already recording (its recorder is already "
+                               "recording); a DebugMode can be entered only once at a time")
         inductor.install()
         if not _configured:
             _configure()
@@ -456,45 +474,82 @@ class DebugMode(_upstream.DebugMode):
                 "dynamo does not run torch.compile'd frames while it is on the stack (torch may keep "
                 "running them eagerly afterwards), so kdebug records their aten ops but no kernels. "
                 "Enter DebugMode outside that mode, or give the mode ignore_compile_internals() = True.")
-        if not self.kernels_only:
-            super().__enter__()
-            _C._modes_pushed(1)
-        if self.record_triton_kernels:
-            try:
+        # Note [Transactional enter]: each step registers its undo; a failing
+        # step undoes the ones before it, so a failed __enter__ leaves no
+        # dispatch mode pushed and no recorder running.
+        with contextlib.ExitStack() as undo:
+            if not self.kernels_only:
+                super().__enter__()
+                undo.callback(super().__exit__, None, None, None)
+                _C._modes_pushed(1)
+                undo.callback(_C._modes_pushed, -1)
+            if self.record_triton_kernels:
+                outer = inductor._current_mode()  # before this one is pushed
                 self._recorder.start(self, self._ops, self.record_all_threads)
+                undo.callback(self._recorder.stop)
                 held = list.__getitem__(self._ops, slice(None))  # a DebugMode entered again
                 self._recorder.splice(self._ops, held, sum(isinstance(x, _KernelCall) for x in held))
-            except BaseException:
-                if not self.kernels_only:
-                    _C._modes_pushed(-1)
-                    super().__exit__(None, None, None)
-                raise
-            inductor.push_mode(self, self.record_all_threads)
-        d = _C.defer_stats()
-        self._defer_failures = d["hash_failures"] + d["copy_failures"]
-        self._prev_defer = _C._set_defer(self.batch_gpu_work)
-        if self._trace_path is not None:
-            if self._stream is None:
-                from .trace import Stream
+                inductor.push_mode(self, self.record_all_threads)
+                undo.callback(inductor.pop_mode, self, self.record_all_threads)
+                # Note [Nested DebugModes]: a thread-local recorder takes this
+                # thread's launches from the one recording before it
+                self._shadowing = outer if outer is not None and not self.record_all_threads else None
+                self._seen_at_enter = self._recorder.stats()["seen"]
+            d = _C.defer_stats()
+            self._defer_failures = d["hash_failures"] + d["copy_failures"]
+            prev_defer = _C._set_defer(self.batch_gpu_work)
+            undo.callback(_C._set_defer, prev_defer)
+            if self._trace_path is not None:
+                if self._stream is None:
+                    from .trace import Stream
 
-                self._stream = Stream(self, self._trace_path)
-            else:
-                self._stream.reopen()  # entered again: append to the same trace
+                    self._stream = Stream(self, self._trace_path)
+                else:
+                    self._stream.reopen()  # entered again: append to the same trace
+            self._prev_defer = prev_defer
+            self._entered = True
+            undo.pop_all()
         return self
 
     def __exit__(self, *exc):
-        if self._prev_defer is not None:
-            _C._set_defer(self._prev_defer)  # flushes what this mode deferred
-            self._prev_defer = None
-        if self.record_triton_kernels:
-            inductor.pop_mode(self, self.record_all_threads)
-            self._recorder.stop()
-        if not self.kernels_only:
-            _C._modes_pushed(-1)
-            super().__exit__(*exc)
+        if not self._entered:
+            raise RuntimeError("DebugMode.__exit__ was called without a matching __enter__ (or twice): "
+                               "use `with DebugMode() as dm:`, or call __enter__ before __exit__")
+        self._entered = False
+        try:
+            if self._prev_defer is not None:
+                _C._set_defer(self._prev_defer)  # flushes what this mode deferred
+                self._prev_defer = None
+            if self.record_triton_kernels:
+                inductor.pop_mode(self, self.record_all_threads)
+                self._recorder.stop()
+                self._note_shadowed()
+        finally:
+            if not self.kernels_only:
+                _C._modes_pushed(-1)
+                super().__exit__(*exc)
         if self._stream is not None:
             self._stream.close()
         self._report_problems()
+
+    def _note_shadowed(self) -> None:
+        """Note [Nested DebugModes]: launches this mode recorded while it was
+        nested in another kdebug DebugMode on the same thread went to this
+        mode's recorder only (one recorder per thread takes a launch), so the
+        outer one counts them as not recorded: its recording is incomplete,
+        and it says so (kernel_stats, complete, debug_string, a warning)."""
+        outer, self._shadowing = self._shadowing, None
+        if outer is None or outer is self:
+            return
+        seen = self._recorder.stats()["seen"]
+        n = seen - self._seen_at_enter if seen >= self._seen_at_enter else seen  # cleared meanwhile
+        if n > 0:
+            outer._nested_hidden += n
+            outer._warn_once(
+                "nested",
+                f"{n} kernel launch(es) ran inside a nested kdebug DebugMode and were recorded only "
+                "by that inner mode (one recorder takes a launch): this outer recording is "
+                "incomplete. Read them from the inner mode, or do not nest DebugModes.")
 
     @staticmethod
     def check_hash_mismatches(logs1: list, logs2: list, compare_inputs: bool = False) -> list[dict]:
@@ -604,7 +659,8 @@ class DebugMode(_upstream.DebugMode):
         self._flush()
         s = dict(self._recorder.stats())
         s["bypassed_graph_calls"] = dict(self._bypass)
-        s["complete"] = not (s["dropped"] or s["unrecorded"] or self._bypass)
+        s["nested_unrecorded"] = self._nested_hidden
+        s["complete"] = not (s["dropped"] or s["unrecorded"] or self._bypass or self._nested_hidden)
         s["error_messages"] = self._recorder.messages()
         return s
 
@@ -642,6 +698,8 @@ class DebugMode(_upstream.DebugMode):
             parts.append(f"{s['unrecorded']} launch(es) not recorded (hook errors)")
         for reason, n in self._bypass.items():
             parts.append(f"{n} graph call(s) through {reason} not recorded")
+        if self._nested_hidden:
+            parts.append(f"{self._nested_hidden} launch(es) recorded only by a nested DebugMode")
         if not parts:
             return ""
         return "# kdebug: INCOMPLETE: " + "; ".join(parts) + "\n"
@@ -650,6 +708,7 @@ class DebugMode(_upstream.DebugMode):
         super().reset()
         if getattr(self, "_recorder", None) is not None:
             self._bypass.clear()
+            self._nested_hidden = 0
             self._reported = {k: 0 for k in self._reported}
 
 

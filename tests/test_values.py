@@ -45,3 +45,166 @@ def test_overflow_warning_counts_exactly_what_was_dropped(two_graphs, overflow):
     dropped = [int(m) for w in msgs for m in re.findall(r"(\d+) kernel launch record\(s\) were dropped", w)]
     assert dropped == [calls * per_call - kept]  # 15, once
     assert small.kernel_stats["dropped"] == 15
+
+
+# ---- check_inputs_unchanged: only computed values are shown ----
+
+def _l1(t):  # upstream's norm hash, by plain torch
+    return t.double().abs().sum().item()
+
+
+@pytest.mark.parametrize("hash_fn", ["norm", "hash_tensor", ["norm", "bitwise"]])
+def test_readonly_check_shows_no_post_hash_it_did_not_compute(hash_fn):
+    g = torch.compile(lambda a: a * 2)
+    a = torch.randn(64)
+    g(a)
+    with DebugMode() as dm:
+        with DebugMode.log_tensor_hashes(hash_fn, hash_inputs=True, check_inputs_unchanged=True):
+            out = g(a)
+    (k,) = dm.kernels
+    # the read-only input's post side holds only the bitwise hash the check compares
+    assert set(k.post_hashes) == {"out_ptr0"}
+    assert set(k.pre_hashes) == {"in_ptr0"}
+    assert k.readonly_violations == []
+    if hash_fn == "norm":
+        assert k.pre_hashes["in_ptr0"] == pytest.approx(_l1(a), rel=1e-12)
+        assert k.post_hashes["out_ptr0"] == pytest.approx(_l1(out), rel=1e-12)
+    assert "in_ptr0" not in dm.debug_string().split("post-kernel hashes")[1]
+
+
+def test_readonly_check_with_bitwise_shows_the_computed_post_hash():
+    g = torch.compile(lambda a: a * 3)
+    a = torch.randn(64)
+    g(a)
+    with DebugMode() as dm:
+        with DebugMode.log_tensor_hashes("bitwise", hash_inputs=True, check_inputs_unchanged=True):
+            g(a)
+    (k,) = dm.kernels
+    assert k.post_hashes["in_ptr0"] == k.pre_hashes["in_ptr0"]  # computed, and unchanged
+
+
+# ---- dtypes a hash cannot decode ----
+
+def _fp4(values):
+    return torch.tensor(values, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+
+
+@pytest.mark.parametrize("hash_fn", ["norm", "hash_tensor"])
+def test_unhashable_dtype_is_marked_warned_once_and_never_equal(hash_fn):
+    from kdebug.hashing import Unhashed
+
+    a, b = torch.tensor([1, 2, 3, 4], dtype=torch.uint8), torch.tensor([9, 8, 7, 6], dtype=torch.uint8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with DebugMode() as dm, DebugMode.log_tensor_hashes(hash_fn):
+            x = a.view(torch.float4_e2m1fn_x2).clone()
+            y = b.view(torch.float4_e2m1fn_x2).clone()
+    msgs = [str(w.message) for w in caught if issubclass(w.category, KdebugWarning) and "Unhashed" in str(w.message)]
+    assert len(msgs) == 1 and "float4_e2m1fn_x2" in msgs[0] and "bitwise" in msgs[0]
+    hashes = [op.log["hash"] for op in dm.operators if op.log and "hash" in op.log]
+    assert len(hashes) == 4  # view and clone of each
+    assert all(isinstance(h, Unhashed) and h.kind == hash_fn for h in hashes)
+    assert hashes[1] != hashes[3] and not (hashes[1] == hashes[1])  # never equal, not even to itself
+    assert x.view(torch.uint8).tolist() != y.view(torch.uint8).tolist()
+    assert len(DebugMode.check_hash_mismatches(dm.operators[:2], dm.operators[2:])) == 2
+
+
+def test_unhashable_dtype_hashes_bitwise_by_its_bytes():
+    from kdebug import hashing
+
+    with DebugMode() as dm, DebugMode.log_tensor_hashes(["bitwise", "norm"]):
+        srcs = [_fp4([1, 2, 3]), _fp4([1, 2, 3]), _fp4([1, 2, 4])]
+        for t in srcs:
+            t.clone()
+    h = [op.log["hash"] for op in dm.operators if str(op.op) == "aten.clone.default"]
+    assert len(h) == 3
+    bw = [x[0] for x in h]
+    assert bw[0] == bw[1] != bw[2]  # same bytes, same hash; other bytes, other hash
+    assert bw[0] == hashing.bitwise(srcs[0])
+    assert all(isinstance(x[1], hashing.Unhashed) for x in h)
+
+
+def test_unhashable_kernel_argument_is_unhashed_not_zero():
+    from kdebug import _C, hashing
+
+    def kernel(inp, out):
+        out.copy_(inp)
+
+    info = _C.KernelInfo(_C.KIND_CPP, "fp4_copy", ["in_ptr0", "out_ptr0"], [1, 2], 0, -1)
+    wrapped = _C.CppKernel(kernel, info)
+    src = _fp4([1, 2, 3, 4])
+    with pytest.warns(KdebugWarning, match="dtype the requested hash cannot decode"):
+        with DebugMode(kernels_only=True) as dm:
+            with DebugMode.log_tensor_hashes(["norm", "bitwise"], hash_inputs=True):
+                wrapped(src, torch.empty_like(src))
+    (k,) = dm.kernels
+    for side in (k.pre_hashes["in_ptr0"], k.post_hashes["out_ptr0"]):
+        assert isinstance(side[0], hashing.Unhashed) and side[0] != 0.0
+        assert side[1] == hashing.bitwise(src)
+
+
+# ---- conjugate / negative views hash their logical values ----
+
+def _views():
+    a = torch.randn(5, generator=torch.Generator().manual_seed(0))
+    z = torch.complex(a, a.flip(0))
+    return {
+        "conj().imag": z.conj().imag,
+        "conj()": z.conj(),
+        "_neg_view": torch._neg_view(a),
+        "conj() strided": torch.complex(a, a).conj()[::2],
+    }
+
+
+@pytest.mark.parametrize("name", list(_views()))
+@pytest.mark.parametrize("kind", ["bitwise", "norm", "hash_tensor"])
+def test_conj_and_neg_views_hash_their_values(name, kind):
+    from kdebug import hashing
+
+    t = _views()[name]
+    assert t.is_conj() or t.is_neg()
+    ref = t.resolve_conj().resolve_neg().clone()  # plain torch: the logical values, bits resolved
+    assert not ref.is_conj() and not ref.is_neg()
+    fn = getattr(hashing, kind)
+    assert fn(t) == fn(ref)
+    if kind == "bitwise":  # and not the hash of the bytes as stored (what it was before)
+        stored = ref.conj().resolve_conj() if t.is_conj() else -ref
+        assert fn(t) != fn(stored)
+
+
+def test_conj_view_aten_output_hash_is_of_its_values():
+    from kdebug import hashing
+
+    a = torch.randn(5, generator=torch.Generator().manual_seed(1))
+    z = torch.complex(a, a + 1)
+    with DebugMode() as dm, DebugMode.log_tensor_hashes(["bitwise", "hash_tensor"]):
+        c = z.conj()
+        i = c.imag
+    ops = list(dm.operators)
+    # aten::_conj gives c; .imag runs _conj, view_as_real, _neg_view, select: the last gives i
+    assert str(ops[0].op) == "aten._conj.default" and str(ops[-1].op) == "aten.select.int"
+    assert i.is_neg()
+    ref_c, ref_i = c.resolve_conj().clone(), i.resolve_neg().clone()
+    assert ops[0].log["hash"] == (hashing.bitwise(ref_c), hashing.hash_tensor(ref_c))
+    assert ops[-1].log["hash"] == (hashing.bitwise(ref_i), hashing.hash_tensor(ref_i))
+    assert ops[0].log["hash"][0] != hashing.bitwise(z)  # not the un-conjugated bytes
+    assert ops[-1].log["hash"][0] != hashing.bitwise(z.imag.clone())
+
+
+def test_neg_view_kernel_argument_hash_is_of_its_values():
+    from kdebug import _C, hashing
+
+    def kernel(inp, out):
+        out.copy_(inp)
+
+    info = _C.KernelInfo(_C.KIND_CPP, "neg_copy", ["in_ptr0", "out_ptr0"], [1, 2], 0, -1)
+    wrapped = _C.CppKernel(kernel, info)
+    a = torch.randn(7, generator=torch.Generator().manual_seed(2))
+    v = torch._neg_view(a)
+    with DebugMode(kernels_only=True) as dm:
+        with DebugMode.log_tensor_hashes(["bitwise", "hash_tensor", "norm"], hash_inputs=True):
+            wrapped(v, torch.empty(7))
+    (k,) = dm.kernels
+    ref = v.resolve_neg().clone()
+    assert k.pre_hashes["in_ptr0"][:2] == (hashing.bitwise(ref), hashing.hash_tensor(ref))
+    assert k.pre_hashes["in_ptr0"][0] != hashing.bitwise(a)
