@@ -662,6 +662,8 @@ static PyMethodDef module_methods[] = {
     {"_set_hashers", mod_set_hashers, METH_VARARGS, "Set the slow and custom hash callbacks."},
     {"hash", mod_hash, METH_VARARGS,
      "hash(t, kinds=7) -> (bitwise, l1, nan, posinf, neginf, xor64, unsupported) of a CPU tensor."},
+    {"_inject_detach_faults", kd_inject_detach_faults, METH_O,
+     "Tests only: the next n copies of kept launch records (Recorder.clear) fail, as out of memory would."},
     {"_inject_hook_faults", mod_inject, METH_O,
      "Tests only: the next n launch descriptions fail inside the hook, as a real failure would."},
     {"intern", mod_intern, METH_O, "intern(s) -> id in kdebug's string table"},

@@ -171,6 +171,8 @@ PyObject *kd_launch_view_new(kd_recorder *r, uint64_t index);
 /* Before r's store is cleared: every live view of its current generation
  * takes its own copy of its record (Note [Launch views keep their record]). */
 void kd_launch_views_detach(kd_recorder *r);
+/* _inject_detach_faults(n): tests only; the next n record copies fail. */
+PyObject *kd_inject_detach_faults(PyObject *m, PyObject *arg);
 
 /* ---- module.c: hook configuration ---- */
 int kd_hook_module_init(PyObject *m);

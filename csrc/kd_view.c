@@ -69,6 +69,18 @@ static void view_dealloc(kd_launch_view *v)
 
 static PyObject *get_objects(kd_launch_view *v, void *c);
 
+static long injected_detach_faults = 0; /* GIL; tests: the next N copies fail as out of memory would */
+
+PyObject *kd_inject_detach_faults(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    injected_detach_faults = n < 0 ? 0 : n;
+    Py_RETURN_NONE;
+}
+
 /* Gives v its own copy of its record (Note [Launch views keep their record]). */
 static void detach_view(kd_launch_view *v)
 {
@@ -79,6 +91,11 @@ static void detach_view(kd_launch_view *v)
     size_t n = 1u + h->launch.nslots;
     PyObject *objs = get_objects(v, NULL);
     kd_payload *own = PyMem_Malloc(n * sizeof(kd_payload));
+    if (injected_detach_faults > 0) {
+        injected_detach_faults--;
+        PyMem_Free(own);
+        own = NULL;
+    }
     if (own == NULL || objs == NULL) {
         PyMem_Free(own);
         Py_XDECREF(objs);

@@ -144,3 +144,21 @@ def test_exit_without_enter_is_a_clear_error():
         pass
     with pytest.raises(RuntimeError, match="without a matching __enter__ \\(or twice\\)"):
         dm.__exit__(None, None, None)
+
+
+def test_a_record_that_could_not_be_kept_raises_instead_of_showing_another(fns):
+    f, g, x = fns
+    with DebugMode() as dm:
+        f(x)
+        kept = dm.kernels[0]
+        _C._inject_detach_faults(1)  # its copy fails, as out of memory would
+        try:
+            dm.operators = []
+        finally:
+            _C._inject_detach_faults(0)
+        g(x)
+    assert dm.kernels[0].kernel_name.startswith("cpp_fused_add_cos")  # store index 0 is another launch now
+    with pytest.raises(RuntimeError, match="was cleared .* could not be kept"):
+        kept.kernel_name
+    with pytest.raises(RuntimeError, match="was cleared"):
+        repr(kept)
