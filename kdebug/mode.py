@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import threading
 import weakref
 from collections import Counter
 from typing import Any
@@ -249,6 +250,7 @@ class DebugMode(_upstream.DebugMode):
         self._recorder = None
         self._stream = None
         self._entered = False
+        self._enter_thread = 0
         self._shadowing = None
         self._seen_at_enter = 0
         self._nested_hidden = 0  # Note [Nested DebugModes]
@@ -508,6 +510,7 @@ class DebugMode(_upstream.DebugMode):
                     self._stream.reopen()  # entered again: append to the same trace
             self._prev_defer = prev_defer
             self._entered = True
+            self._enter_thread = threading.get_ident()
             undo.pop_all()
         return self
 
@@ -515,6 +518,11 @@ class DebugMode(_upstream.DebugMode):
         if not self._entered:
             raise RuntimeError("DebugMode.__exit__ was called without a matching __enter__ (or twice): "
                                "use `with DebugMode() as dm:`, or call __enter__ before __exit__")
+        if (self.record_triton_kernels and not self.record_all_threads
+                and (threading.get_ident() != self._enter_thread or inductor._current_mode() is not self)):
+            # checked before anything is undone: the mode stays whole, and can still be exited right
+            raise RuntimeError("a kdebug DebugMode must be exited on the thread that entered it, "
+                               "innermost first")
         self._entered = False
         try:
             if self._prev_defer is not None:

@@ -162,3 +162,31 @@ def test_a_record_that_could_not_be_kept_raises_instead_of_showing_another(fns):
         kept.kernel_name
     with pytest.raises(RuntimeError, match="was cleared"):
         repr(kept)
+
+
+def test_exit_out_of_order_is_refused_and_leaves_both_modes_whole(fns):
+    f, g, x = fns
+    outer, inner = DebugMode(), DebugMode()
+    outer.__enter__()
+    inner.__enter__()
+    with pytest.raises(RuntimeError, match="innermost first"):
+        outer.__exit__(None, None, None)
+    f(x)  # still recorded by the inner mode
+    inner.__exit__(None, None, None)
+    outer.__exit__(None, None, None)
+    assert len(inner.kernels) == 1 and kdebug.get_active_debug_mode() is None
+    assert outer.kernel_stats["nested_unrecorded"] == 1
+
+
+def test_exit_on_another_thread_is_refused(fns):
+    import threading
+
+    dm = DebugMode()
+    dm.__enter__()
+    errors = []
+    t = threading.Thread(target=lambda: errors.append(pytest.raises(RuntimeError, dm.__exit__, None, None, None)))
+    t.start()
+    t.join()
+    assert "thread that entered it" in str(errors[0].value)
+    dm.__exit__(None, None, None)  # the entering thread still can
+    assert kdebug.get_active_debug_mode() is None
