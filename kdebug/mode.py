@@ -663,7 +663,10 @@ class DebugMode(_upstream.DebugMode):
         """Counters of the kernel recorder: launches recorded, dropped (ring
         overflow), errors and unrecorded launches (failures inside the hook),
         suppressed (compile-time and autotuning launches, left out on purpose),
-        and launches that bypassed Python (CUDA graphs, cpp_wrapper, AOTI)."""
+        seen (launches that reached this recorder), launches that bypassed
+        Python (CUDA graphs, cpp_wrapper, AOTI), and nested_unrecorded: launches
+        a kdebug DebugMode nested in this one took instead (Note [Nested
+        DebugModes]).  ``complete`` is False when any launch is missing."""
         self._flush()
         s = dict(self._recorder.stats())
         s["bypassed_graph_calls"] = dict(self._bypass)
