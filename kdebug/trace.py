@@ -173,7 +173,7 @@ class Writer:
 def _final_meta(dm) -> dict:
     s = dm.kernel_stats
     keep = ("launches", "dropped", "errors", "unrecorded", "suppressed", "complete", "bypassed_graph_calls",
-            "outputs_skipped", "readonly_changed", "hash_unsupported")
+            "outputs_skipped", "readonly_changed", "hash_unsupported", "nested_unrecorded")
     return {"stats": {k: s[k] for k in keep if k in s}}
 
 
@@ -344,6 +344,8 @@ class Run:
             out.append(f"{self.path}: {st['unrecorded']} launch(es) were not recorded (hook errors)")
         for reason, n in (st.get("bypassed_graph_calls") or {}).items():
             out.append(f"{self.path}: {n} graph call(s) through {reason} were not recorded")
+        if st.get("nested_unrecorded"):
+            out.append(f"{self.path}: {st['nested_unrecorded']} launch(es) were recorded only by a nested DebugMode")
         if self.meta.get("custom_hashes_not_saved"):
             out.append(f"{self.path}: {self.meta['custom_hashes_not_saved']} custom hash value(s) were not saved")
         return out

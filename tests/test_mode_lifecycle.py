@@ -190,3 +190,16 @@ def test_exit_on_another_thread_is_refused(fns):
     assert "thread that entered it" in str(errors[0].value)
     dm.__exit__(None, None, None)  # the entering thread still can
     assert kdebug.get_active_debug_mode() is None
+
+
+def test_a_saved_nested_recording_says_it_is_incomplete(fns, tmp_path):
+    f, g, x = fns
+    with DebugMode() as outer:
+        with DebugMode():
+            g(x)
+        f(x)
+    path = tmp_path / "outer.kdt"
+    outer.save(path)
+    run = kdebug.load(str(path))
+    assert not run.complete
+    assert any("1 launch(es) were recorded only by a nested DebugMode" in p for p in run.problems())

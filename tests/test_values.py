@@ -208,3 +208,23 @@ def test_neg_view_kernel_argument_hash_is_of_its_values():
     ref = v.resolve_neg().clone()
     assert k.pre_hashes["in_ptr0"][:2] == (hashing.bitwise(ref), hashing.hash_tensor(ref))
     assert k.pre_hashes["in_ptr0"][0] != hashing.bitwise(a)
+
+
+def test_unhashed_kernel_hash_reads_back_from_a_trace_as_unhashed(tmp_path):
+    import kdebug
+    from kdebug import _C, hashing
+
+    def kernel(inp, out):
+        out.copy_(inp)
+
+    info = _C.KernelInfo(_C.KIND_CPP, "fp4_copy2", ["in_ptr0", "out_ptr0"], [1, 2], 0, -1)
+    wrapped = _C.CppKernel(kernel, info)
+    src = _fp4([5, 6, 7])
+    with pytest.warns(KdebugWarning):
+        with DebugMode(kernels_only=True) as dm:
+            with DebugMode.log_tensor_hashes("norm", hash_inputs=True, check_inputs_unchanged=True):
+                wrapped(src, torch.empty_like(src))
+    dm.save(tmp_path / "fp4.kdt")
+    (k,) = kdebug.load(str(tmp_path / "fp4.kdt")).kernels
+    assert isinstance(k.post_hashes["out_ptr0"], hashing.Unhashed)
+    assert set(k.post_hashes) == {"out_ptr0"}  # the checked input's post side: bitwise only, not shown
