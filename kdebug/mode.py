@@ -634,7 +634,7 @@ class DebugMode(_upstream.DebugMode):
             "launch: the kernel wrote to memory it should only read. See call.readonly_violations."),
         "hash_unsupported": lambda s, msgs: (
             f"{s['hash_unsupported']} tensor(s) have a dtype the requested hash cannot decode "
-            "(their values are missing); hash_fn='bitwise' hashes every dtype."),
+            "(recorded as Unhashed, equal to nothing); hash_fn='bitwise' hashes every dtype by its bytes."),
         "errors": lambda s, msgs: (
             f"{s['errors']} error(s) inside the launch hook; {s['unrecorded']} launch(es) "
             f"were not recorded. First: {msgs[0] if msgs else '?'}"),
