@@ -196,6 +196,28 @@ static void note_readonly_change(kd_recorder *r, kd_hash_rec *h)
     }
 }
 
+/* Note [Unhashed values]: a hash kind the tensor's dtype cannot decode
+ * (norm / hash_tensor of float4_e2m1fn_x2).  The record is flagged and
+ * counted, and no value is shown for those kinds (kdebug/calls.py gives
+ * hashing.Unhashed); their fields get a random nonce (l1: a NaN) so that the
+ * digests of two such records (kd_tr_hash_digest: diff, hunt) never match. */
+static void mark_unsupported(kd_recorder *r, kd_hash_rec *h, int w, int kinds)
+{
+    static _Atomic uint64_t counter;
+    uint64_t x = kd_now_ns() + atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed) *
+                                   0x9E3779B97F4A7C15ull;
+    x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29; /* mixed: a nonce, not a count */
+    if (kinds & KD_HK_NORM) {
+        uint64_t nan = 0x7FF8000000000000ull | (x & ((1ull << 51) - 1)) | 1;
+        memcpy(&h->l1[w], &nan, sizeof nan);
+        h->nan[w] = h->posinf[w] = h->neginf[w] = 0;
+    }
+    if (kinds & KD_HK_XOR)
+        h->xor64[w] = x;
+    h->flags |= KD_HF_UNSUPPORTED;
+    r->hash_unsupported++;
+}
+
 /* A collected GPU result for the hash record at ring ticket `pos` (Note [GPU
  * hash results]): filled in unless the record was drained or lapped since
  * (a drain collects first, so only a cleared or lapped record misses it). */
@@ -214,10 +236,8 @@ static void rec_deliver(void *owner, uint64_t pos, int w, const kd_cuda_result *
     h->l1[w] = res->l1;
     h->nan[w] = res->nan, h->posinf[w] = res->posinf, h->neginf[w] = res->neginf;
     h->xor64[w] = res->xor64;
-    if (res->unsupported && (h->kinds & (KD_HK_NORM | KD_HK_XOR))) {
-        h->flags |= KD_HF_UNSUPPORTED;
-        r->hash_unsupported++;
-    }
+    if (res->unsupported && (h->kinds & (KD_HK_NORM | KD_HK_XOR)))
+        mark_unsupported(r, h, w, h->kinds & (KD_HK_NORM | KD_HK_XOR));
     h->flags &= (uint8_t)~pending;
     note_readonly_change(r, h);
 }
@@ -398,14 +418,11 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
                     h->l1[w] = n.l1;
                     h->nan[w] = n.nan, h->posinf[w] = n.posinf, h->neginf[w] = n.neginf;
                 } else {
-                    h->flags |= KD_HF_UNSUPPORTED;
-                    r->hash_unsupported++;
+                    mark_unsupported(r, h, w, KD_HK_NORM);
                 }
             }
-            if ((kinds & KD_HK_XOR) && kd_hash_xor64(&v, &h->xor64[w]) != 0) {
-                h->flags |= KD_HF_UNSUPPORTED;
-                r->hash_unsupported++;
-            }
+            if ((kinds & KD_HK_XOR) && kd_hash_xor64(&v, &h->xor64[w]) != 0)
+                mark_unsupported(r, h, w, KD_HK_XOR);
         }
     } else if (kinds & (KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR)) {
         PyObject *res = kd_slow_hasher ? PyObject_CallFunction(kd_slow_hasher, "Oi", o, kinds) : NULL;
@@ -426,10 +443,8 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
             h->bitwise[w] = v[0];
             memcpy(&h->l1[w], &v[1], 8);
             h->nan[w] = v[2], h->posinf[w] = v[3], h->neginf[w] = v[4], h->xor64[w] = v[5];
-            if (v[6]) {
-                h->flags |= KD_HF_UNSUPPORTED;
-                r->hash_unsupported++;
-            }
+            if (v[6])
+                mark_unsupported(r, h, w, kinds & (KD_HK_NORM | KD_HK_XOR));
         } else {
             h->flags &= (uint8_t)~(w ? KD_HF_POST : KD_HF_PRE); /* nothing computed: no values */
             kd_recorder_error(r, m.math_bits ? "hashing a conjugate / negative view" : "hashing a device tensor");

@@ -13,6 +13,8 @@ by the C code (this synchronizes).
 from __future__ import annotations
 
 import math
+import os
+import struct
 import threading
 from typing import Any, Callable
 
@@ -66,13 +68,17 @@ class Unhashed(float):
 
     It is never equal to anything, itself included (as a NaN), so two
     unhashed tensors never match by accident; its float value is NaN so that
-    arithmetic on it (upstream's relative difference) stays defined.
+    arithmetic on it (upstream's relative difference) stays defined.  The
+    NaN's payload is random: a trace stores it as that f64, so digests of
+    two unhashed values (kdebug diff, hunt) differ too.
     hash_fn='bitwise' hashes every dtype by its bytes."""
 
     __slots__ = ("kind",)
 
     def __new__(cls, kind: str):
-        self = super().__new__(cls, math.nan)
+        payload = int.from_bytes(os.urandom(8), "little") & ((1 << 51) - 1) | 1
+        nan = struct.unpack("<d", struct.pack("<Q", 0x7FF8000000000000 | payload))[0]
+        self = super().__new__(cls, nan)
         self.kind = kind
         return self
 
