@@ -25,6 +25,7 @@ typedef struct kd_launch_view {
     int lost;                   /* detaching failed: the record is gone */
 } kd_launch_view;
 
+/* A new view of r's stored launch `index`, linked into r's live views. */
 PyObject *kd_launch_view_new(kd_recorder *r, uint64_t index)
 {
     kd_launch_view *v = PyObject_New(kd_launch_view, &kd_LaunchType);
@@ -56,6 +57,7 @@ static void unlink_view(kd_launch_view *v)
     v->prev = v->next = NULL;
 }
 
+/* Unlinks and frees a view (and its own copy, if detached). */
 static void view_dealloc(kd_launch_view *v)
 {
     unlink_view(v);
@@ -71,6 +73,7 @@ static PyObject *get_objects(kd_launch_view *v, void *c);
 
 static long injected_detach_faults = 0; /* GIL; tests: the next N copies fail as out of memory would */
 
+/* _inject_detach_faults(n): the next n record copies fail (tests only). */
 PyObject *kd_inject_detach_faults(PyObject *m, PyObject *arg)
 {
     (void)m;
@@ -110,6 +113,7 @@ static void detach_view(kd_launch_view *v)
     v->own_custom = Py_XNewRef(r->custom);
 }
 
+/* Every live view of r's current generation takes its own copy (before r is cleared). */
 void kd_launch_views_detach(kd_recorder *r)
 {
     for (kd_launch_view *v = r->views; v != NULL; v = v->next)
