@@ -211,7 +211,7 @@ class HashSpec:
     def value7(self, r: tuple):
         """The value(s) of a 7-tuple (bitwise, l1, nan, posinf, neginf, xor64,
         unsupported): norm and hash_tensor are Unhashed where unsupported is
-        set (warned about once per log_tensor_hashes() context)."""
+        set (warned about once per DebugMode)."""
         if r[6]:
             bad = self.kinds & (_C.HASH_NORM | _C.HASH_XOR)
             if bad:
@@ -290,25 +290,24 @@ def spec(spec_id: int) -> HashSpec:
     return _specs[spec_id]
 
 
-# hash kinds warned about as Unhashed since the last log_tensor_hashes() entry
+# hash kinds warned about as Unhashed where no kdebug DebugMode is active
 _unhashed_warned: set[str] = set()
 
 
 def _warn_unhashed(names: list[str]) -> None:
-    new = [n for n in names if n not in _unhashed_warned]
-    if not new:
-        return
-    _unhashed_warned.update(new)
+    """Warns once per DebugMode (or once per process outside one) and kind."""
     from . import inductor
 
-    inductor.warn(f"a tensor's dtype has no values the {' / '.join(new)} hash can decode (a packed or "
-                  "sub-byte dtype such as float4_e2m1fn_x2): its hash is recorded as Unhashed, which "
-                  "never compares equal to anything. hash_fn='bitwise' hashes every dtype by its bytes.",
-                  stacklevel=2)
-
-
-def unhashed_reset() -> None:
-    _unhashed_warned.clear()
+    mode = inductor._current_mode()
+    for n in names:
+        msg = (f"a tensor's dtype has no values the {n} hash can decode (a packed or sub-byte dtype "
+               "such as float4_e2m1fn_x2): its hash is recorded as Unhashed, which never compares "
+               "equal to anything. hash_fn='bitwise' hashes every dtype by its bytes.")
+        if mode is not None:
+            mode._warn_once("unhashed:" + n, msg)
+        elif n not in _unhashed_warned:
+            _unhashed_warned.add(n)
+            inductor.warn(msg, stacklevel=3)
 
 
 # custom hash_fns of the active log_tensor_hashes() contexts, innermost last

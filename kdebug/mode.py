@@ -422,7 +422,6 @@ class DebugMode(_upstream.DebugMode):
         """
         hash_inputs, check_inputs_unchanged = _flags.hash_flags(hash_inputs, check_inputs_unchanged)
         spec_id, spec = hashing.parse(hash_fn)
-        hashing.unhashed_reset()
         prev = _C._set_hash_config(spec.kinds, hash_inputs, check_inputs_unchanged, spec_id)
         if spec.fn is not None:
             hashing.push_custom(spec.fn)

@@ -264,3 +264,21 @@ def test_trace_digests_of_unhashed_values_never_match(tmp_path, hash_fn):
     same = [a == b for a, b in zip(digests[0][1:], digests[1][1:]) if a and b]
     assert len(same) >= 3
     assert same and (all(same) if hash_fn == "bitwise" else not any(same))
+
+
+def test_unhashed_warning_comes_once_per_mode():
+    def count(fn):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+        return sum("Unhashed" in str(w.message) for w in caught)
+
+    def one_mode():
+        with DebugMode() as dm:
+            for _ in range(3):  # a training loop entering log_tensor_hashes every step
+                with DebugMode.log_tensor_hashes("norm"):
+                    _fp4([1, 2]).clone()
+        return dm
+
+    assert count(one_mode) == 1
+    assert count(one_mode) == 1  # a new mode warns again
