@@ -93,7 +93,8 @@ int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
                      kd_ring_visit visit, void *ctx);
 
 /* Launches lost so far: refused plus those overwritten before being read.
- * Exact once kd_ring_read has returned with no launch in flight. */
+ * Exact whenever no launch is in flight, read or not (unread launches are
+ * counted by walking the ring as kd_ring_read would). */
 uint64_t kd_ring_lost(const kd_ring *r);
 
 /* Forget everything: cursor to head, counters to zero.  Reader side only,
