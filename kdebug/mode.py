@@ -228,6 +228,7 @@ class DebugMode(_upstream.DebugMode):
         overflow: str = "overwrite",
         batch_gpu_work: bool = True,
         trace: str | None = None,
+        record_final_state: bool = False,
         **upstream_flags: Any,
     ) -> None:
         unknown = sorted(set(upstream_flags) - set(_UPSTREAM_FLAGS))
@@ -235,7 +236,8 @@ class DebugMode(_upstream.DebugMode):
             raise TypeError(
                 f"DebugMode got unknown flag(s) {', '.join(unknown)}. kdebug accepts upstream "
                 f"DebugMode's flags ({', '.join(_UPSTREAM_FLAGS)}) and record_triton_kernels, "
-                "kernels_only, record_all_threads, ring_capacity, overflow, batch_gpu_work, trace."
+                "kernels_only, record_all_threads, ring_capacity, overflow, batch_gpu_work, trace, "
+                "record_final_state."
             )
         if trace is not None and not isinstance(trace, (str, os.PathLike)):
             raise TypeError(f"DebugMode(trace=...) takes a file path, not {type(trace).__name__}")
@@ -253,6 +255,8 @@ class DebugMode(_upstream.DebugMode):
         self.batch_gpu_work = bool(batch_gpu_work) and not self.kernels_only and not self.record_all_threads
         self._prev_defer = None
         self._defer_failures = 0
+        self.record_final_state = bool(record_final_state)
+        self.final_state: dict | None = None  # Note [Final state], taken at exit when asked for
         self._recorder = _C.Recorder(int(ring_capacity), overflow,
                                      store_objects=bool(self.store_original_args))
         self._materialized = 0
@@ -481,6 +485,14 @@ class DebugMode(_upstream.DebugMode):
         if not self.kernels_only:
             _C._modes_pushed(-1)
             super().__exit__(*exc)
+        if self.record_final_state:
+            from . import final_state
+
+            try:
+                self.final_state = final_state.snapshot()
+            except Exception as e:  # never the program's problem: the verdict stays conservative
+                self._warn_once("final-state", f"kdebug could not take the final state ({e!r}): differing "
+                                "tensors nothing read count as possibly kept")
         if self._stream is not None:
             self._stream.close()
         self._report_problems()

@@ -174,7 +174,10 @@ def _final_meta(dm) -> dict:
     s = dm.kernel_stats
     keep = ("launches", "dropped", "errors", "unrecorded", "suppressed", "complete", "bypassed_graph_calls",
             "outputs_skipped", "readonly_changed", "hash_unsupported")
-    return {"stats": {k: s[k] for k in keep if k in s}}
+    meta = {"stats": {k: s[k] for k in keep if k in s}}
+    if dm.final_state is not None:
+        meta["final_state"] = dm.final_state  # Note [Final state]
+    return meta
 
 
 def _finish(w: Writer, dm) -> None:

@@ -101,9 +101,10 @@ class Case:
             yield [stack.enter_context(perturb_kernel_output(p.kernel, p.arg, p.occurrence, value=noise(p.scale)))
                    for p in self.plants]
 
-    def run(self, device: str = "cpu") -> None:
+    def run(self, device: str = "cpu") -> "_Step":
         """Builds, compiles, warms up where needed, and runs the step once,
-        with the planted faults; raises if a planted fault did not hit."""
+        with the planted faults; raises if a planted fault did not hit.
+        Returns the step, which holds its final tensors (parameters, outputs)."""
         step = self.prepare(device)
         with self.faults() as states:
             step()
@@ -112,6 +113,7 @@ class Case:
             if st["hits"] != 1:
                 raise RuntimeError(f"zoo case {self.name}: the fault planted in {p.kernel} ({p.arg}) "
                                    f"hit {st['hits']} launches, not 1")
+        return step
 
 
 def _sync(device: str) -> None:
@@ -619,6 +621,9 @@ CASES: dict[str, Case] = {c.name: c for c in (
 )}
 
 
+KEPT = None  # the last case run by main(), with its final tensors
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m kdebug.zoo CASE [--device cpu|cuda]``: runs one case once."""
     p = argparse.ArgumentParser(prog="python -m kdebug.zoo",
@@ -638,7 +643,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zoo: case {case.name} runs on {', '.join(case.devices)}; not available on {a.device} here",
               file=sys.stderr)
         return 2
-    case.run(a.device)
+    global KEPT
+    KEPT = case.run(a.device)  # the step's final tensors stay held: Note [Final state]
     print(f"zoo: ran {case.name} on {a.device}")
     return 0
 
