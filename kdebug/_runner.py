@@ -66,7 +66,7 @@ def record(out: str, target: list[str], *, builtin: bool = False, module: bool =
     replay.activate_from_env()  # kdebug hunt --confirm (Note [Proof by replay])
     status = 0
     with kdebug.DebugMode(trace=out, record_final_state=True) as dm, \
-            kdebug.DebugMode.log_tensor_hashes(list(hash_fn), hash_inputs=True):
+            kdebug.DebugMode.log_tensor_hashes(list(hash_fn), hash_inputs=True), replay.op_mode():
         left = None
         try:
             left = run_program(target, builtin, module)  # noqa: F841  (held at exit)

@@ -309,6 +309,9 @@ def _hunt(args: argparse.Namespace) -> int:
                 first = next(r for r in freps if not r.ok)
                 where = first.divergence.step_a.label() if first.divergence else "structure"
                 print(f"      (first divergence still at {where})")
+    if diverged and not getattr(args, "no_magnitude", False):
+        hunt["magnitude"] = _magnitude(next(r for r in reports if not r.ok), paths[0], target, module, builtin,
+                                       tmp, args.in_process)
     if args.confirm and diverged:
         hunt["confirm"] = _confirm(next(r for r in reports if not r.ok), paths[0], target, module, builtin, tmp,
                                    args.in_process)
@@ -335,16 +338,15 @@ def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in
     out = []
     print("\nkdebug hunt: confirming the roots by replay")
     for n, root in enumerate(rep.roots[:limit], 1):
-        where = replay.locate(run_a, root.step_a)
-        if where is None or root.kind != "root":
-            why = "an aten op" if where is None else "a difference from outside the recording"
+        file = os.path.join(tmp, f"confirm{n}.pt")
+        spec = replay.spec_for(run_a, root, "capture", file) if root.kind == "root" else None
+        if spec is None:
+            why = ("a difference from outside the recording" if root.kind != "root"
+                   else "its differing outputs could not be located in the re-run")
             print(f"  root {n} {root.step_a.label()}: not replayable ({why})")
             out.append({"root": root.step_a.label(), "confirmed": None, "why": f"not replayable: {why}"})
             continue
-        name, occurrence = where
-        positions = [root.step_a.arg_names.index(k) for k in root.keys if k in root.step_a.arg_names]
-        file = os.path.join(tmp, f"confirm{n}.pt")
-        specs = [replay.Spec(name, occurrence, positions, mode, file) for mode in ("capture", "replay")]
+        specs = [spec, replay.Spec(**{**spec.__dict__, "mode": "replay", "hits": 0})]
         cpaths = _record_runs(2, target, module, builtin, tmp, None, in_process, f"confirm root {n}",
                               envs=[{replay.ENV: s.to_env()} for s in specs], prefix=f"confirm{n}-")
         if cpaths is None:
@@ -352,7 +354,81 @@ def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in
             continue
         verdict = replay.judge(rep, root, kdebug.compare(*cpaths), replay.read_hits(file))
         print(f"  root {n} {root.step_a.label()}: {verdict['text']}")
+        natural = _natural_pair(spec, root, file)
+        if natural:
+            verdict["natural"] = natural
+            print(f"    the two re-runs' own outputs: {natural}")
         out.append({"root": root.step_a.label(), **verdict})
+    return out
+
+
+def _natural_pair(spec, root, file: str) -> str | None:
+    """Note [Element-level differences]: what the root wrote by itself in the
+    capture run against the replay run, element by element (None when either
+    is missing)."""
+    import torch
+
+    from .magnitude import element_diff
+
+    try:
+        a = torch.load(file, weights_only=True)
+        b = torch.load(file + ".natural", weights_only=True)
+    except Exception:
+        return None
+    names = ([root.step_a.arg_names[i] for i in spec.positions] if not spec.op
+             else [root.step_a.labels.get(p, p) for p in spec.paths])
+    return "; ".join(f"{n}: {element_diff(x, y).text()}" for n, x, y in zip(names, a, b))
+
+
+def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in_process: bool,
+               limit: int = 3) -> list[dict]:
+    """Note [Element-level differences]: one re-run that samples each of the
+    first ``limit`` kernel roots on its pre-launch arguments; prints and
+    returns the element-level difference per differing output."""
+    import torch
+
+    import kdebug
+
+    from . import replay
+    from .magnitude import element_diff
+
+    import json
+
+    run_a = kdebug.load(path_a)
+    specs, roots = [], []
+    for n, root in enumerate(rep.roots[:limit], 1):
+        sp = replay.spec_for(run_a, root, "sample", os.path.join(tmp, f"sample{n}.pt"))
+        if root.kind == "root" and sp is not None and not sp.op:
+            specs.append(sp)
+            roots.append(root)
+    if not specs:
+        return []
+    print("\nkdebug hunt: how big the difference is (one re-run, each root launched again on its inputs)")
+    paths = _record_runs(1, target, module, builtin, tmp, None, in_process, "sample",
+                         envs=[{replay.ENV: json.dumps([json.loads(s.to_env())[0] for s in specs])}],
+                         prefix="sample-")
+    out = []
+    for sp, root in zip(specs, roots):
+        entry = {"root": root.step_a.label(), "outputs": []}
+        try:
+            got = torch.load(sp.path, weights_only=True) if paths else None
+        except Exception:
+            got = None
+        if not got:
+            entry["text"] = "the re-run did not reach the launch"
+        elif got["other"] is None:
+            entry["text"] = (f"launched {got['launches']} times on the same inputs in one re-run, it wrote the same "
+                             "values each time: no element-level difference to show (the difference between the "
+                             "runs came from another process or happens rarely)")
+        else:
+            names = [root.step_a.arg_names[i] for i in sp.positions]
+            for name, a, b in zip(names, got["natural"], got["other"]):
+                d = element_diff(a, b)
+                entry["outputs"].append({"arg": name, **d.to_json(), "text": d.text()})
+            entry["text"] = (f"launched {got['launches']} times on the same inputs: "
+                             + "; ".join(f"{o['arg']}: {o['text']}" for o in entry["outputs"]))
+        print(f"  root {root.step_a.label()}: {entry['text']}")
+        out.append(entry)
     return out
 
 
@@ -405,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--confirm", action="store_true",
                    help="prove each root by replay: re-run twice, the second with the root's outputs replaced by "
                         "the first's, and check that what it was blamed for no longer differs")
+    h.add_argument("--no-magnitude", dest="no_magnitude", action="store_true",
+                   help="skip the re-run that measures how big each root's difference is, element by element")
     h.add_argument("--device", default="cpu", help="device of the built-in workload (no script given)")
     h.add_argument("--keep", metavar="DIR", default=None, help="write the traces to DIR (default: a temp dir)")
     h.add_argument("--html", metavar="PATH", help="also write the HTML report of the runs")

@@ -76,12 +76,17 @@ def _step(i: int, op) -> Step:
     ext = getattr(op, "_kd_extents", None)
     pre = dataflow.tree_values(log.get("input_hash"), "in", ext[0] if ext else None)
     post = dataflow.tree_values(log.get("hash"), "out", ext[1] if ext else None)
-    name = op._name if hasattr(op, "_name") else _upstream.get_call_name(op)
+    name = _op_name(op)
     slots = dataflow.op_slots(ext, getattr(op, "op", None))
     reads, writes = slots if slots is not None else ([], [])
     labels = {s.key: s.label for s in reads + writes}
     return Step(i, "aten", name, pre=pre, post=post, reads=reads, writes=writes,
                 flow_known=slots is not None, labels=labels)
+
+
+def _op_name(op) -> str:
+    """The name an aten-op entry is compared by (a trace's or a live call's)."""
+    return op._name if hasattr(op, "_name") else _upstream.get_call_name(op)
 
 
 def steps_of(run) -> list[Step]:

@@ -70,7 +70,7 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float
                 state["calls"] += 1
                 return r
 
-            scope[key] = _C.CppKernel(replay.wrap(perturbing) if replaying else perturbing, obj.info)
+            scope[key] = _C.CppKernel(replay.wrap(perturbing, obj.info.name) if replaying else perturbing, obj.info)
             swapped.append((scope, key, obj))
     if not swapped:
         raise ValueError(f"no loaded C++ kernel's name contains {name!r}: compile and run the function first")
