@@ -20,7 +20,7 @@ extern const char *kd_dtype_names[256];
 
 #define KD_MAX_ERROR_MESSAGES 16
 #define KD_ERROR_MESSAGE_BYTES 240
-#define KD_BUILD_SLOTS 4096
+#define KD_BUILD_SLOTS 4096 /* payloads of the largest launch (Note [Per-thread launch context]) */
 
 /* A Recorder owns one ring and the launches drained from it.
  * Each field says what protects it; "GIL" fields are touched only with the
@@ -32,7 +32,6 @@ typedef struct kd_recorder {
     PyObject **ring_objs;       /* GIL; [capacity] strong refs when store_objects */
     PyObject **store_objs;      /* GIL; parallel to store.payloads */
     uint64_t store_objs_cap;    /* GIL */
-    kd_payload *build;          /* GIL; a launch is assembled here, then copied */
     kd_payload *drain_scratch;  /* GIL */
     uint32_t drain_cap;
     int store_objects;

@@ -1,7 +1,7 @@
 """Launch records stay right when threads meet inside the launch path: a
 hash_fn that lets another thread run while a launch is half recorded, a
 kernel launched from inside a hash_fn, a ring lapped during a hash
-(Note [Per-thread launch context] in kd_launch.c)."""
+(Note [Per-thread launch context] in csrc/kd_recorder.c)."""
 from __future__ import annotations
 
 import threading
@@ -123,21 +123,42 @@ def test_several_interleavings_at_pre_and_post_hashes(compiled):
     assert dm.kernel_stats["errors"] == 0 and dm.complete
 
 
-def test_a_kernel_launched_inside_a_hash_fn_is_counted_not_recorded(compiled):
+def _inner(x):
+    return torch.cos(x) - 3
+
+
+@pytest.fixture(scope="module")
+def inner_kernel():
+    """The Inductor C++ kernel of _inner (its only compile: shape (33,)),
+    callable directly: a kernel launch with no Dynamo around it, as a hash_fn
+    may make one (compiled functions refuse to run inside a hash_fn)."""
+    x = torch.randn(33)
+    torch.compile(_inner, dynamic=False)(x)
+    found = [obj for scope in kdebug.testing._scopes() for obj in scope.values()
+             if isinstance(obj, kdebug._C.CppKernel) and "cos" in obj.info.name and "sub" in obj.info.name]
+    assert len(found) == 1, [k.info.name for k in found]
+    assert list(found[0].info.arg_names) == ["in_ptr0", "out_ptr0"]
+    return found[0], x
+
+
+def test_a_kernel_launched_inside_a_hash_fn_is_counted_not_recorded(compiled, inner_kernel):
     # Like aten ops inside a hash_fn, its kernels are the hash's own work: they
     # are left out (counted as suppressed) and the launch around them is intact.
     fn, ins = compiled
-    a, b = ins[0], ins[1]
-    calls = []
+    a = ins[0]
+    kernel, x = inner_kernel
+    outs = []
 
     def launching_hash(t):
-        calls.append(1)
-        fn(b)  # a compiled kernel, launched from inside kdebug's hasher
+        out = torch.empty_like(x)
+        kernel(x, out)  # an Inductor C++ kernel, launched inside kdebug's hasher
+        outs.append(out)
         return _sum(t)
 
     with DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes(launching_hash, hash_inputs=True):
         fn(a)
-    assert len(calls) == 2  # the launch's pre and post hash; the inner launches call none
+    assert len(outs) == 2  # the launch's pre and post hash; the inner launches call none
+    assert all(torch.equal(o, _inner(x)) or torch.allclose(o, _inner(x)) for o in outs)  # they ran
     ks = dm.kernels
     assert len(ks) == 1
     assert _check(ks[0], a) == []
