@@ -150,7 +150,34 @@ void kd_recorder_error(kd_recorder *r, const char *what)
 
 /* ---- the launch path (Note [Record layout] in kd_record.h) ---- */
 
-kd_hash_config kd_hcfg = {0, 0, 0, 0, 0, 0};
+_Thread_local kd_hash_config kd_hcfg = {0, 0, 0, 0, 0, 0};
+
+void kd_hcfg_publish(void)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    for (kd_recorder *r = kd_tls_recorder; r != NULL; r = r->prev)
+        r->owner_hcfg = kd_hcfg;
+    if (kd_global_recorder != NULL && kd_global_recorder->owner_thread == me)
+        kd_global_recorder->owner_hcfg = kd_hcfg;
+}
+
+/* The settings a launch on this thread into r uses (Note [Hash settings per thread]). */
+static kd_hash_config launch_hcfg(const kd_recorder *r)
+{
+    kd_hash_config c = kd_hcfg;
+    const kd_hash_config *o = &r->owner_hcfg;
+    if (!c.kinds && !c.check_readonly) {
+        c.kinds = o->kinds;
+        c.hash_inputs = o->hash_inputs;
+        c.check_readonly = o->check_readonly;
+        c.spec = o->spec;
+    }
+    if (!c.record_outputs) {
+        c.record_outputs = o->record_outputs;
+        c.output_budget = o->output_budget;
+    }
+    return c;
+}
 PyObject *kd_slow_hasher = NULL;
 PyObject *kd_custom_hasher = NULL;
 
@@ -681,7 +708,7 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
                      Py_ssize_t nargs, uint64_t stream, kd_pending *p)
 {
     p->ok = 0;
-    p->cfg = kd_hcfg;
+    p->cfg = launch_hcfg(r);
     kd_launch_ctx *ctx = launch_ctx();
     if (ctx == NULL) {
         kd_recorder_error(r, "out of memory for this thread's launch buffer");
@@ -1082,6 +1109,8 @@ static PyObject *rec_start(kd_recorder *self, PyObject *args, PyObject *kw)
         self->prev = kd_tls_recorder;
         kd_tls_recorder = self;
     }
+    self->owner_thread = PyThread_get_thread_ident();
+    self->owner_hcfg = kd_hcfg;
     self->started = 1;
     kd_started_recorders++;
     Py_INCREF(self); /* the thread-local / global pointer owns one reference */
@@ -1261,7 +1290,15 @@ static PyObject *rec_get_custom(kd_recorder *self, void *c)
     return Py_NewRef(self->custom);
 }
 
+static PyObject *rec_get_owner_thread(kd_recorder *self, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLong(self->owner_thread);
+}
+
 static PyGetSetDef rec_getset[] = {
+    {"owner_thread", (getter)rec_get_owner_thread, NULL,
+     "threading.get_ident() of the thread that last started it", NULL},
     {"outputs", (getter)rec_get_outputs, NULL,
      "{launch_index: {arg name: clone}} recorded by record_outputs()", NULL},
     {"custom", (getter)rec_get_custom, NULL,
