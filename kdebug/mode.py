@@ -600,7 +600,8 @@ class DebugMode(_upstream.DebugMode):
     def kernel_stats(self) -> dict[str, Any]:
         """Counters of the kernel recorder: launches recorded, dropped (ring
         overflow), errors and unrecorded launches (failures inside the hook),
-        suppressed (compile-time and autotuning launches, left out on purpose),
+        suppressed (compile-time and autotuning launches, and kernels a hash_fn
+        launches itself: left out on purpose),
         and launches that bypassed Python (CUDA graphs, cpp_wrapper, AOTI)."""
         self._flush()
         s = dict(self._recorder.stats())
