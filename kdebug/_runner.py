@@ -67,8 +67,12 @@ def record(out: str, target: list[str], *, builtin: bool = False, module: bool =
     with kdebug.DebugMode(trace=out) as dm, kdebug.DebugMode.log_tensor_hashes(list(hash_fn), hash_inputs=True):
         try:
             run_program(target, builtin, module)
-        except SystemExit as e:
-            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except SystemExit as e:  # as python does: an int is the status, anything else is printed, status 1
+            if e.code is None or isinstance(e.code, int):
+                status = int(e.code or 0)
+            else:
+                print(e.code, file=sys.stderr)
+                status = 1
         except BaseException:
             traceback.print_exc()
             status = 1
