@@ -9,6 +9,9 @@ whose C launch hook records every kernel Inductor's generated code launches
         out = compiled_fn(x, y)
     print(debug_mode.debug_string())
 """
+import sys
+import types
+
 __version__ = "0.1.0"
 
 # Note [Lazy package]: importing kdebug imports nothing else; each name below
@@ -37,6 +40,21 @@ def __getattr__(name: str):
         value = getattr(value, name)
     globals()[name] = value
     return value
+
+
+class _Package(types.ModuleType):
+    """The package's module type: importing the submodule kdebug.compare must
+    not replace the function kdebug.compare (the import system sets a
+    package attribute per submodule; the eager import used to bind the
+    function over it afterwards)."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            return  # resolved by __getattr__ to the exported object instead
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __dir__() -> list[str]:

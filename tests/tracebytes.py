@@ -2,6 +2,7 @@
 around JSON that is not what kdebug writes (docs/trace-format.md)."""
 from __future__ import annotations
 
+import copy
 import json
 import random
 import struct
@@ -40,6 +41,10 @@ HOSTILE_VALUES = [None, [], {}, [1, 2], "x", "", -1, 2 ** 64, 1.5, float("inf"),
                   "<img src=x onerror=alert(1)>", [None], {"1": []}]
 
 
+def _value(rng: random.Random):
+    return copy.deepcopy(rng.choice(HOSTILE_VALUES))  # a fresh one: never a container already placed
+
+
 def hostile_meta(rng: random.Random, base: dict) -> str:
     """A structure-aware META mutation: one or more of the keys kdebug reads
     (or a nested one) replaced by a hostile value, or a hostile document."""
@@ -54,11 +59,11 @@ def hostile_meta(rng: random.Random, base: dict) -> str:
         if isinstance(v, dict) and v and rng.randrange(2):
             sub = rng.choice(list(v))
             if isinstance(v[sub], dict) and v[sub] and rng.randrange(2):
-                v[sub][rng.choice(list(v[sub]))] = rng.choice(HOSTILE_VALUES)
+                v[sub][rng.choice(list(v[sub]))] = _value(rng)
             else:
-                v[rng.choice([sub, "<b>" + sub, "0", "99999"])] = rng.choice(HOSTILE_VALUES)
+                v[rng.choice([sub, "<b>" + sub, "0", "99999"])] = _value(rng)
         elif isinstance(v, list) and v and rng.randrange(2):
-            v[rng.randrange(len(v))] = rng.choice(HOSTILE_VALUES)
+            v[rng.randrange(len(v))] = _value(rng)
         else:
-            d[key] = rng.choice(HOSTILE_VALUES)
+            d[key] = _value(rng)
     return json.dumps(d)
