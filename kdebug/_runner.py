@@ -70,8 +70,12 @@ def record(out: str, target: list[str], *, builtin: bool = False, module: bool =
         left = None
         try:
             left = run_program(target, builtin, module)  # noqa: F841  (held at exit)
-        except SystemExit as e:
-            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except SystemExit as e:  # as python does: an int is the status, anything else is printed, status 1
+            if e.code is None or isinstance(e.code, int):
+                status = int(e.code or 0)
+            else:
+                print(e.code, file=sys.stderr)
+                status = 1
             left = e  # its traceback's frames hold the program's globals (and locals where it exited)
         except BaseException as e:
             traceback.print_exc()

@@ -92,9 +92,19 @@ def _record(args: argparse.Namespace) -> int:
     if not module and not os.path.exists(target[0]):
         print(f"kdebug record: no such script: {target[0]}", file=sys.stderr)
         return 2
+    from . import _files
+
+    problem = _files.output_problem(args.output)  # before the program runs, not after
+    if problem:
+        print(f"kdebug record: {problem}", file=sys.stderr)
+        return 2
     from . import _runner
 
-    return _runner.record(args.output, target, module=module)
+    try:
+        return _runner.record(args.output, target, module=module)
+    except OSError as e:  # the trace could not be created or written (the program's own errors are its status)
+        print(f"kdebug record: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+        return 2
 
 
 def _load_or_fail(path: str):
@@ -274,11 +284,31 @@ def _hunt(args: argparse.Namespace) -> int:
         if not module and not os.path.exists(target[0]):
             print(f"kdebug hunt: no such script: {target[0]}", file=sys.stderr)
             return 2
+        _warn_hunt_options_after_script(args.command, target, args.hunt_options)
         what = " ".join(target)
+    if args.html:
+        from . import _files
+
+        problem = _files.output_problem(args.html)
+        if problem:
+            print(f"kdebug hunt: {problem}", file=sys.stderr)
+            return 2
+    if args.keep is not None and os.path.exists(args.keep) and not os.path.isdir(args.keep):
+        print(f"kdebug hunt: --keep {args.keep}: not a directory", file=sys.stderr)
+        return 2
+    tmp = args.keep or tempfile.mkdtemp(prefix="kdebug-hunt-")
+    try:
+        os.makedirs(tmp, exist_ok=True)
+        return _hunt_in(args, tmp, target, module, builtin, what)
+    finally:
+        if not args.keep:  # the traces are kept only when asked for (--keep DIR)
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool, builtin: bool, what: str) -> int:
     t0 = time.perf_counter()
-    keep = args.keep
-    tmp = keep or tempfile.mkdtemp(prefix="kdebug-hunt-")
-    os.makedirs(tmp, exist_ok=True)
     print(f"kdebug hunt: {args.runs} runs of {what}, "
           f"{'in this process (fresh dynamo and Inductor cache each)' if args.in_process else 'each in a fresh process'}")
     paths = _record_runs(args.runs, target, module, builtin, tmp, None, args.in_process, "hunt")
@@ -317,13 +347,32 @@ def _hunt(args: argparse.Namespace) -> int:
                                    args.in_process)
     import json
 
-    with open(os.path.join(tmp, "hunt.json"), "w") as f:
+    from . import _files
+
+    with _files.replaced_atomically(os.path.join(tmp, "hunt.json")) as f:
         json.dump(hunt, f, indent=1)
     if args.html and _write_report(args.html, [tmp], hunt) != 0:
         return 2
+    where = (f"traces in {tmp}; kdebug report {tmp} -o report.html draws them" if args.keep else
+             "traces removed; kdebug hunt --keep DIR keeps them for kdebug report DIR")
     print(f"\nkdebug hunt: {'runs DIVERGE' if diverged else 'all runs match'} "
-          f"({time.perf_counter() - t0:.1f}s; traces in {tmp}; kdebug report {tmp} -o report.html draws them)")
+          f"({time.perf_counter() - t0:.1f}s; {where})")
     return 1 if diverged else 0
+
+
+def _warn_hunt_options_after_script(command: list[str], target: list[str], names: set[str]) -> None:
+    """Options after the script belong to the script, as with python; one
+    that is also a hunt option is most likely meant for hunt: say so, loudly.
+    ``kdebug hunt [options] -- script.py [args]`` says it is meant for the
+    script, and is not warned about."""
+    if command and command[0] == "--":
+        return
+    for a in target[1:]:
+        if a.split("=", 1)[0] in names:
+            print(f"kdebug hunt: WARNING: {a!r} comes after the script, so it is passed to {target[0]}, not to "
+                  f"hunt. Put hunt's options before the script (kdebug hunt {a.split('=', 1)[0]} ... "
+                  f"{target[0]}); write kdebug hunt [options] -- {target[0]} ... to pass it on without this "
+                  "warning.", file=sys.stderr)
 
 
 def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in_process: bool,
@@ -484,12 +533,15 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--no-magnitude", dest="no_magnitude", action="store_true",
                    help="skip the re-run that measures how big each root's difference is, element by element")
     h.add_argument("--device", default="cpu", help="device of the built-in workload (no script given)")
-    h.add_argument("--keep", metavar="DIR", default=None, help="write the traces to DIR (default: a temp dir)")
+    h.add_argument("--keep", metavar="DIR", default=None,
+                   help="write the traces to DIR and keep them (default: a temp dir, removed at the end)")
     h.add_argument("--html", metavar="PATH", help="also write the HTML report of the runs")
     h.add_argument("-m", dest="module_name", metavar="MODULE", default=None,
                    help="hunt a module, as python -m MODULE [args...] would run it")
-    h.add_argument("command", nargs=argparse.REMAINDER, help="script.py [args...] (none: the built-in workload)")
-    h.set_defaults(fn=_hunt)
+    h.add_argument("command", nargs=argparse.REMAINDER,
+                   help="script.py [args...] (none: the built-in workload); everything after the script is "
+                        "the script's, as with python: put hunt's options first")
+    h.set_defaults(fn=_hunt, hunt_options={o for a in h._actions for o in a.option_strings})
     args = p.parse_args(argv)
     if getattr(args, "module_name", None):  # kdebug hunt -m MODULE args...
         args.command = ["-m", args.module_name] + list(args.command)
