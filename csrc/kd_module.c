@@ -116,7 +116,8 @@ static PyObject *mod_inject(PyObject *m, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* _set_hash_config(kinds, hash_inputs, check_readonly, spec) -> the previous as a tuple */
+/* _set_hash_config(kinds, hash_inputs, check_readonly, spec) -> this thread's
+ * previous settings as a tuple (Note [Hash settings per thread] in kd_py.h) */
 static PyObject *mod_set_hash_config(PyObject *m, PyObject *args)
 {
     (void)m;
@@ -129,10 +130,11 @@ static PyObject *mod_set_hash_config(PyObject *m, PyObject *args)
     kd_hcfg.hash_inputs = inputs;
     kd_hcfg.check_readonly = check;
     kd_hcfg.spec = spec;
+    kd_hcfg_publish();
     return prev;
 }
 
-/* _set_record_outputs(on, budget_bytes) -> the previous as a tuple */
+/* _set_record_outputs(on, budget_bytes) -> this thread's previous settings as a tuple */
 static PyObject *mod_set_record_outputs(PyObject *m, PyObject *args)
 {
     (void)m;
@@ -144,6 +146,7 @@ static PyObject *mod_set_record_outputs(PyObject *m, PyObject *args)
                                    (unsigned long long)kd_hcfg.output_budget);
     kd_hcfg.record_outputs = on;
     kd_hcfg.output_budget = budget;
+    kd_hcfg_publish();
     return prev;
 }
 

@@ -20,7 +20,24 @@ extern const char *kd_dtype_names[256];
 
 #define KD_MAX_ERROR_MESSAGES 16
 #define KD_ERROR_MESSAGE_BYTES 240
-#define KD_BUILD_SLOTS 4096
+#define KD_BUILD_SLOTS 4096 /* payloads of the largest launch (Note [Per-thread launch context]) */
+
+/* What to hash and keep around each launch (set by log_tensor_hashes() and
+ * record_outputs()).  Note [Hash settings per thread]: each thread has its own
+ * (kd_hcfg, thread-local); a thread that set none of a part (hashes: kinds or
+ * check_readonly; outputs: record_outputs) uses that part of the settings of
+ * the thread that started the recorder (kd_recorder.owner_hcfg), so kernels a
+ * record_all_threads recording or autograd's threads run are hashed as their
+ * DebugMode's thread asked.  Contexts restore their own thread's previous
+ * settings, so exits in any order across threads leave nothing behind. */
+typedef struct kd_hash_config {
+    int kinds;            /* KD_HK_* */
+    int hash_inputs;      /* pre-launch hashes of what the kernel reads */
+    int check_readonly;   /* verify read-only arguments are unchanged */
+    int spec;             /* Python-side id of the hash_fn spec */
+    int record_outputs;   /* clone what the kernel writes */
+    uint64_t output_budget; /* bytes of clones kept at most */
+} kd_hash_config;
 
 /* A Recorder owns one ring and the launches drained from it.
  * Each field says what protects it; "GIL" fields are touched only with the
@@ -32,7 +49,6 @@ typedef struct kd_recorder {
     PyObject **ring_objs;       /* GIL; [capacity] strong refs when store_objects */
     PyObject **store_objs;      /* GIL; parallel to store.payloads */
     uint64_t store_objs_cap;    /* GIL */
-    kd_payload *build;          /* GIL; a launch is assembled here, then copied */
     kd_payload *drain_scratch;  /* GIL */
     uint32_t drain_cap;
     int store_objects;
@@ -57,6 +73,8 @@ typedef struct kd_recorder {
     PyObject *outputs;          /* GIL; {launch_index: {name: clone}} */
     PyObject *custom;           /* GIL; {(launch_index, arg, when): value} */
     struct kd_result_anchor *anchor; /* GIL; its GPU hash results in flight (Note [GPU hash results]) */
+    unsigned long owner_thread; /* GIL; the thread that started it */
+    kd_hash_config owner_hcfg;  /* GIL; that thread's kd_hcfg (Note [Hash settings per thread]) */
     uint64_t generation;        /* GIL; clear() calls made: a store index names a record only with it */
     struct kd_launch_view *views; /* GIL; live Launch views (Note [Launch views keep their record]) */
     int nmessages;
@@ -82,17 +100,10 @@ typedef struct kd_kernel_info {
     uint8_t *roles;     /* KD_ROLE_* per argument */
 } kd_kernel_info;
 
-/* What to hash and keep around each launch (set by log_tensor_hashes() and
- * record_outputs(); GIL). */
-typedef struct kd_hash_config {
-    int kinds;            /* KD_HK_* */
-    int hash_inputs;      /* pre-launch hashes of what the kernel reads */
-    int check_readonly;   /* verify read-only arguments are unchanged */
-    int spec;             /* Python-side id of the hash_fn spec */
-    int record_outputs;   /* clone what the kernel writes */
-    uint64_t output_budget; /* bytes of clones kept at most */
-} kd_hash_config;
-extern kd_hash_config kd_hcfg;
+extern _Thread_local kd_hash_config kd_hcfg;
+
+/* kd_hcfg changed on this thread: recorders this thread started see it. */
+void kd_hcfg_publish(void);
 extern PyObject *kd_slow_hasher; /* slow_hasher(tensor, kinds) -> 6-tuple, for non-CPU tensors */
 extern PyObject *kd_custom_hasher; /* custom(recorder, launch_index, arg_index, when, tensor) */
 

@@ -1,5 +1,7 @@
 /* kd_recorder.c - the Recorder type: one ring, the launches drained from it,
  * and the code that writes a launch into the ring (the hot path). */
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -15,6 +17,78 @@ kd_recorder *kd_global_recorder = NULL; /* GIL */
 long kd_started_recorders = 0;           /* GIL */
 _Thread_local int kd_tls_compiling = 0;
 long kd_injected_faults = 0; /* GIL; tests: make the next N launch descriptions fail */
+
+/* Note [Per-thread launch context]
+ * A launch is described in a buffer of its own thread (kd_launch_ctx), not in
+ * one the recorder shares between threads: Python code runs in the middle of
+ * describing a launch (custom and slow hashers, output clones), and a hasher
+ * that releases the GIL lets another thread's launch in.  The rules:
+ *  - Python callbacks write only into this thread's context, never into ring
+ *    slots.  Before the launch they fill the build buffer, which is copied
+ *    into the ring after they are done; after the launch they work on a copy
+ *    of the launch's record whose post-launch hash values are then merged
+ *    back (merge_post).
+ *  - Ring slots are written only in stretches of C that hold the GIL (every
+ *    writer holds it) and run no Python code, each starting right after
+ *    kd_ring_reserve or after a check that the ring has not lapped the launch:
+ *    no other writer can come in between.  Objects a stretch lets go of are
+ *    released after it (ctx->released), since releasing one can run Python.
+ *  - A thread inside kd_launch_begin / kd_launch_end is `busy`, as
+ *    tracemalloc's reentrant flag: a launch it makes meanwhile (a kernel run
+ *    by a hash_fn) is the hash's own work, like the aten ops a hash_fn runs,
+ *    and is counted as suppressed instead of recorded.  That also keeps a
+ *    hash_fn that calls a compiled function from hashing its own launches
+ *    without end.  Launches made by the kernel itself, between begin and end,
+ *    are recorded as before: the build buffer is free by then.
+ *  - The buffers are allocated on a thread's first recorded launch and freed
+ *    when the thread exits (a pthread key's destructor): no allocation per
+ *    launch.
+ */
+typedef struct kd_launch_ctx {
+    int busy;             /* inside kd_launch_begin / kd_launch_end */
+    kd_payload *build;    /* [KD_BUILD_SLOTS] the launch being described */
+    PyObject **released;  /* [KD_BUILD_SLOTS] references to drop after a ring stretch */
+} kd_launch_ctx;
+
+static _Thread_local kd_launch_ctx *tls_ctx;
+static pthread_key_t ctx_key;
+static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
+static int ctx_key_ok;
+
+/* Frees a thread's launch context (the pthread key's destructor, at thread exit). */
+static void ctx_free(void *p)
+{
+    kd_launch_ctx *c = p;
+    if (c == NULL)
+        return;
+    free(c->build);
+    free(c->released);
+    free(c);
+}
+
+static void ctx_key_init(void) { ctx_key_ok = pthread_key_create(&ctx_key, ctx_free) == 0; }
+
+/* This thread's launch context, allocated on its first use; NULL when out of
+ * memory (the caller counts the launch as unrecorded). */
+static kd_launch_ctx *launch_ctx(void)
+{
+    kd_launch_ctx *c = tls_ctx;
+    if (c != NULL)
+        return c;
+    pthread_once(&ctx_once, ctx_key_init);
+    c = calloc(1, sizeof *c);
+    if (c != NULL) {
+        c->build = calloc(KD_BUILD_SLOTS, sizeof(kd_payload));
+        c->released = calloc(KD_BUILD_SLOTS, sizeof(PyObject *));
+    }
+    if (c == NULL || c->build == NULL || c->released == NULL || !ctx_key_ok ||
+        pthread_setspecific(ctx_key, c) != 0) {
+        ctx_free(c);
+        return NULL;
+    }
+    tls_ctx = c;
+    return c;
+}
 
 uint64_t kd_now_ns(void)
 {
@@ -38,7 +112,7 @@ kd_recorder *kd_active_recorder(void)
     }
     if (r == NULL)
         return NULL;
-    if (kd_tls_compiling || kd_in_benchmark()) {
+    if ((tls_ctx != NULL && tls_ctx->busy) || kd_tls_compiling || kd_in_benchmark()) {
         r->suppressed++;
         return NULL;
     }
@@ -76,7 +150,34 @@ void kd_recorder_error(kd_recorder *r, const char *what)
 
 /* ---- the launch path (Note [Record layout] in kd_record.h) ---- */
 
-kd_hash_config kd_hcfg = {0, 0, 0, 0, 0, 0};
+_Thread_local kd_hash_config kd_hcfg = {0, 0, 0, 0, 0, 0};
+
+void kd_hcfg_publish(void)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    for (kd_recorder *r = kd_tls_recorder; r != NULL; r = r->prev)
+        r->owner_hcfg = kd_hcfg;
+    if (kd_global_recorder != NULL && kd_global_recorder->owner_thread == me)
+        kd_global_recorder->owner_hcfg = kd_hcfg;
+}
+
+/* The settings a launch on this thread into r uses (Note [Hash settings per thread]). */
+static kd_hash_config launch_hcfg(const kd_recorder *r)
+{
+    kd_hash_config c = kd_hcfg;
+    const kd_hash_config *o = &r->owner_hcfg;
+    if (!c.kinds && !c.check_readonly) {
+        c.kinds = o->kinds;
+        c.hash_inputs = o->hash_inputs;
+        c.check_readonly = o->check_readonly;
+        c.spec = o->spec;
+    }
+    if (!c.record_outputs) {
+        c.record_outputs = o->record_outputs;
+        c.output_budget = o->output_budget;
+    }
+    return c;
+}
 PyObject *kd_slow_hasher = NULL;
 PyObject *kd_custom_hasher = NULL;
 
@@ -499,13 +600,14 @@ static int read_call_depth(PyObject *mode)
     return d < 0 ? 1 : (int)d + 1;
 }
 
-void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args,
-                     Py_ssize_t nargs, uint64_t stream, kd_pending *p)
+/* Describes the launch into this thread's build buffer (Python hashers may
+ * run: Note [Per-thread launch context]), then reserves and copies it into the
+ * ring.  Returns with p->ok = 0 when nothing was reserved. */
+static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *info,
+                         PyObject *const *args, Py_ssize_t nargs, uint64_t stream, kd_pending *p)
 {
-    p->ok = 0;
-    p->cfg = kd_hcfg;
     int hashing = p->cfg.kinds != 0 || p->cfg.check_readonly;
-    kd_payload *b = r->build;
+    kd_payload *b = ctx->build;
     uint32_t used = 1;
     const char *why = NULL;
     int first_tensor_seen = 0;
@@ -581,18 +683,20 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
     h->call_depth = (uint16_t)(depth > UINT16_MAX ? UINT16_MAX : depth);
     h->launch_index = p->launch_index;
 
+    /* From reserve to the end of the batch: no Python code runs. */
     if (kd_ring_reserve(r->ring, used, &p->first) != 0) {
         guard_writes(dev_type, args, nargs, info, stream);
         return; /* refused: counted by the ring */
     }
+    uint32_t nreleased = 0;
     for (uint32_t i = 0; i < used; i++) {
         uint64_t t = p->first + i;
         memcpy(kd_ring_payload(r->ring, t), &b[i], sizeof(kd_payload));
         if (r->ring_objs != NULL) {
             PyObject **slot = &r->ring_objs[t & r->ring->mask];
-            PyObject *old = *slot;
+            if (*slot != NULL)
+                ctx->released[nreleased++] = *slot; /* a lapped launch's: dropped below */
             *slot = NULL;
-            Py_XDECREF(old);
         }
     }
     if (r->ring_objs != NULL) {
@@ -607,41 +711,66 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
         batch_defer(r, &batch, p->first);
     else if (batch.n)
         batch_flush(r, &batch, p->first); /* before the kernel, on its stream */
-    guard_writes(dev_type, args, nargs, info, stream);
     p->n = used;
     p->ok = 1;
-    kd_launch *rh = &kd_ring_payload(r->ring, p->first)->launch;
-    rh->t_start_ns = kd_now_ns();
+    for (uint32_t i = 0; i < nreleased; i++)
+        Py_DECREF(ctx->released[i]);
+    guard_writes(dev_type, args, nargs, info, stream);
+    uint64_t head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
+    if (head - p->first <= r->ring->capacity) /* not lapped while Python ran above */
+        kd_ring_payload(r->ring, p->first)->launch.t_start_ns = kd_now_ns();
 }
 
-/* After the launch: hashes of what the kernel wrote, the read-only check,
- * and clones of the outputs (record_outputs). */
-static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssize_t nargs)
+void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args,
+                     Py_ssize_t nargs, uint64_t stream, kd_pending *p)
+{
+    p->ok = 0;
+    p->cfg = launch_hcfg(r);
+    kd_launch_ctx *ctx = launch_ctx();
+    if (ctx == NULL) {
+        kd_recorder_error(r, "out of memory for this thread's launch buffer");
+        r->unrecorded++;
+        guard_writes(info->device_type, args, nargs, info, stream);
+        return;
+    }
+    if (ctx->busy) { /* launched from inside kdebug's own hashing (Note [Per-thread launch context]) */
+        r->suppressed++;
+        return;
+    }
+    ctx->busy = 1;
+    launch_begin(r, ctx, info, args, nargs, stream, p);
+    ctx->busy = 0;
+}
+
+/* After the launch, on rec, this thread's copy of the launch's record (rec[0]
+ * its header): hashes of what the kernel wrote, the read-only check's second
+ * hash, and clones of the outputs (record_outputs).  CUDA hashes go to batch
+ * with their ring tickets; nothing here writes the ring. */
+static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssize_t nargs,
+                         kd_payload *rec, gpu_batch *batch)
 {
     const kd_hash_config *cfg = &p->cfg;
     PyObject *outs = NULL;
-    gpu_batch batch;
-    batch.n = 0;
     uint32_t off = 1;
     for (Py_ssize_t i = 0; i < nargs && off <= p->n - 1; i++) {
-        kd_payload *a = kd_ring_payload(r->ring, p->first + off);
+        kd_payload *a = &rec[off];
         if (a->tag != KD_TAG_TENSOR) {
             off += 1;
             continue;
         }
         uint8_t role = a->tensor.role;
         uint32_t np = kd_tensor_payloads(a->tensor.ndim);
-        if (a->tensor.flags & KD_TF_HASHED) {
-            kd_hash_rec *h = &kd_ring_payload(r->ring, p->first + off + np)->hash;
+        if ((a->tensor.flags & KD_TF_HASHED) && off + np < p->n) {
+            kd_hash_rec *h = &rec[off + np].hash;
             int kinds = (role & KD_ROLE_WRITE) ? cfg->kinds : 0;
             int check = cfg->check_readonly && role == KD_ROLE_READ && (h->flags & KD_HF_PRE);
             if (check)
                 kinds |= KD_HK_BITWISE;
             if (kinds)
-                hash_tensor(r, args[i], kinds, h, 1, p->launch_index, i, &batch, p->stream,
+                hash_tensor(r, args[i], kinds, h, 1, p->launch_index, i, batch, p->stream,
                             p->first + off + np);
             if (check)
-                h->flags |= KD_HF_CHECKED; /* compared below, once the batch is queued */
+                h->flags |= KD_HF_CHECKED; /* compared once merged and the batch is queued */
             np += 1;
         }
         if (cfg->record_outputs && (role & KD_ROLE_WRITE)) {
@@ -679,22 +808,6 @@ static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, P
         }
         off += np;
     }
-    if (kd_defer_enabled())
-        batch_defer(r, &batch, 0);
-    else
-        batch_flush(r, &batch, 0); /* after the kernel, on its stream */
-    if (cfg->check_readonly) {
-        /* values still on the GPU are compared when they arrive (rec_deliver) */
-        off = 1;
-        for (Py_ssize_t i = 0; i < nargs && off <= p->n - 1; i++) {
-            kd_payload *a = kd_ring_payload(r->ring, p->first + off);
-            if (a->tag == KD_TAG_TENSOR && (a->tensor.flags & KD_TF_HASHED)) {
-                uint64_t hpos = p->first + off + kd_tensor_payloads(a->tensor.ndim);
-                note_readonly_change(r, &kd_ring_payload(r->ring, hpos)->hash);
-            }
-            off += kd_arg_payloads(a);
-        }
-    }
     if (outs != NULL) {
         PyObject *key = PyLong_FromUnsignedLongLong(p->launch_index);
         if (r->outputs == NULL)
@@ -706,16 +819,77 @@ static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, P
     }
 }
 
+/* Copies the post-launch side of src (this thread's copy) into dst, the same
+ * argument's hash record in the ring: every field hash_tensor fills for side
+ * 1.  The pre-launch side stays the ring's: a GPU result may have landed there
+ * meanwhile (rec_deliver). */
+static void merge_post(kd_hash_rec *dst, const kd_hash_rec *src)
+{
+    dst->kinds |= src->kinds;
+    dst->flags |= (uint8_t)(src->flags & (KD_HF_POST | KD_HF_UNSUPPORTED | KD_HF_CHECKED));
+    dst->bitwise[1] = src->bitwise[1];
+    dst->l1[1] = src->l1[1];
+    dst->nan[1] = src->nan[1];
+    dst->posinf[1] = src->posinf[1];
+    dst->neginf[1] = src->neginf[1];
+    dst->xor64[1] = src->xor64[1];
+}
+
+/* Merges rec (after_launch's copy of the launch at ring ticket `first`, n
+ * slots) into the ring, queues its CUDA hashes and does the read-only check.
+ * Runs no Python code; the ring must not have lapped the launch. */
+static void publish_post(kd_recorder *r, kd_pending *p, const kd_payload *rec, gpu_batch *batch)
+{
+    uint32_t off = 1;
+    while (off < p->n) {
+        const kd_payload *a = &rec[off];
+        uint32_t np = kd_arg_payloads(a);
+        if (a->tag == KD_TAG_TENSOR && (a->tensor.flags & KD_TF_HASHED) && np >= 1 && off + np - 1 < p->n)
+            merge_post(&kd_ring_payload(r->ring, p->first + off + np - 1)->hash, &rec[off + np - 1].hash);
+        off += np ? np : 1;
+    }
+    if (kd_defer_enabled())
+        batch_defer(r, batch, 0);
+    else
+        batch_flush(r, batch, 0); /* after the kernel, on its stream */
+    if (p->cfg.check_readonly) {
+        /* values still on the GPU are compared when they arrive (rec_deliver) */
+        off = 1;
+        while (off < p->n) {
+            kd_payload *a = kd_ring_payload(r->ring, p->first + off);
+            uint32_t np = kd_arg_payloads(a);
+            if (a->tag == KD_TAG_TENSOR && (a->tensor.flags & KD_TF_HASHED))
+                note_readonly_change(r, &kd_ring_payload(r->ring, p->first + off + np - 1)->hash);
+            off += np ? np : 1;
+        }
+    }
+}
+
 void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssize_t nargs,
                    int raised)
 {
     if (!p->ok)
         return;
-    kd_launch *h = &kd_ring_payload(r->ring, p->first)->launch;
-    /* A writer that lapped the ring owns these slots now; commit notices and
-     * counts the launch as lost, so only touch the header when not lapped. */
+    kd_launch_ctx *ctx = tls_ctx; /* kd_launch_begin made it on this thread */
+    ctx->busy = 1;
+    gpu_batch batch;
+    batch.n = 0;
+    int post = !raised && (p->cfg.kinds || p->cfg.check_readonly || p->cfg.record_outputs);
+    if (post) {
+        /* Python hashers run here: on a copy (Note [Per-thread launch context]) */
+        for (uint32_t i = 0; i < p->n; i++)
+            memcpy(&ctx->build[i], kd_ring_payload(r->ring, p->first + i), sizeof(kd_payload));
+        PyObject *et, *ev, *etb;
+        PyErr_Fetch(&et, &ev, &etb);
+        after_launch(r, p, args, nargs, ctx->build, &batch);
+        PyErr_Restore(et, ev, etb);
+    }
+    /* From here to the commit: no Python code runs.  A writer that lapped the
+     * ring owns these slots now; commit counts the launch as lost, so only
+     * touch them when not lapped (its CUDA hashes are then never queued). */
     uint64_t head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
     if (head - p->first <= r->ring->capacity) {
+        kd_launch *h = &kd_ring_payload(r->ring, p->first)->launch;
         h->t_end_ns = kd_now_ns();
         if (kd_tls_capture.have_grid) {
             h->grid[0] = kd_tls_capture.grid[0];
@@ -732,14 +906,11 @@ void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssiz
         }
         if (raised)
             h->flags |= KD_LF_RAISED;
-        else if (p->cfg.kinds || p->cfg.check_readonly || p->cfg.record_outputs) {
-            PyObject *et, *ev, *etb;
-            PyErr_Fetch(&et, &ev, &etb);
-            after_launch(r, p, args, nargs);
-            PyErr_Restore(et, ev, etb);
-        }
+        if (post)
+            publish_post(r, p, ctx->build, &batch);
     }
     kd_ring_commit(r->ring, p->first, p->n);
+    ctx->busy = 0;
 }
 
 /* ---- draining ---- */
@@ -801,10 +972,10 @@ uint64_t kd_recorder_drain(kd_recorder *r)
 /* ------------------------------------------------------------------ */
 /* The Recorder Python type                                            */
 
-/* One spare of each KD_BUILD_SLOTS scratch buffer, from the last Recorder
- * freed (under the GIL).  Their contents need no clearing: every payload is
- * written before it is read. */
-static kd_payload *spare_build, *spare_scratch;
+/* One spare KD_BUILD_SLOTS drain buffer, from the last Recorder freed (under
+ * the GIL).  Its contents need no clearing: every payload is written before
+ * it is read. */
+static kd_payload *spare_scratch;
 
 static kd_payload *take_spare(kd_payload **spare)
 {
@@ -854,14 +1025,13 @@ static PyObject *rec_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     /* A DebugMode per step makes a Recorder per step: the ring and scratch
      * buffers of the last one are taken over instead of allocated again. */
     self->ring = kd_ring_reuse(capacity, policy);
-    self->build = take_spare(&spare_build);
     self->drain_cap = KD_BUILD_SLOTS;
     self->drain_scratch = take_spare(&spare_scratch);
     self->store_objects = store_objects;
     self->anchor = kd_result_anchor_new(self);
     if (self->ring && store_objects)
         self->ring_objs = PyMem_Calloc(self->ring->capacity, sizeof(PyObject *));
-    if (self->ring == NULL || self->build == NULL || self->drain_scratch == NULL || self->anchor == NULL ||
+    if (self->ring == NULL || self->drain_scratch == NULL || self->anchor == NULL ||
         (store_objects && self->ring_objs == NULL)) {
         Py_DECREF(self);
         return PyErr_NoMemory();
@@ -914,7 +1084,6 @@ static void rec_dealloc(kd_recorder *self)
     kd_store_free(&self->store);
     PyMem_Free(self->ring_objs);
     PyMem_Free(self->store_objs);
-    give_spare(&spare_build, self->build);
     give_spare(&spare_scratch, self->drain_scratch);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -957,6 +1126,8 @@ static PyObject *rec_start(kd_recorder *self, PyObject *args, PyObject *kw)
         self->prev = kd_tls_recorder;
         kd_tls_recorder = self;
     }
+    self->owner_thread = PyThread_get_thread_ident();
+    self->owner_hcfg = kd_hcfg;
     self->started = 1;
     kd_started_recorders++;
     Py_INCREF(self); /* the thread-local / global pointer owns one reference */
@@ -1154,7 +1325,15 @@ static PyObject *rec_get_custom(kd_recorder *self, void *c)
     return Py_NewRef(self->custom);
 }
 
+static PyObject *rec_get_owner_thread(kd_recorder *self, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLong(self->owner_thread);
+}
+
 static PyGetSetDef rec_getset[] = {
+    {"owner_thread", (getter)rec_get_owner_thread, NULL,
+     "threading.get_ident() of the thread that last started it", NULL},
     {"outputs", (getter)rec_get_outputs, NULL,
      "{launch_index: {arg name: clone}} recorded by record_outputs()", NULL},
     {"custom", (getter)rec_get_custom, NULL,

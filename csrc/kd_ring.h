@@ -16,10 +16,28 @@
  * Either way the count of lost launches is exact once the reader has caught up:
  * lost = committed - read (overwritten) + refused.
  *
- * Threading: reserve/commit are lock-free and may run on any number of
- * threads.  kd_ring_read must not run concurrently with writers that could lap
- * the slots it is copying (kdebug's Python layer guarantees this with the GIL);
- * concurrent writers that do not lap it are fine.
+ * Note [Ring concurrency]
+ * Who may run what at the same time, and what protects each field:
+ *  - kd_ring_reserve / kd_ring_commit: any number of writer threads, lock-free.
+ *    `head`, `committed`, `refused` and the slot stamps are atomics; a slot's
+ *    payload belongs to the writer that reserved it until its commit stamps it
+ *    (release), which publishes the payload to a reader that loads the stamp
+ *    (acquire).
+ *  - kd_ring_read, kd_ring_lost, kd_ring_clear: one reader at a time (the
+ *    caller serializes readers).  `read` and `skipped_slots` are the reader's
+ *    alone.  The reader publishes its cursor `tail` (release) after copying;
+ *    a drop_new writer loads it (acquire) before reusing a slot, so it never
+ *    writes a slot the reader is still copying.
+ *  - A reader may run concurrently with writers (test_ring_threads.c, under
+ *    ThreadSanitizer: `make -C csrc tsan`) as long as no writer can lap the
+ *    slots it copies: always under KD_RING_DROP_NEW; under KD_RING_OVERWRITE
+ *    only when the ring cannot fill up meanwhile.  An overwriting writer that
+ *    laps the reader is detected (stamps are re-checked after the copy) but
+ *    is a data race on the payload bytes: kdebug runs every writer and the
+ *    reader with the GIL held, so they never overlap there.
+ *  - kd_ring_clear additionally needs no writer running.
+ *  - kd_ring_reuse / kd_ring_release share one spare ring: callers serialize
+ *    them (kdebug: the GIL).
  * Nothing here allocates except kd_ring_new (and kd_ring_reuse, through it).
  */
 #ifndef KD_RING_H

@@ -430,22 +430,31 @@ static PyObject *tr_info(kd_trace_reader *self, PyObject *unused)
 {
     (void)unused;
     kd_tr *r = &self->r;
-    PyObject *meta = PyList_New(r->nmeta);
-    if (meta == NULL)
+    PyObject *meta = PyList_New(r->nmeta), *meta_at = PyList_New(r->nmeta);
+    if (meta == NULL || meta_at == NULL) {
+        Py_XDECREF(meta);
+        Py_XDECREF(meta_at);
         return NULL;
+    }
     for (uint32_t i = 0; i < r->nmeta; i++) {
         PyObject *s = PyUnicode_DecodeUTF8((const char *)r->data + r->meta_off[i], r->meta_len[i], "replace");
-        if (s == NULL) {
+        PyObject *at = PyLong_FromUnsignedLongLong((unsigned long long)r->meta_off[i]);
+        if (s == NULL || at == NULL) {
+            Py_XDECREF(s);
+            Py_XDECREF(at);
             Py_DECREF(meta);
+            Py_DECREF(meta_at);
             return NULL;
         }
         PyList_SET_ITEM(meta, i, s);
+        PyList_SET_ITEM(meta_at, i, at);
     }
-    return Py_BuildValue("{s:K,s:O,s:K,s:K,s:K,s:N,s:(HH),s:K}", "records", (unsigned long long)r->nrec,
+    /* meta_offsets: the byte offset of each META chunk's body (errors name it) */
+    return Py_BuildValue("{s:K,s:O,s:K,s:K,s:K,s:N,s:N,s:(HH),s:K}", "records", (unsigned long long)r->nrec,
                          "complete", r->complete ? Py_True : Py_False, "valid_bytes",
                          (unsigned long long)r->valid_end, "ignored_bytes", (unsigned long long)r->ignored,
-                         "tensor_args", (unsigned long long)r->tensor_args, "meta", meta, "version",
-                         r->version_major, r->version_minor, "strings", (unsigned long long)r->nstr);
+                         "tensor_args", (unsigned long long)r->tensor_args, "meta", meta, "meta_offsets", meta_at,
+                         "version", r->version_major, r->version_minor, "strings", (unsigned long long)r->nstr);
 }
 
 static PyObject *tr_types(kd_trace_reader *self, PyObject *unused)

@@ -471,6 +471,23 @@ static int set_err(kd_tr *r, uint64_t off, const char *why)
     return -1;
 }
 
+/* Whether data[from, size) ends with a whole END chunk (magic, type, a varint body of 1 to 10 bytes, its CRC).
+ * Note [Cut or corrupt]: a chunk that runs past the end of the file is a recording cut short (each chunk is
+ * written whole, with one write(): a process that dies leaves a prefix of its last one), unless the file still
+ * ends with its END chunk: then the chunk's length field is what is wrong, and the file is corrupt. */
+static int ends_with_end_chunk(const uint8_t *data, size_t from, size_t size)
+{
+    for (uint32_t len = 1; len <= 10; len++) {
+        if (size - from < KD_CHUNK_HEADER_BYTES + len)
+            break;
+        const uint8_t *h = data + size - len - KD_CHUNK_HEADER_BYTES;
+        if (memcmp(h, "KDCK", 4) == 0 && get_u32le(h + 4) == KD_CHUNK_END && get_u32le(h + 8) == len &&
+            kd_crc32(h + KD_CHUNK_HEADER_BYTES, len) == get_u32le(h + 12))
+            return 1;
+    }
+    return 0;
+}
+
 int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
 {
     memset(r, 0, sizeof *r);
@@ -510,9 +527,15 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
             return set_err(r, pos + 4, "corrupt: unknown chunk type");
         if (len > KD_CHUNK_MAX_BODY)
             return set_err(r, pos + 8, "corrupt: chunk longer than 64 MiB");
+        if (type == KD_CHUNK_END && (len < 1 || len > 10))
+            return set_err(r, pos + 8, "corrupt: an END chunk holds one varint (1 to 10 bytes)");
         size_t body = pos + KD_CHUNK_HEADER_BYTES;
-        if (len > size - body)
+        if (len > size - body) {
+            if (ends_with_end_chunk(data, pos, size)) /* Note [Cut or corrupt] */
+                return set_err(r, pos + 8, "corrupt: this chunk's length runs past the end of the file, "
+                                           "yet the file ends with a complete END chunk");
             break; /* truncated: the last chunk was cut short */
+        }
         if (kd_crc32(data + body, len) != crc)
             return set_err(r, pos + 12, "corrupt: chunk checksum mismatch");
         kd_cur c = {data, body, body + len, 0, 0, NULL};

@@ -9,16 +9,57 @@ whose C launch hook records every kernel Inductor's generated code launches
         out = compiled_fn(x, y)
     print(debug_mode.debug_string())
 """
-import torch  # noqa: F401  (loads libtorch before the extension that links to it)
-
-from . import _C  # noqa: F401
-from .calls import TensorInfo, _CppKernelCall, _KernelCall, _TritonKernelCall
-from .compare import Report, assert_deterministic, compare
-from .inductor import KdebugWarning
-from .mode import DebugMode, get_active_debug_mode
-from .trace import Run, TraceFileError, load
+import sys
+import types
 
 __version__ = "0.1.0"
+
+# Note [Lazy package]: importing kdebug imports nothing else; each name below
+# is imported (torch first: it loads libtorch before the extension that links
+# to it) the first time it is used.  So the CLI's --help and argument errors
+# answer without importing torch (~1.5 s).
+_EXPORTS = {
+    "DebugMode": "mode", "get_active_debug_mode": "mode", "KdebugWarning": "inductor",
+    "Report": "compare", "assert_deterministic": "compare", "compare": "compare",
+    "Run": "trace", "TraceFileError": "trace", "load": "trace",
+    "TensorInfo": "calls", "_CppKernelCall": "calls", "_KernelCall": "calls", "_TritonKernelCall": "calls",
+}
+
+
+def __getattr__(name: str):
+    import importlib
+    import importlib.util
+
+    mod = _EXPORTS.get(name)
+    if mod is None and (name.startswith("__") or importlib.util.find_spec(f"{__name__}.{name}") is None):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import torch  # noqa: F401
+
+    value = importlib.import_module(f"{__name__}.{mod or name}")
+    if mod is not None:
+        value = getattr(value, name)
+    globals()[name] = value
+    return value
+
+
+class _Package(types.ModuleType):
+    """The package's module type: importing the submodule kdebug.compare must
+    not replace the function kdebug.compare (the import system sets a
+    package attribute per submodule; the eager import used to bind the
+    function over it afterwards)."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            return  # resolved by __getattr__ to the exported object instead
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "DebugMode",

@@ -59,7 +59,8 @@ def debug_mode(kdebug_flags: dict[str, Any], upstream_flags: dict[str, Any],
     of str or None).  Returns kdebug's flags normalized."""
     w = "DebugMode"
     out = dict(kdebug_flags)
-    for name in ("record_triton_kernels", "kernels_only", "record_all_threads", "batch_gpu_work"):
+    for name in ("record_triton_kernels", "kernels_only", "record_all_threads", "batch_gpu_work",
+                 "record_final_state"):
         out[name] = boolean(w, name, kdebug_flags[name])
     out["ring_capacity"] = integer(w, "ring_capacity", kdebug_flags["ring_capacity"], RING_MIN, RING_MAX,
                                    " slots (128 bytes each)")

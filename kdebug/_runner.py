@@ -38,19 +38,20 @@ def apply_fix(name: str) -> None:
         raise SystemExit(f"kdebug: unknown fix {name!r}; known: {', '.join(FIXES)}")
 
 
-def run_program(target: list[str], builtin: bool, module: bool) -> None:
+def run_program(target: list[str], builtin: bool, module: bool):
+    """Runs the program; returns what it leaves behind (its module globals):
+    the caller holds them until the recording ends (Note [Final state])."""
     if builtin:
         from .workloads import hunt_main
 
         sys.argv = ["kdebug-builtin"] + target
-        hunt_main()
-    elif module:
+        return hunt_main()
+    if module:
         sys.argv = list(target)
-        runpy.run_module(target[0], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = list(target)
-        sys.path.insert(0, os.path.dirname(os.path.abspath(target[0])))
-        runpy.run_path(target[0], run_name="__main__")
+        return runpy.run_module(target[0], run_name="__main__", alter_sys=True)
+    sys.argv = list(target)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(target[0])))
+    return runpy.run_path(target[0], run_name="__main__")
 
 
 def record(out: str, target: list[str], *, builtin: bool = False, module: bool = False,
@@ -64,14 +65,22 @@ def record(out: str, target: list[str], *, builtin: bool = False, module: bool =
         apply_fix(fix)
     replay.activate_from_env()  # kdebug hunt --confirm (Note [Proof by replay])
     status = 0
-    with kdebug.DebugMode(trace=out) as dm, kdebug.DebugMode.log_tensor_hashes(list(hash_fn), hash_inputs=True):
+    with kdebug.DebugMode(trace=out, record_final_state=True) as dm, \
+            kdebug.DebugMode.log_tensor_hashes(list(hash_fn), hash_inputs=True), replay.op_mode():
+        left = None
         try:
-            run_program(target, builtin, module)
-        except SystemExit as e:
-            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        except BaseException:
+            left = run_program(target, builtin, module)  # noqa: F841  (held at exit)
+        except SystemExit as e:  # as python does: an int is the status, anything else is printed, status 1
+            if e.code is None or isinstance(e.code, int):
+                status = int(e.code or 0)
+            else:
+                print(e.code, file=sys.stderr)
+                status = 1
+            left = e  # its traceback's frames hold the program's globals (and locals where it exited)
+        except BaseException as e:
             traceback.print_exc()
             status = 1
+            left = e
     replay.write_hits()
     st = dm.kernel_stats
     print(f"kdebug: recorded {st['launches']} kernel launch(es) and "

@@ -92,9 +92,19 @@ def _record(args: argparse.Namespace) -> int:
     if not module and not os.path.exists(target[0]):
         print(f"kdebug record: no such script: {target[0]}", file=sys.stderr)
         return 2
+    from . import _files
+
+    problem = _files.output_problem(args.output)  # before the program runs, not after
+    if problem:
+        print(f"kdebug record: {problem}", file=sys.stderr)
+        return 2
     from . import _runner
 
-    return _runner.record(args.output, target, module=module)
+    try:
+        return _runner.record(args.output, target, module=module)
+    except OSError as e:  # the trace could not be created or written (the program's own errors are its status)
+        print(f"kdebug record: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+        return 2
 
 
 def _load_or_fail(path: str):
@@ -274,11 +284,31 @@ def _hunt(args: argparse.Namespace) -> int:
         if not module and not os.path.exists(target[0]):
             print(f"kdebug hunt: no such script: {target[0]}", file=sys.stderr)
             return 2
+        _warn_hunt_options_after_script(args.command, target, args.hunt_options)
         what = " ".join(target)
+    if args.html:
+        from . import _files
+
+        problem = _files.output_problem(args.html)
+        if problem:
+            print(f"kdebug hunt: {problem}", file=sys.stderr)
+            return 2
+    if args.keep is not None and os.path.exists(args.keep) and not os.path.isdir(args.keep):
+        print(f"kdebug hunt: --keep {args.keep}: not a directory", file=sys.stderr)
+        return 2
+    tmp = args.keep or tempfile.mkdtemp(prefix="kdebug-hunt-")
+    try:
+        os.makedirs(tmp, exist_ok=True)
+        return _hunt_in(args, tmp, target, module, builtin, what)
+    finally:
+        if not args.keep:  # the traces are kept only when asked for (--keep DIR)
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool, builtin: bool, what: str) -> int:
     t0 = time.perf_counter()
-    keep = args.keep
-    tmp = keep or tempfile.mkdtemp(prefix="kdebug-hunt-")
-    os.makedirs(tmp, exist_ok=True)
     print(f"kdebug hunt: {args.runs} runs of {what}, "
           f"{'in this process (fresh dynamo and Inductor cache each)' if args.in_process else 'each in a fresh process'}")
     paths = _record_runs(args.runs, target, module, builtin, tmp, None, args.in_process, "hunt")
@@ -309,18 +339,40 @@ def _hunt(args: argparse.Namespace) -> int:
                 first = next(r for r in freps if not r.ok)
                 where = first.divergence.step_a.label() if first.divergence else "structure"
                 print(f"      (first divergence still at {where})")
+    if diverged and not getattr(args, "no_magnitude", False):
+        hunt["magnitude"] = _magnitude(next(r for r in reports if not r.ok), paths[0], target, module, builtin,
+                                       tmp, args.in_process)
     if args.confirm and diverged:
         hunt["confirm"] = _confirm(next(r for r in reports if not r.ok), paths[0], target, module, builtin, tmp,
                                    args.in_process)
     import json
 
-    with open(os.path.join(tmp, "hunt.json"), "w") as f:
+    from . import _files
+
+    with _files.replaced_atomically(os.path.join(tmp, "hunt.json")) as f:
         json.dump(hunt, f, indent=1)
     if args.html and _write_report(args.html, [tmp], hunt) != 0:
         return 2
+    where = (f"traces in {tmp}; kdebug report {tmp} -o report.html draws them" if args.keep else
+             "traces removed; kdebug hunt --keep DIR keeps them for kdebug report DIR")
     print(f"\nkdebug hunt: {'runs DIVERGE' if diverged else 'all runs match'} "
-          f"({time.perf_counter() - t0:.1f}s; traces in {tmp}; kdebug report {tmp} -o report.html draws them)")
+          f"({time.perf_counter() - t0:.1f}s; {where})")
     return 1 if diverged else 0
+
+
+def _warn_hunt_options_after_script(command: list[str], target: list[str], names: set[str]) -> None:
+    """Options after the script belong to the script, as with python; one
+    that is also a hunt option is most likely meant for hunt: say so, loudly.
+    ``kdebug hunt [options] -- script.py [args]`` says it is meant for the
+    script, and is not warned about."""
+    if command and command[0] == "--":
+        return
+    for a in target[1:]:
+        if a.split("=", 1)[0] in names:
+            print(f"kdebug hunt: WARNING: {a!r} comes after the script, so it is passed to {target[0]}, not to "
+                  f"hunt. Put hunt's options before the script (kdebug hunt {a.split('=', 1)[0]} ... "
+                  f"{target[0]}); write kdebug hunt [options] -- {target[0]} ... to pass it on without this "
+                  "warning.", file=sys.stderr)
 
 
 def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in_process: bool,
@@ -335,16 +387,15 @@ def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in
     out = []
     print("\nkdebug hunt: confirming the roots by replay")
     for n, root in enumerate(rep.roots[:limit], 1):
-        where = replay.locate(run_a, root.step_a)
-        if where is None or root.kind != "root":
-            why = "an aten op" if where is None else "a difference from outside the recording"
+        file = os.path.join(tmp, f"confirm{n}.pt")
+        spec = replay.spec_for(run_a, root, "capture", file) if root.kind == "root" else None
+        if spec is None:
+            why = ("a difference from outside the recording" if root.kind != "root"
+                   else "its differing outputs could not be located in the re-run")
             print(f"  root {n} {root.step_a.label()}: not replayable ({why})")
             out.append({"root": root.step_a.label(), "confirmed": None, "why": f"not replayable: {why}"})
             continue
-        name, occurrence = where
-        positions = [root.step_a.arg_names.index(k) for k in root.keys if k in root.step_a.arg_names]
-        file = os.path.join(tmp, f"confirm{n}.pt")
-        specs = [replay.Spec(name, occurrence, positions, mode, file) for mode in ("capture", "replay")]
+        specs = [spec, replay.Spec(**{**spec.__dict__, "mode": "replay", "hits": 0})]
         cpaths = _record_runs(2, target, module, builtin, tmp, None, in_process, f"confirm root {n}",
                               envs=[{replay.ENV: s.to_env()} for s in specs], prefix=f"confirm{n}-")
         if cpaths is None:
@@ -352,7 +403,81 @@ def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in
             continue
         verdict = replay.judge(rep, root, kdebug.compare(*cpaths), replay.read_hits(file))
         print(f"  root {n} {root.step_a.label()}: {verdict['text']}")
+        natural = _natural_pair(spec, root, file)
+        if natural:
+            verdict["natural"] = natural
+            print(f"    the two re-runs' own outputs: {natural}")
         out.append({"root": root.step_a.label(), **verdict})
+    return out
+
+
+def _natural_pair(spec, root, file: str) -> str | None:
+    """Note [Element-level differences]: what the root wrote by itself in the
+    capture run against the replay run, element by element (None when either
+    is missing)."""
+    import torch
+
+    from .magnitude import element_diff
+
+    try:
+        a = torch.load(file, weights_only=True)
+        b = torch.load(file + ".natural", weights_only=True)
+    except Exception:
+        return None
+    names = ([root.step_a.arg_names[i] for i in spec.positions] if not spec.op
+             else [root.step_a.labels.get(p, p) for p in spec.paths])
+    return "; ".join(f"{n}: {element_diff(x, y).text()}" for n, x, y in zip(names, a, b))
+
+
+def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in_process: bool,
+               limit: int = 3) -> list[dict]:
+    """Note [Element-level differences]: one re-run that samples each of the
+    first ``limit`` kernel roots on its pre-launch arguments; prints and
+    returns the element-level difference per differing output."""
+    import torch
+
+    import kdebug
+
+    from . import replay
+    from .magnitude import element_diff
+
+    import json
+
+    run_a = kdebug.load(path_a)
+    specs, roots = [], []
+    for n, root in enumerate(rep.roots[:limit], 1):
+        sp = replay.spec_for(run_a, root, "sample", os.path.join(tmp, f"sample{n}.pt"))
+        if root.kind == "root" and sp is not None and not sp.op:
+            specs.append(sp)
+            roots.append(root)
+    if not specs:
+        return []
+    print("\nkdebug hunt: how big the difference is (one re-run, each root launched again on its inputs)")
+    paths = _record_runs(1, target, module, builtin, tmp, None, in_process, "sample",
+                         envs=[{replay.ENV: json.dumps([json.loads(s.to_env())[0] for s in specs])}],
+                         prefix="sample-")
+    out = []
+    for sp, root in zip(specs, roots):
+        entry = {"root": root.step_a.label(), "outputs": []}
+        try:
+            got = torch.load(sp.path, weights_only=True) if paths else None
+        except Exception:
+            got = None
+        if not got:
+            entry["text"] = "the re-run did not reach the launch"
+        elif got["other"] is None:
+            entry["text"] = (f"launched {got['launches']} times on the same inputs in one re-run, it wrote the same "
+                             "values each time: no element-level difference to show (the difference between the "
+                             "runs came from another process or happens rarely)")
+        else:
+            names = [root.step_a.arg_names[i] for i in sp.positions]
+            for name, a, b in zip(names, got["natural"], got["other"]):
+                d = element_diff(a, b)
+                entry["outputs"].append({"arg": name, **d.to_json(), "text": d.text()})
+            entry["text"] = (f"launched {got['launches']} times on the same inputs: "
+                             + "; ".join(f"{o['arg']}: {o['text']}" for o in entry["outputs"]))
+        print(f"  root {root.step_a.label()}: {entry['text']}")
+        out.append(entry)
     return out
 
 
@@ -405,13 +530,18 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--confirm", action="store_true",
                    help="prove each root by replay: re-run twice, the second with the root's outputs replaced by "
                         "the first's, and check that what it was blamed for no longer differs")
+    h.add_argument("--no-magnitude", dest="no_magnitude", action="store_true",
+                   help="skip the re-run that measures how big each root's difference is, element by element")
     h.add_argument("--device", default="cpu", help="device of the built-in workload (no script given)")
-    h.add_argument("--keep", metavar="DIR", default=None, help="write the traces to DIR (default: a temp dir)")
+    h.add_argument("--keep", metavar="DIR", default=None,
+                   help="write the traces to DIR and keep them (default: a temp dir, removed at the end)")
     h.add_argument("--html", metavar="PATH", help="also write the HTML report of the runs")
     h.add_argument("-m", dest="module_name", metavar="MODULE", default=None,
                    help="hunt a module, as python -m MODULE [args...] would run it")
-    h.add_argument("command", nargs=argparse.REMAINDER, help="script.py [args...] (none: the built-in workload)")
-    h.set_defaults(fn=_hunt)
+    h.add_argument("command", nargs=argparse.REMAINDER,
+                   help="script.py [args...] (none: the built-in workload); everything after the script is "
+                        "the script's, as with python: put hunt's options first")
+    h.set_defaults(fn=_hunt, hunt_options={o for a in h._actions for o in a.option_strings})
     args = p.parse_args(argv)
     if getattr(args, "module_name", None):  # kdebug hunt -m MODULE args...
         args.command = ["-m", args.module_name] + list(args.command)

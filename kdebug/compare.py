@@ -26,6 +26,7 @@ import torch
 
 from . import _C, _upstream, dataflow
 from .calls import TensorInfo, _KernelCall
+from .final_state import FinalState
 
 
 @dataclass
@@ -75,12 +76,17 @@ def _step(i: int, op) -> Step:
     ext = getattr(op, "_kd_extents", None)
     pre = dataflow.tree_values(log.get("input_hash"), "in", ext[0] if ext else None)
     post = dataflow.tree_values(log.get("hash"), "out", ext[1] if ext else None)
-    name = op._name if hasattr(op, "_name") else _upstream.get_call_name(op)
+    name = _op_name(op)
     slots = dataflow.op_slots(ext, getattr(op, "op", None))
     reads, writes = slots if slots is not None else ([], [])
     labels = {s.key: s.label for s in reads + writes}
     return Step(i, "aten", name, pre=pre, post=post, reads=reads, writes=writes,
                 flow_known=slots is not None, labels=labels)
+
+
+def _op_name(op) -> str:
+    """The name an aten-op entry is compared by (a trace's or a live call's)."""
+    return op._name if hasattr(op, "_name") else _upstream.get_call_name(op)
 
 
 def steps_of(run) -> list[Step]:
@@ -210,7 +216,11 @@ class Root:
     outside_inputs: list = field(default_factory=list)  # (label, hash a, hash b) of inputs from outside
     consequences: int = 0       # later steps whose outputs changed because of it (transitively)
     reaches_end: int = 0        # differing writes from it that nothing recorded read and that were
-                                # still in memory when the recording ended (possibly kept tensors)
+                                # still in memory when the recording ended: kept tensors (Note [Final
+                                # state]), or possibly kept where the final state is not known
+    kept_known: bool = False    # the final state said which of them were kept
+    freed: int = 0              # differing writes from it that nothing recorded read, in memory the
+                                # program no longer held at the end (Note [Final state])
     absorbed: int = 0           # later steps that read its differences and wrote identical outputs
     benign: bool = False        # changes no later output and nothing that outlives the recording
     position: int = 0           # aligned position
@@ -305,9 +315,20 @@ def _align(ka: torch.Tensor, kb: torch.Tensor) -> tuple[list, bool]:
     return ops, aligned
 
 
-def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp) -> tuple[list, list, dict]:
+def _kept_writes(mm: dataflow.MemoryMap, final) -> set[int] | None:
+    """ids of the Writes that still own memory the program held at the end
+    (Note [Final state]); None where that is not known: no final state, or one
+    that overlaps no memory a compared step still owns."""
+    if final is None:
+        return None
+    kept = {id(w) for dev, lo, hi, w in mm.spans() if final.holds(dev, lo, hi)}
+    return kept or None
+
+
+def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[list, list, dict]:
     """Note [Data flow]: walks the aligned steps from the first one whose hashes
     differ, linking every read to the last earlier write of overlapping memory.
+    ``final``: run a's final_state.FinalState, or None.
     Returns (consequential roots ranked, benign roots, {root position: aligned
     positions of the steps whose difference came from it})."""
     if len(diff) == 0:
@@ -377,9 +398,13 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp) -> tuple[list, list, d
                 for r in _bits(causes):
                     written[r].append(w)
     alive = mm.owners()
+    kept = _kept_writes(mm, final)
     for n, r in enumerate(found):
         r.consequences = len(caused[n])
-        r.reaches_end = sum(1 for w in written[n] if id(w) in alive and not w.read)
+        unread = [w for w in written[n] if id(w) in alive and not w.read]
+        r.reaches_end = sum(1 for w in unread if kept is None or id(w) in kept)
+        r.freed = len(unread) - r.reaches_end
+        r.kept_known = kept is not None
         r.benign = r.consequences == 0 and r.reaches_end == 0
     ranked = sorted((r for r in found if not r.benign), key=lambda r: (-r.consequences, -r.reaches_end, r.position))
     benign = [r for r in found if r.benign]
@@ -432,7 +457,8 @@ def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
     hashed = int((((da[:, 3] | da[:, 4]) != 0) & ((db[:, 3] | db[:, 4]) != 0)).sum())
     config_changes = _Pairs(A, B, pa[cfg], pb[cfg])
     shape_changes = _Pairs(A, B, pa[shp], pb[shp])
-    roots, benign, inherited_pos = _walk_flow(A, B, pa, pb, diff, shp)
+    final = FinalState.from_meta(A.run.meta)
+    roots, benign, inherited_pos = _walk_flow(A, B, pa, pb, diff, shp, final)
     div = None
     root = None
     if roots:
@@ -537,7 +563,10 @@ def _root_lines(x: "Root", a: int, b: int) -> list[str]:
                "with no DebugMode, a write kdebug did not see)")
     tail = [f"{x.consequences} later launches/ops changed because of it"]
     if x.reaches_end:
-        tail.append(f"{x.reaches_end} differing tensor(s) from it still held their value when the recording ended")
+        tail.append(f"{x.reaches_end} differing tensor(s) from it still held their value when the recording ended"
+                    + ("" if x.kept_known else " (possibly kept: the final state is not known)"))
+    if x.freed:
+        tail.append(f"{x.freed} differing tensor(s) from it were freed unread")
     if x.absorbed:
         tail.append(f"{x.absorbed} read it and wrote identical outputs")
     out.append(f"{why}; " + "; ".join(tail))
@@ -552,9 +581,13 @@ def _benign_lines(r: "Report") -> list[str]:
         return []
     lines = ["  BENIGN (differences no later output depends on and nothing kept at the end holds):"]
     for x in r.benign[:10]:
+        fate = []
+        if x.absorbed:
+            fate.append(f"read by {x.absorbed} later launch(es)/op(s) whose outputs matched")
+        if x.freed:
+            fate.append(f"{x.freed} differing tensor(s) freed without being read (not held at the end)")
         lines.append(f"    {x.step_a.label()}: {_diff_text(x.outputs, *r.runs, limit=2)}; "
-                     + (f"read by {x.absorbed} later launch(es)/op(s) whose outputs matched"
-                        if x.absorbed else "overwritten before anything read it"))
+                     + ("; ".join(fate) or "overwritten before anything read it"))
     if len(r.benign) > 10:
         lines.append(f"    ... {len(r.benign) - 10} more")
     return lines
@@ -563,9 +596,9 @@ def _benign_lines(r: "Report") -> list[str]:
 def _record(fn, args, kwargs, hash_fn):
     from .mode import DebugMode
 
-    with DebugMode() as dm:
+    with DebugMode(record_final_state=True) as dm:
         with DebugMode.log_tensor_hashes(hash_fn=hash_fn, hash_inputs=True):
-            fn(*args, **kwargs)
+            out = fn(*args, **kwargs)  # noqa: F841  (held at exit: part of the final state)
     dm.operators  # noqa: B018  (drain and resolve while the mode's objects are alive)
     return dm
 

@@ -218,6 +218,11 @@ class MemoryMap:
         """ids of the Writes that still own some byte (were not wholly overwritten)."""
         return {id(w) for _, _, owners in self._maps.values() for w in owners}
 
+    def spans(self):
+        """(device, lo, hi, Write) of every byte range, in address order per device."""
+        for dev, (starts, ends, owners) in self._maps.items():
+            yield from ((dev, lo, hi, w) for lo, hi, w in zip(starts, ends, owners))
+
     def writers(self, slot: Slot) -> list[Write]:
         """The Writes owning any byte of the slot's range, in address order."""
         m = self._maps.get(slot.device)

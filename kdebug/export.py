@@ -16,6 +16,7 @@ import json
 import os
 import struct
 
+from . import _files
 from .report import ARG_BYTES, REC_BYTES, _dtype_names
 from .trace import Run, load
 
@@ -140,14 +141,12 @@ def export_perfetto(trace: str | Run, out: str) -> dict:
     other = {"kdebug": "host-clock launch calls; see kdebug/export.py", "source": run.path,
              "torch": run.meta.get("torch"), "argv": run.meta.get("argv"), "problems": run.problems()}
     enc = json.JSONEncoder(separators=(",", ":")).encode  # the C encoder (json.dump streams in Python)
-    tmp = f"{out}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
+    with _files.replaced_atomically(out) as f:  # Note [Safe writes]
         f.write('{"traceEvents":[')
         for k in range(0, len(events), 4096):
             if k:
                 f.write(",")
             f.write(",".join(map(enc, events[k:k + 4096])))
         f.write(f'],"displayTimeUnit":"ns","otherData":{enc(other)}}}')
-    os.replace(tmp, out)
     return {"events": len(events), "launches": sum(1 for e in events if e["ph"] == "X"),
             "bytes": os.path.getsize(out)}

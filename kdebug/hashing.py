@@ -310,24 +310,30 @@ def _warn_unhashed(names: list[str]) -> None:
             inductor.warn(msg, stacklevel=3)
 
 
-# custom hash_fns of the active log_tensor_hashes() contexts, innermost last
-# (process-wide, like the C-side hash configuration: kernels launched from
-# autograd's threads are hashed too)
-_custom_fns: list[Callable] = []
+# custom hash_fns of the active log_tensor_hashes() contexts, per thread,
+# innermost last (Note [Hash settings per thread] in csrc/kd_py.h): a thread
+# with none uses those of the thread that started the recorder, so kernels
+# that autograd's or record_all_threads' threads launch are hashed too
+_custom_fns: dict[int, list[Callable]] = {}
 
 
 def _custom_hasher(recorder, launch_index: int, arg: int, when: int, t: torch.Tensor) -> None:
-    if _custom_fns:
+    fns = _custom_fns.get(threading.get_ident()) or _custom_fns.get(recorder.owner_thread)
+    if fns:
         with torch._C._DisableTorchDispatch():
-            recorder.custom[(launch_index, arg, when)] = _custom_fns[-1](t)
+            recorder.custom[(launch_index, arg, when)] = fns[-1](t)
 
 
 def push_custom(fn: Callable) -> None:
-    _custom_fns.append(fn)
+    _custom_fns.setdefault(threading.get_ident(), []).append(fn)
 
 
 def pop_custom() -> None:
-    _custom_fns.pop()
+    me = threading.get_ident()
+    fns = _custom_fns[me]
+    fns.pop()
+    if not fns:
+        del _custom_fns[me]
 
 
 _C._set_hashers(_raw, _custom_hasher)

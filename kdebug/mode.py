@@ -232,6 +232,7 @@ class DebugMode(_upstream.DebugMode):
         overflow: str = "overwrite",
         batch_gpu_work: bool = True,
         trace: str | None = None,
+        record_final_state: bool = False,
         **upstream_flags: Any,
     ) -> None:
         unknown = sorted(set(upstream_flags) - set(_UPSTREAM_FLAGS))
@@ -239,13 +240,14 @@ class DebugMode(_upstream.DebugMode):
             raise TypeError(
                 f"DebugMode got unknown flag(s) {', '.join(unknown)}. kdebug accepts upstream "
                 f"DebugMode's flags ({', '.join(_UPSTREAM_FLAGS)}) and record_triton_kernels, "
-                "kernels_only, record_all_threads, ring_capacity, overflow, batch_gpu_work, trace."
+                "kernels_only, record_all_threads, ring_capacity, overflow, batch_gpu_work, trace, "
+                "record_final_state."
             )
         # Note [Flag validation] (kdebug/_flags.py)
         f = _flags.debug_mode(
             dict(record_triton_kernels=record_triton_kernels, kernels_only=kernels_only,
                  record_all_threads=record_all_threads, ring_capacity=ring_capacity, overflow=overflow,
-                 batch_gpu_work=batch_gpu_work, trace=trace),
+                 batch_gpu_work=batch_gpu_work, trace=trace, record_final_state=record_final_state),
             upstream_flags, _UPSTREAM_DEFAULTS)
         self._recorder = None
         self._stream = None
@@ -264,6 +266,8 @@ class DebugMode(_upstream.DebugMode):
         self.batch_gpu_work = f["batch_gpu_work"] and not self.kernels_only and not self.record_all_threads
         self._prev_defer = None
         self._defer_failures = 0
+        self.record_final_state = f["record_final_state"]
+        self.final_state: dict | None = None  # Note [Final state], taken at exit when asked for
         try:
             self._recorder = _C.Recorder(f["ring_capacity"], f["overflow"],
                                          store_objects=bool(self.store_original_args))
@@ -535,6 +539,14 @@ class DebugMode(_upstream.DebugMode):
             if not self.kernels_only:
                 _C._modes_pushed(-1)
                 super().__exit__(*exc)
+        if self.record_final_state:
+            from . import final_state
+
+            try:
+                self.final_state = final_state.snapshot()
+            except Exception as e:  # never the program's problem: the verdict stays conservative
+                self._warn_once("final-state", f"kdebug could not take the final state ({e!r}): differing "
+                                "tensors nothing read count as possibly kept")
         if self._stream is not None:
             self._stream.close()
         self._report_problems()
@@ -661,11 +673,12 @@ class DebugMode(_upstream.DebugMode):
     def kernel_stats(self) -> dict[str, Any]:
         """Counters of the kernel recorder: launches recorded, dropped (ring
         overflow), errors and unrecorded launches (failures inside the hook),
-        suppressed (compile-time and autotuning launches, left out on purpose),
-        seen (launches that reached this recorder), launches that bypassed
-        Python (CUDA graphs, cpp_wrapper, AOTI), and nested_unrecorded: launches
-        a kdebug DebugMode nested in this one took instead (Note [Nested
-        DebugModes]).  ``complete`` is False when any launch is missing."""
+        suppressed (compile-time and autotuning launches, and kernels a hash_fn
+        launches itself: left out on purpose), seen (launches that reached this
+        recorder), launches that bypassed Python (CUDA graphs, cpp_wrapper,
+        AOTI), and nested_unrecorded: launches a kdebug DebugMode nested in this
+        one took instead (Note [Nested DebugModes]).  ``complete`` is False when
+        any launch is missing."""
         self._flush()
         s = dict(self._recorder.stats())
         s["bypassed_graph_calls"] = dict(self._bypass)

@@ -9,7 +9,8 @@ program twice more, each in a fresh process and recorded as usual:
   arguments, right after the launch) into a file;
 - run D *replays* it: right after the same launch (the same kernel, the same
   occurrence of its name), its written arguments are overwritten with run C's
-  values.
+  values (what the launch wrote by itself is kept first: a second sample for
+  Note [Element-level differences]).
 
 If the root is the cause, run D matches run C from the root on: nothing the
 root was blamed for differs any more (the root's own post-launch hashes may
@@ -18,119 +19,232 @@ after it is reported.  A kernel is found by its name and occurrence, its
 arguments by position, so the two runs need the same kernels in the same
 order (a structural difference is reported as "not confirmed").
 
-Supported: Inductor C++ kernels (CPU) and Triton kernels (a wrapper on the
-autotuner's ``run``); an aten-op root is reported as not replayable.
+Replayable: Inductor C++ kernels (CPU), Triton kernels (a wrapper on the
+autotuner's ``run``), and aten ops, found by their name and occurrence among
+the ops a dispatch mode above kdebug's own sees, their outputs named by the
+path of the differing hash ("out/1": output[1]).  A mode "sample" serves
+Note [Element-level differences]: at the launch it keeps what the kernel
+wrote and launches it again on copies of its arguments as they were before.
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-ENV = "KDEBUG_REPLAY"  # JSON of a Spec: set by kdebug hunt --confirm for the runner
+ENV = "KDEBUG_REPLAY"  # JSON list of Specs: set by kdebug hunt for the runner
 
 
 @dataclass
 class Spec:
-    """Which launch to capture or replay: the ``occurrence``-th launch (from 0)
-    of the kernel named ``name``, its arguments at ``positions``."""
+    """Which launch to capture, replay or sample: the ``occurrence``-th launch
+    (from 0) of the kernel or aten op named ``name``, its arguments at
+    ``positions`` (kernels) or its outputs at hash ``paths`` (aten ops)."""
 
     name: str
     occurrence: int
     positions: list
-    mode: str          # "capture" or "replay"
+    mode: str          # "capture", "replay" or "sample"
     path: str          # the file of captured tensors
     hits: int = 0
+    op: bool = False   # an aten op, not a kernel
+    paths: list = field(default_factory=list)
 
     def to_env(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps([asdict(self)])
 
 
-_spec: Spec | None = None
-_calls = 0
-_saved: list | None = None
+_specs: dict[str, list[Spec]] = {}   # by kernel / op name
+_calls: dict[str, int] = {}
+_saved: dict[int, list] = {}         # id(spec) -> replayed tensors
 
 
-def activate(spec: Spec | None) -> None:
-    """Capture / replay ``spec`` in this process (None: stop)."""
-    global _spec, _calls, _saved
-    _spec, _calls, _saved = spec, 0, None
-    if spec is not None and spec.mode == "replay":
-        _saved = torch.load(spec.path, weights_only=True)
+def activate(spec) -> None:
+    """Capture / replay / sample ``spec`` (a Spec or a list of them) in this
+    process (None: stop).  Aten-op specs act only inside ``op_mode()``."""
+    specs = [] if spec is None else (list(spec) if isinstance(spec, (list, tuple)) else [spec])
+    _specs.clear()
+    _calls.clear()
+    _saved.clear()
+    for sp in specs:
+        _specs.setdefault(sp.name, []).append(sp)
+        if sp.mode == "replay":
+            _saved[id(sp)] = torch.load(sp.path, weights_only=True)
+
+
+def op_mode():
+    """The dispatch mode that acts on the active aten-op specs, to enter
+    *inside* the recording DebugMode (so it sits above it on the mode stack:
+    kdebug's mode records the op as it ran, with its extents, and the replay
+    acts on what it returned), or a context that does nothing."""
+    import contextlib
+
+    return _OpReplay() if any(sp.op for sp in specs()) else contextlib.nullcontext()
 
 
 def activate_from_env() -> None:
     text = os.environ.get(ENV)
     if text:
-        activate(Spec(**json.loads(text)))
+        data = json.loads(text)
+        activate([Spec(**d) for d in (data if isinstance(data, list) else [data])])
 
 
-def _after_launch(args) -> None:
-    """Called after every launch of the spec's kernel with its arguments."""
-    global _calls
-    spec = _spec
-    if spec is None:
-        return
-    k = _calls
-    _calls += 1
-    if k != spec.occurrence:
+def specs() -> list[Spec]:
+    return [sp for xs in _specs.values() for sp in xs]
+
+
+def _clone(x):
+    return x.detach().clone() if isinstance(x, torch.Tensor) else x
+
+
+def _before_launch(name: str, args) -> tuple[Spec | None, list | None]:
+    """Counts a launch of ``name``; returns its Spec when this launch is the
+    one asked for, with a copy of every argument for a "sample"."""
+    k = _calls.get(name, 0)
+    _calls[name] = k + 1
+    sp = next((x for x in _specs.get(name, ()) if x.occurrence == k), None)
+    if sp is None or sp.mode != "sample":
+        return sp, None
+    with torch._C._DisableTorchDispatch(), torch.no_grad():
+        return sp, [_clone(a) for a in args]
+
+
+def _after_launch(sp: Spec | None, args, pre, relaunch) -> None:
+    """Right after the launch ``_before_launch`` picked: capture, replay or sample."""
+    if sp is None:
         return
     with torch._C._DisableTorchDispatch(), torch.no_grad():
-        if spec.mode == "capture":
-            torch.save([args[i].detach().clone().cpu() for i in spec.positions], spec.path)
-        else:
-            for i, t in zip(spec.positions, _saved or []):
-                args[i].copy_(t.to(args[i].device))
-    spec.hits += 1
+        _act(sp, [args[i] for i in sp.positions], pre, relaunch)
+    sp.hits += 1
 
 
-def wrap(inner):
-    """inner (a C++ kernel's function) followed by the capture / replay; runs
-    inside kdebug's CppKernel, so its post-launch hashes see what this writes."""
+def _act(sp: Spec, outs: list, pre=None, relaunch=None) -> None:
+    if sp.mode == "capture":
+        torch.save([t.detach().clone().cpu() for t in outs], sp.path)
+    elif sp.mode == "replay":
+        torch.save([t.detach().clone().cpu() for t in outs], sp.path + ".natural")
+        for t, v in zip(outs, _saved.get(id(sp)) or []):
+            t.copy_(v.to(t.device))
+    elif sp.mode == "sample":
+        _sample(sp, outs, pre, relaunch)
+
+
+def _sample(sp: Spec, outs: list, pre, relaunch) -> None:
+    """Note [Element-level differences]: launches the kernel again on copies of
+    its pre-launch arguments until it writes something else (at most
+    magnitude.SAMPLES launches in all); saves what it wrote and the first other
+    result, or None."""
+    from . import _C
+    from .magnitude import SAMPLES
+
+    natural = [t.detach().clone().cpu() for t in outs]
+    other, launches = None, 1
+    if pre is not None and relaunch is not None:
+        while launches < SAMPLES and other is None:
+            args = [_clone(a) for a in pre]
+            _C._set_compiling(True)  # not recorded: counted as suppressed
+            try:
+                relaunch(args)
+            finally:
+                _C._set_compiling(False)
+            launches += 1
+            got = [args[i].detach().cpu() for i in sp.positions]
+            if any(not torch.equal(a.view(torch.uint8) if a.dtype.is_floating_point else a,
+                                   b.view(torch.uint8) if b.dtype.is_floating_point else b)
+                   for a, b in zip(got, natural)):
+                other = [g.clone() for g in got]
+    torch.save({"natural": natural, "other": other, "launches": launches}, sp.path)
+
+
+def wrap(inner, name: str):
+    """inner (a C++ kernel's function) between the launch's capture / replay /
+    sample; runs inside kdebug's CppKernel, so its post-launch hashes see what
+    this writes."""
     def replaying(*args):
+        sp, pre = _before_launch(name, args)
         r = inner(*args)
-        _after_launch(args)
+        _after_launch(sp, args, pre, lambda a: inner(*a))
         return r
 
     replaying._kd_replay = True
     replaying._kd_inner = inner
+    replaying._kd_name = name
     return replaying
 
 
 def attach(scope: dict) -> None:
-    """Wraps the spec's kernel among a generated module's globals (called
+    """Wraps the specs' kernels among a generated module's globals (called
     when kdebug instruments a module)."""
-    spec = _spec
-    if spec is None:
+    if not _specs:
         return
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
     from . import _C
 
     for key, obj in list(scope.items()):
-        if isinstance(obj, _C.CppKernel) and obj.info.name == spec.name \
+        if isinstance(obj, _C.CppKernel) and obj.info.name in _specs \
                 and not getattr(obj.__wrapped__, "_kd_replay", False):
-            scope[key] = _C.CppKernel(wrap(obj.__wrapped__), obj.info)
-        elif isinstance(obj, CachingAutotuner) and getattr(obj.fn, "__name__", None) == spec.name \
+            scope[key] = _C.CppKernel(wrap(obj.__wrapped__, obj.info.name), obj.info)
+        elif isinstance(obj, CachingAutotuner) and getattr(obj.fn, "__name__", None) in _specs \
                 and "run" not in obj.__dict__:
-            bound = obj.run
+            bound, name = obj.run, obj.fn.__name__
 
-            def run(*args, _bound=bound, **kwargs):
+            def run(*args, _bound=bound, _name=name, **kwargs):
+                sp, pre = _before_launch(_name, args)
                 r = _bound(*args, **kwargs)
-                _after_launch(args)
+                _after_launch(sp, args, pre, lambda a: _bound(*a, **kwargs))
                 return r
 
             obj.run = run
 
 
-def write_hits(spec: Spec | None = None) -> None:
-    """Writes how many launches were captured / replayed beside the file."""
-    spec = spec or _spec
-    if spec is not None:
-        with open(spec.path + ".hits", "w") as f:
-            f.write(str(spec.hits))
+def _at_path(out, path: str):
+    """The output leaf a hash key ("out/", "out/1", "out/0/2") names, or None."""
+    parts = [p for p in path.split("/")[1:] if p != ""]
+    x = out
+    for p in parts:
+        if isinstance(x, (list, tuple)) and p.isdigit() and int(p) < len(x):
+            x = x[int(p)]
+        elif isinstance(x, dict) and p in x:
+            x = x[p]
+        else:
+            return None
+    return x if isinstance(x, torch.Tensor) else None
+
+
+class _OpReplay(TorchDispatchMode):
+    """Above kdebug's DebugMode (entered inside it): counts aten ops by name
+    and captures / replays the outputs of the one a Spec names, right after
+    it ran."""
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True  # compiled frames keep running compiled (their extern ops still come here)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from . import _upstream
+
+        out = func(*args, **(kwargs or {}))
+        name = _upstream.get_op_name(func)
+        if name in _specs:
+            sp, _ = _before_launch(name, ())
+            if sp is not None and sp.op:
+                outs = [_at_path(out, p) for p in sp.paths]
+                if all(t is not None for t in outs):
+                    with torch._C._DisableTorchDispatch(), torch.no_grad():
+                        _act(sp, outs)
+                    sp.hits += 1
+        return out
+
+
+def write_hits() -> None:
+    """Writes how many launches each spec reached beside its file."""
+    for sp in specs():
+        with open(sp.path + ".hits", "w") as f:
+            f.write(str(sp.hits))
 
 
 def read_hits(path: str) -> int:
@@ -142,17 +256,40 @@ def read_hits(path: str) -> int:
 
 
 def locate(run, step) -> tuple[str, int] | None:
-    """(kernel name, occurrence) of a kernel step of ``run``: how many earlier
-    launches had its name.  None for an aten op."""
-    if step.kind != "kernel":
+    """(name, occurrence) of a step of ``run``: how many earlier launches (or
+    aten ops) had its name.  None where it is not found."""
+    if step.kind == "kernel":
+        n = 0
+        for k in run.kernels:
+            if k.launch_index == step.kernel_number:
+                return step.name, n
+            if k.kernel_name == step.name:
+                n += 1
         return None
+    from .compare import _op_name
+    from .calls import _KernelCall
+
+    ops = run.operators
     n = 0
-    for k in run.kernels:
-        if k.launch_index == step.kernel_number:
-            return step.name, n
-        if k.kernel_name == step.name:
+    for i in range(min(step.index, len(ops))):
+        op = ops[i]
+        if not isinstance(op, _KernelCall) and _op_name(op) == step.name:
             n += 1
-    return None
+    return step.name, n
+
+
+def spec_for(run, root, mode: str, path: str) -> Spec | None:
+    """The Spec that captures / replays / samples ``root``'s differing outputs."""
+    where = locate(run, root.step_a)
+    if where is None:
+        return None
+    name, occurrence = where
+    a = root.step_a
+    if a.kind == "kernel":
+        positions = [a.arg_names.index(k) for k in root.keys if k in a.arg_names]
+        return Spec(name, occurrence, positions, mode, path)
+    paths = [k for k in root.keys if k.startswith("out/")]
+    return Spec(name, occurrence, [], mode, path, op=True, paths=paths) if paths else None
 
 
 def judge(original, root, replayed, hits: int) -> dict:

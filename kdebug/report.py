@@ -44,7 +44,7 @@ from typing import Sequence
 
 import torch
 
-from . import __version__, _upstream
+from . import __version__, _files, _upstream
 from .calls import _dtype_of
 from .compare import Report, _fmt_hash, _Side, compare, format_report
 
@@ -253,7 +253,8 @@ def _step_json(s) -> dict | None:
 def _root_json(x) -> dict:
     return {"a": _step_json(x.step_a), "b": _step_json(x.step_b), "kind": x.kind,
             "outputs": [lab for lab, _, _ in x.outputs], "inputs": [lab for lab, _, _ in x.outside_inputs],
-            "consequences": x.consequences, "reaches_end": x.reaches_end, "absorbed": x.absorbed}
+            "consequences": x.consequences, "reaches_end": x.reaches_end, "absorbed": x.absorbed,
+            "freed": x.freed}
 
 
 def _comparison_json(rep: Report, limit: int = 2000) -> dict:
@@ -360,17 +361,24 @@ def _bytes(t: torch.Tensor) -> bytes:
 
 
 def _script_json(obj) -> str:
-    """JSON safe inside a <script> element."""
-    return json.dumps(obj, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
+    """JSON safe inside a <script> element: no "</" or "<!--" can end or
+    re-open it, no NaN / Infinity (JSON.parse refuses them: the page would not
+    load)."""
+    return (json.dumps(obj, separators=(",", ":"), allow_nan=False)
+            .replace("</", "<\\/").replace("<!--", "<\\!--"))
+
+
+_SLOTS = re.compile(r"__KDEBUG_TITLE__|/\*__KDEBUG_META__\*/null|__KDEBUG_DATA__")
 
 
 def render(meta: dict, blob: bytes) -> str:
+    """The page: the template with its three slots filled in one pass, so a
+    slot's name inside the title or the data is never filled in again."""
     with open(_TEMPLATE, encoding="utf-8") as f:
         page = f.read()
-    data = base64.b64encode(_gzip(blob)).decode("ascii")
-    return (page.replace("__KDEBUG_TITLE__", html.escape(meta["title"]))
-                .replace("/*__KDEBUG_META__*/null", _script_json(meta))
-                .replace("__KDEBUG_DATA__", data))
+    fill = {"__KDEBUG_TITLE__": html.escape(meta["title"]), "/*__KDEBUG_META__*/null": _script_json(meta),
+            "__KDEBUG_DATA__": base64.b64encode(_gzip(blob)).decode("ascii")}
+    return _SLOTS.sub(lambda m: fill[m.group(0)], page)
 
 
 def _gzip(b: bytes) -> bytes:
@@ -385,10 +393,8 @@ def write_html(path: str, runs: Sequence, *, hunt: dict | None = None, title: st
     runs, found = resolve_inputs(runs)
     meta, blob = build(runs, hunt=hunt or found or None, title=title)
     page = render(meta, blob)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with _files.replaced_atomically(path) as f:  # Note [Safe writes]
         f.write(page)
-    os.replace(tmp, path)
     return {"path": path, "bytes": os.path.getsize(path), "seconds": time.perf_counter() - t0,
             "runs": len(meta["runs"]), "records": sum(r["records"] for r in meta["runs"]),
             "verdict": [c["verdict"] for c in meta["comparisons"]]}

@@ -70,7 +70,7 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float
                 state["calls"] += 1
                 return r
 
-            scope[key] = _C.CppKernel(replay.wrap(perturbing) if replaying else perturbing, obj.info)
+            scope[key] = _C.CppKernel(replay.wrap(perturbing, obj.info.name) if replaying else perturbing, obj.info)
             swapped.append((scope, key, obj))
     if not swapped:
         raise ValueError(f"no loaded C++ kernel's name contains {name!r}: compile and run the function first")
@@ -79,3 +79,59 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float
     finally:
         for scope, key, obj in swapped:
             scope[key] = obj
+
+
+@contextlib.contextmanager
+def launch_while_hashing(hash_fn, other, times: int = 1):
+    """Plants a thread interleaving inside kdebug's launch path.
+
+    Yields ``(fn, state)``: use ``fn`` as the ``hash_fn`` of
+    ``DebugMode.log_tensor_hashes``.  The first ``times`` calls of ``fn`` on
+    the thread that entered this block each run ``other()`` to completion on a
+    second thread while this thread waits inside the hash (its own launch is
+    then half recorded); every other call just returns ``hash_fn(t)``.  With
+    ``record_all_threads=True``, ``other`` launching kernels is exactly the
+    interleaving a hash_fn that releases the GIL allows, made certain instead
+    of left to the scheduler.  ``state["planted"]`` counts the runs of
+    ``other``; an exception it raised is raised again when the block exits.
+    """
+    import threading
+
+    host = threading.get_ident()
+    state = {"planted": 0, "calls": 0}
+    go, done = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+    stop = [False]
+
+    def partner():
+        while True:
+            go.wait()
+            go.clear()
+            if stop[0]:
+                return
+            try:
+                other()
+            except BaseException as e:  # re-raised on the host thread
+                failure.append(e)
+            state["planted"] += 1
+            done.set()
+
+    th = threading.Thread(target=partner, name="kdebug-interleave", daemon=True)
+    th.start()
+
+    def fn(t):
+        if threading.get_ident() == host and state["calls"] < times:
+            state["calls"] += 1
+            done.clear()
+            go.set()
+            done.wait()  # releases the GIL with this thread's launch in flight
+        return hash_fn(t)
+
+    try:
+        yield fn, state
+    finally:
+        stop[0] = True
+        go.set()
+        th.join()
+    if failure:
+        raise failure[0]

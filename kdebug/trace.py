@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import stat
 import sys
 import time
 import warnings
@@ -23,7 +22,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _upstream, hashing
+from . import _C, _files, _upstream, hashing
 from .calls import _KernelCall, make_call
 
 TraceError = _C.TraceError
@@ -78,17 +77,14 @@ def _op_record(op, attributes) -> tuple[int, int, str, str, Any, Any, Any]:
 
 
 def _create(path: str):
-    """Opens a new trace file for writing.  An existing regular file is unlinked
-    first, not truncated: a kdebug.Run loaded from it maps it (load()), and
-    truncating or rewriting a mapped file would make that Run read garbage or
-    kill the process with SIGBUS; the old Run keeps reading the old, unlinked
-    file."""
-    try:
-        if stat.S_ISREG(os.lstat(path).st_mode):
-            os.unlink(path)
-    except FileNotFoundError:
-        pass
-    return open(path, "wb")
+    """Opens a new trace file for writing (Note [Safe writes] in _files.py): an
+    existing regular file is unlinked first, not truncated -- a kdebug.Run
+    loaded from it maps it (load()), and truncating or rewriting a mapped file
+    would make that Run read garbage or kill the process with SIGBUS; the old
+    Run keeps reading the old, unlinked file.  A path that is a symbolic link
+    is refused (LinkRefused): writing through it would truncate the file it
+    points to in place."""
+    return _files.create_replacing(path)
 
 
 class Writer:
@@ -161,7 +157,7 @@ class Writer:
         """Appends to the file again (a DebugMode entered a second time): the
         strings already written stay defined."""
         if self._f is None and self.path is not None:
-            self._f = open(self.path, "ab")
+            self._f = _files.open_append(self.path)
 
     def getvalue(self) -> bytes:
         return b"".join(self._chunks)
@@ -174,7 +170,10 @@ def _final_meta(dm) -> dict:
     s = dm.kernel_stats
     keep = ("launches", "dropped", "errors", "unrecorded", "suppressed", "complete", "bypassed_graph_calls",
             "outputs_skipped", "readonly_changed", "hash_unsupported", "nested_unrecorded")
-    return {"stats": {k: s[k] for k in keep if k in s}}
+    meta = {"stats": {k: s[k] for k in keep if k in s}}
+    if dm.final_state is not None:
+        meta["final_state"] = dm.final_state  # Note [Final state]
+    return meta
 
 
 def _finish(w: Writer, dm) -> None:
@@ -282,6 +281,155 @@ def _resolve_op(name: str):
     return op
 
 
+# ---------------------------------------------------------------- META
+
+# Note [META schema]
+# A META chunk is a JSON object whose bytes the reader checked (CRC), but whose
+# values are whatever the file says: a crafted or damaged file may hold a list,
+# null, a string where a count belongs, or JSON nested thousands deep.  Every
+# key kdebug reads is checked here, once, when the trace is opened: its type
+# and its range.  A value that does not fit makes the whole file unreadable
+# (TraceFileError naming the META chunk's byte offset), so nothing after it --
+# show, diff, export, the HTML report -- ever meets an unexpected type.  Keys
+# kdebug does not know are dropped: to read a new key, add it here first.
+
+_COUNT_MAX = 2 ** 63
+_MAX_ENTRIES = 4096  # hash_specs / bypassed_graph_calls entries: far more than any run makes
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _show(v) -> str:
+    r = repr(v)
+    return f"{type(v).__name__} {r[:40] + '...' if len(r) > 40 else r}"
+
+
+def _count(v, key):
+    if type(v) is not int or not 0 <= v < _COUNT_MAX:
+        raise _Bad(f"META key {key!r} must be a count (an integer from 0 to 2**63-1), not {_show(v)}")
+    return v
+
+
+def _flag(v, key):
+    if type(v) is not bool:
+        raise _Bad(f"META key {key!r} must be true or false, not {_show(v)}")
+    return v
+
+
+def _text(v, key):
+    if not isinstance(v, str):
+        raise _Bad(f"META key {key!r} must be a string, not {_show(v)}")
+    return v
+
+
+def _texts(v, key):
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise _Bad(f"META key {key!r} must be a list of strings, not {_show(v)}")
+    return v
+
+
+def _seconds(v, key):
+    if type(v) not in (int, float) or not 0 <= v < 1e12:  # also refuses NaN and infinities
+        raise _Bad(f"META key {key!r} must be a time in seconds since 1970, not {_show(v)}")
+    return v
+
+
+def _object(v, key, size: int = _MAX_ENTRIES) -> dict:
+    if not isinstance(v, dict):
+        raise _Bad(f"META key {key!r} must be an object, not {_show(v)}")
+    if len(v) > size:
+        raise _Bad(f"META key {key!r} has {len(v)} entries, more than the {size} kdebug reads")
+    return v
+
+
+def _hash_specs(v, key):
+    out = {}
+    for k, spec in _object(v, key).items():
+        where = f"{key}.{k}"
+        if not (k.isascii() and k.isdigit() and 0 < int(k) < 65535):
+            raise _Bad(f"META key {where!r}: a hash spec id is an integer from 1 to 65534")
+        spec = _object(spec, where)
+        custom = _flag(spec.get("custom", False), where + ".custom")
+        single = _flag(spec.get("single", False), where + ".single")
+        names = spec.get("names")
+        if custom:  # a callable: its values are not saved, its names not read
+            out[k] = {"names": None, "single": single, "custom": True}
+            continue
+        if (not isinstance(names, list) or not 0 < len(names) <= 16
+                or not all(isinstance(n, str) and n in hashing.KINDS for n in names)):
+            raise _Bad(f"META key {where + '.names'!r} must list 1 to 16 of the hashes "
+                       f"{', '.join(hashing.KINDS)}, not {_show(names)}")
+        out[k] = {"names": names, "single": single, "custom": custom}
+    return out
+
+
+def _stats(v, key):
+    v = _object(v, key)
+    out = {}
+    for k, x in v.items():
+        check = _STATS.get(k)
+        if check is not None:
+            out[k] = check(x, f"{key}.{k}")
+    return out
+
+
+def _bypassed(v, key):
+    return {_text(k, key): _count(n, f"{key}.{k}") for k, n in _object(v, key).items()}
+
+
+_STATS = {"launches": _count, "dropped": _count, "errors": _count, "unrecorded": _count, "suppressed": _count,
+          "outputs_skipped": _count, "readonly_changed": _count, "hash_unsupported": _count,
+          "nested_unrecorded": _count,
+          "complete": _flag, "bypassed_graph_calls": _bypassed}
+
+def _final_state(v, key):
+    """Note [Final state]: {"ranges": [[device type, index, lo, hi], ...],
+    "tensors": n, "skipped": n}; the ranges' order and overlap are checked
+    where they are used (final_state.FinalState.from_meta)."""
+    v = _object(v, key)
+    ranges = v.get("ranges")
+    if not isinstance(ranges, list) or len(ranges) > _MAX_RANGES:
+        raise _Bad(f"META key {key + '.ranges'!r} must be a list of at most {_MAX_RANGES} byte ranges, "
+                   f"not {_show(ranges)}")
+    for r in ranges:
+        if not (isinstance(r, list) and len(r) == 4 and isinstance(r[0], str) and len(r[0]) <= 32
+                and type(r[1]) is int and -1 <= r[1] < 1 << 16
+                and all(type(x) is int and 0 <= x < 1 << 64 for x in r[2:]) and r[2] <= r[3]):
+            raise _Bad(f"META key {key + '.ranges'!r}: each range is [device type, index, lo, hi] "
+                       f"with lo <= hi, not {_show(r)}")
+    return {"ranges": ranges, "tensors": _count(v.get("tensors", 0), key + ".tensors"),
+            "skipped": _count(v.get("skipped", 0), key + ".skipped")}
+
+
+_MAX_RANGES = 1 << 22
+
+META_SCHEMA = {"kdebug": _text, "torch": _text, "python": _text, "argv": _texts, "pid": _count,
+               "time": _seconds, "hash_specs": _hash_specs, "stats": _stats, "custom_hashes_not_saved": _count,
+               "final_state": _final_state}
+
+
+def _refuse_constant(name: str):
+    raise _Bad(f"{name} is not a JSON number")
+
+
+def check_meta(text: str) -> dict:
+    """The keys kdebug reads from one META chunk's JSON text, each checked
+    (Note [META schema]); raises ValueError saying what is wrong."""
+    try:
+        d = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise _Bad("META is JSON nested too deeply") from None
+    except _Bad:
+        raise
+    except ValueError as e:
+        raise _Bad(f"META is not valid JSON ({e})") from None
+    if not isinstance(d, dict):
+        raise _Bad(f"META must be a JSON object, not {_show(d)}")
+    return {k: check(d[k], k) for k, check in META_SCHEMA.items() if k in d}
+
+
 class Run:
     """A recorded run read from a trace file: the parts of a DebugMode that
     reading needs (``operators``, ``logs``, ``kernels``, ``debug_string()``)."""
@@ -298,17 +446,17 @@ class Run:
             raise TraceFileError(path, off, msg) from None
         info = self._reader.info()
         self.info = info
-        self.meta: dict = {}
-        for m in info["meta"]:
+        self.meta: dict = {}  # Note [META schema]: only checked keys
+        for m, at in zip(info["meta"], info["meta_offsets"]):
             try:
-                self.meta.update(json.loads(m))
-            except ValueError:
-                pass  # a META chunk kdebug did not write: its bytes were checked, its JSON is not ours
+                self.meta.update(check_meta(m))
+            except _Bad as e:
+                raise TraceFileError(path, at, f"corrupt META chunk: {e}") from None
         self.types = self._reader.types()
         self._spec_map = {}
-        for k, v in (self.meta.get("hash_specs") or {}).items():
-            names = tuple(v.get("names") or ())
-            if names and not v.get("custom"):  # this process's id for the same names (made once)
+        for k, v in self.meta.get("hash_specs", {}).items():
+            names = tuple(v["names"] or ())
+            if names and not v["custom"]:  # this process's id for the same names (made once)
                 self._spec_map[int(k)] = hashing.parse(names[0] if v.get("single") else list(names))[0]
         global _names_set
         if not _names_set:  # kernel lines render dtypes by name (set once per process)

@@ -139,7 +139,7 @@ class BucketedBlock(nn.Module):
         return self.block(x)
 
 
-def hunt_main() -> None:
+def hunt_main():
     """What ``kdebug hunt`` runs when given no script: one compiled forward +
     backward step of BucketedBlock on the CPU (or CUDA with --device cuda)."""
     import argparse
@@ -157,3 +157,4 @@ def hunt_main() -> None:
     loss = compiled(feats, bucket).pow(2).mean()
     loss.backward()
     print(f"built-in workload: loss {loss.item():.6f}")
+    return model, loss.detach()  # its final tensors: the gradients (Note [Final state])

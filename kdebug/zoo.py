@@ -101,9 +101,10 @@ class Case:
             yield [stack.enter_context(perturb_kernel_output(p.kernel, p.arg, p.occurrence, value=noise(p.scale)))
                    for p in self.plants]
 
-    def run(self, device: str = "cpu") -> None:
+    def run(self, device: str = "cpu") -> "_Step":
         """Builds, compiles, warms up where needed, and runs the step once,
-        with the planted faults; raises if a planted fault did not hit."""
+        with the planted faults; raises if a planted fault did not hit.
+        Returns the step, which holds its final tensors (parameters, outputs)."""
         step = self.prepare(device)
         with self.faults() as states:
             step()
@@ -112,6 +113,7 @@ class Case:
             if st["hits"] != 1:
                 raise RuntimeError(f"zoo case {self.name}: the fault planted in {p.kernel} ({p.arg}) "
                                    f"hit {st['hits']} launches, not 1")
+        return step
 
 
 def _sync(device: str) -> None:
@@ -420,6 +422,55 @@ def _benign_workspace(device: str):
     return _Step([], step)
 
 
+_JITTER_OP = "kdebug_zoo::jitter_matmul"
+JITTER_ULPS: int | None = None  # tests fix the jitter (None: os.urandom, 1 to 8 ULP)
+
+
+def _jitter_matmul():
+    """``kdebug_zoo::jitter_matmul(x, w) -> x @ w`` whose element [0, 0] moves
+    by 1 to 8 ULP from call to call (os.urandom), as a GEMM that splits its
+    reduction differently per call would; Inductor calls it as an extern op."""
+    try:
+        return torch.ops.kdebug_zoo.jitter_matmul.default
+    except (AttributeError, RuntimeError):
+        pass
+
+    @torch.library.custom_op(_JITTER_OP, mutates_args=(), schema="(Tensor x, Tensor w) -> Tensor")
+    def jitter_matmul(x, w):
+        y = x @ w
+        ulps = JITTER_ULPS if JITTER_ULPS is not None else 1 + os.urandom(1)[0] % 8
+        v = y[0, 0]
+        for _ in range(ulps):
+            v = torch.nextafter(v, v + 1)
+        y[0, 0] = v
+        return y
+
+    @jitter_matmul.register_fake
+    def _(x, w):
+        return x.new_empty(x.shape[0], w.shape[1])
+
+    return torch.ops.kdebug_zoo.jitter_matmul.default
+
+
+def _extern_jitter(device: str):
+    torch.manual_seed(0)
+    op = _jitter_matmul()
+    x = torch.randn(64, 32, device=device)
+    w = torch.randn(32, 32, device=device) / 4
+    head = nn.Linear(32, 8).to(device)
+
+    def f(x, w):
+        return head(F.gelu(op(x, w))).pow(2).mean()
+
+    compiled = torch.compile(f)
+
+    def step():
+        with torch.no_grad():
+            return compiled(x, w)
+
+    return _Step([], step)
+
+
 def _unseeded_input(device: str):
     torch.manual_seed(0)
     model = _MLP(64).to(device)
@@ -585,6 +636,14 @@ CASES: dict[str, Case] = {c.name: c for c in (
         the workspace.  The op's outputs differ in every run, but no later input
         and no final tensor does: the runs match, with a note naming the op.""",
           (), benign=("workspace_matmul",)),
+    _case("extern_jitter", ("cpu", "cuda"), """
+        A compiled inference step whose matmul is an extern op,
+        kdebug_zoo::jitter_matmul, that moves one element of its product by a
+        few ULP from call to call (as a GEMM that splits its reduction per
+        call would); GELU, a linear head and a mean follow as Inductor
+        kernels.  The root is the aten op itself (its inputs identical, its
+        output different), and replaying its output proves it.""",
+          ("jitter_matmul",)),
     _case("two_roots", ("cpu",), """
         Two planted faults with no data in common, in one compiled step split in
         two graphs by a graph break.  The first kernel launched (cos * 3 + 1 on
@@ -619,6 +678,9 @@ CASES: dict[str, Case] = {c.name: c for c in (
 )}
 
 
+KEPT = None  # the last case run by main(), with its final tensors
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m kdebug.zoo CASE [--device cpu|cuda]``: runs one case once."""
     p = argparse.ArgumentParser(prog="python -m kdebug.zoo",
@@ -638,7 +700,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zoo: case {case.name} runs on {', '.join(case.devices)}; not available on {a.device} here",
               file=sys.stderr)
         return 2
-    case.run(a.device)
+    global KEPT
+    KEPT = case.run(a.device)  # the step's final tensors stay held: Note [Final state]
     print(f"zoo: ran {case.name} on {a.device}")
     return 0
 

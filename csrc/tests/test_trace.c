@@ -406,12 +406,53 @@ static void test_foreign(void)
     kd_tr_free(&r);
 }
 
+/* One flipped bit in any chunk's length field (but the END chunk's own) of a finished trace is corruption, never
+ * a recording cut short: the file still ends with its END chunk (Note [Cut or corrupt]). */
+static void test_length_flips(void)
+{
+    kd_strtab *g = kd_strtab_new(1024);
+    kd_buf f = make_trace(g, 20, 5, 1);
+    int chunks = 0, flips = 0;
+    size_t pos = KD_TRACE_HEADER_BYTES;
+    while (pos + KD_CHUNK_HEADER_BYTES <= f.len) {
+        uint32_t len = (uint32_t)(f.p[pos + 8] | f.p[pos + 9] << 8 | f.p[pos + 10] << 16 | (uint32_t)f.p[pos + 11] << 24);
+        uint32_t type = f.p[pos + 4];
+        if (type != KD_CHUNK_END) {
+            chunks++;
+            for (int bit = 0; bit < 32; bit++) {
+                uint8_t *copy = malloc(f.len);
+                memcpy(copy, f.p, f.len);
+                copy[pos + 8 + bit / 8] ^= (uint8_t)(1u << (bit % 8));
+                kd_tr r;
+                int rc = kd_tr_open(&r, copy, f.len);
+                CHECK(rc == -1 && strstr(r.err, "corrupt") != NULL);
+                flips++;
+                kd_tr_free(&r);
+                free(copy);
+            }
+        }
+        pos += KD_CHUNK_HEADER_BYTES + len;
+    }
+    CHECK(pos == f.len && chunks >= 5 && flips == chunks * 32);
+    /* an END chunk whose length is not that of one varint */
+    uint8_t *copy = malloc(f.len);
+    memcpy(copy, f.p, f.len);
+    copy[f.len - 1 - KD_CHUNK_HEADER_BYTES + 8] = 0; /* END's length: 1 -> 0 */
+    kd_tr r;
+    CHECK(kd_tr_open(&r, copy, f.len) == -1 && strstr(r.err, "END") != NULL);
+    kd_tr_free(&r);
+    free(copy);
+    free(f.p);
+    kd_strtab_free(g);
+}
+
 int main(void)
 {
     test_crc();
     test_roundtrip();
     test_table();
     test_truncation();
+    test_length_flips();
     test_fuzz();
     test_foreign();
     printf("test_trace: %d checks, %d failures\n", checks, failures);

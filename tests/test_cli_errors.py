@@ -1,0 +1,98 @@
+"""The CLI on bad input (issue 16, part 4): one-line errors with exit status 2
+before any work, the recorded script's own exit message kept, hunt's options
+after the script, hunt's temp directory removed, --help without torch."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import kdebug
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kdebug.__file__)))
+
+
+def _cli(*args: str, cwd=None, env=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "kdebug", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=600)
+
+
+def _script(tmp_path, body: str, name="prog.py"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(body))
+    return str(p)
+
+
+def test_record_into_a_missing_directory_fails_before_running(tmp_path):
+    ran = tmp_path / "ran"
+    prog = _script(tmp_path, f"open({str(ran)!r}, 'w').write('yes')\n")
+    p = _cli("record", "-o", str(tmp_path / "missing" / "r.kdt"), "--", "python", prog)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().count("\n") == 0 and "does not exist" in p.stderr
+    assert not ran.exists()
+    link = tmp_path / "link.kdt"
+    link.symlink_to(tmp_path / "elsewhere.kdt")
+    p = _cli("record", "-o", str(link), "--", "python", prog)
+    assert p.returncode == 2 and "symbolic link" in p.stderr and not ran.exists()
+    assert not (tmp_path / "elsewhere.kdt").exists()
+
+
+def test_sys_exit_message_of_a_recorded_script_is_printed(tmp_path):
+    prog = _script(tmp_path, "import sys\nsys.exit('the data set is missing')\n")
+    p = _cli("record", "-o", str(tmp_path / "r.kdt"), "--", "python", prog)
+    direct = subprocess.run([sys.executable, prog], capture_output=True, text=True)
+    assert p.returncode == direct.returncode == 1
+    assert "the data set is missing" in p.stderr and "the data set is missing" in direct.stderr
+    prog = _script(tmp_path, "import sys\nsys.exit(3)\n", "three.py")
+    assert _cli("record", "-o", str(tmp_path / "r3.kdt"), "--", prog).returncode == 3
+
+
+_ARGV_PROG = """
+    import json, sys, torch
+    open(sys.argv[0] + ".argv", "a").write(json.dumps(sys.argv[1:]) + "\\n")
+    (torch.arange(8.0) * 2).sum()
+"""
+
+
+def test_hunt_options_after_the_script_belong_to_it_with_a_warning(tmp_path):
+    prog = _script(tmp_path, _ARGV_PROG)
+    p = _cli("hunt", "--runs", "2", prog, "--html", "x.html", cwd=tmp_path, env={"TMPDIR": str(tmp_path)})
+    assert p.returncode == 0, p.stderr
+    assert "WARNING: '--html' comes after the script, so it is passed to" in p.stderr
+    assert (tmp_path / "prog.py.argv").read_text().splitlines() == ['["--html", "x.html"]'] * 2
+    assert not (tmp_path / "x.html").exists()
+    # after --, meant for the script: no warning
+    p = _cli("hunt", "--", prog, "--html", "y.html", cwd=tmp_path, env={"TMPDIR": str(tmp_path)})
+    assert p.returncode == 0 and "WARNING" not in p.stderr
+
+
+def _hunt_dirs(d) -> list[str]:
+    return [f.name for f in d.iterdir() if f.name.startswith("kdebug-hunt-")]  # (Inductor puts its cache here too)
+
+
+def test_hunt_removes_its_temp_directory_unless_kept(tmp_path):
+    prog = _script(tmp_path, _ARGV_PROG)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = _cli("hunt", prog, env={"TMPDIR": str(tmp)})
+    assert p.returncode == 0, p.stderr
+    assert _hunt_dirs(tmp) == [] and "traces removed; kdebug hunt --keep DIR keeps them" in p.stdout
+    keep = tmp_path / "kept"
+    p = _cli("hunt", "--keep", str(keep), prog, env={"TMPDIR": str(tmp)})
+    assert p.returncode == 0 and f"traces in {keep}" in p.stdout
+    assert sorted(f.name for f in keep.iterdir() if f.suffix == ".kdt") == ["run0.kdt", "run1.kdt"]
+    assert _hunt_dirs(tmp) == []
+    p = _cli("hunt", "--html", str(tmp_path / "nowhere" / "r.html"), prog, env={"TMPDIR": str(tmp)})
+    assert p.returncode == 2 and "does not exist" in p.stderr and "recording" not in p.stderr
+
+
+def test_help_and_argument_errors_do_not_import_torch():
+    code = ("import sys\nfrom kdebug.cli import main\n"
+            "for argv in (['--help'], ['hunt', '--help'], ['show'], ['nope']):\n"
+            "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code in (0, 2), e.code\n"
+            "print('torch' in sys.modules)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT},
+                       cwd=ROOT, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == "False", p.stdout + p.stderr

@@ -1,0 +1,266 @@
+"""Hostile files and paths (issue 16, part 4): planted symlinks, CRC-valid but
+malformed META, a flipped chunk length, and payloads in every META field
+opened in Chromium.  Real Inductor C++ kernels."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import kdebug
+from kdebug import DebugMode, TraceFileError, report
+from kdebug._files import LinkRefused
+from kdebug.cli import main as cli
+from kdebug.export import export_perfetto, perfetto_events
+
+from test_report import _open, browser  # noqa: F401  (the Chromium fixture)
+from tracebytes import chunks, hostile_meta, with_meta
+
+
+@pytest.fixture(scope="module")
+def trace_bytes():
+    f = torch.compile(lambda x: torch.sin(x) * 2 + 1)
+    x = torch.randn(16, 8)
+    f(x)
+    with DebugMode() as dm, DebugMode.log_tensor_hashes(["bitwise", "norm"], hash_inputs=True):
+        f(x)
+        (x + 1).sum()
+    return kdebug.trace.save(dm, None)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(kdebug.__file__)))}
+    return subprocess.run([sys.executable, "-m", "kdebug", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+# ---------------------------------------------------------------- symlinks
+
+
+def test_a_symlinked_trace_path_is_refused_and_its_target_kept(trace_bytes, tmp_path):
+    """Writing a trace through a link would truncate the file it points to in
+    place: a Run mapping it (in this process) would die of SIGBUS.  Refused."""
+    target = tmp_path / "old.kdt"
+    target.write_bytes(trace_bytes)
+    run = kdebug.load(target)
+    link = tmp_path / "run.kdt"
+    link.symlink_to(target)
+    with DebugMode() as dm:
+        torch.ones(3).sum()
+    with pytest.raises(LinkRefused, match="symbolic link .*does not write through links"):
+        dm.save(link)
+    # streamed: in another process (a failed __enter__ leaves the mode pushed there: issue 16 part 2)
+    code = ("import sys, kdebug\nfrom kdebug._files import LinkRefused\ntry:\n"
+            "    with kdebug.DebugMode(trace=sys.argv[1]):\n        pass\nexcept LinkRefused as e:\n    print(e)\n")
+    p = subprocess.run([sys.executable, "-c", code, str(link)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(kdebug.__file__))})
+    assert p.returncode == 0 and "is a symbolic link" in p.stdout, p.stderr
+    assert target.read_bytes() == trace_bytes and link.is_symlink()
+    assert "cpp_fused" in run.debug_string()
+
+
+def test_reports_and_exports_never_write_through_planted_links(trace_bytes, tmp_path, capsys):
+    trace = tmp_path / "run.kdt"
+    trace.write_bytes(trace_bytes)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    for name in ("r.html", "p.json"):  # the temp names the old writers used, planted
+        (tmp_path / f"{name}.tmp{os.getpid()}").symlink_to(victim)
+    report.write_html(str(tmp_path / "r.html"), [str(trace)])
+    export_perfetto(str(trace), str(tmp_path / "p.json"))
+    assert victim.read_text() == "precious"
+    assert not (tmp_path / "r.html").is_symlink() and "kd-meta" in (tmp_path / "r.html").read_text()
+    assert json.loads((tmp_path / "p.json").read_text())["traceEvents"]
+    # the outputs themselves planted as links: refused, nothing written
+    for name in ("r2.html", "p2.json"):
+        (tmp_path / name).symlink_to(victim)
+    assert cli(["report", str(trace), "-o", str(tmp_path / "r2.html")]) == 2
+    assert cli(["export", "--perfetto", str(trace), "-o", str(tmp_path / "p2.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("is a symbolic link") == 2 and "Traceback" not in err
+    assert victim.read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp file left
+
+
+# ---------------------------------------------------------------- malformed META
+
+
+BAD_META = {
+    "a list": "[1, 2]",
+    "null": "null",
+    "a string": '"hello"',
+    "stats a list": '{"stats": [1]}',
+    "stats null": '{"stats": null}',
+    "dropped a string": '{"stats": {"dropped": "<b>x</b>"}}',
+    "dropped negative": '{"stats": {"dropped": -3}}',
+    "dropped a bool": '{"stats": {"dropped": true}}',
+    "complete a number": '{"stats": {"complete": 1}}',
+    "bypassed a list": '{"stats": {"bypassed_graph_calls": ["cudagraphs"]}}',
+    "hash_specs a list": '{"hash_specs": [1]}',
+    "hash_specs entry null": '{"hash_specs": {"1": null}}',
+    "hash names unknown": '{"hash_specs": {"2": {"names": ["evil"], "single": true, "custom": false}}}',
+    "hash spec id": '{"hash_specs": {"x": {"names": ["bitwise"]}}}',
+    "argv a string": '{"argv": "python x.py"}',
+    "time NaN": '{"time": NaN}',
+    "time a string": '{"time": "now"}',
+    "custom count a dict": '{"custom_hashes_not_saved": {}}',
+    "deep nesting": '{"argv": ' + "[" * 100000 + "]" * 100000 + "}",
+    "not JSON": "{'stats': 1}",
+}
+
+
+@pytest.mark.parametrize("what", list(BAD_META))
+def test_malformed_meta_is_a_trace_file_error_naming_its_offset(trace_bytes, tmp_path, what):
+    data = with_meta(trace_bytes, BAD_META[what])
+    meta_at = [off + 16 for off, typ, _ in chunks(data) if typ == 3][-1]
+    path = tmp_path / "bad.kdt"
+    path.write_bytes(data)
+    with pytest.raises(TraceFileError, match=rf"byte {meta_at}: corrupt META chunk") as e:
+        kdebug.load(path)
+    assert e.value.offset == meta_at
+
+
+def test_malformed_meta_exits_2_in_every_command(trace_bytes, tmp_path):
+    good, bad = tmp_path / "good.kdt", tmp_path / "bad.kdt"
+    good.write_bytes(trace_bytes)
+    bad.write_bytes(with_meta(trace_bytes, BAD_META["deep nesting"]))
+    out = tmp_path / "o"
+    for args in (["show", str(bad)], ["diff", str(good), str(bad)], ["export", "--perfetto", str(bad), "-o", str(out)],
+                 ["report", str(good), str(bad), "-o", str(out)]):
+        p = _cli(*args)
+        assert p.returncode == 2 and "corrupt META chunk" in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+    assert not out.exists()
+
+
+def test_one_flipped_chunk_length_is_corruption_not_a_dead_process(trace_bytes, tmp_path):
+    """A finished trace (it ends with its END chunk) whose first RECORDS chunk
+    claims to run past the end: corrupt, exit 2, not 'the process died'."""
+    data = bytearray(trace_bytes)
+    rec = next(off for off, typ, _ in chunks(data) if typ == 2)
+    data[rec + 10] ^= 0x40
+    path = tmp_path / "flip.kdt"
+    path.write_bytes(data)
+    with pytest.raises(TraceFileError, match=rf"byte {rec + 8}: corrupt: this chunk's length runs past the end"):
+        kdebug.load(path)
+    p = _cli("show", str(path))
+    assert p.returncode == 2 and "corrupt" in p.stderr and "died" not in p.stderr + p.stdout
+
+
+# ---------------------------------------------------------------- fuzzing META and the report
+
+
+def _read_everything(data: bytes, good, tmp_path) -> str:
+    """Everything kdebug does with a trace; 'error' when it is refused with a
+    TraceFileError (any other exception fails the test)."""
+    try:
+        run = kdebug.trace.Run(data, "fuzzed.kdt")
+    except TraceFileError as e:
+        assert 0 <= e.offset <= len(data)
+        return "error"
+    run.problems()
+    run.debug_string()
+    kdebug.compare(good, run)
+    perfetto_events(run)
+    meta, blob = report.build([good, run])
+    page = report.render(meta, blob)
+    assert "<script>alert" not in page and "onerror=alert" not in page.split('id="kd-meta"')[0]
+    return "read"
+
+
+def test_fuzzed_meta_is_read_or_refused_never_a_traceback(trace_bytes, tmp_path):
+    """Structure-aware: CRC-valid META chunks with hostile JSON values.  Each
+    mutant is refused with a TraceFileError or read through show, diff,
+    export and the report page.  (tools/fuzz_traces.py runs the long campaign.)"""
+    good = kdebug.trace.Run(trace_bytes)
+    base = dict(good.meta)
+    rng = random.Random(16)
+    seen = {"error": 0, "read": 0}
+    for _ in range(300):
+        seen[_read_everything(with_meta(trace_bytes, hostile_meta(rng, base)), good, tmp_path)] += 1
+    assert seen["error"] > 100 and seen["read"] > 10, seen
+
+
+# ---------------------------------------------------------------- payloads in Chromium
+
+PAYLOAD = '<img src=x onerror="window.__kdxss=(window.__kdxss||0)+1"><script>window.__kdxss=99</script>"\'&'
+
+
+def _payload_metas() -> dict[str, dict]:
+    """Every META field kdebug reads, and an unknown one, holding the payload
+    (as the value, or inside it where the value is a container)."""
+    p = PAYLOAD
+    out = {k: {k: p} for k in ("kdebug", "torch", "python", "argv", "pid", "time", "hash_specs", "stats",
+                               "custom_hashes_not_saved", "unknown")}
+    out["argv[]"] = {"argv": ["python", p]}
+    out["hash_specs names"] = {"hash_specs": {"2": {"names": [p], "single": True, "custom": False}}}
+    out["hash_specs id"] = {"hash_specs": {p: {"names": ["bitwise"], "single": True, "custom": False}}}
+    for k in ("launches", "dropped", "errors", "unrecorded", "suppressed", "outputs_skipped", "readonly_changed",
+              "hash_unsupported", "complete", "bypassed_graph_calls", p):
+        out[f"stats.{k}"] = {"stats": {k: p}}
+    out["stats.bypassed_graph_calls key"] = {"stats": {"bypassed_graph_calls": {p: 2}, "complete": False}}
+    return out
+
+
+def test_every_meta_field_with_a_payload_in_chromium(trace_bytes, browser, tmp_path):  # noqa: F811
+    """Each field's trace is either refused (TraceFileError) or drawn in the
+    report -- all of those in one page -- with the payload shown as text and
+    no script run."""
+    shown, refused = [], []
+    for what, meta in _payload_metas().items():
+        path = tmp_path / f"{len(shown) + len(refused)}.kdt"
+        path.write_bytes(with_meta(trace_bytes, meta))
+        try:
+            kdebug.load(path, quiet=True)
+        except TraceFileError as e:
+            assert "corrupt META chunk" in str(e)
+            refused.append(what)
+            continue
+        shown.append(str(path))
+    out = tmp_path / "xss.html"
+    report.write_html(str(out), shown, title=PAYLOAD)
+    page, problems, requests = _open(browser, out)
+    page.hover("#timeline")
+    page.click("#zoom-root")
+    page.locator(".trow").first.click()
+    assert page.evaluate("window.__kdxss") is None
+    assert page.locator("#summary img, #summary script, #detail img, #structure img").count() == 0
+    assert PAYLOAD in page.inner_text("#summary")  # argv / the bypass reason: drawn as text
+    assert page.title() == PAYLOAD
+    assert not [u for u in requests if u.endswith("/x")], requests
+    assert problems == [], problems
+    # every field whose value is a count, flag, time or hash name was refused, every text field shown
+    assert {"stats.dropped", "stats.launches", "pid", "time", "hash_specs names", "stats"} <= set(refused)
+    assert {"argv[]", "torch", "kdebug", "unknown", "stats.bypassed_graph_calls key"} & set(refused) == set()
+    page.close()
+
+
+def test_the_page_escapes_every_value_it_inserts(trace_bytes, browser, tmp_path):  # noqa: F811
+    """Defence in depth, past the META schema: every string and number the
+    report's data carries replaced by the payload in the page's JSON; the page
+    still runs no script."""
+    path = tmp_path / "a.kdt"
+    path.write_bytes(trace_bytes)
+    meta, blob = report.build([str(path), str(path)])
+
+    for r in meta["runs"]:
+        for k in ("label", "path", "torch", "time", "dropped", "kernels", "ops"):
+            r[k] = PAYLOAD
+        r["argv"], r["problems"], r["complete"] = [PAYLOAD], [PAYLOAD], False
+    for c in meta["comparisons"]:
+        for k in ("verdict", "text", "segments_total", "config_total", "shape_total"):
+            c[k] = PAYLOAD
+    meta["workload"] = meta["generated"] = meta["kdebug"] = PAYLOAD
+    meta["hunt"] = {"what": PAYLOAD, "fixes": {PAYLOAD: True}}
+    meta["strings"] = [s if not s else s + PAYLOAD for s in meta["strings"]]
+    out = tmp_path / "poisoned.html"
+    out.write_text(report.render(meta, blob))
+    page, problems, _ = _open(browser, out)
+    page.locator(".trow").first.click()
+    assert page.evaluate("window.__kdxss") is None
+    assert PAYLOAD in page.inner_text("#summary")
+    page.close()

@@ -1,0 +1,233 @@
+"""Launch records stay right when threads meet inside the launch path: a
+hash_fn that lets another thread run while a launch is half recorded, a
+kernel launched from inside a hash_fn, a ring lapped during a hash
+(Note [Per-thread launch context] in csrc/kd_recorder.c)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+import kdebug
+from kdebug import DebugMode
+from kdebug.testing import launch_while_hashing
+
+
+def _pointwise(x):
+    return torch.sin(x) * 2 + 1
+
+
+# one kernel per shape (dynamic=False): the threads launch different kernels
+SHAPES = [(8, 3), (5, 7), (4, 2, 6), (33,)]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    fn = torch.compile(_pointwise, dynamic=False)
+    ins = [torch.randn(s) for s in SHAPES]
+    for x in ins:
+        fn(x)
+    with DebugMode(kernels_only=True) as dm:
+        fn(ins[0])
+    assert len(dm.kernels) == 1  # one C++ kernel per call: records map to calls
+    return fn, ins
+
+
+def _check(kernel, x) -> list[str]:
+    """What is wrong with the record of `kernel` if it ran on input x (its
+    read argument is x itself, its written one has x's shape)."""
+    info = kernel.tensor_info
+    read = [i for i in info.values() if i.reads and not i.writes]
+    written = [i for i in info.values() if i.writes]
+    bad = []
+    if len(read) != 1 or len(written) != 1:
+        bad.append(f"{kernel.launch_index}: arguments {kernel.arg_names} ({kernel.roles})")
+        return bad
+    if read[0].data_ptr != x.data_ptr() or read[0].shape != x.shape or read[0].stride != x.stride():
+        bad.append(f"{kernel.launch_index}: read {tuple(read[0].shape)}@{read[0].data_ptr:#x}, "
+                   f"expected {tuple(x.shape)}@{x.data_ptr():#x}")
+    if written[0].shape != x.shape:
+        bad.append(f"{kernel.launch_index}: wrote {tuple(written[0].shape)}, expected {tuple(x.shape)}")
+    return bad
+
+
+def _sum(t):
+    return float(t.double().sum())
+
+
+def test_another_threads_launch_inside_a_hash_leaves_both_records_right(compiled):
+    # The main thread's launch is half described (its input hashed, its output
+    # not yet) when another thread records a whole launch of another kernel.
+    fn, ins = compiled
+    a, b = ins[0], ins[2]
+    other_ident = []
+
+    def other():
+        other_ident.append(threading.get_ident())
+        fn(b)
+
+    with launch_while_hashing(_sum, other, times=1) as (hash_fn, state):
+        with DebugMode(kernels_only=True, record_all_threads=True) as dm, \
+                DebugMode.log_tensor_hashes(hash_fn, hash_inputs=True):
+            fn(a)
+    assert state["planted"] == 1
+    ks = dm.kernels
+    assert len(ks) == 2
+    by_thread = {k.thread_id: k for k in ks}
+    assert set(by_thread) == {threading.get_ident(), other_ident[0]}
+    bad = _check(by_thread[threading.get_ident()], a) + _check(by_thread[other_ident[0]], b)
+    assert bad == []
+    for k, x in ((by_thread[threading.get_ident()], a), (by_thread[other_ident[0]], b)):
+        (name,) = k.read
+        assert k.pre_hashes[name] == _sum(x)  # the hash of this launch's own input
+    s = dm.kernel_stats
+    assert s["errors"] == 0 and s["dropped"] == 0 and dm.complete
+
+
+def test_several_interleavings_at_pre_and_post_hashes(compiled):
+    # times=4: the partner launches inside the main thread's pre- and
+    # post-launch hashes of two launches, each of another kernel.
+    fn, ins = compiled
+    a = ins[3]
+    partner_inputs = [ins[1], ins[2], ins[0], ins[1]]
+    seen = []
+
+    def other():
+        x = partner_inputs[len(seen)]
+        seen.append((threading.get_ident(), x))
+        fn(x)
+
+    with launch_while_hashing(_sum, other, times=4) as (hash_fn, state):
+        with DebugMode(kernels_only=True, record_all_threads=True) as dm, \
+                DebugMode.log_tensor_hashes(hash_fn, hash_inputs=True):
+            fn(a)
+            fn(a)
+    assert state["planted"] == 4
+    ks = dm.kernels
+    assert len(ks) == 6
+    main = [k for k in ks if k.thread_id == threading.get_ident()]
+    partner = [k for k in ks if k.thread_id != threading.get_ident()]
+    assert len(main) == 2 and len(partner) == 4
+    bad = [b for k in main for b in _check(k, a)]
+    # the partner's launches in the order it made them
+    partner.sort(key=lambda k: k.launch_index)
+    bad += [b for k, (_, x) in zip(partner, seen) for b in _check(k, x)]
+    assert bad == []
+    for k in main:
+        (r,) = k.read
+        (w,) = k.written
+        assert k.pre_hashes[r] == _sum(a)
+        assert k.post_hashes[w] == _sum(fn(a))  # the compiled kernel's own output
+    assert dm.kernel_stats["errors"] == 0 and dm.complete
+
+
+def _inner(x):
+    return torch.cos(x) - 3
+
+
+@pytest.fixture(scope="module")
+def inner_kernel():
+    """The Inductor C++ kernel of _inner (its only compile: shape (33,)),
+    callable directly: a kernel launch with no Dynamo around it, as a hash_fn
+    may make one (compiled functions refuse to run inside a hash_fn)."""
+    x = torch.randn(33)
+    torch.compile(_inner, dynamic=False)(x)
+    found = [obj for scope in kdebug.testing._scopes() for obj in scope.values()
+             if isinstance(obj, kdebug._C.CppKernel) and "cos" in obj.info.name and "sub" in obj.info.name]
+    assert len(found) == 1, [k.info.name for k in found]
+    assert list(found[0].info.arg_names) == ["in_ptr0", "out_ptr0"]
+    return found[0], x
+
+
+def test_a_kernel_launched_inside_a_hash_fn_is_counted_not_recorded(compiled, inner_kernel):
+    # Like aten ops inside a hash_fn, its kernels are the hash's own work: they
+    # are left out (counted as suppressed) and the launch around them is intact.
+    fn, ins = compiled
+    a = ins[0]
+    kernel, x = inner_kernel
+    outs = []
+
+    def launching_hash(t):
+        out = torch.empty_like(x)
+        kernel(x, out)  # an Inductor C++ kernel, launched inside kdebug's hasher
+        outs.append(out)
+        return _sum(t)
+
+    with DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes(launching_hash, hash_inputs=True):
+        fn(a)
+    assert len(outs) == 2  # the launch's pre and post hash; the inner launches call none
+    assert all(torch.equal(o, _inner(x)) or torch.allclose(o, _inner(x)) for o in outs)  # they ran
+    ks = dm.kernels
+    assert len(ks) == 1
+    assert _check(ks[0], a) == []
+    s = dm.kernel_stats
+    assert s["suppressed"] == 2 and s["errors"] == 0 and s["unrecorded"] == 0
+
+
+def test_a_ring_lapped_during_a_hash_loses_only_the_lapped_launch(compiled):
+    # 16 slots hold 5 of these launches (3 slots each).  While the main thread
+    # hashes its output, the partner launches 6 times: the main launch's slots
+    # are written over.  It is counted as dropped; the partner's are intact.
+    fn, ins = compiled
+    a, b = ins[0], ins[1]
+
+    def other():
+        for _ in range(6):
+            fn(b)
+
+    with pytest.warns(kdebug.KdebugWarning, match="dropped"):
+        with launch_while_hashing(_sum, other, times=1) as (hash_fn, state):
+            with DebugMode(kernels_only=True, record_all_threads=True, ring_capacity=16) as dm, \
+                    DebugMode.log_tensor_hashes(hash_fn):  # post hashes only: the first is the main thread's
+                fn(a)
+            kept = dm.kernels
+            s = dm.kernel_stats
+    assert state["planted"] == 1
+    assert len(kept) + s["dropped"] == 7  # exact accounting
+    assert all(k.thread_id != threading.get_ident() for k in kept)  # the lapped one is gone
+    bad = [x for k in kept for x in _check(k, b)]
+    assert bad == []
+    for k in kept:
+        (w,) = k.written
+        assert k.post_hashes[w] == _sum(fn(b))
+
+
+@pytest.mark.race
+def test_threads_under_a_gil_releasing_hash_fn(compiled):
+    # The scenario of the bug report, left to the scheduler (the planted tests
+    # above make the same interleavings certain): several threads launch
+    # kernels of different shapes under record_all_threads while the hash_fn
+    # releases the GIL.  It can only miss a bug, never fail a correct build.
+    fn, ins = compiled
+    n_threads, iters = 4, 25
+    idents, errors = {}, []
+    barrier = threading.Barrier(n_threads)
+
+    def releasing(t):
+        time.sleep(0)  # releases the GIL
+        return _sum(t)
+
+    def work(i):
+        try:
+            idents[threading.get_ident()] = ins[i]
+            barrier.wait()
+            for _ in range(iters):
+                fn(ins[i])
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    with DebugMode(kernels_only=True, record_all_threads=True) as dm, \
+            DebugMode.log_tensor_hashes(releasing, hash_inputs=True):
+        th = [threading.Thread(target=work, args=(i,)) for i in range(n_threads)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+    assert not errors, errors
+    ks = dm.kernels
+    assert len(ks) == n_threads * iters
+    bad = [b for k in ks for b in _check(k, idents[k.thread_id])]
+    assert bad == [], f"{len(bad)} corrupt of {len(ks)}: {bad[:5]}"
+    assert dm.kernel_stats["errors"] == 0 and dm.complete

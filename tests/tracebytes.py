@@ -1,0 +1,69 @@
+"""Building hostile trace files for the tests: chunks with valid checksums
+around JSON that is not what kdebug writes (docs/trace-format.md)."""
+from __future__ import annotations
+
+import copy
+import json
+import random
+import struct
+import zlib
+
+HEADER = 32
+META, END = 3, 4
+
+
+def chunks(data: bytes) -> list[tuple[int, int, int]]:
+    """(offset, type, body length) of each whole chunk of a trace."""
+    out, pos = [], HEADER
+    while pos + 16 <= len(data):
+        magic, typ, n, _ = struct.unpack_from("<4sIII", data, pos)
+        assert magic == b"KDCK"
+        out.append((pos, typ, n))
+        pos += 16 + n
+    return out
+
+
+def chunk(typ: int, body: bytes) -> bytes:
+    return struct.pack("<4sIII", b"KDCK", typ, len(body), zlib.crc32(body)) + body
+
+
+def with_meta(data: bytes, meta) -> bytes:
+    """The trace with one more META chunk (a dict as JSON, or raw text) just
+    before its END chunk: its keys override every earlier META's."""
+    body = (meta if isinstance(meta, str) else json.dumps(meta)).encode("utf-8", "surrogatepass")
+    end = chunks(data)[-1]
+    assert end[1] == END
+    return data[:end[0]] + chunk(META, body) + data[end[0]:]
+
+
+# values a hostile META could hold in place of any of kdebug's
+HOSTILE_VALUES = [None, [], {}, [1, 2], "x", "", -1, 2 ** 64, 1.5, float("inf"), True, {"a": None},
+                  "<img src=x onerror=alert(1)>", [None], {"1": []}]
+
+
+def _value(rng: random.Random):
+    return copy.deepcopy(rng.choice(HOSTILE_VALUES))  # a fresh one: never a container already placed
+
+
+def hostile_meta(rng: random.Random, base: dict) -> str:
+    """A structure-aware META mutation: one or more of the keys kdebug reads
+    (or a nested one) replaced by a hostile value, or a hostile document."""
+    k = rng.randrange(10)
+    if k == 0:  # not an object at all
+        return rng.choice(["null", "[]", "[1]", '"meta"', "1", "true", "[" * 100000 + "]" * 100000,
+                           '{"a":' * 50000 + "1" + "}" * 50000, "NaN", '{"time": Infinity}', "{", "\udcff"])
+    d = json.loads(json.dumps(base))
+    for _ in range(rng.randint(1, 3)):
+        key = rng.choice(list(d) + ["stats", "hash_specs", "argv", "custom_hashes_not_saved", "unknown"])
+        v = d.get(key)
+        if isinstance(v, dict) and v and rng.randrange(2):
+            sub = rng.choice(list(v))
+            if isinstance(v[sub], dict) and v[sub] and rng.randrange(2):
+                v[sub][rng.choice(list(v[sub]))] = _value(rng)
+            else:
+                v[rng.choice([sub, "<b>" + sub, "0", "99999"])] = _value(rng)
+        elif isinstance(v, list) and v and rng.randrange(2):
+            v[rng.randrange(len(v))] = _value(rng)
+        else:
+            d[key] = _value(rng)
+    return json.dumps(d)
