@@ -17,6 +17,7 @@ from kdebug import DebugMode
     (dict(record_all_threads="False"), TypeError, r"record_all_threads must be True or False"),
     (dict(batch_gpu_work=None), TypeError, r"batch_gpu_work must be True or False"),
     (dict(record_triton_kernels="no"), TypeError, r"record_triton_kernels must be True or False"),
+    (dict(record_final_state="False"), TypeError, r"record_final_state must be True or False"),
     (dict(record_output="False"), TypeError, r"record_output must be True or False"),  # upstream's flag
     (dict(store_original_args=2), TypeError, r"store_original_args must be True or False"),
     (dict(overflow="ring"), ValueError, r"overflow must be one of 'overwrite', 'drop_new'"),
