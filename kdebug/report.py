@@ -48,7 +48,7 @@ from . import __version__, _upstream
 from .calls import _dtype_of
 from .compare import Report, _fmt_hash, _Side, compare, format_report
 
-REC_BYTES, ARG_BYTES = 80, 96  # kd_tab_rec / kd_tab_arg (static_assert in kd_trace.h)
+REC_BYTES, ARG_BYTES = 80, 112  # kd_tab_rec / kd_tab_arg (static_assert in kd_trace.h)
 
 DIFF, ROOT, WRITER, UNALIGNED, CONFIG, SHAPE, HASHED = 1, 2, 4, 8, 16, 32, 64
 
@@ -133,7 +133,8 @@ class _Table:
         size = _ITEMSIZE[a8[:, 2].long()]
         nbytes = torch.where(tensor, a64[:, 2].clamp(min=0) * size, torch.zeros_like(size))
         hashed_post = (a8[:, 5] & 2) != 0
-        post = torch.stack([a64[:, 4], a64[:, 6], a64[:, 11], a32[:, 15], a32[:, 17], a32[:, 19]], 1)
+        # bitwise, l1, xor64 or the stats' sum, nan, +inf, -inf, the stats' absmax (post)
+        post = torch.stack([a64[:, 4], a64[:, 6], a64[:, 11], a32[:, 15], a32[:, 17], a32[:, 19], a64[:, 13]], 1)
         return written, nbytes, hashed_post, post
 
 
