@@ -199,3 +199,23 @@ def test_text_report_shows_the_planted_amount(chain):
     assert m, text
     assert abs(float(m.group(1)) - 0.25) <= 1e-6, text
     assert "absmax" in text
+
+
+def test_html_report_shows_the_magnitude(chain, tmp_path):
+    import json
+
+    from kdebug import report
+
+    program, _ = chain
+    base, _ = record(program, trace=str(tmp_path / "a.kdt"))
+    k1 = base.kernels[0].kernel_name
+    with perturb_kernel_output(k1, "out_ptr0", value=0.25):
+        record(program, trace=str(tmp_path / "b.kdt"))
+    out = tmp_path / "r.html"
+    report.write_html(str(out), [str(tmp_path / "a.kdt"), str(tmp_path / "b.kdt")])
+    page = out.read_text()
+    meta = json.loads(re.search(r'<script id="kd-meta" type="application/json">(.*?)</script>', page, re.S)[1])
+    mag = meta["comparisons"][0]["divergence"]["magnitude"]
+    m = re.search(r"sum differs by ([-+0-9.e]+) \(", mag)
+    assert m and abs(float(m.group(1)) - 0.25) <= 1e-6, mag
+    assert "bytes" in page and "arguments whose hashes differ" in page  # the spread keeps its label
