@@ -187,13 +187,9 @@ def test_cuda_stats_match_the_torch_reference(dtype):
     if t.is_floating_point() and t.element_size() >= 2:
         t[0, 0], t[3, 4], t[100, 7] = float("nan"), float("inf"), -float("inf")
     for v in (t, t.t(), t[::3, 1::2]):
-        s = hashing.stats(v)  # on the device
-        if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-            ref = hashing.stats(v, on_host=True)
-            assert (s.nan, s.posinf, s.neginf, s.absmax) == (ref.nan, ref.posinf, ref.neginf, ref.absmax)
-            assert abs(s.sum - ref.sum) <= 1e-12 * max(ref.l1, 1.0)
-            continue
-        check(s, v.cpu())
+        s = hashing.stats(v)  # on the device, by kdebug's CUDA kernel
+        check(s, v.cpu())     # against plain torch ops in float64 on the host
+        assert hashing.stats(v) == s  # the fixed-order float64 sum: the same every time
 
 
 def test_cuda_stats_are_deterministic_and_batched_in_a_recording():
