@@ -314,8 +314,11 @@ static void rec_deliver(void *owner, uint64_t pos, int w, const kd_cuda_result *
     h->bitwise[w] = kd_hash_finish(res->S, res->nbytes);
     h->l1[w] = res->l1;
     h->nan[w] = res->nan, h->posinf[w] = res->posinf, h->neginf[w] = res->neginf;
-    h->xor64[w] = res->xor64;
-    if (res->unsupported && (h->kinds & (KD_HK_NORM | KD_HK_XOR))) {
+    if (h->kinds & KD_HK_STATS) /* Note [Room for the stats]: sum shares xor64's bytes */
+        h->sum[w] = res->sum, h->absmax[w] = res->absmax;
+    else
+        h->xor64[w] = res->xor64;
+    if (res->unsupported && (h->kinds & (KD_HK_NORM | KD_HK_XOR | KD_HK_STATS))) {
         h->flags |= KD_HF_UNSUPPORTED;
         r->hash_unsupported++;
     }
@@ -476,7 +479,7 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
         return;
     h->kinds |= (uint8_t)kinds;
     h->flags |= (uint8_t)(w ? KD_HF_POST : KD_HF_PRE);
-    int std_kinds = kinds & (KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR);
+    int std_kinds = kinds & (KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR | KD_HK_STATS);
     if (std_kinds && batch_add(b, &m, std_kinds, h, w, stream, o, pos)) {
         /* queued */
     } else if (m.device_type == KD_DEV_CPU) {
@@ -492,7 +495,17 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
         } else {
             if (kinds & KD_HK_BITWISE)
                 h->bitwise[w] = kd_hash_bitwise(&v);
-            if (kinds & KD_HK_NORM) {
+            if (kinds & KD_HK_STATS) { /* the norm's fields too, in one pass */
+                kd_stats n;
+                if (kd_hash_stats(&v, &n) == 0) {
+                    h->l1[w] = n.norm.l1;
+                    h->nan[w] = n.norm.nan, h->posinf[w] = n.norm.posinf, h->neginf[w] = n.norm.neginf;
+                    h->sum[w] = n.sum, h->absmax[w] = n.absmax;
+                } else {
+                    h->flags |= KD_HF_UNSUPPORTED;
+                    r->hash_unsupported++;
+                }
+            } else if (kinds & KD_HK_NORM) {
                 kd_norm n;
                 if (kd_hash_norm(&v, &n) == 0) {
                     h->l1[w] = n.l1;
@@ -507,13 +520,13 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
                 r->hash_unsupported++;
             }
         }
-    } else if (kinds & (KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR)) {
-        PyObject *res = kd_slow_hasher ? PyObject_CallFunction(kd_slow_hasher, "Oi", o, kinds) : NULL;
-        unsigned long long v[7];
-        int ok = res != NULL && PyTuple_Check(res) && PyTuple_GET_SIZE(res) == 7;
-        for (int i = 0; ok && i < 7; i++) {
-            PyObject *x = PyTuple_GET_ITEM(res, i);
-            if (i == 1) {
+    } else if (std_kinds) {
+        PyObject *res = kd_slow_hasher ? PyObject_CallFunction(kd_slow_hasher, "Oi", o, std_kinds) : NULL;
+        unsigned long long v[9]; /* a HashValues (Note [HashValues] in kd_module.c) */
+        int ok = res != NULL && Py_TYPE(res) == kd_HashValuesType;
+        for (int i = 0; ok && i < 9; i++) {
+            PyObject *x = PyStructSequence_GET_ITEM(res, i);
+            if (i == 1 || i == 7 || i == 8) {
                 double d = PyFloat_AsDouble(x);
                 memcpy(&v[i], &d, 8);
             } else {
@@ -525,7 +538,13 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
         if (ok) {
             h->bitwise[w] = v[0];
             memcpy(&h->l1[w], &v[1], 8);
-            h->nan[w] = v[2], h->posinf[w] = v[3], h->neginf[w] = v[4], h->xor64[w] = v[5];
+            h->nan[w] = v[2], h->posinf[w] = v[3], h->neginf[w] = v[4];
+            if (kinds & KD_HK_STATS) {
+                memcpy(&h->sum[w], &v[7], 8);
+                memcpy(&h->absmax[w], &v[8], 8);
+            } else {
+                h->xor64[w] = v[5];
+            }
             if (v[6]) {
                 h->flags |= KD_HF_UNSUPPORTED;
                 r->hash_unsupported++;
@@ -815,7 +834,8 @@ static void merge_post(kd_hash_rec *dst, const kd_hash_rec *src)
     dst->nan[1] = src->nan[1];
     dst->posinf[1] = src->posinf[1];
     dst->neginf[1] = src->neginf[1];
-    dst->xor64[1] = src->xor64[1];
+    dst->xor64[1] = src->xor64[1]; /* sum[1] too: they share bytes (Note [Room for the stats]) */
+    dst->absmax[1] = src->absmax[1];
 }
 
 /* Merges rec (after_launch's copy of the launch at ring ticket `first`, n

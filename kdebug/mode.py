@@ -96,7 +96,7 @@ def _tree_clone_py(obj):
 
 
 def _spec_value(r, spec_id):
-    return hashing.spec(spec_id).value(r[:6])
+    return hashing.spec(spec_id).value(r)
 
 
 _configured = False
@@ -405,7 +405,7 @@ class DebugMode(_upstream.DebugMode):
         if spec.fn is not None:
             hashing.push_custom(spec.fn)
         try:
-            entry = (("hash", spec, bool(hash_inputs), spec_id, spec.kinds, lambda r: spec.value(r[:6]))
+            entry = (("hash", spec, bool(hash_inputs), spec_id, spec.kinds, lambda r: spec.value(r))
                      if spec.fn is None else ("custom",))
             with _registering(entry) as note, \
                     _upstream.DebugMode.log_tensor_hashes(hash_fn=spec.aten_fn(), hash_inputs=hash_inputs):
