@@ -21,7 +21,7 @@ constexpr int kNormBlocks = 1024;     // max blocks per tensor when the norm is 
 constexpr int kMaxBlocks = 4096;      // otherwise
 constexpr int64_t kPartials = 1 << 20; // the norm's per-block partial sums: a ring per device
 constexpr uint64_t kGolden = KD_HASH_GOLDEN;
-enum { HK_BITWISE = 1, HK_NORM = 2, HK_XOR = 4 };
+enum { HK_BITWISE = 1, HK_NORM = 2, HK_XOR = 4, HK_STATS = 16 };
 
 // The kernel's parameter block, sized to the batch: a launch copies all of
 // it, and most batches hold one to four tensors.
@@ -32,6 +32,7 @@ template <int CAP> struct BatchT {
     int n;
     int kinds;
     int64_t pbase; // block b's norm partial goes to partials[pbase + b]
+    int64_t pstride; // stats: block b's sum partial goes to partials[pbase + pstride + b]
 };
 using Batch = BatchT<KD_CUDA_BATCH>;
 
@@ -174,6 +175,10 @@ struct SumOp {
 struct XorOp {
     __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const { return a ^ b; }
 };
+// absmax: of non-negative doubles' bits (ordered like the values) or of integers
+struct MaxOp {
+    __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const { return a > b ? a : b; }
+};
 
 template <class Op> __device__ __forceinline__ unsigned long long warp_reduce(unsigned long long v, Op op)
 {
@@ -198,17 +203,26 @@ template <int NT, class Op> __device__ unsigned long long block_reduce(unsigned 
     return t;
 }
 
+// One thread's values (Notes [The norm hash], [The stats hash] in kd_hash.h).
 struct ValueAcc {
-    double l1 = 0.0;
-    unsigned long long nan = 0, pinf = 0, ninf = 0, x = 0;
+    double l1 = 0.0, sum = 0.0, amax = 0.0;
+    unsigned long long nan = 0, pinf = 0, ninf = 0, x = 0, isum = 0, iamax = 0;
 };
+
+__device__ __forceinline__ void add_finite(ValueAcc &a, double v)
+{
+    double m = fabs(v);
+    a.l1 += m;
+    a.sum += v;
+    a.amax = m > a.amax ? m : a.amax;
+}
 
 __device__ __forceinline__ void add_float(ValueAcc &a, double v)
 {
     a.x ^= (unsigned long long)__double_as_longlong(v);
     if (isnan(v)) a.nan++;
     else if (isinf(v)) (v > 0 ? a.pinf : a.ninf)++;
-    else a.l1 += fabs(v);
+    else add_finite(a, v);
 }
 
 __device__ __forceinline__ void add_value(ValueAcc &a, int kind, int st, int isz, const uint8_t *p, bool aligned)
@@ -219,15 +233,52 @@ __device__ __forceinline__ void add_value(ValueAcc &a, int kind, int st, int isz
         int64_t iv = dec_int_bits(st, load_bits(p, isz, aligned));
         a.x ^= (unsigned long long)iv;
         a.l1 += fabs((double)(float)iv);
+        a.isum += (unsigned long long)iv;
+        unsigned long long m = st == 29 || iv >= 0 ? (unsigned long long)iv : 0ull - (unsigned long long)iv;
+        a.iamax = m > a.iamax ? m : a.iamax;
     } else {
         int hs = isz / 2;
         int fst = st == 8 ? 5 : st == 9 ? 6 : 7;
         double re = dec_float_bits(fst, load_bits(p, hs, aligned)), im = dec_float_bits(fst, load_bits(p + hs, hs, aligned));
         a.x ^= (unsigned long long)__double_as_longlong(re) ^ (unsigned long long)__double_as_longlong(im);
-        if (isnan(re) || isnan(im)) a.nan++;
-        else if (isinf(re) || isinf(im)) a.pinf++;
-        else a.l1 += hypot(re, im);
+        if (isnan(re) || isnan(im)) {
+            a.nan++;
+        } else if (isinf(re) || isinf(im)) {
+            a.pinf++;
+        } else { // stats over the real components (Note [The stats hash])
+            a.l1 += hypot(re, im);
+            a.sum += re;
+            a.sum += im;
+            double m = fmax(fabs(re), fabs(im));
+            a.amax = m > a.amax ? m : a.amax;
+        }
     }
+}
+
+// The block's sum of v, by a fixed tree in sh (every thread gets it; uniform control flow).
+__device__ double block_sum_tree(double *sh, double v)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = kThreads / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w)
+            sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    double t = sh[0];
+    __syncthreads();
+    return t;
+}
+
+// The sum of the n partials at p in a fixed order: thread i takes partials
+// i, i + NT, ...; then a tree (every thread gets it).
+__device__ double sum_partials(double *sh, const double *p, int n)
+{
+    volatile const double *vp = p;
+    double v = 0.0;
+    for (int i = threadIdx.x; i < n; i += kThreads)
+        v += vp[i];
+    return block_sum_tree(sh, v);
 }
 
 template <int CAP>
@@ -269,7 +320,7 @@ __global__ void __launch_bounds__(kThreads) hash_kernel(const __grid_constant__ 
             atomicAdd(reinterpret_cast<unsigned long long *>(&R->S), S);
     }
 
-    if (b.kinds & (HK_NORM | HK_XOR)) {
+    if (b.kinds & (HK_NORM | HK_XOR | HK_STATS)) {
         const int kind = value_kind(T.scalar_type);
         const uint8_t *base = reinterpret_cast<const uint8_t *>(T.data);
         const int isz = T.itemsize;
@@ -300,14 +351,24 @@ __global__ void __launch_bounds__(kThreads) hash_kernel(const __grid_constant__ 
         } else if (lb == 0 && threadIdx.x == 0) {
             R->unsupported = 1;
         }
-        double l1 = acc.l1;
+        double l1 = acc.l1, sum = acc.sum;
         unsigned long long nan = acc.nan, pinf = acc.pinf, ninf = acc.ninf, x = acc.x;
+        const bool stats = (b.kinds & HK_STATS) != 0;
         if (b.kinds & HK_XOR) {
             x = block_reduce<NT>(x, XorOp());
             if (threadIdx.x == 0 && x)
                 atomicXor(reinterpret_cast<unsigned long long *>(&R->xor64), x);
         }
-        if (b.kinds & HK_NORM) {
+        if (stats) {
+            // exact and order-free: the integer sum, the absmax
+            unsigned long long isum = block_reduce<NT>(acc.isum, SumOp());
+            unsigned long long amax = block_reduce<NT>(kind == 1 ? acc.iamax : (unsigned long long)__double_as_longlong(acc.amax), MaxOp());
+            if (threadIdx.x == 0) {
+                if (isum) atomicAdd(reinterpret_cast<unsigned long long *>(&R->isum), isum);
+                if (amax) atomicMax(reinterpret_cast<unsigned long long *>(&R->amax), amax);
+            }
+        }
+        if (b.kinds & (HK_NORM | HK_STATS)) {
             nan = block_reduce<NT>(nan, SumOp()), pinf = block_reduce<NT>(pinf, SumOp()), ninf = block_reduce<NT>(ninf, SumOp());
             if (threadIdx.x == 0) {
                 if (nan) atomicAdd(reinterpret_cast<unsigned long long *>(&R->nan), nan);
@@ -317,36 +378,38 @@ __global__ void __launch_bounds__(kThreads) hash_kernel(const __grid_constant__ 
             // the float64 sum: a fixed tree in the block; the tensor's last
             // block then adds the blocks' partials with the whole block, in a
             // fixed order (thread i takes partials i, i + NT, ...; then a tree)
+            // (the stats' signed sum likewise, in partials pstride further on)
             __shared__ double sh[kThreads];
             __shared__ bool last;
-            sh[threadIdx.x] = l1;
-            __syncthreads();
-            for (int w = kThreads / 2; w > 0; w >>= 1) {
-                if ((int)threadIdx.x < w)
-                    sh[threadIdx.x] += sh[threadIdx.x + w];
-                __syncthreads();
-            }
+            double tot = block_sum_tree(sh, l1);
+            double stot = stats ? block_sum_tree(sh, sum) : 0.0;
             if (threadIdx.x == 0) {
-                partials[b.pbase + blockIdx.x] = sh[0];
+                partials[b.pbase + blockIdx.x] = tot;
+                if (stats)
+                    partials[b.pbase + b.pstride + blockIdx.x] = stot;
                 __threadfence();
                 last = atomicAdd(&R->ticket, 1u) == (unsigned)nb - 1;
             }
             __syncthreads();
             if (last) { // uniform in the block
                 __threadfence();
-                volatile double *vp = partials + b.pbase + b.first_block[ti];
-                double v = 0.0;
-                for (int i = threadIdx.x; i < nb; i += kThreads)
-                    v += vp[i];
-                sh[threadIdx.x] = v;
-                __syncthreads();
-                for (int w = kThreads / 2; w > 0; w >>= 1) {
-                    if ((int)threadIdx.x < w)
-                        sh[threadIdx.x] += sh[threadIdx.x + w];
-                    __syncthreads();
+                double v = sum_partials(sh, partials + b.pbase + b.first_block[ti], nb);
+                double sv = stats ? sum_partials(sh, partials + b.pbase + b.pstride + b.first_block[ti], nb) : 0.0;
+                if (threadIdx.x == 0) {
+                    R->l1 = v;
+                    if (stats) {
+                        // every block's atomics precede its ticket: all visible here
+                        const unsigned long long isum = *reinterpret_cast<volatile unsigned long long *>(&R->isum);
+                        const unsigned long long amax = *reinterpret_cast<volatile unsigned long long *>(&R->amax);
+                        if (kind == 1) {
+                            R->sum = T.scalar_type == 29 ? (double)isum : (double)(long long)isum;
+                            R->absmax = (double)amax;
+                        } else {
+                            R->sum = sv;
+                            R->absmax = __longlong_as_double((long long)amax);
+                        }
+                    }
                 }
-                if (threadIdx.x == 0)
-                    R->l1 = sh[0];
             }
         }
     }
@@ -414,6 +477,7 @@ void launch(const Batch &full, int blocks, cudaStream_t st, DeviceState &s)
     b.n = full.n;
     b.kinds = full.kinds;
     b.pbase = full.pbase;
+    b.pstride = full.pstride;
     hash_kernel<CAP><<<blocks, kThreads, 0, st>>>(b, s.res, s.partials);
 }
 
@@ -511,8 +575,9 @@ extern "C" int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, 
     b.n = n;
     b.kinds = kinds;
     b.pbase = 0;
+    b.pstride = 0;
     int blocks = 0;
-    const bool norm = (kinds & HK_NORM) != 0;
+    const bool norm = (kinds & (HK_NORM | HK_STATS)) != 0;
     const int cap = norm ? kNormBlocks : kMaxBlocks;
     for (int i = 0; i < n; i++) {
         b.t[i] = t[i];
@@ -525,7 +590,9 @@ extern "C" int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, 
         blocks += nb;
     }
     b.first_block[n] = blocks;
-    if (norm && reserve_partials(s, blocks, stream, &b.pbase) != 0)
+    // the stats take a second run of partials for their signed sum
+    b.pstride = (kinds & HK_STATS) ? blocks : 0;
+    if (norm && reserve_partials(s, (kinds & HK_STATS) ? 2 * blocks : blocks, stream, &b.pbase) != 0)
         return -1;
     cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
     if (n == 1)

@@ -9,9 +9,10 @@
  * whoever registered for its global index (Note [GPU hash results] in
  * kd_results.h); nothing is kept on the host after that.  Definitions are
  * those of kd_hash.h: bitwise and hash_tensor sums are order-free (64-bit
- * integer add / xor atomics); the norm's float64 sum uses a fixed split
- * (blocks, threads, tree) that depends on the tensor's size only, so it is
- * the same on every run.
+ * integer add / xor atomics); the norm's float64 sum, and the stats hash's
+ * signed float64 sum, use a fixed split (blocks, threads, tree) that depends
+ * on the tensor's size only, so they are the same on every run; the stats
+ * hash's absmax is an atomic max (order-free), its integer sum an integer add.
  * kd_cuda_stub.c provides the same API for builds without CUDA.
  */
 #ifndef KD_CUDA_HASH_H
@@ -46,6 +47,10 @@ typedef struct kd_cuda_result {
     uint64_t xor64;
     uint32_t ticket; /* blocks done (device side) */
     uint32_t unsupported;
+    double sum;      /* the stats hash (Note [The stats hash] in kd_hash.h) */
+    double absmax;
+    uint64_t isum;   /* device side: integer sum (wrapping) */
+    uint64_t amax;   /* device side: absmax, as double bits (floats) or an integer */
 } kd_cuda_result;
 
 /* 1 when this build hashes on CUDA devices. */

@@ -1,4 +1,4 @@
-/* kd_hash.c - tensor fingerprints in C: bitwise, norm, hash_tensor (kd_hash.h). */
+/* kd_hash.c - tensor fingerprints in C: bitwise, norm, stats, hash_tensor (kd_hash.h). */
 #include "kd_hash.h"
 
 #include <math.h>
@@ -450,6 +450,152 @@ int kd_hash_norm(const kd_view *v, kd_norm *out)
     nm c = {v->scalar_type, kind, v->itemsize, 0.0, out};
     for_each_run(v, norm_run, &c);
     out->l1 = c.acc;
+    return 0;
+}
+
+/* ---- stats (Note [The stats hash]) ---- */
+
+typedef struct st {
+    int st, kind, itemsize;
+    double l1, sum, amax; /* floating and complex */
+    uint64_t isum, iamax; /* integers: exact, wrapping */
+    kd_norm *out;
+} st;
+
+/* One floating value x of a finite-or-not element: the norm's fields and sum / absmax. */
+static inline void stats_float(st *c, double x)
+{
+    if (isnan(x)) {
+        c->out->nan++;
+    } else if (isinf(x)) {
+        if (x > 0)
+            c->out->posinf++;
+        else
+            c->out->neginf++;
+    } else {
+        double a = fabs(x);
+        c->l1 += a;
+        c->sum += x;
+        if (a > c->amax)
+            c->amax = a;
+    }
+}
+
+/* One element x in the tight loops below (l1, sum, amax: their locals). */
+#define KD_STATS_ONE(x)                                                        \
+    do {                                                                       \
+        if (isfinite(x)) {                                                     \
+            double a_ = fabs(x);                                               \
+            l1 += a_;                                                          \
+            sum += (x);                                                        \
+            amax = a_ > amax ? a_ : amax;                                      \
+        } else {                                                               \
+            stats_float(c, (x));                                               \
+        }                                                                      \
+    } while (0)
+
+/* Tight loop for a common float type: same additions, in element order, as
+ * stats_float; two elements a step, with one branch and one max for the
+ * pair when both are finite (the usual case). */
+#define KD_STATS_LOOP(T, LOAD)                                                 \
+    do {                                                                       \
+        double l1 = c->l1, sum = c->sum, amax = c->amax;                       \
+        uint64_t i = 0;                                                        \
+        for (; i + 2 <= n; i += 2) {                                           \
+            T raw, raw1;                                                       \
+            memcpy(&raw1, p + (i + 1) * sizeof(T), sizeof(T));                 \
+            memcpy(&raw, p + i * sizeof(T), sizeof(T));                        \
+            const double x = LOAD;                                             \
+            raw = raw1;                                                        \
+            const double y = LOAD;                                             \
+            if (isfinite(x) && isfinite(y)) {                                  \
+                double a = fabs(x), b = fabs(y);                               \
+                l1 += a;                                                       \
+                l1 += b;                                                       \
+                sum += x;                                                      \
+                sum += y;                                                      \
+                a = a > b ? a : b;                                             \
+                amax = a > amax ? a : amax;                                    \
+            } else {                                                           \
+                KD_STATS_ONE(x);                                               \
+                KD_STATS_ONE(y);                                               \
+            }                                                                  \
+        }                                                                      \
+        for (; i < n; i++) {                                                   \
+            T raw;                                                             \
+            memcpy(&raw, p + i * sizeof(T), sizeof(T));                        \
+            const double x = LOAD;                                             \
+            KD_STATS_ONE(x);                                                   \
+        }                                                                      \
+        c->l1 = l1, c->sum = sum, c->amax = amax;                              \
+    } while (0)
+
+static void stats_run(void *ctx, const unsigned char *p, uint64_t nbytes)
+{
+    st *c = ctx;
+    uint64_t n = nbytes / (uint64_t)c->itemsize;
+    switch (c->st) {
+    case KD_ST_FLOAT:
+        KD_STATS_LOOP(float, (double)raw);
+        return;
+    case KD_ST_DOUBLE:
+        KD_STATS_LOOP(double, raw);
+        return;
+    case KD_ST_BFLOAT16:
+        KD_STATS_LOOP(uint16_t, bf16_to_double(raw));
+        return;
+    case KD_ST_HALF:
+        KD_STATS_LOOP(uint16_t, half_to_double(raw));
+        return;
+    default:
+        break;
+    }
+    for (uint64_t i = 0; i < n; i++, p += c->itemsize) {
+        if (c->kind == K_FLOAT) {
+            stats_float(c, kd_decode_float(c->st, p));
+        } else if (c->kind == K_INT) {
+            int ok;
+            int64_t x = decode_int(c->st, p, &ok);
+            c->l1 += fabs((double)(float)x); /* the norm's value: through float32, as upstream */
+            c->isum += (uint64_t)x;
+            uint64_t a = c->st == KD_ST_UINT64 || x >= 0 ? (uint64_t)x : 0 - (uint64_t)x;
+            if (a > c->iamax)
+                c->iamax = a;
+        } else {
+            double re, im;
+            complex_parts(c->st, p, &re, &im);
+            if (isnan(re) || isnan(im)) {
+                c->out->nan++;
+            } else if (isinf(re) || isinf(im)) {
+                c->out->posinf++; /* |z| = +inf, as the norm counts it */
+            } else {
+                c->l1 += hypot(re, im);
+                c->sum += re;
+                c->sum += im;
+                double a = fabs(re) > fabs(im) ? fabs(re) : fabs(im);
+                if (a > c->amax)
+                    c->amax = a;
+            }
+        }
+    }
+}
+
+int kd_hash_stats(const kd_view *v, kd_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    int kind = value_kind(v->scalar_type);
+    if (kind == K_NONE || v->itemsize != kd_itemsize(v->scalar_type))
+        return -1;
+    st c = {v->scalar_type, kind, v->itemsize, 0.0, 0.0, 0.0, 0, 0, &out->norm};
+    for_each_run(v, stats_run, &c);
+    out->norm.l1 = c.l1;
+    if (kind == K_INT) {
+        out->sum = v->scalar_type == KD_ST_UINT64 ? (double)c.isum : (double)(int64_t)c.isum;
+        out->absmax = (double)c.iamax;
+    } else {
+        out->sum = c.sum;
+        out->absmax = c.amax;
+    }
     return 0;
 }
 

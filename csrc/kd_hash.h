@@ -20,6 +20,20 @@
  * summed here over the finite elements only, with the NaN, +inf and -inf
  * elements counted apart, so identical tensors always give identical results.
  *
+ * Note [The stats hash]: how big the values are, from the same pass: the
+ * norm's fields (L1 over finite elements, NaN / +inf / -inf counts) plus
+ *   sum    the sum of the finite elements, accumulated in float64;
+ *   absmax the largest |x| over the finite elements (0 when there is none).
+ * Integer and bool tensors: sum is the exact int64 sum (wrapping modulo 2^64
+ * like torch's, uint64 as unsigned) and absmax the exact largest |x|, both
+ * converted to double at the end (exact up to 2^53); their counts are 0.
+ * Complex tensors: the counts and L1 are the norm's (per element, |z|); sum
+ * and absmax are taken over the real components (re and im) of the finite
+ * elements, as torch.view_as_real would see them.  On the CPU the float64
+ * sum adds in element order; on the GPU it uses the norm's fixed tree
+ * (Note [Hashing on the GPU]), so both are the same on every run of one
+ * device, and may differ from each other in the last bits.
+ *
  * Note [The hash_tensor hash]: upstream's torch.hash_tensor after an upcast
  * to 64 bits: the XOR of every element's float64 bits (ints: int64), complex
  * as two float64 words.  Kept for compatibility: it is order-blind and equal
@@ -96,6 +110,15 @@ typedef struct kd_norm {
 
 /* The norm hash (Note [The norm hash]); returns -1 for a type it cannot decode. */
 int kd_hash_norm(const kd_view *v, kd_norm *out);
+
+typedef struct kd_stats {
+    kd_norm norm;  /* the norm hash's fields */
+    double sum;    /* over finite elements (Note [The stats hash]) */
+    double absmax; /* over finite elements, 0 if none */
+} kd_stats;
+
+/* The stats hash (Note [The stats hash]) in one pass; -1 for a type it cannot decode. */
+int kd_hash_stats(const kd_view *v, kd_stats *out);
 
 /* The hash_tensor hash (Note [The hash_tensor hash]); -1 if it cannot decode. */
 int kd_hash_xor64(const kd_view *v, uint64_t *out);

@@ -124,6 +124,11 @@ static PyObject *mod_set_hash_config(PyObject *m, PyObject *args)
     int kinds, inputs, check, spec;
     if (!PyArg_ParseTuple(args, "iiii", &kinds, &inputs, &check, &spec))
         return NULL;
+    if (KD_HK_CONFLICT(kinds)) {
+        PyErr_SetString(PyExc_ValueError, "kdebug: the stats and hash_tensor hashes cannot be recorded together "
+                                          "(Note [Room for the stats]); ask for one of them");
+        return NULL;
+    }
     PyObject *prev = Py_BuildValue("(iiii)", kd_hcfg.kinds, kd_hcfg.hash_inputs,
                                    kd_hcfg.check_readonly, kd_hcfg.spec);
     kd_hcfg.kinds = kinds;
@@ -150,29 +155,81 @@ static PyObject *mod_set_record_outputs(PyObject *m, PyObject *args)
     return prev;
 }
 
-/* _set_hashers(slow, custom): Python callbacks for device tensors and custom hash_fns */
+PyObject *kd_stats_type = NULL;
+
+/* _set_hashers(slow, custom, stats_type): Python callbacks for device tensors
+ * and custom hash_fns, and kdebug.hashing.Stats (the trace's tree codec) */
 static PyObject *mod_set_hashers(PyObject *m, PyObject *args)
 {
     (void)m;
-    PyObject *slow, *custom;
-    if (!PyArg_ParseTuple(args, "OO", &slow, &custom))
+    PyObject *slow, *custom, *stats = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|O", &slow, &custom, &stats))
         return NULL;
+    if (stats != Py_None && !PyType_Check(stats)) {
+        PyErr_SetString(PyExc_TypeError, "_set_hashers: stats_type must be a class");
+        return NULL;
+    }
     Py_XSETREF(kd_slow_hasher, slow == Py_None ? NULL : Py_NewRef(slow));
     Py_XSETREF(kd_custom_hasher, custom == Py_None ? NULL : Py_NewRef(custom));
+    Py_XSETREF(kd_stats_type, stats == Py_None ? NULL : Py_NewRef(stats));
     Py_RETURN_NONE;
 }
 
-/* The 7-tuple every hash entry point returns:
- * (bitwise, l1, nan, posinf, neginf, xor64, unsupported). */
-static PyObject *hash7(uint64_t bitwise, double l1, uint64_t nan, uint64_t posinf, uint64_t neginf,
-                       uint64_t x, int unsupported)
+/* Note [HashValues]: every hash entry point returns a _C.HashValues, a named
+ * struct sequence (bitwise, l1, nan, posinf, neginf, xor64, unsupported, sum,
+ * absmax): the kinds asked for hold values, the others 0.  The first seven
+ * fields keep the order of the 7-tuple it replaces. */
+static PyStructSequence_Field hash_values_fields[] = {
+    {"bitwise", "the bitwise hash (Note [The bitwise hash])"},
+    {"l1", "the L1 norm of the finite elements (Note [The norm hash])"},
+    {"nan", "NaN elements"},
+    {"posinf", "+inf elements"},
+    {"neginf", "-inf elements"},
+    {"xor64", "hash_tensor's value (Note [The hash_tensor hash])"},
+    {"unsupported", "1 when a kind asked for cannot decode the dtype"},
+    {"sum", "the float64 sum of the finite elements (Note [The stats hash])"},
+    {"absmax", "the largest |x| of the finite elements (Note [The stats hash])"},
+    {NULL, NULL},
+};
+
+static PyStructSequence_Desc hash_values_desc = {
+    "kdebug._C.HashValues", "A tensor's hash values (Note [HashValues] in csrc/kd_module.c).",
+    hash_values_fields, 9,
+};
+
+PyTypeObject *kd_HashValuesType = NULL;
+
+PyObject *kd_hash_values(uint64_t bitwise, double l1, uint64_t nan, uint64_t posinf, uint64_t neginf,
+                         uint64_t x, int unsupported, double sum, double absmax)
 {
-    return Py_BuildValue("(KdKKKKi)", (unsigned long long)bitwise, l1, (unsigned long long)nan,
-                         (unsigned long long)posinf, (unsigned long long)neginf,
-                         (unsigned long long)x, unsupported);
+    PyObject *r = PyStructSequence_New(kd_HashValuesType);
+    if (r == NULL)
+        return NULL;
+    PyObject *v[9] = {PyLong_FromUnsignedLongLong(bitwise), PyFloat_FromDouble(l1),
+                      PyLong_FromUnsignedLongLong(nan), PyLong_FromUnsignedLongLong(posinf),
+                      PyLong_FromUnsignedLongLong(neginf), PyLong_FromUnsignedLongLong(x),
+                      PyLong_FromLong(unsupported), PyFloat_FromDouble(sum), PyFloat_FromDouble(absmax)};
+    int ok = 1;
+    for (int i = 0; i < 9; i++) {
+        if (v[i] == NULL)
+            ok = 0;
+        PyStructSequence_SET_ITEM(r, i, v[i] ? v[i] : Py_NewRef(Py_None));
+    }
+    if (!ok) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    return r;
 }
 
-/* hash(t, kinds) -> (bitwise, l1, nan, posinf, neginf, xor64, unsupported) for a CPU tensor */
+/* The HashValues of a collected GPU result. */
+static PyObject *result_values(const kd_cuda_result *r)
+{
+    return kd_hash_values(kd_hash_finish(r->S, r->nbytes), r->l1, r->nan, r->posinf, r->neginf, r->xor64,
+                          (int)r->unsupported, r->sum, r->absmax);
+}
+
+/* hash(t, kinds) -> HashValues of a CPU tensor (Note [HashValues]) */
 static PyObject *mod_hash(PyObject *m, PyObject *args)
 {
     (void)m;
@@ -180,6 +237,11 @@ static PyObject *mod_hash(PyObject *m, PyObject *args)
     int kinds = KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR;
     if (!PyArg_ParseTuple(args, "O|i", &t, &kinds))
         return NULL;
+    if (KD_HK_CONFLICT(kinds)) {
+        PyErr_SetString(PyExc_ValueError, "kdebug: the stats and hash_tensor hashes cannot be asked for together "
+                                          "(Note [Room for the stats]); ask for one of them");
+        return NULL;
+    }
     kd_tensor_meta meta;
     int r = kd_shim_tensor_meta(t, &meta);
     if (r != 1) {
@@ -202,17 +264,23 @@ static PyObject *mod_hash(PyObject *m, PyObject *args)
         return NULL;
     }
     uint64_t bitwise = 0, x = 0;
-    kd_norm n = {0, 0, 0, 0};
+    kd_stats n;
+    memset(&n, 0, sizeof n);
     int unsupported = 0;
     Py_BEGIN_ALLOW_THREADS
     if (kinds & KD_HK_BITWISE)
         bitwise = kd_hash_bitwise(&v);
-    if ((kinds & KD_HK_NORM) && kd_hash_norm(&v, &n) != 0)
+    if (kinds & KD_HK_STATS) { /* the norm's fields too, in the same pass */
+        if (kd_hash_stats(&v, &n) != 0)
+            unsupported = 1;
+    } else if ((kinds & KD_HK_NORM) && kd_hash_norm(&v, &n.norm) != 0) {
         unsupported = 1;
+    }
     if ((kinds & KD_HK_XOR) && kd_hash_xor64(&v, &x) != 0)
         unsupported = 1;
     Py_END_ALLOW_THREADS
-    return hash7(bitwise, n.l1, n.nan, n.posinf, n.neginf, x, unsupported);
+    return kd_hash_values(bitwise, n.norm.l1, n.norm.nan, n.norm.posinf, n.norm.neginf, x, unsupported, n.sum,
+                          n.absmax);
 }
 
 /* A hash still on the GPU (an aten-op record's leaf, or hash_async's result).
@@ -276,7 +344,7 @@ static void pending_dealloc(kd_pending_hash *p)
     PyObject_Free(p);
 }
 
-/* The 7-tuple of p (flushing and collecting when needed: one synchronization),
+/* The HashValues of p (flushing and collecting when needed: one synchronization),
  * Py_None if queuing it failed, NULL with an error if its result is missing. */
 static PyObject *pending_fetch(kd_pending_hash *p)
 {
@@ -292,9 +360,7 @@ static PyObject *pending_fetch(kd_pending_hash *p)
         PyErr_SetString(PyExc_RuntimeError, "kdebug: a GPU hash result never arrived");
         return NULL;
     }
-    const kd_cuda_result *r = &p->res;
-    return hash7(kd_hash_finish(r->S, r->nbytes), r->l1, r->nan, r->posinf, r->neginf, r->xor64,
-                 (int)r->unsupported);
+    return result_values(&p->res);
 }
 
 static PyObject *pending_repr(kd_pending_hash *self)
@@ -311,7 +377,7 @@ static PyTypeObject kd_PendingHashType = {
     .tp_doc = "A hash queued on the GPU; its value arrives when results are read (hash_fetch).",
 };
 
-/* hash_async(t, kinds, stream) -> a 7-tuple now (CPU tensors), a PendingHash
+/* hash_async(t, kinds, stream) -> HashValues now (CPU tensors), a PendingHash
  * for a result queued on the GPU (fetch it with hash_fetch), or NotImplemented
  * (another device, or a build without CUDA: use the slow path). */
 static PyObject *mod_hash_async(PyObject *m, PyObject *args)
@@ -339,7 +405,7 @@ static PyObject *mod_hash_async(PyObject *m, PyObject *args)
     if (!kd_cuda_describe(&meta, &ct))
         Py_RETURN_NOTIMPLEMENTED;
     if (ct.numel == 0)
-        return hash7(kd_hash_finish(0, 0), 0.0, 0, 0, 0, 0, 0);
+        return kd_hash_values(kd_hash_finish(0, 0), 0.0, 0, 0, 0, 0, 0, 0.0, 0.0);
     if (stream == 0) /* the tensor's device's current stream */
         stream = kd_shim_current_stream(meta.device_type, meta.device_index);
     kd_pending_hash *p = pending_new(0);
@@ -360,7 +426,7 @@ static PyObject *mod_hash_async(PyObject *m, PyObject *args)
     return (PyObject *)p;
 }
 
-/* hash_fetch(pending) -> the 7-tuple of a queued GPU hash (collects if needed) */
+/* hash_fetch(pending) -> the HashValues of a queued GPU hash (collects if needed) */
 static PyObject *mod_hash_fetch(PyObject *m, PyObject *arg)
 {
     (void)m;
@@ -516,7 +582,7 @@ typedef struct hash_ctx {
     PyObject *value_fn;
 } hash_ctx;
 
-/* None for a non-tensor; value_fn(7-tuple) for a hash done now; a
+/* None for a non-tensor; value_fn(HashValues) for a hash done now; a
  * PendingHash for one queued on the GPU. */
 static PyObject *hash_leaf(PyObject *o, void *vctx)
 {
@@ -567,7 +633,7 @@ PyObject *kd_tree_hash(PyObject *obj, int kinds, int spec, unsigned long long st
     return t;
 }
 
-/* PendingHash -> value_fn(7-tuple, spec); anything else unchanged. */
+/* PendingHash -> value_fn(HashValues, spec); anything else unchanged. */
 static PyObject *resolve_leaf(PyObject *o, void *ctx)
 {
     if (Py_TYPE(o) != &kd_PendingHashType)
@@ -649,12 +715,12 @@ static PyMethodDef module_methods[] = {
     {"defer_flush", mod_defer_flush, METH_NOARGS, "defer_flush(): launch every deferred GPU hash / copy now."},
     {"defer_stats", mod_defer_stats, METH_NOARGS, "defer_stats() -> counters of the deferred GPU work."},
     {"tree_resolve", mod_tree_resolve, METH_VARARGS,
-     "tree_resolve(obj, value_fn): replace PendingHash leaves by value_fn(7-tuple, spec)."},
+     "tree_resolve(obj, value_fn): replace PendingHash leaves by value_fn(HashValues, spec)."},
     {"tree_extents", mod_tree_extents, METH_O,
      "tree_extents(obj) -> obj with tensor leaves as (device type, index, lo, hi) byte ranges, or NotImplemented."},
     {"hash_async", mod_hash_async, METH_VARARGS,
-     "hash_async(t, kinds, stream) -> 7-tuple, PendingHash (GPU, queued), or NotImplemented"},
-    {"hash_fetch", mod_hash_fetch, METH_O, "hash_fetch(pending) -> 7-tuple (collects if needed)"},
+     "hash_async(t, kinds, stream) -> HashValues, PendingHash (GPU, queued), or NotImplemented"},
+    {"hash_fetch", mod_hash_fetch, METH_O, "hash_fetch(pending) -> HashValues (collects if needed)"},
     {"hash_collect", mod_hash_collect, METH_NOARGS,
      "Synchronize once and read every queued GPU hash back; returns kdebug's sync count."},
     {"gpu_info", mod_gpu_info, METH_NOARGS, "{'available', 'syncs', 'in_flight'} of GPU hashing"},
@@ -664,7 +730,7 @@ static PyMethodDef module_methods[] = {
      "Set output recording: (on, budget_bytes); returns the previous."},
     {"_set_hashers", mod_set_hashers, METH_VARARGS, "Set the slow and custom hash callbacks."},
     {"hash", mod_hash, METH_VARARGS,
-     "hash(t, kinds=7) -> (bitwise, l1, nan, posinf, neginf, xor64, unsupported) of a CPU tensor."},
+     "hash(t, kinds=7) -> HashValues of a CPU tensor."},
     {"_inject_detach_faults", kd_inject_detach_faults, METH_O,
      "Tests only: the next n copies of kept launch records (Recorder.clear) fail, as out of memory would."},
     {"_inject_hook_faults", mod_inject, METH_O,
@@ -698,7 +764,13 @@ PyMODINIT_FUNC PyInit__C(void)
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL)
         return NULL;
+    if (kd_HashValuesType == NULL) {
+        kd_HashValuesType = PyStructSequence_NewType(&hash_values_desc);
+        if (kd_HashValuesType == NULL)
+            return NULL;
+    }
     if (PyType_Ready(&kd_RecorderType) != 0 || PyType_Ready(&kd_LaunchType) != 0 ||
+        PyModule_AddObjectRef(m, "HashValues", (PyObject *)kd_HashValuesType) != 0 ||
         PyType_Ready(&kd_PendingHashType) != 0 ||
         PyModule_AddObjectRef(m, "PendingHash", (PyObject *)&kd_PendingHashType) != 0 ||
         PyModule_AddObjectRef(m, "Recorder", (PyObject *)&kd_RecorderType) != 0 ||
@@ -709,6 +781,7 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddIntConstant(m, "HASH_NORM", KD_HK_NORM) != 0 ||
         PyModule_AddIntConstant(m, "HASH_XOR", KD_HK_XOR) != 0 ||
         PyModule_AddIntConstant(m, "HASH_CUSTOM", KD_HK_CUSTOM) != 0 ||
+        PyModule_AddIntConstant(m, "HASH_STATS", KD_HK_STATS) != 0 ||
         PyModule_AddIntConstant(m, "KIND_CPP", KD_KIND_CPP) != 0 ||
         PyModule_AddIntConstant(m, "ROLE_READ", KD_ROLE_READ) != 0 ||
         PyModule_AddIntConstant(m, "ROLE_WRITE", KD_ROLE_WRITE) != 0 ||

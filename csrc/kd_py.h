@@ -104,7 +104,12 @@ extern _Thread_local kd_hash_config kd_hcfg;
 
 /* kd_hcfg changed on this thread: recorders this thread started see it. */
 void kd_hcfg_publish(void);
-extern PyObject *kd_slow_hasher; /* slow_hasher(tensor, kinds) -> 6-tuple, for non-CPU tensors */
+extern PyObject *kd_slow_hasher; /* slow_hasher(tensor, kinds) -> HashValues, for non-CPU tensors */
+/* _C.HashValues (Note [HashValues] in kd_module.c) and a new one. */
+extern PyTypeObject *kd_HashValuesType;
+extern PyObject *kd_stats_type; /* kdebug.hashing.Stats: the KD_T_STATS tree leaf */
+PyObject *kd_hash_values(uint64_t bitwise, double l1, uint64_t nan, uint64_t posinf, uint64_t neginf,
+                         uint64_t x, int unsupported, double sum, double absmax);
 extern PyObject *kd_custom_hasher; /* custom(recorder, launch_index, arg_index, when, tensor) */
 
 /* ---- recorder.c ---- */

@@ -44,7 +44,17 @@ enum kd_tensor_flag {
 };
 
 /* Hash kinds, a bit mask (Notes in kd_hash.h). */
-enum kd_hash_kind { KD_HK_BITWISE = 1, KD_HK_NORM = 2, KD_HK_XOR = 4, KD_HK_CUSTOM = 8 };
+enum kd_hash_kind { KD_HK_BITWISE = 1, KD_HK_NORM = 2, KD_HK_XOR = 4, KD_HK_CUSTOM = 8, KD_HK_STATS = 16 };
+
+/* Note [Room for the stats]
+ * The stats hash (Note [The stats hash] in kd_hash.h) shares the norm's
+ * fields and adds a sum and an absmax per side: 32 bytes, where a hash
+ * payload has 16 spare.  The sum shares its bytes with hash_tensor's xor64,
+ * so one record holds either: a hash configuration asking for both "stats"
+ * and "hash_tensor" is refused where it is set (kdebug.hashing.parse and
+ * kd_hash_config's setter), and the payload keeps its 120 bytes, so records,
+ * rings and launches keep their sizes. */
+#define KD_HK_CONFLICT(k) (((k) & KD_HK_STATS) && ((k) & KD_HK_XOR))
 
 /* kd_hash_rec.flags */
 enum kd_hash_flag {
@@ -152,7 +162,11 @@ typedef struct kd_hash_rec {
     uint64_t bitwise[2]; /* [0] pre, [1] post */
     double l1[2];
     uint64_t nan[2], posinf[2], neginf[2];
-    uint64_t xor64[2];
+    union {                 /* Note [Room for the stats] */
+        uint64_t xor64[2];  /* KD_HK_XOR */
+        double sum[2];      /* KD_HK_STATS */
+    };
+    double absmax[2];       /* KD_HK_STATS */
 } kd_hash_rec;
 
 typedef union kd_payload {
@@ -173,7 +187,7 @@ static_assert(offsetof(kd_tensor_arg, name_id) == offsetof(kd_scalar_arg, name_i
               "arguments share their name_id offset");
 static_assert(offsetof(kd_tensor_arg, role) == offsetof(kd_scalar_arg, role),
               "arguments share their role offset");
-static_assert(sizeof(kd_hash_rec) <= KD_PAYLOAD_BYTES, "kd_hash_rec size");
+static_assert(sizeof(kd_hash_rec) == KD_PAYLOAD_BYTES, "kd_hash_rec size");
 static_assert(sizeof(kd_payload) == KD_PAYLOAD_BYTES, "kd_payload size");
 
 /* Number of payloads a tensor of ndim dimensions occupies. */

@@ -298,7 +298,7 @@ static void note_readonly_change(kd_recorder *r, kd_hash_rec *h)
 }
 
 /* Note [Unhashed values]: a hash kind the tensor's dtype cannot decode
- * (norm / hash_tensor of float4_e2m1fn_x2).  The record is flagged and
+ * (norm / hash_tensor / stats of float4_e2m1fn_x2).  The record is flagged and
  * counted, and no value is shown for those kinds (kdebug/calls.py gives
  * hashing.Unhashed); their fields get a random nonce (l1: a NaN) so that the
  * digests of two such records (kd_tr_hash_digest: diff, hunt) never match. */
@@ -308,13 +308,17 @@ static void mark_unsupported(kd_recorder *r, kd_hash_rec *h, int w, int kinds)
     uint64_t x = kd_now_ns() + atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed) *
                                    0x9E3779B97F4A7C15ull;
     x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29; /* mixed: a nonce, not a count */
-    if (kinds & KD_HK_NORM) {
-        uint64_t nan = 0x7FF8000000000000ull | (x & ((1ull << 51) - 1)) | 1;
+    uint64_t nan = 0x7FF8000000000000ull | (x & ((1ull << 51) - 1)) | 1;
+    if (kinds & (KD_HK_NORM | KD_HK_STATS)) {
         memcpy(&h->l1[w], &nan, sizeof nan);
         h->nan[w] = h->posinf[w] = h->neginf[w] = 0;
     }
     if (kinds & KD_HK_XOR)
         h->xor64[w] = x;
+    if (kinds & KD_HK_STATS) { /* sum shares xor64's bytes: stats and hash_tensor are exclusive */
+        memcpy(&h->sum[w], &nan, sizeof nan);
+        memcpy(&h->absmax[w], &nan, sizeof nan);
+    }
     h->flags |= KD_HF_UNSUPPORTED;
     r->hash_unsupported++;
 }
@@ -336,9 +340,12 @@ static void rec_deliver(void *owner, uint64_t pos, int w, const kd_cuda_result *
     h->bitwise[w] = kd_hash_finish(res->S, res->nbytes);
     h->l1[w] = res->l1;
     h->nan[w] = res->nan, h->posinf[w] = res->posinf, h->neginf[w] = res->neginf;
-    h->xor64[w] = res->xor64;
-    if (res->unsupported && (h->kinds & (KD_HK_NORM | KD_HK_XOR)))
-        mark_unsupported(r, h, w, h->kinds & (KD_HK_NORM | KD_HK_XOR));
+    if (h->kinds & KD_HK_STATS) /* Note [Room for the stats]: sum shares xor64's bytes */
+        h->sum[w] = res->sum, h->absmax[w] = res->absmax;
+    else
+        h->xor64[w] = res->xor64;
+    if (res->unsupported && (h->kinds & (KD_HK_NORM | KD_HK_XOR | KD_HK_STATS)))
+        mark_unsupported(r, h, w, h->kinds & (KD_HK_NORM | KD_HK_XOR | KD_HK_STATS));
     h->flags &= (uint8_t)~pending;
     note_readonly_change(r, h);
 }
@@ -496,7 +503,7 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
         return;
     h->kinds |= (uint8_t)kinds;
     h->flags |= (uint8_t)(w ? KD_HF_POST : KD_HF_PRE);
-    int std_kinds = kinds & (KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR);
+    int std_kinds = kinds & (KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR | KD_HK_STATS);
     if (std_kinds && !m.math_bits && batch_add(b, &m, std_kinds, h, w, stream, o, pos)) {
         /* queued */
     } else if (m.device_type == KD_DEV_CPU && !m.math_bits) {
@@ -513,7 +520,16 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
         } else {
             if (kinds & KD_HK_BITWISE)
                 h->bitwise[w] = kd_hash_bitwise(&v);
-            if (kinds & KD_HK_NORM) {
+            if (kinds & KD_HK_STATS) { /* the norm's fields too, in one pass */
+                kd_stats n;
+                if (kd_hash_stats(&v, &n) == 0) {
+                    h->l1[w] = n.norm.l1;
+                    h->nan[w] = n.norm.nan, h->posinf[w] = n.norm.posinf, h->neginf[w] = n.norm.neginf;
+                    h->sum[w] = n.sum, h->absmax[w] = n.absmax;
+                } else {
+                    mark_unsupported(r, h, w, KD_HK_STATS | (kinds & KD_HK_NORM));
+                }
+            } else if (kinds & KD_HK_NORM) {
                 kd_norm n;
                 if (kd_hash_norm(&v, &n) == 0) {
                     h->l1[w] = n.l1;
@@ -525,13 +541,13 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
             if ((kinds & KD_HK_XOR) && kd_hash_xor64(&v, &h->xor64[w]) != 0)
                 mark_unsupported(r, h, w, KD_HK_XOR);
         }
-    } else if (kinds & (KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR)) {
-        PyObject *res = kd_slow_hasher ? PyObject_CallFunction(kd_slow_hasher, "Oi", o, kinds) : NULL;
-        unsigned long long v[7];
-        int ok = res != NULL && PyTuple_Check(res) && PyTuple_GET_SIZE(res) == 7;
-        for (int i = 0; ok && i < 7; i++) {
-            PyObject *x = PyTuple_GET_ITEM(res, i);
-            if (i == 1) {
+    } else if (std_kinds) {
+        PyObject *res = kd_slow_hasher ? PyObject_CallFunction(kd_slow_hasher, "Oi", o, std_kinds) : NULL;
+        unsigned long long v[9]; /* a HashValues (Note [HashValues] in kd_module.c) */
+        int ok = res != NULL && Py_TYPE(res) == kd_HashValuesType;
+        for (int i = 0; ok && i < 9; i++) {
+            PyObject *x = PyStructSequence_GET_ITEM(res, i);
+            if (i == 1 || i == 7 || i == 8) {
                 double d = PyFloat_AsDouble(x);
                 memcpy(&v[i], &d, 8);
             } else {
@@ -543,9 +559,15 @@ static void hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, 
         if (ok) {
             h->bitwise[w] = v[0];
             memcpy(&h->l1[w], &v[1], 8);
-            h->nan[w] = v[2], h->posinf[w] = v[3], h->neginf[w] = v[4], h->xor64[w] = v[5];
+            h->nan[w] = v[2], h->posinf[w] = v[3], h->neginf[w] = v[4];
+            if (kinds & KD_HK_STATS) {
+                memcpy(&h->sum[w], &v[7], 8);
+                memcpy(&h->absmax[w], &v[8], 8);
+            } else {
+                h->xor64[w] = v[5];
+            }
             if (v[6])
-                mark_unsupported(r, h, w, kinds & (KD_HK_NORM | KD_HK_XOR));
+                mark_unsupported(r, h, w, kinds & (KD_HK_NORM | KD_HK_XOR | KD_HK_STATS));
         } else {
             h->flags &= (uint8_t)~(w ? KD_HF_POST : KD_HF_PRE); /* nothing computed: no values */
             kd_recorder_error(r, m.math_bits ? "hashing a conjugate / negative view" : "hashing a device tensor");
@@ -832,7 +854,8 @@ static void merge_post(kd_hash_rec *dst, const kd_hash_rec *src)
     dst->nan[1] = src->nan[1];
     dst->posinf[1] = src->posinf[1];
     dst->neginf[1] = src->neginf[1];
-    dst->xor64[1] = src->xor64[1];
+    dst->xor64[1] = src->xor64[1]; /* sum[1] too: they share bytes (Note [Room for the stats]) */
+    dst->absmax[1] = src->absmax[1];
 }
 
 /* Merges rec (after_launch's copy of the launch at ring ticket `first`, n

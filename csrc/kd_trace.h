@@ -31,7 +31,7 @@
 
 #define KD_TRACE_MAGIC "KDTRACE\x1a"
 #define KD_TRACE_VERSION_MAJOR 1
-#define KD_TRACE_VERSION_MINOR 1
+#define KD_TRACE_VERSION_MINOR 2 /* 1.2: the stats hash (kind 16, tree node 10) */
 #define KD_TRACE_HEADER_BYTES 32
 #define KD_CHUNK_HEADER_BYTES 16
 #define KD_CHUNK_MAX_BODY (64u << 20)
@@ -64,6 +64,7 @@ enum kd_tree_tag {
     KD_T_NORM = 7,  /* f64 finite L1, varint nan, posinf, neginf (kdebug NormHash) */
     KD_T_BOOL = 8,  /* 1 byte */
     KD_T_STR = 9,   /* len + bytes (repr of another value) */
+    KD_T_STATS = 10, /* format 1.2: f64 l1, f64 sum, f64 absmax, varint nan, posinf, neginf (kdebug Stats) */
 };
 
 /* ---------------- growable byte buffer ---------------- */
@@ -237,11 +238,15 @@ typedef struct kd_tab_arg {
     uint64_t bitwise[2];                 /* [0] pre, [1] post */
     double l1[2];
     uint32_t nan[2], posinf[2], neginf[2]; /* saturated at 2^32 - 1 */
-    uint64_t xor64[2];
+    union {                      /* as in kd_hash_rec (Note [Room for the stats]) */
+        uint64_t xor64[2];       /* KD_HK_XOR */
+        double sum[2];           /* KD_HK_STATS */
+    };
+    double absmax[2];            /* KD_HK_STATS */
 } kd_tab_arg;
 
 static_assert(sizeof(kd_tab_rec) == 80, "kd_tab_rec layout");
-static_assert(sizeof(kd_tab_arg) == 96, "kd_tab_arg layout");
+static_assert(sizeof(kd_tab_arg) == 112, "kd_tab_arg layout");
 
 typedef struct kd_tab {
     kd_tab_rec *rec;

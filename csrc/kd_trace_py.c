@@ -60,6 +60,28 @@ static int tree_put(kd_buf *b, PyObject *o, int depth)
                 kd_buf_varint(b, u);
             }
         }
+    } else if (kd_stats_type != NULL && Py_TYPE(o) == (PyTypeObject *)kd_stats_type) {
+        /* kdebug.hashing.Stats (format 1.2) */
+        static const char *fnames[] = {"l1", "sum", "absmax", "nan", "posinf", "neginf"};
+        kd_buf_u8(b, KD_T_STATS);
+        for (int i = 0; i < 6; i++) {
+            PyObject *c = PyObject_GetAttrString(o, fnames[i]);
+            if (c == NULL)
+                return -1;
+            if (i < 3) {
+                double d = PyFloat_AsDouble(c);
+                Py_DECREF(c);
+                if (PyErr_Occurred())
+                    return -1;
+                kd_buf_f64(b, d);
+            } else {
+                unsigned long long u = PyLong_AsUnsignedLongLong(c);
+                Py_DECREF(c);
+                if (PyErr_Occurred())
+                    return -1;
+                kd_buf_varint(b, u);
+            }
+        }
     } else if (PyList_Check(o) || PyTuple_Check(o)) {
         Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
         kd_buf_u8(b, PyList_Check(o) ? KD_T_LIST : KD_T_TUPLE);
@@ -135,6 +157,15 @@ static PyObject *tree_get(kd_cur *c, PyObject *make_norm, int depth)
         double d = kd_cur_f64(c);
         unsigned long long a = kd_cur_varint(c), b = kd_cur_varint(c), e = kd_cur_varint(c);
         return PyObject_CallFunction(make_norm, "dKKK", d, a, b, e);
+    }
+    case KD_T_STATS: {
+        double l1 = kd_cur_f64(c), sum = kd_cur_f64(c), amax = kd_cur_f64(c);
+        unsigned long long a = kd_cur_varint(c), b = kd_cur_varint(c), e = kd_cur_varint(c);
+        if (kd_stats_type == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "kdebug: no Stats type registered to read a stats hash");
+            return NULL;
+        }
+        return PyObject_CallFunction(kd_stats_type, "dddKKK", l1, sum, amax, a, b, e);
     }
     case KD_T_STR: {
         size_t n = kd_cur_len(c);

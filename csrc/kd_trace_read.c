@@ -80,6 +80,14 @@ static void skip_tree(kd_cur *c)
             kd_cur_varint(c);
             kd_cur_varint(c);
             break;
+        case KD_T_STATS: /* format 1.2 */
+            kd_cur_u64(c);
+            kd_cur_u64(c);
+            kd_cur_u64(c);
+            kd_cur_varint(c);
+            kd_cur_varint(c);
+            kd_cur_varint(c);
+            break;
         case KD_T_BOOL:
             kd_cur_u8(c);
             break;
@@ -164,7 +172,7 @@ static void read_hash_side(kd_cur *c, kd_hash_rec *h, int s)
 {
     if (h->kinds & KD_HK_BITWISE)
         h->bitwise[s] = kd_cur_u64(c);
-    if (h->kinds & KD_HK_NORM) {
+    if (h->kinds & (KD_HK_NORM | KD_HK_STATS)) {
         h->l1[s] = kd_cur_f64(c);
         h->nan[s] = kd_cur_varint(c);
         h->posinf[s] = kd_cur_varint(c);
@@ -172,6 +180,10 @@ static void read_hash_side(kd_cur *c, kd_hash_rec *h, int s)
     }
     if (h->kinds & KD_HK_XOR)
         h->xor64[s] = kd_cur_u64(c);
+    if (h->kinds & KD_HK_STATS) { /* format 1.2 */
+        h->sum[s] = kd_cur_f64(c);
+        h->absmax[s] = kd_cur_f64(c);
+    }
 }
 
 /* The digests of a launch (kd_tr_digests), folded field by field while it is
@@ -335,8 +347,10 @@ static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
                 h->kinds = kd_cur_u8(c);
                 h->flags = kd_cur_u8(c);
                 h->spec = (uint16_t)kd_cur_varint(c);
-                if (!c->bad && (h->kinds & ~(KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR | KD_HK_CUSTOM)))
+                if (!c->bad && (h->kinds & ~(KD_HK_BITWISE | KD_HK_NORM | KD_HK_XOR | KD_HK_CUSTOM | KD_HK_STATS)))
                     kd_cur_fail(c, "unknown hash kind");
+                if (!c->bad && KD_HK_CONFLICT(h->kinds))
+                    kd_cur_fail(c, "stats and hash_tensor hashes in one record (Note [Room for the stats])");
                 if (!c->bad && (h->flags & (KD_HF_PENDING_PRE | KD_HF_PENDING_POST)))
                     kd_cur_fail(c, "hash marked pending in a file");
                 if (h->flags & KD_HF_PRE)
@@ -696,13 +710,19 @@ uint64_t kd_tr_hash_digest(const kd_hash_rec *h, int w)
     uint64_t d = mix(0xB5AD4ECEDA1CE2A9ull, h->kinds);
     if (h->kinds & KD_HK_BITWISE)
         d = mix(d, h->bitwise[w]);
-    if (h->kinds & KD_HK_NORM) {
+    if (h->kinds & (KD_HK_NORM | KD_HK_STATS)) {
         uint64_t u;
         memcpy(&u, &h->l1[w], 8);
         d = mix(mix(mix(mix(d, u), h->nan[w]), h->posinf[w]), h->neginf[w]);
     }
     if (h->kinds & KD_HK_XOR)
         d = mix(d, h->xor64[w]);
+    if (h->kinds & KD_HK_STATS) {
+        uint64_t u, v;
+        memcpy(&u, &h->sum[w], 8);
+        memcpy(&v, &h->absmax[w], 8);
+        d = mix(mix(d, u), v);
+    }
     return d | 1;
 }
 

@@ -22,7 +22,8 @@ static void put_hashes(kd_tab_arg *a, const kd_hash_rec *h)
         a->nan[w] = sat32(h->nan[w]);
         a->posinf[w] = sat32(h->posinf[w]);
         a->neginf[w] = sat32(h->neginf[w]);
-        a->xor64[w] = h->xor64[w];
+        a->xor64[w] = h->xor64[w]; /* or the stats' sum: the same bytes */
+        a->absmax[w] = (h->kinds & KD_HK_STATS) ? h->absmax[w] : 0.0;
     }
 }
 

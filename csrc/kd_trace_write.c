@@ -178,7 +178,7 @@ static void put_hash_side(kd_buf *b, const kd_hash_rec *h, int s)
 {
     if (h->kinds & KD_HK_BITWISE)
         kd_buf_u64(b, h->bitwise[s]);
-    if (h->kinds & KD_HK_NORM) {
+    if (h->kinds & (KD_HK_NORM | KD_HK_STATS)) {
         kd_buf_f64(b, h->l1[s]);
         kd_buf_varint(b, h->nan[s]);
         kd_buf_varint(b, h->posinf[s]);
@@ -186,6 +186,10 @@ static void put_hash_side(kd_buf *b, const kd_hash_rec *h, int s)
     }
     if (h->kinds & KD_HK_XOR)
         kd_buf_u64(b, h->xor64[s]);
+    if (h->kinds & KD_HK_STATS) { /* format 1.2 */
+        kd_buf_f64(b, h->sum[s]);
+        kd_buf_f64(b, h->absmax[s]);
+    }
 }
 
 int kd_tw_launch(kd_tw *w, const kd_payload *p, uint32_t n, const kd_strtab *g)

@@ -377,13 +377,14 @@ static PyObject *hash_side(const kd_hash_rec *h, int w)
 {
     if (!(h->flags & (w ? KD_HF_POST : KD_HF_PRE)))
         Py_RETURN_NONE;
-    return Py_BuildValue("(KdKKKK)", (unsigned long long)h->bitwise[w], h->l1[w],
-                         (unsigned long long)h->nan[w], (unsigned long long)h->posinf[w],
-                         (unsigned long long)h->neginf[w], (unsigned long long)h->xor64[w]);
+    const int stats = (h->kinds & KD_HK_STATS) != 0; /* Note [Room for the stats] */
+    return kd_hash_values(h->bitwise[w], h->l1[w], h->nan[w], h->posinf[w], h->neginf[w], stats ? 0 : h->xor64[w],
+                          (h->flags & KD_HF_UNSUPPORTED) != 0, stats ? h->sum[w] : 0.0,
+                          stats ? h->absmax[w] : 0.0);
 }
 
 /* Per argument: None, or (kinds, flags, spec, pre, post) where pre / post are
- * None or (bitwise, l1, nan, posinf, neginf, xor64). */
+ * None or a HashValues (Note [HashValues] in kd_module.c). */
 static PyObject *get_hashes(kd_launch_view *v, void *c)
 {
     (void)c;

@@ -11,8 +11,22 @@ HASH_BITWISE: int
 HASH_NORM: int
 HASH_XOR: int
 HASH_CUSTOM: int
+HASH_STATS: int
 
-Hash7 = tuple[int, float, int, int, int, int, int]  # bitwise, l1, nan, posinf, neginf, xor64, unsupported
+class HashValues(tuple):
+    """A tensor's hash values (Note [HashValues] in csrc/kd_module.c): the
+    kinds asked for hold values, the others 0."""
+    bitwise: int
+    l1: float
+    nan: int
+    posinf: int
+    neginf: int
+    xor64: int
+    unsupported: int
+    sum: float
+    absmax: float
+
+Hash7 = HashValues  # the name it had as a 7-tuple
 
 class KernelInfo:
     name: str
@@ -41,7 +55,7 @@ class Launch:
     raised: bool
     args: tuple[tuple[Any, ...], ...]
     objects: tuple[Any, ...] | None
-    hashes: tuple[tuple[int, int, int, tuple | None, tuple | None] | None, ...]
+    hashes: tuple[tuple[int, int, int, HashValues | None, HashValues | None] | None, ...
     outputs: dict[int, dict[str, Any]]  # the recorder's, as of this record's generation
     custom: dict[tuple[int, int, int], Any]
     detached: bool  # holds its own copy: its recorder was cleared since
@@ -98,7 +112,7 @@ def gpu_info() -> dict[str, Any]: ...
 def tree_resolve(obj: Any, value_fn: Callable[[Hash7, int], Any]) -> Any: ...
 def _set_hash_config(kinds: int, hash_inputs: int, check_readonly: int, spec: int) -> tuple[int, int, int, int]: ...
 def _set_record_outputs(on: bool, budget: int) -> tuple[bool, int]: ...
-def _set_hashers(slow: Callable | None, custom: Callable | None) -> None: ...
+def _set_hashers(slow: Callable | None, custom: Callable | None, stats_type: type | None = None) -> None: ...
 def format_args(args: tuple) -> str: ...
 def format_kwargs(kwargs: dict) -> str: ...
 def format_output(result: Any) -> str | None: ...

@@ -1,7 +1,7 @@
 """Runs a program under a recording DebugMode that streams to a trace file:
 what ``kdebug record`` and ``kdebug hunt`` start in a fresh process.
 
-    python -m kdebug._runner --out run.kdt [--fix NAME] [--hash bitwise,norm]
+    python -m kdebug._runner --out run.kdt [--fix NAME] [--hash bitwise,stats]
                              (--builtin | -m module | script.py) [args...]
 
 Exit status: the program's own (its SystemExit code), 1 if it raised.
@@ -55,7 +55,7 @@ def run_program(target: list[str], builtin: bool, module: bool):
 
 
 def record(out: str, target: list[str], *, builtin: bool = False, module: bool = False,
-           hash_fn=("bitwise", "norm"), fix: str | None = None) -> int:
+           hash_fn=("bitwise", "stats"), fix: str | None = None) -> int:
     """Records the program into ``out``; returns its exit status."""
     import kdebug
 
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kdebug._runner")
     p.add_argument("--out", required=True)
     p.add_argument("--fix", default=None)
-    p.add_argument("--hash", default="bitwise,norm")
+    p.add_argument("--hash", default="bitwise,stats")
     p.add_argument("--builtin", action="store_true")
     p.add_argument("-m", dest="module", action="store_true")
     p.add_argument("target", nargs=argparse.REMAINDER)

@@ -59,3 +59,11 @@ def get_op_name(op) -> str:
 
 __all__ = ["DebugMode", "_DebugCall", "_OpCall", "_TritonKernelCall", "get_op_name", "dtype_abbrs", "mode_module",
            "utils_module", "get_active_debug_mode"]
+
+
+def fake_tensor_type() -> type:
+    """torch._subclasses.fake_tensor.FakeTensor (2.11-2.13): compile-time
+    stand-ins with no real memory, which Note [Final state] leaves out."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return FakeTensor

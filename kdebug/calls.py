@@ -80,7 +80,7 @@ class TensorInfo:
 
 
 # kd_record.h: hash kinds and hash-record flags
-_HK_BITWISE, _HK_NORM, _HK_XOR = 1, 2, 4
+_HK_BITWISE, _HK_NORM, _HK_XOR, _HK_STATS = 1, 2, 4, 16
 _HF_UNSUPPORTED, _HF_CHECKED = 8, 16
 
 
@@ -139,7 +139,8 @@ class _KernelCall(_upstream._DebugCall):
             have = _side_kinds(kinds, flags, when)
             # only what this side computed: a kind it never hashed is absent, not 0
             if side is not None and spec.names and (have & spec.kinds) == spec.kinds:
-                unhashed = have & (_HK_NORM | _HK_XOR) if flags & _HF_UNSUPPORTED else 0
+                # the recorder counts and warns about these (hash_unsupported)
+                unhashed = have & (_HK_NORM | _HK_XOR | _HK_STATS) if flags & _HF_UNSUPPORTED else 0
                 out[name] = spec.value(side, unhashed=unhashed)
         return out or None
 

@@ -27,6 +27,7 @@ import torch
 from . import _C, _upstream, dataflow
 from .calls import TensorInfo, _KernelCall
 from .final_state import FinalState
+from .hashing import Stats
 
 
 @dataclass
@@ -172,8 +173,43 @@ def _fmt_hash(h) -> str:
     return str(h)
 
 
+def _same_float(x: float, y: float) -> bool:
+    return x == y or (x != x and y != y)
+
+
+def stats_diff(sa: Stats, sb: Stats) -> str:
+    """How big a difference is, from two runs' stats hashes (Note [The stats
+    hash] in csrc/kd_hash.h): 'absmax 3.1e+02 both; sum differs by +4e-07
+    (1.3e-09 relative); nan 0 vs 3'.  Sums and maxima are of the finite
+    elements; the relative sum difference is to the larger |sum|."""
+    if _same_float(sa.absmax, sb.absmax):
+        parts = [f"absmax {sa.absmax:.3g} both"]
+    else:
+        parts = [f"absmax {sa.absmax:.3g} vs {sb.absmax:.3g}"]
+    if _same_float(sa.sum, sb.sum):
+        parts.append(f"sum {sa.sum:.6g} both")
+    else:
+        d = sb.sum - sa.sum
+        scale = max(abs(sa.sum), abs(sb.sum))
+        rel = f"{abs(d) / scale:.2g} relative" if scale > 0 and d == d else "relative: n/a"
+        parts.append(f"sum differs by {d:+.6g} ({rel}; {sa.sum:.6g} vs {sb.sum:.6g})")
+    for name in ("nan", "posinf", "neginf"):
+        x, y = getattr(sa, name), getattr(sb, name)
+        if x or y:
+            label = {"nan": "nan", "posinf": "+inf", "neginf": "-inf"}[name]
+            parts.append(f"{label} {x} both" if x == y else f"{label} {x} vs {y}")
+    return "; ".join(parts)
+
+
 def _fmt_pair(ha, hb, a: int, b: int) -> str:
-    """'run 0 bitwise 0x.., run 1 0x..; norm x vs y' for (bitwise, norm) pairs."""
+    """'run 0 bitwise 0x.., run 1 0x..; norm x vs y' for (bitwise, norm)
+    pairs; with the stats hash, how big the difference is (stats_diff)."""
+    if (isinstance(ha, tuple) and isinstance(hb, tuple) and len(ha) == len(hb) == 2
+            and isinstance(ha[0], int) and isinstance(ha[1], Stats) and isinstance(hb[1], Stats)):
+        return (f"run {a} bitwise {_fmt_hash(ha[0])}, run {b} {_fmt_hash(hb[0])}; "
+                f"{stats_diff(ha[1], hb[1])}")
+    if isinstance(ha, Stats) and isinstance(hb, Stats):
+        return stats_diff(ha, hb)
     if (isinstance(ha, tuple) and isinstance(hb, tuple) and len(ha) == len(hb) == 2
             and isinstance(ha[0], int) and isinstance(ha[1], float)):
         return (f"run {a} bitwise {_fmt_hash(ha[0])}, run {b} {_fmt_hash(hb[0])}; "

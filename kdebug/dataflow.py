@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .calls import TensorInfo
+from .hashing import Stats
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,7 @@ def tree_values(tree, side: str, shape=None) -> dict:
 
 def _is_hash_tuple(t) -> bool:
     # a list of hash_fn kinds gives a tuple of plain values per tensor
-    return isinstance(t, tuple) and bool(t) and all(isinstance(x, (int, float)) for x in t)
+    return isinstance(t, tuple) and bool(t) and all(isinstance(x, (int, float, Stats)) for x in t)
 
 
 @dataclass

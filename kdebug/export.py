@@ -21,7 +21,7 @@ from .report import ARG_BYTES, REC_BYTES, _dtype_names
 from .trace import Run, load
 
 _REC = struct.Struct("<BBBbHHII3IHBBQQQQQII")
-_ARG = struct.Struct("<8BIIq2Q2d6I2Q")
+_ARG = struct.Struct("<8BIIq2Q2d6I2Q2d")  # the 2Q: xor64, or the stats' sum as float64 bits
 assert _REC.size == REC_BYTES and _ARG.size == ARG_BYTES
 
 _KINDS = {1: "triton", 2: "cpp"}
@@ -39,6 +39,13 @@ def _hash(kinds: int, w: int, a: tuple) -> str:
         parts.append(s)
     if kinds & 4:
         parts.append(f"hash_tensor 0x{a[21 + w]:x}")
+    if kinds & 16:  # the stats' sum shares xor64's bytes (Note [Room for the stats] in csrc/kd_record.h)
+        total = struct.unpack("<d", struct.pack("<Q", a[21 + w]))[0]
+        s = f"stats sum {total:.10g}, absmax {a[23 + w]:.6g}, l1 {a[13 + w]:.10g}"
+        for n, what in ((a[15 + w], "nan"), (a[17 + w], "+inf"), (a[19 + w], "-inf")):
+            if n:
+                s += f", {what} {n}"
+        parts.append(s)
     if kinds & 8:
         parts.append("custom (not saved)")
     return ", ".join(parts)

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
+from . import _upstream
+
 
 def _device_key(dev: torch.device) -> tuple[str, int]:
     # CPU memory is one address space whatever index a tensor names
@@ -65,9 +67,10 @@ def snapshot() -> dict:
             seen.add(key)
             spans.setdefault(key[:2], []).append((lo, lo + n))
 
-    tensor = torch.Tensor
+    tensor, fake = torch.Tensor, _upstream.fake_tensor_type()
     for o in gc.get_objects():
-        if not issubclass(type(o), tensor):  # type(), not isinstance(): a dead weakproxy raises
+        kind = type(o)  # type(), not isinstance(): a dead weakproxy raises
+        if not issubclass(kind, tensor) or issubclass(kind, fake):  # fakes: the compiler's, no memory
             continue
         add(o)
         try:

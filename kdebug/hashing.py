@@ -2,6 +2,8 @@
 
     "bitwise"      kdebug's 64-bit hash of the bytes in logical order
     "norm"         upstream's float64 L1 norm, NaN / inf handled deterministically
+    "stats"        how big the values are, from the same pass: a Stats (l1, sum,
+                   absmax, nan, posinf, neginf; Note [The stats hash])
     "hash_tensor"  upstream's XOR of 64-bit upcast values
     a list of these, or any callable (slow path)
 
@@ -22,7 +24,9 @@ import torch
 
 from . import _C
 
-KINDS = {"bitwise": _C.HASH_BITWISE, "norm": _C.HASH_NORM, "hash_tensor": _C.HASH_XOR}
+KINDS = {"bitwise": _C.HASH_BITWISE, "norm": _C.HASH_NORM, "hash_tensor": _C.HASH_XOR, "stats": _C.HASH_STATS}
+# kinds that decode the elements' values: a dtype they do not know gives Unhashed
+_UNDECODABLE = _C.HASH_NORM | _C.HASH_XOR | _C.HASH_STATS
 
 
 class NormHash(float):
@@ -63,7 +67,7 @@ class NormHash(float):
 
 class Unhashed(float):
     """Stands where a hash was asked for that the tensor's dtype cannot give
-    (the norm or hash_tensor of a float4_e2m1fn_x2 tensor, whose packed values
+    (the norm, hash_tensor or stats of a float4_e2m1fn_x2 tensor, whose packed values
     kdebug does not decode): no value was computed, so none is shown.
 
     It is never equal to anything, itself included (as a NaN), so two
@@ -96,6 +100,69 @@ class Unhashed(float):
     __str__ = __repr__
 
 
+def _same_float(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)
+
+
+class Stats:
+    """The stats hash of a tensor (Note [The stats hash] in csrc/kd_hash.h):
+    cheap statistics computed in the hash's pass, on the tensor's device.
+
+    l1      L1 norm of the finite elements (the norm hash; complex: sum of |z|)
+    sum     sum of the finite elements, float64 (integers: exact int64 sum,
+            wrapping like torch's, as a float; complex: of re and im)
+    absmax  largest |x| of the finite elements, 0.0 when none
+    nan, posinf, neginf   counts of NaN, +inf and -inf elements (0 for integers)
+
+    Frozen; equal when every field is equal (NaN fields equal NaN), so
+    identical tensors always compare equal."""
+
+    __slots__ = ("l1", "sum", "absmax", "nan", "posinf", "neginf")
+
+    def __init__(self, l1: float, sum: float, absmax: float, nan: int, posinf: int, neginf: int):
+        for k, v in (("l1", float(l1)), ("sum", float(sum)), ("absmax", float(absmax)),
+                     ("nan", int(nan)), ("posinf", int(posinf)), ("neginf", int(neginf))):
+            object.__setattr__(self, k, v)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("kdebug.hashing.Stats is immutable")
+
+    def __delattr__(self, name):
+        raise AttributeError("kdebug.hashing.Stats is immutable")
+
+    def _key(self):
+        return (self.l1, self.sum, self.absmax, self.nan, self.posinf, self.neginf)
+
+    def __eq__(self, other):
+        if not isinstance(other, Stats):
+            return NotImplemented
+        return all(_same_float(a, b) for a, b in zip(self._key(), other._key()))
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self):
+        return hash(tuple("nan" if x != x else x for x in self._key()))
+
+    def __reduce__(self):
+        return (Stats, self._key())
+
+    @property
+    def nonfinite(self) -> int:
+        return self.nan + self.posinf + self.neginf
+
+    def __repr__(self):
+        parts = [f"l1={self.l1!r}", f"sum={self.sum!r}", f"absmax={self.absmax!r}"]
+        parts += [f"{k}={getattr(self, k)}" for k in ("nan", "posinf", "neginf") if getattr(self, k)]
+        return f"Stats({', '.join(parts)})"
+
+
+def stats_value(v) -> Stats:
+    """The Stats of a HashValues (Note [HashValues] in csrc/kd_module.c)."""
+    return Stats(v.l1, v.sum, v.absmax, v.nan, v.posinf, v.neginf)
+
+
 def norm_value(l1: float, nan: int, posinf: int, neginf: int) -> float:
     if nan or posinf or neginf:
         return NormHash(l1, nan, posinf, neginf)
@@ -113,9 +180,9 @@ def _logical(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _raw(t: torch.Tensor, kinds: int) -> tuple:
-    """(bitwise, l1, nan, posinf, neginf, xor64, unsupported) of any tensor's
-    logical values, computed on the host (copying it there first)."""
+def _raw(t: torch.Tensor, kinds: int) -> "_C.HashValues":
+    """The HashValues of any tensor's logical values, computed on the host
+    (copying it there first)."""
     with torch._C._DisableTorchDispatch():
         t = _logical(t.detach())
         if t.device.type != "cpu":
@@ -126,7 +193,7 @@ def _raw(t: torch.Tensor, kinds: int) -> tuple:
 
 
 def start(t: torch.Tensor, kinds: int):
-    """Starts hashing t: a 7-tuple when done at once (CPU), a _C.PendingHash
+    """Starts hashing t: a HashValues when done at once (CPU), a _C.PendingHash
     when queued on t's current CUDA stream (fetch with finish), else the host
     path."""
     with torch._C._DisableTorchDispatch():
@@ -139,11 +206,11 @@ def start(t: torch.Tensor, kinds: int):
         return r
 
 
-def finish(r) -> tuple:
+def finish(r) -> "_C.HashValues":
     return _C.hash_fetch(r) if isinstance(r, _C.PendingHash) else r
 
 
-def _hash7(t: torch.Tensor, kinds: int, on_host: bool) -> tuple:
+def _hash7(t: torch.Tensor, kinds: int, on_host: bool) -> "_C.HashValues":
     return _raw(t, kinds) if on_host else finish(start(t, kinds))
 
 
@@ -161,6 +228,15 @@ def norm(t: torch.Tensor, on_host: bool = False) -> float:
     return norm_value(r[1], r[2], r[3], r[4])
 
 
+def stats(t: torch.Tensor, on_host: bool = False) -> Stats:
+    """The stats hash of t (Note [The stats hash] in csrc/kd_hash.h), computed
+    on t's device (CUDA: kdebug's hash kernel) unless on_host=True."""
+    r = _hash7(t, _C.HASH_STATS, on_host)
+    if r.unsupported:
+        raise TypeError(f"kdebug cannot compute the stats of a {t.dtype} tensor; use hash_fn='bitwise'")
+    return stats_value(r)
+
+
 def hash_tensor(t: torch.Tensor, on_host: bool = False) -> int:
     """Upstream's hash_tensor value: XOR of the 64-bit upcast elements."""
     r = _hash7(t, _C.HASH_XOR, on_host)
@@ -169,7 +245,7 @@ def hash_tensor(t: torch.Tensor, on_host: bool = False) -> int:
     return r[5]
 
 
-_FNS = {"bitwise": bitwise, "norm": norm, "hash_tensor": hash_tensor}
+_FNS = {"bitwise": bitwise, "norm": norm, "hash_tensor": hash_tensor, "stats": stats}
 
 
 class HashSpec:
@@ -190,34 +266,37 @@ class HashSpec:
         a kind cannot decode gives Unhashed, as the fast path does)."""
         if self.fn is not None:
             return self.fn
-        return lambda t: self.value7(_hash7(t, self.kinds, False))
+        return lambda t: self.value(_hash7(t, self.kinds, False))
 
-    def value(self, side: tuple | None, custom: Any = None, unhashed: int = 0):
-        """A kernel argument's hash value(s) from a record side (pre or post);
-        kinds in `unhashed` could not be computed for its dtype: Unhashed."""
+    def value(self, side, custom: Any = None, unhashed: int | None = None):
+        """A tensor's hash value(s) from a _C.HashValues (a record side, pre or
+        post), or None.  Kinds its dtype cannot decode (side.unsupported: norm,
+        hash_tensor, stats of float4_e2m1fn_x2) are Unhashed, never the zeros
+        the side holds (Note [Unhashed values] in csrc/kd_recorder.c), and
+        warned about once per DebugMode; a caller that knows which kinds those
+        are and has warned (kernel records) passes them as `unhashed`."""
         if self.fn is not None:
             return custom
         if side is None:
             return None
-        bw, l1, nan, pinf, ninf, x = side
+        if unhashed is None:
+            unhashed = self.kinds & _UNDECODABLE if side.unsupported else 0
+            if unhashed:
+                _warn_unhashed([n for n in self.names if KINDS[n] & unhashed])
         vals = []
         for n in self.names:
             if KINDS[n] & unhashed:
                 vals.append(Unhashed(n))
+            elif n == "bitwise":
+                vals.append(side.bitwise)
+            elif n == "hash_tensor":
+                vals.append(side.xor64)
+            elif n == "stats":
+                vals.append(stats_value(side))
             else:
-                vals.append(bw if n == "bitwise" else x if n == "hash_tensor" else norm_value(l1, nan, pinf, ninf))
+                vals.append(norm_value(side.l1, side.nan, side.posinf, side.neginf))
         return vals[0] if self.single else tuple(vals)
 
-    def value7(self, r: tuple):
-        """The value(s) of a 7-tuple (bitwise, l1, nan, posinf, neginf, xor64,
-        unsupported): norm and hash_tensor are Unhashed where unsupported is
-        set (warned about once per DebugMode)."""
-        if r[6]:
-            bad = self.kinds & (_C.HASH_NORM | _C.HASH_XOR)
-            if bad:
-                _warn_unhashed([n for n in self.names if KINDS[n] & bad])
-            return self.value(r[:6], unhashed=bad)
-        return self.value(r[:6])
 
 
 def _shared_custom(t: torch.Tensor):
@@ -250,6 +329,9 @@ def parse(hash_fn) -> tuple[int, HashSpec]:
         if bad:
             raise ValueError(f"hash_fn has unknown hash(es) {bad}: use {', '.join(map(repr, KINDS))}")
         key = (tuple(hash_fn), False)
+        if "stats" in hash_fn and "hash_tensor" in hash_fn:
+            raise ValueError("hash_fn cannot hold both 'stats' and 'hash_tensor': a record has room for one of "
+                             "them (Note [Room for the stats] in csrc/kd_record.h); drop one")
     else:
         raise TypeError(f"hash_fn must be a str, a non-empty list of str or a callable, not {type(hash_fn).__name__}")
     with _specs_lock:
@@ -272,7 +354,7 @@ class Pending:
 
     def value(self):
         r = _C.hash_fetch(self.handle)
-        return None if r is None else self.spec.value7(r)
+        return None if r is None else self.spec.value(r)
 
     def __repr__(self):
         return repr(self.value())
@@ -283,7 +365,7 @@ def start_value(t: torch.Tensor, spec: "HashSpec"):
     r = start(t, spec.kinds)
     if isinstance(r, _C.PendingHash):
         return Pending(r, spec)
-    return spec.value7(r)
+    return spec.value(r)
 
 
 def spec(spec_id: int) -> HashSpec:
@@ -336,4 +418,4 @@ def pop_custom() -> None:
         del _custom_fns[me]
 
 
-_C._set_hashers(_raw, _custom_hasher)
+_C._set_hashers(_raw, _custom_hasher, Stats)

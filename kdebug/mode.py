@@ -100,7 +100,7 @@ def _tree_clone_py(obj):
 
 
 def _spec_value(r, spec_id):
-    return hashing.spec(spec_id).value7(r)
+    return hashing.spec(spec_id).value(r)
 
 
 _configured = False
@@ -430,7 +430,7 @@ class DebugMode(_upstream.DebugMode):
         if spec.fn is not None:
             hashing.push_custom(spec.fn)
         try:
-            entry = (("hash", spec, hash_inputs, spec_id, spec.kinds, spec.value7)
+            entry = (("hash", spec, hash_inputs, spec_id, spec.kinds, spec.value)
                      if spec.fn is None else ("custom",))
             with _registering(entry) as note, \
                     _upstream.DebugMode.log_tensor_hashes(hash_fn=spec.aten_fn(), hash_inputs=hash_inputs):

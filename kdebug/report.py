@@ -46,9 +46,10 @@ import torch
 
 from . import __version__, _files, _upstream
 from .calls import _dtype_of
-from .compare import Report, _fmt_hash, _Side, compare, format_report
+from .compare import Report, _fmt_hash, _Side, compare, format_report, stats_diff
+from .hashing import Stats
 
-REC_BYTES, ARG_BYTES = 80, 96  # kd_tab_rec / kd_tab_arg (static_assert in kd_trace.h)
+REC_BYTES, ARG_BYTES = 80, 112  # kd_tab_rec / kd_tab_arg (static_assert in kd_trace.h)
 
 DIFF, ROOT, WRITER, UNALIGNED, CONFIG, SHAPE, HASHED = 1, 2, 4, 8, 16, 32, 64
 
@@ -133,7 +134,8 @@ class _Table:
         size = _ITEMSIZE[a8[:, 2].long()]
         nbytes = torch.where(tensor, a64[:, 2].clamp(min=0) * size, torch.zeros_like(size))
         hashed_post = (a8[:, 5] & 2) != 0
-        post = torch.stack([a64[:, 4], a64[:, 6], a64[:, 11], a32[:, 15], a32[:, 17], a32[:, 19]], 1)
+        # bitwise, l1, xor64 or the stats' sum, nan, +inf, -inf, the stats' absmax (post)
+        post = torch.stack([a64[:, 4], a64[:, 6], a64[:, 11], a32[:, 15], a32[:, 17], a32[:, 19], a64[:, 13]], 1)
         return written, nbytes, hashed_post, post
 
 
@@ -239,7 +241,20 @@ def _hash_text(h) -> str:
         return "-"
     if isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], int) and isinstance(h[1], float):
         return f"{_fmt_hash(h[0])}, norm {h[1]:.10g}"
+    if isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], int) and isinstance(h[1], Stats):
+        s = h[1]
+        counts = f", nan {s.nan}, +inf {s.posinf}, -inf {s.neginf}" if s.nonfinite else ""
+        return f"{_fmt_hash(h[0])}, sum {s.sum:.6g}, absmax {s.absmax:.3g}{counts}"
     return _fmt_hash(h)
+
+
+def _magnitude(ha, hb) -> str | None:
+    """How big a difference is (compare.stats_diff), where both sides have stats."""
+    sa = ha[1] if isinstance(ha, tuple) and len(ha) == 2 and isinstance(ha[1], Stats) else ha
+    sb = hb[1] if isinstance(hb, tuple) and len(hb) == 2 and isinstance(hb[1], Stats) else hb
+    if isinstance(sa, Stats) and isinstance(sb, Stats):
+        return stats_diff(sa, sb)
+    return None
 
 
 def _step_json(s) -> dict | None:
@@ -264,6 +279,7 @@ def _comparison_json(rep: Report, limit: int = 2000) -> dict:
     if d is not None:
         div = {"kind": d.kind, "a": _step_json(d.step_a), "b": _step_json(d.step_b), "arg": d.arg,
                "arg_index": d.arg_index, "hash_a": _hash_text(d.hash_a), "hash_b": _hash_text(d.hash_b),
+               "magnitude": _magnitude(d.hash_a, d.hash_b),
                "writer": _step_json(d.writer), "writer_args": list(d.writer_args), "outside": d.outside,
                "inherited": len(d.inherited), "hints": list(d.hints)}
     segs = [list(op) for op in al["opcodes"] if op[0] != "equal"]

@@ -175,3 +175,38 @@ def test_index_add_output_differs_with_identical_inputs(index_add_case):
     diverging = [(i, k.kernel_name) for r in runs[1:] for i, (k, k0) in enumerate(zip(r, runs[0]))
                  if k.post_hashes != k0.post_hashes and k.pre_hashes == k0.pre_hashes]
     assert diverging, "expected a kernel whose outputs differ with identical inputs"
+
+
+# ---- the stats hash on the GPU (issue 15 part 5): against a torch float64 reference
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_stats_match_the_torch_reference(dtype):
+    from test_stats import check
+    t = _make(dtype, (257, 129))
+    if t.is_floating_point() and t.element_size() >= 2:
+        t[0, 0], t[3, 4], t[100, 7] = float("nan"), float("inf"), -float("inf")
+    for v in (t, t.t(), t[::3, 1::2]):
+        s = hashing.stats(v)  # on the device, by kdebug's CUDA kernel
+        check(s, v.cpu())     # against plain torch ops in float64 on the host
+        assert hashing.stats(v) == s  # the fixed-order float64 sum: the same every time
+
+
+def test_cuda_stats_are_deterministic_and_batched_in_a_recording():
+    f = torch.compile(lambda x, y: (x * y + 1, torch.sin(x)))
+    x, y = torch.randn(4096, 33, device="cuda"), torch.randn(4096, 33, device="cuda")
+    f(x, y)
+    seen = []
+    for _ in range(2):
+        with DebugMode() as dm:
+            with DebugMode.log_tensor_hashes(hash_fn=["bitwise", "stats"], hash_inputs=True):
+                a, b = f(x, y)
+        seen.append([k.post_hashes for k in dm.kernels])
+        from test_stats import check
+        outs = {hashing.bitwise(t, on_host=True): t for t in (a, b)}
+        for k in dm.kernels:
+            for name, (bw, s) in k.post_hashes.items():
+                assert isinstance(s, hashing.Stats)
+                if bw in outs:
+                    check(s, outs[bw].cpu())
+    assert seen[0] == seen[1]

@@ -89,7 +89,7 @@ def _fp4(values):
     return torch.tensor(values, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
 
 
-@pytest.mark.parametrize("hash_fn", ["norm", "hash_tensor"])
+@pytest.mark.parametrize("hash_fn", ["norm", "hash_tensor", "stats"])
 def test_unhashable_dtype_is_marked_warned_once_and_never_equal(hash_fn):
     from kdebug.hashing import Unhashed
 
@@ -124,7 +124,8 @@ def test_unhashable_dtype_hashes_bitwise_by_its_bytes():
     assert all(isinstance(x[1], hashing.Unhashed) for x in h)
 
 
-def test_unhashable_kernel_argument_is_unhashed_not_zero():
+@pytest.mark.parametrize("kind", ["norm", "stats"])
+def test_unhashable_kernel_argument_is_unhashed_not_zero(kind):
     from kdebug import _C, hashing
 
     def kernel(inp, out):
@@ -135,7 +136,7 @@ def test_unhashable_kernel_argument_is_unhashed_not_zero():
     src = _fp4([1, 2, 3, 4])
     with pytest.warns(KdebugWarning, match="dtype the requested hash cannot decode"):
         with DebugMode(kernels_only=True) as dm:
-            with DebugMode.log_tensor_hashes(["norm", "bitwise"], hash_inputs=True):
+            with DebugMode.log_tensor_hashes([kind, "bitwise"], hash_inputs=True):
                 wrapped(src, torch.empty_like(src))
     (k,) = dm.kernels
     for side in (k.pre_hashes["in_ptr0"], k.post_hashes["out_ptr0"]):
@@ -238,7 +239,7 @@ def _post_digests(path):
     return [int(x) for x in d[:, 4]]
 
 
-@pytest.mark.parametrize("hash_fn", ["norm", "bitwise"])
+@pytest.mark.parametrize("hash_fn", ["norm", "stats", "bitwise"])
 def test_trace_digests_of_unhashed_values_never_match(tmp_path, hash_fn):
     """kdebug diff / hunt compare digests of the trace bytes: two Unhashed
     values must differ there too; bitwise hashes of the same bytes match."""

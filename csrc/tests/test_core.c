@@ -687,6 +687,37 @@ static void test_decode_and_norm(void)
     CHECK(kd_hash_xor64(&i2v, &x) == 0 && x == (5u ^ 3u));
     kd_view bad = {v, 16, 1, 1, s, st}; /* QUInt4x2: cannot decode */
     CHECK(kd_hash_norm(&bad, &n) == -1);
+
+    /* the stats hash (Note [The stats hash]): the norm's fields, plus the sum
+     * and absmax of the finite elements */
+    kd_stats S;
+    CHECK(kd_hash_stats(&fv, &S) == 0);
+    CHECK(S.norm.l1 == 3.75 && S.norm.nan == 1 && S.norm.posinf == 1 && S.norm.neginf == 1);
+    CHECK(S.sum == 1.5 - 2.0 + 0.25 && S.absmax == 2.0);
+    CHECK(kd_hash_stats(&lv, &S) == 0 && S.sum == -3.0 + 4.0 + 16777217.0 && S.absmax == 16777217.0);
+    CHECK(S.norm.l1 == 3.0 + 4.0 + 16777216.0 && S.norm.nan == 0);
+    CHECK(kd_hash_stats(&cv, &S) == 0 && S.norm.l1 == 6.0 && S.sum == 3 + 4 + 0 - 1 && S.absmax == 4.0);
+    int64_t big[2] = {INT64_MIN, 1};
+    kd_view bv = {big, KD_ST_LONG, 8, 1, s2, st};
+    CHECK(kd_hash_stats(&bv, &S) == 0 && S.absmax == ldexp(1.0, 63) && S.sum == (double)(INT64_MIN + 1));
+    uint64_t ub[2] = {UINT64_MAX, 1}; /* uint64 sums wrap as unsigned */
+    kd_view uv = {ub, KD_ST_UINT64, 8, 1, s2, st};
+    CHECK(kd_hash_stats(&uv, &S) == 0 && S.sum == 0.0 && S.absmax == (double)UINT64_MAX);
+    uint16_t hb[3] = {0x3C00, 0xFC00, 0xC200}; /* half: 1, -inf, -3 */
+    kd_view hv = {hb, KD_ST_HALF, 2, 1, s3, st};
+    CHECK(kd_hash_stats(&hv, &S) == 0 && S.sum == -2.0 && S.absmax == 3.0 && S.norm.neginf == 1);
+    /* a strided view (every other float) gives what its contiguous copy gives */
+    float vs[3] = {1.5f, NAN, -INFINITY}; /* v[0], v[2], v[4] */
+    int64_t s2s[1] = {3}, st2[1] = {2};
+    kd_stats A, C;
+    kd_view strided = {v, KD_ST_FLOAT, 4, 1, s2s, st2}, contig = {vs, KD_ST_FLOAT, 4, 1, s2s, st};
+    CHECK(kd_hash_stats(&strided, &A) == 0 && kd_hash_stats(&contig, &C) == 0);
+    CHECK(A.sum == C.sum && A.absmax == C.absmax && A.norm.l1 == C.norm.l1 && A.norm.nan == C.norm.nan &&
+          A.norm.neginf == 1 && C.norm.neginf == 1 && A.sum == 1.5);
+    CHECK(kd_hash_stats(&bad, &S) == -1);
+    int64_t s0[1] = {0};
+    kd_view empty = {NULL, KD_ST_FLOAT, 4, 1, s0, st};
+    CHECK(kd_hash_stats(&empty, &S) == 0 && S.sum == 0.0 && S.absmax == 0.0 && S.norm.l1 == 0.0);
 }
 
 /* ---- GPU result hand-over (kd_results.c) ---- */

@@ -52,11 +52,16 @@ static uint32_t make_launch(kd_strtab *g, kd_payload *p, uint64_t index, uint64_
     a->flags = KD_TF_HASHED;
     kd_hash_rec *h = &p[2].hash;
     h->tag = KD_TAG_HASH;
-    h->kinds = KD_HK_BITWISE | KD_HK_NORM;
+    /* odd launches carry the stats hash (format 1.2), even ones the norm */
+    h->kinds = (index & 1) ? KD_HK_BITWISE | KD_HK_STATS : KD_HK_BITWISE | KD_HK_NORM;
     h->flags = KD_HF_PRE;
     h->bitwise[0] = hash;
     h->l1[0] = 12.5;
     h->nan[0] = 1;
+    if (index & 1) {
+        h->sum[0] = -3.25;
+        h->absmax[0] = 7.5;
+    }
     kd_tensor_arg *o = &p[3].tensor;
     o->tag = KD_TAG_TENSOR;
     o->role = KD_ROLE_WRITE;
@@ -222,6 +227,10 @@ static void test_table(void)
     CHECK(a->hash_kinds == (KD_HK_BITWISE | KD_HK_NORM) && a->hash_flags == KD_HF_PRE);
     CHECK(a->bitwise[0] == (0x1234567890abcdefull ^ 2) && a->l1[0] == 12.5 && a->nan[0] == 1);
     CHECK(t.dims[0] == 8 && t.dims[1] == 4 && a->value.i == 32 && t.arg[1].value.i == 64);
+    const kd_tab_arg *s3 = &t.arg[4]; /* launch 3's in_ptr0: the stats hash */
+    CHECK(s3->hash_kinds == (KD_HK_BITWISE | KD_HK_STATS) && s3->hash_flags == KD_HF_PRE);
+    CHECK(s3->bitwise[0] == (0x1234567890abcdefull ^ 3) && s3->l1[0] == 12.5 && s3->nan[0] == 1);
+    CHECK(s3->sum[0] == -3.25 && s3->absmax[0] == 7.5);
     CHECK(t.arg[1].ndim == 6 && t.arg[1].role == KD_ROLE_WRITE && t.arg[1].hash_flags == 0);
     for (int d = 0; d < 6; d++)
         CHECK(t.dims[2 + d] == 2);
