@@ -55,7 +55,7 @@ class Launch:
     raised: bool
     args: tuple[tuple[Any, ...], ...]
     objects: tuple[Any, ...] | None
-    hashes: tuple[tuple[int, int, int, HashValues | None, HashValues | None] | None, ...
+    hashes: tuple[tuple[int, int, int, HashValues | None, HashValues | None] | None, ...]
     outputs: dict[int, dict[str, Any]]  # the recorder's, as of this record's generation
     custom: dict[tuple[int, int, int], Any]
     detached: bool  # holds its own copy: its recorder was cleared since
