@@ -294,23 +294,38 @@ def spec_for(run, root, mode: str, path: str) -> Spec | None:
 
 def judge(original, root, replayed, hits: int) -> dict:
     """Whether the replayed comparison (run D against run C) clears what
-    ``root`` of ``original`` was blamed for: {"confirmed", "text", "still"}."""
+    ``root`` of ``original`` was blamed for: {"confirmed", "text", "still"}.
+
+    Confirmed when the replayed step is no longer a consequential root and
+    whatever still differs starts at other roots: the original's other roots,
+    or steps whose inputs are identical in the replayed runs (the next root,
+    which the replayed one had hidden among its heirs, standing alone).  Not
+    confirmed when the replayed step still has consequences or a difference
+    comes from outside the recording that the original did not have."""
     if hits < 1:
         return {"confirmed": False, "still": [],
                 "text": "NOT CONFIRMED: the replay never reached the launch (another kernel order in the re-runs?)"}
     if replayed.structural:
         return {"confirmed": False, "still": [], "text": "NOT CONFIRMED: the re-runs launched other kernels"}
-    others = {(x.step_a.name) for x in original.roots if x is not root}
+    others = {x.step_a.label() for x in original.roots if x is not root}
     still = [x.step_a.label() for x in replayed.roots]
     if not replayed.roots:
         text = (f"CONFIRMED by replay: with its outputs taken from the run before, the re-run matches "
                 f"it ({root.consequences} later launch(es)/op(s) it was blamed for now match)")
         return {"confirmed": True, "still": [], "text": text}
-    if all(x.step_a.name in others for x in replayed.roots) and not any(
-            x.step_a.name == root.step_a.name and x.step_a.kernel_number == root.step_a.kernel_number
-            for x in replayed.roots):
-        return {"confirmed": True, "still": still,
-                "text": "CONFIRMED by replay: what it was blamed for now matches; the rest differs only at the "
-                        "other roots (" + ", ".join(still[:3]) + ")"}
-    return {"confirmed": False, "still": still, "text": "NOT CONFIRMED: with its outputs replayed the re-run still "
-                                                        "differs at " + ", ".join(still[:3])}
+    itself = root.step_a.label()
+    unexplained = [x.step_a.label() for x in replayed.roots
+                   if x.step_a.label() == itself or (x.kind != "root" and x.step_a.label() not in others)]
+    if unexplained:
+        return {"confirmed": False, "still": still, "text": "NOT CONFIRMED: with its outputs replayed the re-run "
+                                                            "still differs at " + ", ".join(unexplained[:3])}
+    known = [t for t in still if t in others]
+    new = [t for t in still if t not in others]
+    parts = []
+    if known:
+        parts.append("the other roots (" + ", ".join(known[:3]) + ")")
+    if new:
+        parts.append("the next root, now standing alone with identical inputs (" + ", ".join(new[:3]) + ")")
+    return {"confirmed": True, "still": still,
+            "text": "CONFIRMED by replay: what it was blamed for now matches; what still differs starts at "
+                    + " and ".join(parts)}

@@ -215,3 +215,38 @@ def test_replaying_a_launch_that_is_not_the_root_does_not_confirm(step, tmp_path
     verdict = replay.judge(original, original.roots[0], kdebug.compare(*runs), 1)
     assert verdict["confirmed"] is False and "NOT CONFIRMED" in verdict["text"]
     assert culprit.kernel_name in verdict["text"]
+
+
+def test_replay_confirms_a_root_whose_heir_is_the_next_root(step, tmp_path):
+    """Two faults in a chain: the later kernel reads the earlier one's output,
+    so in the original comparison it is an heir, hidden.  Replaying the first
+    root's outputs clears everything it was blamed for and leaves the second
+    standing alone with identical inputs: confirmed, and the next root named."""
+    from kdebug import replay
+    from kdebug.testing import _scopes
+
+    base = record(step)
+    kernels = base.kernels
+    first, second = kernels[3], kernels[9]
+    original = kdebug.compare(base, record(step, (first.kernel_name, "out_ptr0", 0, 0.5),
+                                           (second.kernel_name, "out_ptr0", 0, 0.5)))
+    assert [x.step_a.kernel_number for x in original.roots] == [3]  # the second is hidden among its heirs
+    assert 9 in [x.kernel_number for x, _ in original.divergence.inherited]
+    positions = [i for i, t in enumerate(first.args) if getattr(t, "writes", False)]
+    runs = []
+    for mode, noise in (("capture", 0.25), ("replay", 0.75)):
+        spec = replay.Spec(first.kernel_name, 0, positions, mode, str(tmp_path / "first.pt"))
+        replay.activate(spec)
+        try:
+            for scope in _scopes():
+                replay.attach(scope)
+            runs.append(record(step, (first.kernel_name, "out_ptr0", 0, noise),
+                               (second.kernel_name, "out_ptr0", 0, noise)))
+        finally:
+            replay.activate(None)
+        assert spec.hits == 1
+    replayed = kdebug.compare(*runs)
+    assert [x.step_a.kernel_number for x in replayed.roots] == [9]
+    verdict = replay.judge(original, original.roots[0], replayed, 1)
+    assert verdict["confirmed"] is True, verdict
+    assert "next root" in verdict["text"] and second.kernel_name in verdict["text"]
