@@ -39,6 +39,8 @@ static PyObject *str_stream, *str_benchmark_run, *str_kdebug_info;
 
 int kd_in_benchmark(void)
 {
+    if (kd_tls_compiling) /* this thread compiles or autotunes (Note [Autotuning is not the program]) */
+        return 1;
     if (bench_dict == NULL)
         return 0;
     PyObject *v = PyDict_GetItemWithError(bench_dict, bench_key);
