@@ -24,6 +24,13 @@ _EXPORTS = {
     "Run": "trace", "TraceFileError": "trace", "load": "trace",
     "TensorInfo": "calls", "_CppKernelCall": "calls", "_KernelCall": "calls", "_TritonKernelCall": "calls",
 }
+# upstream torch.utils._debug_mode's call types and helpers, as the installed
+# torch has them (kdebug/_upstream.py, UPSTREAM_EXPORTS): `from kdebug import
+# _OpCall` works as it does from upstream's module
+_UPSTREAM = ("_DebugCall", "_OpCall", "_AnnotateCall", "_RedistributeCall", "_OutputPlacementCall",
+             "_NNModuleCall", "_get_call_name", "_stringify_shape", "DebugInterpreter",
+             "TensorIdTracker", "hash_tensor_fn", "norm_hash_fn")
+_EXPORTS.update(dict.fromkeys(_UPSTREAM, "_upstream"))
 
 
 def __getattr__(name: str):
@@ -36,7 +43,9 @@ def __getattr__(name: str):
     import torch  # noqa: F401
 
     value = importlib.import_module(f"{__name__}.{mod or name}")
-    if mod is not None:
+    if mod == "_upstream":
+        value = value.upstream_export(name)
+    elif mod is not None:
         value = getattr(value, name)
     globals()[name] = value
     return value
@@ -58,7 +67,11 @@ sys.modules[__name__].__class__ = _Package
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    names = set(globals()) | set(_EXPORTS)
+    up = sys.modules.get(f"{__name__}._upstream")
+    if up is not None:  # upstream names this torch lacks (known once torch is loaded)
+        names -= {n for n in _UPSTREAM if not any(hasattr(m, n) for m in (up._dm, up.mode_module, up.utils_module))}
+    return sorted(names)
 
 
 __all__ = [

@@ -36,9 +36,9 @@ import re
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_is_leaf, tree_map
 
 from . import _C
+from ._upstream import tree_is_leaf, tree_map
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{5,}")
 _AT_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]{5,}")

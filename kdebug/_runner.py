@@ -24,7 +24,10 @@ FIXES = {
 
 def apply_fix(name: str) -> None:
     import torch
-    import torch._inductor.config as ic
+
+    from . import _upstream
+
+    ic = _upstream.inductor_config()
 
     if name == "deterministic_algorithms":
         torch.use_deterministic_algorithms(True, warn_only=True)

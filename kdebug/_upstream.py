@@ -1,7 +1,16 @@
-"""The pieces of torch.utils._debug_mode that kdebug builds on, found by name.
+"""Every torch-private name kdebug uses, found here and nowhere else.
 
-torch 2.11 keeps DebugMode in one module; torch 2.13 splits it into a package
-(_mode, _calls, _utils).  Everything version-dependent is looked up here.
+Note [Torch-private access]: kdebug builds on torch.utils._debug_mode and
+hooks Inductor, so it reads names torch does not promise to keep.  Each
+one is reached through this module (the C side's equivalents are in
+csrc/kd_torch.cpp), with the torch versions it was checked against, so a
+torch upgrade means reading one file.  "2.11, 2.13" means the name has the
+form used here in both (the oldest supported torch and the newest tried);
+torch 2.11 keeps DebugMode in one module, torch 2.13 splits it into a
+package (_mode, _calls, _utils), which is why modules are found by what
+they hold rather than by name.  Imports of torch._inductor and
+torch._dynamo stay inside the functions: they cost ~1 s and are needed only
+once a DebugMode is entered.
 """
 from __future__ import annotations
 
@@ -18,10 +27,17 @@ except ImportError as e:  # pragma: no cover - torch too old
         f"and _TritonKernelCall ({e}). Upgrade torch."
     ) from e
 
+# 2.11, 2.13
 from torch.utils._dtype_abbrs import dtype_abbrs
+from torch.utils._pytree import tree_all, tree_is_leaf, tree_map  # 2.11, 2.13
+from torch.utils._python_dispatch import TorchDispatchMode  # 2.11, 2.13
+
+OpOverload = torch._ops.OpOverload  # 2.11, 2.13
+disable_torch_dispatch = torch._C._DisableTorchDispatch  # 2.11, 2.13: a context manager
+dispatch_stack_depth = torch._C._len_torch_dispatch_stack  # 2.11, 2.13: this thread's dispatch modes
 
 mode_module = sys.modules[DebugMode.__module__]
-"""Module holding _ACTIVE_DEBUG_MODE_COUNT (torch.utils._debug_mode[._mode])."""
+"""Module holding _ACTIVE_DEBUG_MODE_COUNT (torch.utils._debug_mode[._mode]; 2.11, 2.13)."""
 
 
 def _find_utils_module():
@@ -33,14 +49,72 @@ def _find_utils_module():
 
 
 utils_module = _find_utils_module()
-"""Module holding _IN_INDUCTOR_BENCHMARK and the hash / record-output globals."""
+"""Module holding _IN_INDUCTOR_BENCHMARK and the hash / record-output globals (2.11, 2.13)."""
 
-get_active_debug_mode = _dm.get_active_debug_mode
-get_call_name = _dm._get_call_name
+upstream_get_active_debug_mode = _dm.get_active_debug_mode
+"""Upstream's own answer (2.11, 2.13): the outermost DebugMode on this
+thread's dispatch-mode stack, None when _ACTIVE_DEBUG_MODE_COUNT is 0.
+Note [Active mode] (kdebug/_active.py) builds on it; this name keeps the
+original after install_get_active_debug_mode replaced upstream's."""
+
+get_call_name = _dm._get_call_name  # 2.11, 2.13
+stringify_attributes = utils_module._stringify_attributes
+"""Upstream's ``{attr=value, ...}`` text of a tensor's record_tensor_attributes (2.11, 2.13)."""
+
+# Upstream's call types and helpers that ``from kdebug import NAME`` gives
+# (kdebug/__init__.py), as the installed torch has them: 2.13 has all but
+# _NNModuleCall, 2.11 has _NNModuleCall and may lack the newer ones.
+UPSTREAM_EXPORTS = ("_DebugCall", "_OpCall", "_AnnotateCall", "_RedistributeCall", "_OutputPlacementCall",
+                    "_NNModuleCall", "_get_call_name", "_stringify_shape", "DebugInterpreter",
+                    "TensorIdTracker", "hash_tensor_fn", "norm_hash_fn")
+
+
+def upstream_export(name: str):
+    """torch.utils._debug_mode's NAME (one of UPSTREAM_EXPORTS), or
+    AttributeError saying this torch has none."""
+    if name in UPSTREAM_EXPORTS:
+        for mod in (_dm, mode_module, utils_module):
+            if hasattr(mod, name):
+                return getattr(mod, name)
+    raise AttributeError(f"torch {torch.__version__}'s torch.utils._debug_mode has no {name!r} "
+                         f"(kdebug re-exports what it has of: {', '.join(UPSTREAM_EXPORTS)})")
+
+
+def install_get_active_debug_mode(fn) -> None:
+    """Note [Active mode]: makes upstream's get_active_debug_mode (the
+    package's name and the one its own module calls, e.g. DebugInterpreter)
+    answer with ``fn`` (2.11, 2.13).  Modules that imported the name before
+    keep the original."""
+    for mod in {id(m): m for m in (_dm, mode_module)}.values():
+        if getattr(mod, "get_active_debug_mode", None) is upstream_get_active_debug_mode:
+            mod.get_active_debug_mode = fn
+
+
+def dispatch_hook_lists() -> tuple[list, list, list]:
+    """Upstream's registered dispatch hooks: record, log, pre-log (2.13; 2.11
+    has no pre-log hooks: an empty list stands in)."""
+    u = utils_module
+    return u._DISPATCH_RECORD_HOOKS, u._DISPATCH_LOG_HOOKS, getattr(u, "_DISPATCH_PRE_LOG_HOOKS", [])
+
+
+def dispatch_modes() -> list:
+    """This thread's dispatch modes, outermost first (2.11, 2.13)."""
+    from torch.utils._python_dispatch import _get_dispatch_stack_at
+
+    return [_get_dispatch_stack_at(i) for i in range(dispatch_stack_depth())]
+
+
+def eval_frame_callbacks():
+    """(get_eval_frame_callback, set_eval_frame) of dynamo's C frame hook
+    (2.11, 2.13), or (None, None) where torch has neither."""
+    ev = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
+    return getattr(ev, "get_eval_frame_callback", None), getattr(ev, "set_eval_frame", None)
 
 
 def compute_rel_diff(h1, h2):
     fn = getattr(mode_module, "_compute_rel_diff", None) or getattr(_dm, "_compute_rel_diff", None)
+    if fn is None:
+        fn = getattr(utils_module, "_compute_rel_diff", None)
     if fn is not None:
         try:
             return fn(h1, h2)
@@ -51,14 +125,11 @@ def compute_rel_diff(h1, h2):
 
 def get_op_name(op) -> str:
     """Upstream's name for an op (what its rendering starts with)."""
-    if isinstance(op, torch._ops.OpOverload):
+    if isinstance(op, OpOverload):
         return op.__qualname__
     if hasattr(op, "__module__") and hasattr(op, "__name__"):
         return f"{op.__module__}.{op.__name__}"
     return str(op)
-
-__all__ = ["DebugMode", "_DebugCall", "_OpCall", "_TritonKernelCall", "get_op_name", "dtype_abbrs", "mode_module",
-           "utils_module", "get_active_debug_mode"]
 
 
 def fake_tensor_type() -> type:
@@ -67,3 +138,79 @@ def fake_tensor_type() -> type:
     from torch._subclasses.fake_tensor import FakeTensor
 
     return FakeTensor
+
+
+# ---------------------------------------------------------------- Inductor and dynamo
+
+def caching_autotuner() -> type:
+    """torch._inductor.runtime.triton_heuristics.CachingAutotuner (2.11, 2.13)."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    return CachingAutotuner
+
+
+def triton_heuristics_module():
+    """torch._inductor.runtime.triton_heuristics (2.11, 2.13): its
+    get_active_debug_mode name is what Triton launches consult."""
+    from torch._inductor.runtime import triton_heuristics
+
+    return triton_heuristics
+
+
+def async_compile_class() -> type:
+    """torch._inductor.async_compile.AsyncCompile (2.11, 2.13: cpp_pybinding, wait)."""
+    from torch._inductor import async_compile
+
+    return async_compile.AsyncCompile
+
+
+def generated_modules() -> list:
+    """Inductor's loaded generated modules (PyCodeCache.modules and
+    .modules_no_attr; 2.11, 2.13)."""
+    from torch._inductor.codecache import PyCodeCache
+
+    mods = list(getattr(PyCodeCache, "modules", []))
+    mods += list(getattr(PyCodeCache, "modules_no_attr", {}).values())
+    return mods
+
+
+def compiled_fx_graph() -> type:
+    """torch._inductor.output_code.CompiledFxGraph (2.11, 2.13)."""
+    from torch._inductor.output_code import CompiledFxGraph
+
+    return CompiledFxGraph
+
+
+def aoti_compiled_model() -> type | None:
+    """torch._inductor.package.package.AOTICompiledModel (2.11, 2.13), or None."""
+    try:
+        from torch._inductor.package.package import AOTICompiledModel
+    except ImportError:  # pragma: no cover
+        return None
+    return AOTICompiledModel
+
+
+def compile_callback_handler():
+    """torch._dynamo.callback_handler (2.11, 2.13: register_start_callback,
+    register_end_callback)."""
+    import torch._dynamo
+
+    return torch._dynamo.callback_handler
+
+
+def inductor_config():
+    """torch._inductor.config (2.11, 2.13)."""
+    import torch._inductor.config
+
+    return torch._inductor.config
+
+
+def dynamo_reset() -> None:
+    """torch._dynamo.reset() (2.11, 2.13): forget compiled frames."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+
+
+__all__ = ["DebugMode", "_DebugCall", "_OpCall", "_TritonKernelCall", "get_op_name", "dtype_abbrs", "mode_module",
+           "utils_module", "upstream_get_active_debug_mode", "upstream_export", "UPSTREAM_EXPORTS"]

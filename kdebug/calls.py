@@ -104,6 +104,54 @@ def _arg_value(t: tuple) -> Any:
     return t[3]
 
 
+# Note [Kernel tensor attributes]: record_tensor_attributes on kernel lines.
+# Upstream renders each requested attribute a tensor has (getattr).  A kernel
+# record keeps the tensors only with store_original_args=True (then upstream's
+# own rendering is used); otherwise it holds these attributes' values as they
+# were at the launch, and DebugMode.debug_string warns about the others.
+RECORDED_ATTRIBUTES = {
+    "dtype": lambda i: i.dtype,
+    "shape": lambda i: i.shape,
+    "device": lambda i: i.device,
+    "ndim": lambda i: len(i.shape),
+}
+
+
+def _recorded_attributes(info: TensorInfo, attributes) -> str:
+    pairs = [f"{a}={RECORDED_ATTRIBUTES[a](info)}" for a in attributes if a in RECORDED_ATTRIBUTES]
+    return "{" + ", ".join(pairs) + "}" if pairs else ""
+
+
+class _LaunchCopy:
+    """What ``copy.deepcopy`` of a kernel record holds instead of its view
+    into the recorder (Note [Copied records]): every field of the launch,
+    read once, and its lines as the C core rendered them."""
+
+    _FIELDS = ("kind", "kernel_name", "grid", "config", "num_warps", "num_stages", "shared_mem", "device",
+               "stream", "thread_id", "launch_index", "py_index", "call_depth", "t_start_ns", "t_end_ns",
+               "nargs", "raised", "args", "hashes")
+
+    def __init__(self, launch, memo: dict) -> None:
+        import copy
+
+        for name in self._FIELDS:
+            setattr(self, name, getattr(launch, name))
+        self.objects = copy.deepcopy(launch.objects, memo)
+        i = launch.launch_index
+        outs = launch.outputs.get(i)  # only this launch's: the recorder's dict holds every launch's
+        self.outputs = {i: copy.deepcopy(outs, memo)} if outs is not None else {}
+        self.custom = {k: copy.deepcopy(v, memo) for k, v in launch.custom.items() if k[0] == i}
+        self.detached = True
+        self._lines = {v: launch.render(verbose=v) for v in (False, True)}
+        self._arg_lines = {v: launch.render_args(verbose=v) for v in (False, True)}
+
+    def render(self, verbose: bool = False) -> str:
+        return self._lines[bool(verbose)]
+
+    def render_args(self, verbose: bool = False) -> str:
+        return self._arg_lines[bool(verbose)]
+
+
 class _KernelCall(_upstream._DebugCall):
     """One recorded kernel launch (Triton or C++)."""
 
@@ -118,6 +166,24 @@ class _KernelCall(_upstream._DebugCall):
         self.output_str = None
         self._args = None
         self._set: dict[str, Any] = {}
+
+    def __deepcopy__(self, memo: dict) -> _KernelCall:
+        """Note [Copied records]: a deep copy holds its record's data itself
+        (values, hashes, recorded outputs, rendered lines), so it outlives
+        the recorder and is unchanged by anything done to the original run."""
+        import copy
+
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        for k, v in vars(self).items():
+            if k == "_launch":
+                v = _LaunchCopy(v, memo)
+            elif k == "_recorder":
+                v = None
+            else:
+                v = copy.deepcopy(v, memo)
+            setattr(new, k, v)
+        return new
 
     # -- hashes and recorded outputs (DebugMode.log_tensor_hashes / record_outputs) --
     def _hashes(self, when: int) -> dict[str, Any] | None:
@@ -290,8 +356,33 @@ class _KernelCall(_upstream._DebugCall):
     def stringify_args(self, attributes, tensor_memo=None) -> None:
         pass  # already plain data
 
+    def _with_attributes(self, line: str, attributes) -> str:
+        """The line with each tensor argument's requested attributes after
+        its shape, as upstream renders them (Note [Kernel tensor attributes])."""
+        objs = self._launch.objects
+        for i, (name, t) in enumerate(zip(self.arg_names, self._arg_tuples())):
+            if t[0] != "tensor":
+                continue
+            obj = objs[i] if objs is not None and i < len(objs) else None
+            if isinstance(obj, torch.Tensor):
+                extra = _upstream.stringify_attributes(obj, attributes)
+            else:
+                extra = _recorded_attributes(_arg_value(t), attributes)
+            if not extra:
+                continue
+            text = f"{name}={_arg_value(t)!r}"
+            for lead in ("(", ", "):
+                at = line.find(lead + text)
+                if at >= 0:
+                    end = at + len(lead) + len(text)
+                    line = line[:end] + extra + line[end:]
+                    break
+        return line
+
     def render(self, attributes) -> str:
         line = self._launch.render(verbose=_VERBOSE.get())
+        if attributes:
+            line = self._with_attributes(line, attributes)
         pad = "\n  " + "  " * self.call_depth
         if self.pre_hashes:
             line += pad + "# pre-kernel hashes: {" + ", ".join(f"{k}: {v}" for k, v in self.pre_hashes.items()) + "}"

@@ -244,11 +244,9 @@ def _record_runs(n: int, target: list[str], module: bool, builtin: bool, tmp: st
 def _record_in_process(out: str, target, module: bool, builtin: bool, fix: str | None, tmp: str, i: int) -> int:
     """One run in this process: dynamo reset and a fresh Inductor cache, so
     every run compiles (and autotunes) from scratch."""
-    import torch
+    from . import _runner, _upstream
 
-    from . import _runner
-
-    torch._dynamo.reset()
+    _upstream.dynamo_reset()
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, f"inductor-cache-{fix or 'base'}-{i}")
     saved = list(sys.argv)
     try:

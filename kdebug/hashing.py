@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import _C
+from . import _C, _upstream
 
 KINDS = {"bitwise": _C.HASH_BITWISE, "norm": _C.HASH_NORM, "hash_tensor": _C.HASH_XOR, "stats": _C.HASH_STATS}
 # kinds that decode the elements' values: a dtype they do not know gives Unhashed
@@ -183,7 +183,7 @@ def _logical(t: torch.Tensor) -> torch.Tensor:
 def _raw(t: torch.Tensor, kinds: int) -> "_C.HashValues":
     """The HashValues of any tensor's logical values, computed on the host
     (copying it there first)."""
-    with torch._C._DisableTorchDispatch():
+    with _upstream.disable_torch_dispatch():
         t = _logical(t.detach())
         if t.device.type != "cpu":
             t = t.to("cpu")
@@ -196,7 +196,7 @@ def start(t: torch.Tensor, kinds: int):
     """Starts hashing t: a HashValues when done at once (CPU), a _C.PendingHash
     when queued on t's current CUDA stream (fetch with finish), else the host
     path."""
-    with torch._C._DisableTorchDispatch():
+    with _upstream.disable_torch_dispatch():
         t = _logical(t.detach())
         if t.is_quantized:
             t = t.int_repr()
@@ -378,9 +378,9 @@ _unhashed_warned: set[str] = set()
 
 def _warn_unhashed(names: list[str]) -> None:
     """Warns once per DebugMode (or once per process outside one) and kind."""
-    from . import inductor
+    from . import _active, inductor
 
-    mode = inductor._current_mode()
+    mode = _active.recording()
     for n in names:
         msg = (f"a tensor's dtype has no values the {n} hash can decode (a packed or sub-byte dtype "
                "such as float4_e2m1fn_x2): its hash is recorded as Unhashed, which never compares "
@@ -402,7 +402,7 @@ _custom_fns: dict[int, list[Callable]] = {}
 def _custom_hasher(recorder, launch_index: int, arg: int, when: int, t: torch.Tensor) -> None:
     fns = _custom_fns.get(threading.get_ident()) or _custom_fns.get(recorder.owner_thread)
     if fns:
-        with torch._C._DisableTorchDispatch():
+        with _upstream.disable_torch_dispatch():
             recorder.custom[(launch_index, arg, when)] = fns[-1](t)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _upstream, replay
+from . import _C, _active, _upstream, replay
 
 _lock = threading.Lock()
 _installed = False
@@ -234,8 +234,7 @@ def _wrap_cpp(scope: dict, key: str, argtypes: list[str], source: str,
 
 
 def _mark_fresh_triton(scope: dict, fresh: dict[str, frozenset[int]]) -> None:
-    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-
+    CachingAutotuner = _upstream.caching_autotuner()
     for key, positions in fresh.items():
         obj = scope.get(key)
         if isinstance(obj, CachingAutotuner) and positions:
@@ -274,11 +273,7 @@ def _patched_wait(orig):
 
 def _wrap_loaded_modules() -> None:
     """Wraps the C++ kernels of generated modules loaded before kdebug was."""
-    from torch._inductor.codecache import PyCodeCache
-
-    mods = list(getattr(PyCodeCache, "modules", []))
-    mods += list(getattr(PyCodeCache, "modules_no_attr", {}).values())
-    for mod in mods:
+    for mod in _upstream.generated_modules():
         path = getattr(mod, "__file__", None)
         if not path:
             continue
@@ -309,33 +304,6 @@ def _wrap_loaded_modules() -> None:
 
 # ---------------------------------------------------------------- bypass paths
 
-_modes = threading.local()  # .stack: kdebug modes entered on this thread
-_global_modes: list = []     # record_all_threads modes
-
-
-def push_mode(mode, all_threads: bool) -> None:
-    if all_threads:
-        _global_modes.append(mode)
-    else:
-        stack = getattr(_modes, "stack", None)
-        if stack is None:
-            stack = _modes.stack = []
-        stack.append(mode)
-
-
-def pop_mode(mode, all_threads: bool) -> None:
-    stack = _global_modes if all_threads else getattr(_modes, "stack", [])
-    if mode in stack:
-        stack.remove(mode)
-
-
-def _current_mode():
-    stack = getattr(_modes, "stack", None)
-    if stack:
-        return stack[-1]
-    return _global_modes[-1] if _global_modes else None
-
-
 def graph_bypass_reason(graph) -> str | None:
     """Why a compiled graph's launches do not pass through Python, or None."""
     fx_kwargs = getattr(graph, "fx_kwargs", None) or {}
@@ -351,10 +319,10 @@ def graph_bypass_reason(graph) -> str | None:
 
 def _patched_graph_call(orig):
     def __call__(self, inputs):
-        if _global_modes or getattr(_modes, "stack", None):
+        if _active.any_recording():
             reason = graph_bypass_reason(self)
             if reason is not None:
-                mode = _current_mode()
+                mode = _active.recording()
                 if mode is not None:
                     mode._note_bypass(reason)
                 _C.defer_flush()  # its launches are unseen writers (Note [Deferred GPU work])
@@ -366,7 +334,7 @@ def _patched_graph_call(orig):
 
 def _patched_aoti_call(orig):
     def __call__(self, *args, **kwargs):
-        mode = _current_mode()
+        mode = _active.recording()
         if mode is not None:
             mode._note_bypass("AOTInductor")
             _C.defer_flush()
@@ -422,34 +390,29 @@ def install() -> None:
         _C._configure(
             benchmark_globals=vars(_upstream.utils_module),
             count_globals=vars(_upstream.mode_module),
-            get_active_debug_mode=_upstream.get_active_debug_mode,
+            get_active_debug_mode=_upstream.upstream_get_active_debug_mode,
             mode_class=_mode.DebugMode,
         )
-        from torch._inductor import async_compile
-
-        AC = async_compile.AsyncCompile
+        # Note [Active mode]: upstream's get_active_debug_mode and kdebug's are one function
+        _upstream.install_get_active_debug_mode(_active.debug_mode)
+        AC = _upstream.async_compile_class()
         AC.cpp_pybinding = _patched_cpp_pybinding(AC.cpp_pybinding)
         AC.wait = _patched_wait(AC.wait)
 
-        from torch._inductor.runtime import triton_heuristics as th
-
+        th = _upstream.triton_heuristics_module()
         th.get_active_debug_mode = _C._inductor_get_active_debug_mode
         th.CachingAutotuner.run = _C.RunHook(th.CachingAutotuner.run, triton_kernel_info, triton_finish)
         for name in ("autotune_to_one_config", "coordinate_descent_tuning"):
             if hasattr(th.CachingAutotuner, name):
                 setattr(th.CachingAutotuner, name, _autotuning(getattr(th.CachingAutotuner, name)))
 
-        from torch._inductor.output_code import CompiledFxGraph
-
+        CompiledFxGraph = _upstream.compiled_fx_graph()
         CompiledFxGraph.__call__ = _patched_graph_call(CompiledFxGraph.__call__)
-        try:
-            from torch._inductor.package.package import AOTICompiledModel
-        except ImportError:  # pragma: no cover
-            AOTICompiledModel = None
+        AOTICompiledModel = _upstream.aoti_compiled_model()
         if AOTICompiledModel is not None:
             AOTICompiledModel.__call__ = _patched_aoti_call(AOTICompiledModel.__call__)
 
-        handler = torch._dynamo.callback_handler
+        handler = _upstream.compile_callback_handler()
         handler.register_start_callback(_on_compile_start)
         handler.register_end_callback(_on_compile_end)
 
@@ -464,7 +427,7 @@ def _cuda_available() -> bool:
 
 def config_bypass_warnings() -> list[str]:
     """Global Inductor settings that make launches skip Python."""
-    cfg = torch._inductor.config
+    cfg = _upstream.inductor_config()
     out = []
     if getattr(cfg, "cpp_wrapper", False):
         out.append("torch._inductor.config.cpp_wrapper=True: kernels launched from the C++ wrapper "

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from . import _C, _argtext, _flags, _upstream, hashing, inductor
-from .calls import _VERBOSE, _CppKernelCall, _KernelCall, make_call
+from . import _C, _active, _argtext, _flags, _upstream, hashing, inductor
+from .calls import _VERBOSE, RECORDED_ATTRIBUTES, _CppKernelCall, _KernelCall, make_call
 
 _UPSTREAM_PARAMS = {n: p for n, p in inspect.signature(_upstream.DebugMode.__init__).parameters.items()
                     if n != "self"}
@@ -31,7 +31,7 @@ _kd_hooks: dict[int, tuple] = {}
 
 @contextlib.contextmanager
 def _registering(kind: tuple):
-    lists = (_u._DISPATCH_RECORD_HOOKS, _u._DISPATCH_LOG_HOOKS, _u._DISPATCH_PRE_LOG_HOOKS)
+    lists = _upstream.dispatch_hook_lists()
     before = {id(h) for lst in lists for h in lst}
     added: list[int] = []
 
@@ -72,7 +72,7 @@ def _op_info(func) -> tuple:
         outs = tuple(a.name for a in arguments if a.is_out)
     writes = pos is None or bool(pos) or bool(names)
     # OpOverload.__call__ is `self._op(*args, **kwargs)`: call _op, one Python frame less
-    op = func._op if type(func) is torch._ops.OpOverload and hasattr(func, "_op") else func
+    op = func._op if type(func) is _upstream.OpOverload and hasattr(func, "_op") else func
     return (special,
             empty or "profiler" in text,  # upstream's hash hooks skip these
             empty,  # its output holds whatever memory it got (Note [Fresh buffers])
@@ -87,16 +87,13 @@ def _stream_tick(mode) -> None:
 
 def _tree_hash_py(obj, spec):
     """Hashes of the tensor leaves of a tree the C walker does not know."""
-    from torch.utils._pytree import tree_all, tree_map
-
+    tree_all, tree_map = _upstream.tree_all, _upstream.tree_map
     t = tree_map(lambda x: hashing.start_value(x, spec) if isinstance(x, torch.Tensor) else None, obj)
     return None if tree_all(lambda x: x is None, t) else t
 
 
 def _tree_clone_py(obj):
-    from torch.utils._pytree import tree_map
-
-    return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, obj)
+    return _upstream.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, obj)
 
 
 def _spec_value(r, spec_id):
@@ -123,12 +120,10 @@ def _configure() -> None:
         template = None
     _C._configure_dispatch(_op_info, _upstream.DebugMode.__torch_dispatch__, _stream_tick, _tree_hash_py,
                            _tree_clone_py, _kd_hooks, _u, _upstream._OpCall, template,
-                           torch._C._len_torch_dispatch_stack)
+                           _upstream.dispatch_stack_depth)
     # Note [Fast aten-op recording]: __torch_dispatch__ as a C method, which
     # does itself what torch's dynamo-disable wrapper around a Python one does
-    ev = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
-    get_cb = getattr(ev, "get_eval_frame_callback", None)
-    set_cb = getattr(ev, "set_eval_frame", None)
+    get_cb, set_cb = _upstream.eval_frame_callbacks()
     if get_cb is not None and set_cb is not None:
         DebugMode.__torch_dispatch__ = _C._dispatch_method(DebugMode, get_cb, set_cb)
     _configured = True
@@ -140,11 +135,8 @@ _dispatch = _C.dispatch
 def _compile_skipping_modes() -> list[str]:
     """Class names of dispatch modes on this thread's stack that make dynamo
     skip compiled frames (not infra modes, ignore_compile_internals False)."""
-    from torch.utils._python_dispatch import _get_dispatch_stack_at
-
     out = []
-    for i in range(torch._C._len_torch_dispatch_stack()):
-        m = _get_dispatch_stack_at(i)
+    for m in _upstream.dispatch_modes():
         try:
             if m.is_infra_mode() or m.ignore_compile_internals():
                 continue
@@ -302,7 +294,7 @@ class DebugMode(_upstream.DebugMode):
         torch.Generator, an object whose repr holds an address) shown by
         value / type name (kdebug/_argtext.py), as the C formatter shows them,
         and a called object whose name holds an address by a stable name."""
-        if isinstance(call, _upstream._OpCall) and not isinstance(call.op, torch._ops.OpOverload):
+        if isinstance(call, _upstream._OpCall) and not isinstance(call.op, _upstream.OpOverload):
             call.op = _argtext.stable_op(call.op, _upstream.get_op_name(call.op))
         if isinstance(call, _upstream._OpCall) and hasattr(call, "args") and hasattr(call, "kwargs"):
             (args, kwargs), changed = _argtext.stable_tree((call.args, call.kwargs))
@@ -392,7 +384,7 @@ class DebugMode(_upstream.DebugMode):
     def _resolve_aten_hashes(self) -> None:
         if not self._pending_calls:
             return
-        from torch.utils._pytree import tree_map
+        tree_map = _upstream.tree_map
 
         def value(x):
             return x.value() if isinstance(x, hashing.Pending) else x
@@ -486,16 +478,16 @@ class DebugMode(_upstream.DebugMode):
             if not self.kernels_only:
                 super().__enter__()
                 undo.callback(super().__exit__, None, None, None)
-                _C._modes_pushed(1)
-                undo.callback(_C._modes_pushed, -1)
+                _active.enter_dispatch()
+                undo.callback(_active.exit_dispatch)
             if self.record_triton_kernels:
-                outer = inductor._current_mode()  # before this one is pushed
+                outer = _active.recording()  # before this one starts
                 self._recorder.start(self, self._ops, self.record_all_threads)
                 undo.callback(self._recorder.stop)
                 held = list.__getitem__(self._ops, slice(None))  # a DebugMode entered again
                 self._recorder.splice(self._ops, held, sum(isinstance(x, _KernelCall) for x in held))
-                inductor.push_mode(self, self.record_all_threads)
-                undo.callback(inductor.pop_mode, self, self.record_all_threads)
+                _active.start_recording(self, self.record_all_threads)
+                undo.callback(_active.stop_recording, self, self.record_all_threads)
                 # Note [Nested DebugModes]: a thread-local recorder takes this
                 # thread's launches from the one recording before it
                 self._shadowing = outer if outer is not None and not self.record_all_threads else None
@@ -522,7 +514,7 @@ class DebugMode(_upstream.DebugMode):
             raise RuntimeError("DebugMode.__exit__ was called without a matching __enter__ (or twice): "
                                "use `with DebugMode() as dm:`, or call __enter__ before __exit__")
         if (self.record_triton_kernels and not self.record_all_threads
-                and (threading.get_ident() != self._enter_thread or inductor._current_mode() is not self)):
+                and (threading.get_ident() != self._enter_thread or _active.recording() is not self)):
             # checked before anything is undone: the mode stays whole, and can still be exited right
             raise RuntimeError("a kdebug DebugMode must be exited on the thread that entered it, "
                                "innermost first")
@@ -532,12 +524,12 @@ class DebugMode(_upstream.DebugMode):
                 _C._set_defer(self._prev_defer)  # flushes what this mode deferred
                 self._prev_defer = None
             if self.record_triton_kernels:
-                inductor.pop_mode(self, self.record_all_threads)
+                _active.stop_recording(self, self.record_all_threads)
                 self._recorder.stop()
                 self._note_shadowed()
         finally:
             if not self.kernels_only:
-                _C._modes_pushed(-1)
+                _active.exit_dispatch()
                 super().__exit__(*exc)
         if self.record_final_state:
             from . import final_state
@@ -702,6 +694,13 @@ class DebugMode(_upstream.DebugMode):
         ``verbose=True`` adds each kernel argument's role, strides, storage offset and
         pointer, and the launch config.  An incomplete recording starts with a
         '# kdebug: INCOMPLETE' line saying what is missing."""
+        unrecorded = [a for a in self.record_tensor_attributes or () if a not in RECORDED_ATTRIBUTES]
+        if unrecorded and not self.store_original_args and self.kernels:
+            self._warn_once(
+                "kernel-attributes", f"record_tensor_attributes {', '.join(map(repr, unrecorded))}: kernel "
+                "records keep only " + ", ".join(RECORDED_ATTRIBUTES) + " of their tensor arguments, so "
+                "kernel lines leave these out. DebugMode(store_original_args=True) keeps the tensors and "
+                "renders every attribute.")
         token = _VERBOSE.set(verbose)
         try:
             out = super().debug_string(show_stack_trace)
@@ -735,6 +734,8 @@ class DebugMode(_upstream.DebugMode):
             self._reported = {k: 0 for k in self._reported}
 
 
-def get_active_debug_mode() -> DebugMode | None:
-    """The innermost kdebug DebugMode recording on this thread, or None."""
-    return inductor._current_mode()
+def get_active_debug_mode():
+    """The active DebugMode on this thread, upstream's or kdebug's: the same
+    answer as upstream's torch.utils._debug_mode.get_active_debug_mode
+    (Note [Active mode] in kdebug/_active.py), or None."""
+    return _active.debug_mode()

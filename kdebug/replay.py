@@ -33,7 +33,8 @@ import os
 from dataclasses import asdict, dataclass, field
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from ._upstream import TorchDispatchMode, caching_autotuner, disable_torch_dispatch
 
 ENV = "KDEBUG_REPLAY"  # JSON list of Specs: set by kdebug hunt for the runner
 
@@ -108,7 +109,7 @@ def _before_launch(name: str, args) -> tuple[Spec | None, list | None]:
     sp = next((x for x in _specs.get(name, ()) if x.occurrence == k), None)
     if sp is None or sp.mode != "sample":
         return sp, None
-    with torch._C._DisableTorchDispatch(), torch.no_grad():
+    with disable_torch_dispatch(), torch.no_grad():
         return sp, [_clone(a) for a in args]
 
 
@@ -116,7 +117,7 @@ def _after_launch(sp: Spec | None, args, pre, relaunch) -> None:
     """Right after the launch ``_before_launch`` picked: capture, replay or sample."""
     if sp is None:
         return
-    with torch._C._DisableTorchDispatch(), torch.no_grad():
+    with disable_torch_dispatch(), torch.no_grad():
         _act(sp, [args[i] for i in sp.positions], pre, relaunch)
     sp.hits += 1
 
@@ -180,9 +181,9 @@ def attach(scope: dict) -> None:
     when kdebug instruments a module)."""
     if not _specs:
         return
-    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-
     from . import _C
+
+    CachingAutotuner = caching_autotuner()
 
     for key, obj in list(scope.items()):
         if isinstance(obj, _C.CppKernel) and obj.info.name in _specs \
@@ -234,7 +235,7 @@ class _OpReplay(TorchDispatchMode):
             if sp is not None and sp.op:
                 outs = [_at_path(out, p) for p in sp.paths]
                 if all(t is not None for t in outs):
-                    with torch._C._DisableTorchDispatch(), torch.no_grad():
+                    with disable_torch_dispatch(), torch.no_grad():
                         _act(sp, outs)
                     sp.hits += 1
         return out

@@ -18,19 +18,15 @@ import contextlib
 
 import torch
 
-from . import _C, replay
+from . import _C, _upstream, replay
 
 
 def _scopes():
-    from torch._inductor.codecache import PyCodeCache
-
-    mods = list(getattr(PyCodeCache, "modules", []))
-    mods += list(getattr(PyCodeCache, "modules_no_attr", {}).values())
-    return [m.__dict__ for m in mods]
+    return [m.__dict__ for m in _upstream.generated_modules()]
 
 
 def _bump(t: torch.Tensor, value) -> None:
-    with torch._C._DisableTorchDispatch(), torch.no_grad():
+    with _upstream.disable_torch_dispatch(), torch.no_grad():
         e = t.as_strided((1,), (1,), t.storage_offset())
         if e.dtype == torch.bool:
             e.logical_not_()

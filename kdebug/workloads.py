@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from ._upstream import TorchDispatchMode
 
 
 class TinyBlock(nn.Module):

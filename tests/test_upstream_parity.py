@@ -188,3 +188,135 @@ def test_record_outputs_of_aten_ops_match_upstream():
     for a, b in zip(kd.operators, up.operators):
         assert torch.equal(a.record["output"], b.record["output"])
     assert kd.debug_string() == up.debug_string()
+
+
+# -- parity leftovers (issue 16 part 5) --
+
+UPSTREAM_HELPERS = ["DebugInterpreter", "TensorIdTracker", "hash_tensor_fn", "norm_hash_fn", "_get_call_name",
+                    "_stringify_shape"]
+
+
+def test_upstream_call_types_and_helpers_import_from_kdebug():
+    """Every call type upstream's module has (and its public helpers) comes
+    from kdebug too: upstream's own objects, so isinstance checks written
+    against either agree; _TritonKernelCall is kdebug's subclass of upstream's."""
+    from kdebug import _OpCall  # the statement the issue names
+
+    assert _OpCall is upstream._OpCall
+    names = [n for n in dir(upstream) if n.startswith("_") and n.endswith("Call")]
+    names += [n for n in UPSTREAM_HELPERS if hasattr(upstream, n)]
+    assert "_OpCall" in names and "_DebugCall" in names
+    for n in names:
+        ours = getattr(kdebug, n)
+        if n == "_TritonKernelCall":
+            assert issubclass(ours, upstream._TritonKernelCall)
+        else:
+            assert ours is getattr(upstream, n), n
+        assert n in dir(kdebug)
+    with DebugMode() as kd:
+        torch.randn(3).sin()
+    assert any(isinstance(op, kdebug._OpCall) for op in kd.operators)
+    with pytest.raises(AttributeError, match="no 'NotAThing'|has no attribute"):
+        kdebug.NotAThing  # noqa: B018
+
+
+def _both():
+    return kdebug.get_active_debug_mode(), upstream.get_active_debug_mode()
+
+
+def test_get_active_debug_mode_agrees_with_upstreams():
+    """Note [Active mode]: kdebug's get_active_debug_mode and upstream's give
+    the same mode in every arrangement: upstream's answer (the outermost
+    DebugMode on the dispatch stack), else a kdebug mode recording without a
+    dispatch mode."""
+    assert _both() == (None, None)
+    with DebugMode() as kd:
+        assert _both() == (kd, kd)
+        with upstream.DebugMode():
+            assert _both() == (kd, kd)
+        with DebugMode() as inner:
+            assert inner is not kd and _both() == (kd, kd)
+    with DebugMode(kernels_only=True) as ko:
+        assert _both() == (ko, ko)
+    with DebugMode(record_triton_kernels=False) as nk:
+        assert _both() == (nk, nk)
+    with upstream.DebugMode() as up:
+        assert _both() == (up, up)
+        with DebugMode() as kd2:
+            assert kd2 is not up and _both() == (up, up)
+    assert _both() == (None, None)
+
+
+def _kernel_lines(s: str) -> list[str]:
+    return [ln.strip() for ln in s.splitlines() if ln.strip().startswith(("[cpp]", "[triton]"))]
+
+
+@pytest.fixture(scope="module")
+def sin_cos():
+    cf = torch.compile(lambda x: (x.sin() + 1).cos())
+    x = torch.randn(8, 2)
+    cf(x)
+    return cf, x
+
+
+def test_deepcopy_of_logs_live_and_loaded(sin_cos, tmp_path):
+    """copy.deepcopy(dm.logs) works and the copy holds its records itself:
+    clearing the mode and recording other work into it, or dropping the
+    loaded run, leaves the copy's kernels as they were."""
+    import copy
+
+    cf, x = sin_cos
+    with DebugMode() as dm, DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True), \
+            DebugMode.record_outputs():
+        out = cf(x)
+    logs = dm.logs
+    k = [op for op in logs if isinstance(op, _KernelCall)]
+    assert len(k) == 1
+    before = (k[0].render([]), k[0].kernel_name, k[0].pre_hashes, k[0].post_hashes, k[0].args)
+    copied = copy.deepcopy(logs)
+    assert len(copied) == len(logs)
+    ck = [op for op in copied if isinstance(op, _KernelCall)][0]
+    assert ck is not k[0] and type(ck) is type(k[0])
+    (name, rec), = ck.record["output"].items()
+    assert torch.equal(rec, out) and rec is not k[0].record["output"][name]
+    dm.save(tmp_path / "r.kdt")
+    dm.reset()
+    with dm:
+        torch.randn(5).tan()  # other work into the same mode
+    assert (ck.render([]), ck.kernel_name, ck.pre_hashes, ck.post_hashes, ck.args) == before
+    assert "cos" in ck.render([]) and ck.post_hashes
+
+    run = kdebug.load(tmp_path / "r.kdt")
+    copied = copy.deepcopy(run.logs)
+    lines = [op.render([]) for op in run.logs]
+    del run
+    assert [op.render([]) for op in copied] == lines
+    assert [op.post_hashes for op in copied if isinstance(op, _KernelCall)] == [before[3]]
+
+
+def test_record_tensor_attributes_reach_kernel_lines(sin_cos):
+    """Note [Kernel tensor attributes]: kernel lines render the requested
+    attributes as upstream renders them for an aten op on the same tensor;
+    attributes a record does not keep are left out with a warning, unless
+    store_original_args keeps the tensors."""
+    cf, x = sin_cos
+    attrs = ["requires_grad", "dtype", "shape"]
+    with upstream.DebugMode(record_tensor_attributes=attrs) as up:
+        x.sin()
+    upstream_text = up.debug_string().split("aten::sin(")[1].split(")  ->")[0]
+    assert upstream_text == "t: f32[8, 2]{requires_grad=False, dtype=torch.float32, shape=torch.Size([8, 2])}"
+
+    with DebugMode(record_tensor_attributes=attrs, store_original_args=True) as kd:
+        cf(x)
+    (line,) = _kernel_lines(kd.debug_string())
+    assert f"in_ptr0={upstream_text}" in line and f"out_ptr0={upstream_text}" in line
+
+    with DebugMode(record_tensor_attributes=attrs) as kd:
+        cf(x)
+    with pytest.warns(kdebug.KdebugWarning, match="'requires_grad'.*store_original_args=True"):
+        (line,) = _kernel_lines(kd.debug_string())
+    kept = "t: f32[8, 2]{dtype=torch.float32, shape=torch.Size([8, 2])}"
+    assert f"in_ptr0={kept}" in line and f"out_ptr0={kept}" in line
+    with DebugMode() as plain:
+        cf(x)
+    assert "{" not in _kernel_lines(plain.debug_string())[0]
