@@ -244,6 +244,8 @@ def _record_runs(n: int, target: list[str], module: bool, builtin: bool, tmp: st
 def _record_in_process(out: str, target, module: bool, builtin: bool, fix: str | None, tmp: str, i: int) -> int:
     """One run in this process: dynamo reset and a fresh Inductor cache, so
     every run compiles (and autotunes) from scratch."""
+    import torch
+
     from . import _runner, _upstream
 
     _upstream.dynamo_reset()
