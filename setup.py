@@ -53,6 +53,8 @@ C_SOURCES = [
     "csrc/kd_render.c",
     "csrc/kd_hash.c",
     "csrc/kd_recorder.c",
+    "csrc/kd_launch.c",
+    "csrc/kd_launch_hash.c",
     "csrc/kd_hook.c",
     "csrc/kd_view.c",
     "csrc/kd_fmt.c",
