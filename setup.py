@@ -60,6 +60,8 @@ C_SOURCES = [
     "csrc/kd_fmt.c",
     "csrc/kd_dispatch.c",
     "csrc/kd_module.c",
+    "csrc/kd_hash_py.c",
+    "csrc/kd_tree.c",
     "csrc/kd_defer.c",
     "csrc/kd_results.c",
     "csrc/kd_crc32.c",

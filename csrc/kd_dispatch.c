@@ -38,6 +38,7 @@
  * empty*, which arguments its schema writes and which are out= arguments.
  */
 #include "kd_py.h"
+#include "kd_tree.h"
 #include "kd_defer.h"
 #include "kd_shim.h"
 

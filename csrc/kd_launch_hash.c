@@ -7,6 +7,7 @@
 #include "kd_cuda_hash.h"
 #include "kd_defer.h"
 #include "kd_hash.h"
+#include "kd_hash_py.h"
 #include "kd_launch_hash.h"
 #include "kd_py.h"
 #include "kd_results.h"
@@ -272,7 +273,7 @@ void kd_hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int 
         }
     } else if (std_kinds) {
         PyObject *res = kd_slow_hasher ? PyObject_CallFunction(kd_slow_hasher, "Oi", o, std_kinds) : NULL;
-        unsigned long long v[9]; /* a HashValues (Note [HashValues] in kd_module.c) */
+        unsigned long long v[9]; /* a HashValues (Note [HashValues] in kd_hash_py.c) */
         int ok = res != NULL && Py_TYPE(res) == kd_HashValuesType;
         for (int i = 0; ok && i < 9; i++) {
             PyObject *x = PyStructSequence_GET_ITEM(res, i);

@@ -105,11 +105,7 @@ extern _Thread_local kd_hash_config kd_hcfg;
 /* kd_hcfg changed on this thread: recorders this thread started see it. */
 void kd_hcfg_publish(void);
 extern PyObject *kd_slow_hasher; /* slow_hasher(tensor, kinds) -> HashValues, for non-CPU tensors */
-/* _C.HashValues (Note [HashValues] in kd_module.c) and a new one. */
-extern PyTypeObject *kd_HashValuesType;
 extern PyObject *kd_stats_type; /* kdebug.hashing.Stats: the KD_T_STATS tree leaf */
-PyObject *kd_hash_values(uint64_t bitwise, double l1, uint64_t nan, uint64_t posinf, uint64_t neginf,
-                         uint64_t x, int unsupported, double sum, double absmax);
 extern PyObject *kd_custom_hasher; /* custom(recorder, launch_index, arg_index, when, tensor) */
 
 /* ---- recorder.c ---- */
@@ -200,17 +196,6 @@ int kd_dispatch_module_init(PyObject *m);
 PyObject *kd_format_args(PyObject *m, PyObject *args);
 PyObject *kd_format_kwargs(PyObject *m, PyObject *kwargs);
 PyObject *kd_format_output(PyObject *m, PyObject *result);
-
-/* ---- module.c: trees of op arguments / results ---- */
-/* Every tensor leaf hashed (GPU ones queued: PendingHash leaves; CPU ones
- * value_fn(7-tuple)); None when no leaf is a tensor; NotImplemented for a tree
- * this does not know (use Python's pytree). */
-PyObject *kd_tree_hash(PyObject *obj, int kinds, int spec, unsigned long long stream, PyObject *value_fn);
-/* Every tensor leaf cloned (no dispatch mode sees it), or NotImplemented. */
-PyObject *kd_tree_clone(PyObject *obj);
-/* Every tensor leaf as its (device type, index, lo, hi) byte range, other
- * leaves None; NotImplemented for a tree this does not know. */
-PyObject *kd_tree_extents(PyObject *obj);
 
 /* ---- trace_py.c: TraceWriter, TraceReader ---- */
 int kd_trace_module_init(PyObject *m);

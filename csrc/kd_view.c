@@ -1,5 +1,6 @@
 /* kd_view.c - Launch: a read-only view of one stored launch record.
  * Python objects for a launch are made only when the user asks for them. */
+#include "kd_hash_py.h"
 #include "kd_py.h"
 #include "kd_render.h"
 
@@ -384,7 +385,7 @@ static PyObject *hash_side(const kd_hash_rec *h, int w)
 }
 
 /* Per argument: None, or (kinds, flags, spec, pre, post) where pre / post are
- * None or a HashValues (Note [HashValues] in kd_module.c). */
+ * None or a HashValues (Note [HashValues] in kd_hash_py.c). */
 static PyObject *get_hashes(kd_launch_view *v, void *c)
 {
     (void)c;

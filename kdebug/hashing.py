@@ -159,7 +159,7 @@ class Stats:
 
 
 def stats_value(v) -> Stats:
-    """The Stats of a HashValues (Note [HashValues] in csrc/kd_module.c)."""
+    """The Stats of a HashValues (Note [HashValues] in csrc/kd_hash_py.c)."""
     return Stats(v.l1, v.sum, v.absmax, v.nan, v.posinf, v.neginf)
 
 
