@@ -55,6 +55,7 @@ C_SOURCES = [
     "csrc/kd_recorder.c",
     "csrc/kd_launch.c",
     "csrc/kd_launch_hash.c",
+    "csrc/kd_cuda_describe.c",
     "csrc/kd_hook.c",
     "csrc/kd_view.c",
     "csrc/kd_fmt.c",

@@ -6,8 +6,9 @@
 #include "kd_cuda_hash.h"
 #include "kd_defer.h"
 #include "kd_hash.h"
+#include "kd_record.h"
 #include "kd_hash_py.h"
-#include "kd_py.h"
+#include "kd_cuda_describe.h"
 #include "kd_results.h"
 #include "kd_shim.h"
 

@@ -10,7 +10,10 @@
 #include "kd_defer.h"
 #include "kd_hash.h"
 #include "kd_launch_hash.h"
-#include "kd_py.h"
+#include "kd_hook.h"
+#include "kd_launch.h"
+#include "kd_module.h"
+#include "kd_recorder.h"
 #include "kd_shim.h"
 
 _Thread_local kd_recorder *kd_tls_recorder = NULL;

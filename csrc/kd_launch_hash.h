@@ -4,7 +4,10 @@
 #define KD_LAUNCH_HASH_H
 
 #include "kd_cuda_hash.h"
-#include "kd_py.h"
+#include "kd_recorder.h"
+
+extern PyObject *kd_slow_hasher; /* slow_hasher(tensor, kinds) -> HashValues, for non-CPU tensors */
+extern PyObject *kd_custom_hasher; /* custom(recorder, launch_index, arg_index, when, tensor) */
 
 /* The CUDA tensors one launch hashes before or after it runs: handed to the
  * deferred queue or launched as hash kernels of up to KD_CUDA_BATCH tensors

@@ -5,7 +5,15 @@
 #include "kd_defer.h"
 #include "kd_hash.h"
 #include "kd_hash_py.h"
-#include "kd_py.h"
+#include "kd_dispatch.h"
+#include "kd_fmt.h"
+#include "kd_hook.h"
+#include "kd_launch.h"
+#include "kd_launch_hash.h"
+#include "kd_module.h"
+#include "kd_recorder.h"
+#include "kd_trace_py.h"
+#include "kd_view.h"
 #include "kd_results.h"
 #include "kd_shim.h"
 #include "kd_tree.h"
@@ -119,7 +127,7 @@ static PyObject *mod_inject(PyObject *m, PyObject *arg)
 }
 
 /* _set_hash_config(kinds, hash_inputs, check_readonly, spec) -> this thread's
- * previous settings as a tuple (Note [Hash settings per thread] in kd_py.h) */
+ * previous settings as a tuple (Note [Hash settings per thread] in kd_recorder.h) */
 static PyObject *mod_set_hash_config(PyObject *m, PyObject *args)
 {
     (void)m;

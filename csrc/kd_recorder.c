@@ -6,7 +6,10 @@
 
 #include "kd_cuda_hash.h"
 #include "kd_defer.h"
-#include "kd_py.h"
+#include "kd_hook.h"
+#include "kd_launch.h"
+#include "kd_recorder.h"
+#include "kd_view.h"
 #include "kd_results.h"
 #include "kd_shim.h"
 

@@ -1,7 +1,9 @@
 /* kd_trace_py.c - TraceWriter and TraceReader, the Python faces of the trace
  * format (Note [Trace format] in kd_trace.h), and the hash-tree codec that
  * turns aten-op hash pytrees into KD_T_* bytes and back. */
-#include "kd_py.h"
+#include "kd_module.h"
+#include "kd_recorder.h"
+#include "kd_trace_py.h"
 #include "kd_cursor.h"
 #include "kd_trace.h"
 

@@ -6,7 +6,7 @@
 #include "kd_defer.h"
 #include "kd_hash.h"
 #include "kd_hash_py.h"
-#include "kd_py.h"
+#include "kd_cuda_describe.h"
 #include "kd_shim.h"
 #include "kd_tree.h"
 

@@ -1,7 +1,9 @@
 /* kd_view.c - Launch: a read-only view of one stored launch record.
  * Python objects for a launch are made only when the user asks for them. */
 #include "kd_hash_py.h"
-#include "kd_py.h"
+#include "kd_module.h"
+#include "kd_recorder.h"
+#include "kd_view.h"
 #include "kd_render.h"
 
 /* Note [Launch views keep their record]

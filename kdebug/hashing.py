@@ -272,7 +272,7 @@ class HashSpec:
         """A tensor's hash value(s) from a _C.HashValues (a record side, pre or
         post), or None.  Kinds its dtype cannot decode (side.unsupported: norm,
         hash_tensor, stats of float4_e2m1fn_x2) are Unhashed, never the zeros
-        the side holds (Note [Unhashed values] in csrc/kd_recorder.c), and
+        the side holds (Note [Unhashed values] in csrc/kd_launch_hash.c), and
         warned about once per DebugMode; a caller that knows which kinds those
         are and has warned (kernel records) passes them as `unhashed`."""
         if self.fn is not None:
@@ -393,7 +393,7 @@ def _warn_unhashed(names: list[str]) -> None:
 
 
 # custom hash_fns of the active log_tensor_hashes() contexts, per thread,
-# innermost last (Note [Hash settings per thread] in csrc/kd_py.h): a thread
+# innermost last (Note [Hash settings per thread] in csrc/kd_recorder.h): a thread
 # with none uses those of the thread that started the recorder, so kernels
 # that autograd's or record_all_threads' threads launch are hashed too
 _custom_fns: dict[int, list[Callable]] = {}
