@@ -1,22 +1,20 @@
 /* kd_module.c - the kdebug._C module: global tables and module setup. */
 #include <string.h>
 
-#include "kd_cuda_hash.h"
 #include "kd_defer.h"
-#include "kd_hash.h"
-#include "kd_hash_py.h"
 #include "kd_dispatch.h"
 #include "kd_fmt.h"
+#include "kd_hash_py.h"
+#include "kd_hash_tree.h"
 #include "kd_hook.h"
 #include "kd_launch.h"
 #include "kd_launch_hash.h"
 #include "kd_module.h"
 #include "kd_recorder.h"
-#include "kd_trace_py.h"
-#include "kd_view.h"
-#include "kd_results.h"
 #include "kd_shim.h"
+#include "kd_trace_py.h"
 #include "kd_tree.h"
+#include "kd_view.h"
 
 kd_strtab *kd_strings = NULL;
 const char *kd_dtype_names[256];

@@ -9,9 +9,6 @@
 /* Adds TraceWriter, TraceReader and TraceError to module m; -1 with an
  * exception on failure. */
 int kd_trace_module_init(PyObject *m);
-/* tree_leaf_digest(value) -> the digest kd_tr_last_writer looks for in op
- * outputs; NULL with an exception on failure (self unused). */
-PyObject *kd_mod_tree_leaf_digest(PyObject *self, PyObject *o);
 extern PyTypeObject kd_TraceWriterType;
 extern PyTypeObject kd_TraceReaderType;
 
