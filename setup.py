@@ -47,24 +47,32 @@ def torch_build_info():
 
 
 C_SOURCES = [
-    "csrc/kd_ring.c",
-    "csrc/kd_strtab.c",
-    "csrc/kd_store.c",
-    "csrc/kd_render.c",
-    "csrc/kd_hash.c",
+    # csrc/core/: the Python-free core, also built and tested alone (make -C csrc test)
+    "csrc/core/kd_ring.c",
+    "csrc/core/kd_strtab.c",
+    "csrc/core/kd_store.c",
+    "csrc/core/kd_render.c",
+    "csrc/core/kd_hash.c",
+    "csrc/core/kd_results.c",
+    "csrc/core/kd_crc32.c",
+    "csrc/core/kd_trace_write.c",
+    "csrc/core/kd_trace_read.c",
+    "csrc/core/kd_trace_table.c",
+    # the Python-facing C
     "csrc/kd_recorder.c",
+    "csrc/kd_launch.c",
+    "csrc/kd_launch_hash.c",
+    "csrc/kd_cuda_describe.c",
     "csrc/kd_hook.c",
     "csrc/kd_view.c",
     "csrc/kd_fmt.c",
     "csrc/kd_dispatch.c",
     "csrc/kd_module.c",
+    "csrc/kd_hash_py.c",
+    "csrc/kd_tree.c",
     "csrc/kd_defer.c",
-    "csrc/kd_results.c",
-    "csrc/kd_crc32.c",
-    "csrc/kd_trace_write.c",
-    "csrc/kd_trace_read.c",
-    "csrc/kd_trace_table.c",
     "csrc/kd_trace_py.c",
+    "csrc/kd_hash_tree.c",
 ]
 CXX_SOURCES = ["csrc/kd_torch.cpp"]  # the only file that includes libtorch headers
 CUDA_SOURCES = ["csrc/kd_cuda_hash.cu", "csrc/kd_cuda_copy.cu"]  # CUDA runtime only, no libtorch headers
@@ -137,7 +145,8 @@ class BuildExt(build_ext):
             os.makedirs(self.build_temp, exist_ok=True)
             for src in CUDA_SOURCES:
                 obj = os.path.join(self.build_temp, os.path.basename(src)[:-3] + ".o")
-                self.spawn([nvcc, "-O3", "-std=c++17", "-Xcompiler", "-fPIC", *gencode, "-c", src, "-o", obj])
+                self.spawn([nvcc, "-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-Icsrc", "-Icsrc/core", *gencode, "-c", src,
+                            "-o", obj])
                 ext.extra_objects.append(obj)
             lib = os.path.join(home, "lib64")
             ext.library_dirs.append(lib)
@@ -151,7 +160,7 @@ def extension():
     return Extension(
         "kdebug._C",
         sources=C_SOURCES + CXX_SOURCES,
-        include_dirs=["csrc", *include_dirs],
+        include_dirs=["csrc", "csrc/core", *include_dirs],
         library_dirs=[lib_dir],
         libraries=["c10", "torch", "torch_cpu", "torch_python"],
         extra_link_args=[f"-Wl,-rpath,{lib_dir}"],

@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "kd_cuda_copy.h"
-#include "kd_py.h"
+#include "kd_cuda_describe.h"
+#include "kd_record.h"
 #include "kd_shim.h"
 
 typedef struct hash_entry {

@@ -37,7 +37,10 @@
  * cached here: whether it is special, skipped by upstream's hash hooks, an
  * empty*, which arguments its schema writes and which are out= arguments.
  */
-#include "kd_py.h"
+#include "kd_dispatch.h"
+#include "kd_fmt.h"
+#include "kd_hook.h"
+#include "kd_tree.h"
 #include "kd_defer.h"
 #include "kd_shim.h"
 

@@ -16,7 +16,8 @@
  */
 #include <string.h>
 
-#include "kd_py.h"
+#include "kd_fmt.h"
+#include "kd_module.h"
 #include "kd_shim.h"
 
 static PyObject *tensor_type = NULL;    /* torch.Tensor */

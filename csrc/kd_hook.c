@@ -21,7 +21,10 @@
  */
 #include <string.h>
 
-#include "kd_py.h"
+#include "kd_hook.h"
+#include "kd_launch.h"
+#include "kd_module.h"
+#include "kd_recorder.h"
 #include <structmember.h>
 
 _Thread_local kd_capture kd_tls_capture;

@@ -1,6 +1,9 @@
 /* kd_view.c - Launch: a read-only view of one stored launch record.
  * Python objects for a launch are made only when the user asks for them. */
-#include "kd_py.h"
+#include "kd_hash_py.h"
+#include "kd_module.h"
+#include "kd_recorder.h"
+#include "kd_view.h"
 #include "kd_render.h"
 
 /* Note [Launch views keep their record]
@@ -384,7 +387,7 @@ static PyObject *hash_side(const kd_hash_rec *h, int w)
 }
 
 /* Per argument: None, or (kinds, flags, spec, pre, post) where pre / post are
- * None or a HashValues (Note [HashValues] in kd_module.c). */
+ * None or a HashValues (Note [HashValues] in kd_hash_py.c). */
 static PyObject *get_hashes(kd_launch_view *v, void *c)
 {
     (void)c;

@@ -14,7 +14,7 @@ HASH_CUSTOM: int
 HASH_STATS: int
 
 class HashValues(tuple):
-    """A tensor's hash values (Note [HashValues] in csrc/kd_module.c): the
+    """A tensor's hash values (Note [HashValues] in csrc/kd_hash_py.c): the
     kinds asked for hold values, the others 0."""
     bitwise: int
     l1: float

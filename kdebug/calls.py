@@ -88,7 +88,7 @@ def _side_kinds(kinds: int, flags: int, when: int) -> int:
     """The hash kinds one side (0 pre, 1 post) of a hash record holds.  A
     record's kinds are those of either side; only the post side of a
     read-only argument checked by check_inputs_unchanged differs: it holds
-    just the bitwise hash the check compares (kd_recorder.c, after_launch)."""
+    just the bitwise hash the check compares (kd_launch.c, after_launch)."""
     if when and flags & _HF_CHECKED:
         return _HK_BITWISE
     return kinds

@@ -179,7 +179,7 @@ def _same_float(x: float, y: float) -> bool:
 
 def stats_diff(sa: Stats, sb: Stats) -> str:
     """How big a difference is, from two runs' stats hashes (Note [The stats
-    hash] in csrc/kd_hash.h): 'absmax 3.1e+02 both; sum differs by +4e-07
+    hash] in csrc/core/kd_hash.h): 'absmax 3.1e+02 both; sum differs by +4e-07
     (1.3e-09 relative); nan 0 vs 3'.  Sums and maxima are of the finite
     elements; the relative sum difference is to the larger |sum|."""
     if _same_float(sa.absmax, sb.absmax):

@@ -39,7 +39,7 @@ def _hash(kinds: int, w: int, a: tuple) -> str:
         parts.append(s)
     if kinds & 4:
         parts.append(f"hash_tensor 0x{a[21 + w]:x}")
-    if kinds & 16:  # the stats' sum shares xor64's bytes (Note [Room for the stats] in csrc/kd_record.h)
+    if kinds & 16:  # the stats' sum shares xor64's bytes (Note [Room for the stats] in csrc/core/kd_record.h)
         total = struct.unpack("<d", struct.pack("<Q", a[21 + w]))[0]
         s = f"stats sum {total:.10g}, absmax {a[23 + w]:.6g}, l1 {a[13 + w]:.10g}"
         for n, what in ((a[15 + w], "nan"), (a[17 + w], "+inf"), (a[19 + w], "-inf")):

@@ -1,4 +1,4 @@
-"""Tensor hashes for kernel and aten-op records (definitions: Notes in csrc/kd_hash.h).
+"""Tensor hashes for kernel and aten-op records (definitions: Notes in csrc/core/kd_hash.h).
 
     "bitwise"      kdebug's 64-bit hash of the bytes in logical order
     "norm"         upstream's float64 L1 norm, NaN / inf handled deterministically
@@ -8,7 +8,7 @@
     a list of these, or any callable (slow path)
 
 CPU tensors are hashed by C code.  CUDA tensors are hashed by kdebug's CUDA
-kernel (Note [Hashing on the GPU], csrc/kd_cuda_hash.h); tensors on other
+kernel (Note [Hashing on the GPU], csrc/core/kd_cuda_hash.h); tensors on other
 devices, or on CUDA with a build without it, are copied to the host and hashed
 by the C code (this synchronizes).
 """
@@ -105,7 +105,7 @@ def _same_float(a: float, b: float) -> bool:
 
 
 class Stats:
-    """The stats hash of a tensor (Note [The stats hash] in csrc/kd_hash.h):
+    """The stats hash of a tensor (Note [The stats hash] in csrc/core/kd_hash.h):
     cheap statistics computed in the hash's pass, on the tensor's device.
 
     l1      L1 norm of the finite elements (the norm hash; complex: sum of |z|)
@@ -159,7 +159,7 @@ class Stats:
 
 
 def stats_value(v) -> Stats:
-    """The Stats of a HashValues (Note [HashValues] in csrc/kd_module.c)."""
+    """The Stats of a HashValues (Note [HashValues] in csrc/kd_hash_py.c)."""
     return Stats(v.l1, v.sum, v.absmax, v.nan, v.posinf, v.neginf)
 
 
@@ -215,7 +215,7 @@ def _hash7(t: torch.Tensor, kinds: int, on_host: bool) -> "_C.HashValues":
 
 
 def bitwise(t: torch.Tensor, on_host: bool = False) -> int:
-    """kdebug's bitwise hash (Note [The bitwise hash] in csrc/kd_hash.h).
+    """kdebug's bitwise hash (Note [The bitwise hash] in csrc/core/kd_hash.h).
     CUDA tensors are hashed on their device unless on_host=True."""
     return _hash7(t, _C.HASH_BITWISE, on_host)[0]
 
@@ -229,7 +229,7 @@ def norm(t: torch.Tensor, on_host: bool = False) -> float:
 
 
 def stats(t: torch.Tensor, on_host: bool = False) -> Stats:
-    """The stats hash of t (Note [The stats hash] in csrc/kd_hash.h), computed
+    """The stats hash of t (Note [The stats hash] in csrc/core/kd_hash.h), computed
     on t's device (CUDA: kdebug's hash kernel) unless on_host=True."""
     r = _hash7(t, _C.HASH_STATS, on_host)
     if r.unsupported:
@@ -272,7 +272,7 @@ class HashSpec:
         """A tensor's hash value(s) from a _C.HashValues (a record side, pre or
         post), or None.  Kinds its dtype cannot decode (side.unsupported: norm,
         hash_tensor, stats of float4_e2m1fn_x2) are Unhashed, never the zeros
-        the side holds (Note [Unhashed values] in csrc/kd_recorder.c), and
+        the side holds (Note [Unhashed values] in csrc/kd_launch_hash.c), and
         warned about once per DebugMode; a caller that knows which kinds those
         are and has warned (kernel records) passes them as `unhashed`."""
         if self.fn is not None:
@@ -331,7 +331,7 @@ def parse(hash_fn) -> tuple[int, HashSpec]:
         key = (tuple(hash_fn), False)
         if "stats" in hash_fn and "hash_tensor" in hash_fn:
             raise ValueError("hash_fn cannot hold both 'stats' and 'hash_tensor': a record has room for one of "
-                             "them (Note [Room for the stats] in csrc/kd_record.h); drop one")
+                             "them (Note [Room for the stats] in csrc/core/kd_record.h); drop one")
     else:
         raise TypeError(f"hash_fn must be a str, a non-empty list of str or a callable, not {type(hash_fn).__name__}")
     with _specs_lock:
@@ -393,7 +393,7 @@ def _warn_unhashed(names: list[str]) -> None:
 
 
 # custom hash_fns of the active log_tensor_hashes() contexts, per thread,
-# innermost last (Note [Hash settings per thread] in csrc/kd_py.h): a thread
+# innermost last (Note [Hash settings per thread] in csrc/kd_recorder.h): a thread
 # with none uses those of the thread that started the recorder, so kernels
 # that autograd's or record_all_threads' threads launch are hashed too
 _custom_fns: dict[int, list[Callable]] = {}

@@ -1,7 +1,7 @@
 """Trace files (.kdt): save a recorded run, stream it while the program runs,
 load it back in another process.
 
-The format (docs/trace-format.md, Note [Trace format] in csrc/kd_trace.h) is
+The format (docs/trace-format.md, Note [Trace format] in csrc/core/kd_trace.h) is
 written and read by the C core: kernel launches are encoded straight from the
 recorder's store, aten ops as their rendered text plus their hash trees.  One
 record per entry of ``debug_mode.operators``, in that order.

@@ -1,5 +1,5 @@
 """log_tensor_hashes() settings belong to the thread that entered them
-(Note [Hash settings per thread] in csrc/kd_py.h): threads with different
+(Note [Hash settings per thread] in csrc/kd_recorder.h): threads with different
 settings keep theirs, and exits in any order leave nothing on."""
 from __future__ import annotations
 

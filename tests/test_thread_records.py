@@ -1,7 +1,7 @@
 """Launch records stay right when threads meet inside the launch path: a
 hash_fn that lets another thread run while a launch is half recorded, a
 kernel launched from inside a hash_fn, a ring lapped during a hash
-(Note [Per-thread launch context] in csrc/kd_recorder.c)."""
+(Note [Per-thread launch context] in csrc/kd_launch.c)."""
 from __future__ import annotations
 
 import threading

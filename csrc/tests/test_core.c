@@ -8,13 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kd_hash.h"
-#include "../kd_record.h"
-#include "../kd_render.h"
-#include "../kd_results.h"
-#include "../kd_ring.h"
-#include "../kd_store.h"
-#include "../kd_strtab.h"
+#include "../core/kd_hash.h"
+#include "../core/kd_record.h"
+#include "../core/kd_render.h"
+#include "../core/kd_results.h"
+#include "../core/kd_ring.h"
+#include "../core/kd_store.h"
+#include "../core/kd_strtab.h"
 
 #include "kd_check.h"
 

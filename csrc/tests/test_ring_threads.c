@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../kd_ring.h"
+#include "../core/kd_ring.h"
 #include "kd_check.h"
 
 #define WRITERS 4

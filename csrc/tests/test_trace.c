@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kd_record.h"
-#include "../kd_strtab.h"
-#include "../kd_trace.h"
+#include "../core/kd_record.h"
+#include "../core/kd_strtab.h"
+#include "../core/kd_trace.h"
 
 #include "kd_check.h"
 

@@ -1,0 +1,598 @@
+/* kd_launch.c - the launch hot path: which recorder a launch goes to, this
+ * thread's launch context (Note [Per-thread launch context]), and writing a
+ * launch into the ring before the kernel runs (kd_launch_begin) and after it
+ * (kd_launch_end).  Hashing the launch's tensors: kd_launch_hash.c. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kd_defer.h"
+#include "kd_hash.h"
+#include "kd_launch_hash.h"
+#include "kd_hook.h"
+#include "kd_launch.h"
+#include "kd_module.h"
+#include "kd_recorder.h"
+#include "kd_shim.h"
+
+_Thread_local kd_recorder *kd_tls_recorder = NULL;
+kd_recorder *kd_global_recorder = NULL; /* GIL */
+long kd_started_recorders = 0;           /* GIL */
+_Thread_local int kd_tls_compiling = 0;
+long kd_injected_faults = 0; /* GIL; tests: make the next N launch descriptions fail */
+
+/* Note [Per-thread launch context]
+ * A launch is described in a buffer of its own thread (kd_launch_ctx), not in
+ * one the recorder shares between threads: Python code runs in the middle of
+ * describing a launch (custom and slow hashers, output clones), and a hasher
+ * that releases the GIL lets another thread's launch in.  The rules:
+ *  - Python callbacks write only into this thread's context, never into ring
+ *    slots.  Before the launch they fill the build buffer, which is copied
+ *    into the ring after they are done; after the launch they work on a copy
+ *    of the launch's record whose post-launch hash values are then merged
+ *    back (merge_post).
+ *  - Ring slots are written only in stretches of C that hold the GIL (every
+ *    writer holds it) and run no Python code, each starting right after
+ *    kd_ring_reserve or after a check that the ring has not lapped the launch:
+ *    no other writer can come in between.  Objects a stretch lets go of are
+ *    released after it (ctx->released), since releasing one can run Python.
+ *  - A thread inside kd_launch_begin / kd_launch_end is `busy`, as
+ *    tracemalloc's reentrant flag: a launch it makes meanwhile (a kernel run
+ *    by a hash_fn) is the hash's own work, like the aten ops a hash_fn runs,
+ *    and is counted as suppressed instead of recorded.  That also keeps a
+ *    hash_fn that calls a compiled function from hashing its own launches
+ *    without end.  Launches made by the kernel itself, between begin and end,
+ *    are recorded as before: the build buffer is free by then.
+ *  - The buffers are allocated on a thread's first recorded launch and freed
+ *    when the thread exits (a pthread key's destructor): no allocation per
+ *    launch.
+ */
+typedef struct kd_launch_ctx {
+    int busy;             /* inside kd_launch_begin / kd_launch_end */
+    kd_payload *build;    /* [KD_BUILD_SLOTS] the launch being described */
+    PyObject **released;  /* [KD_BUILD_SLOTS] references to drop after a ring stretch */
+} kd_launch_ctx;
+
+static _Thread_local kd_launch_ctx *tls_ctx;
+static pthread_key_t ctx_key;
+static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
+static int ctx_key_ok;
+
+/* Frees a thread's launch context (the pthread key's destructor, at thread exit). */
+static void ctx_free(void *p)
+{
+    kd_launch_ctx *c = p;
+    if (c == NULL)
+        return;
+    free(c->build);
+    free(c->released);
+    free(c);
+}
+
+static void ctx_key_init(void) { ctx_key_ok = pthread_key_create(&ctx_key, ctx_free) == 0; }
+
+/* This thread's launch context, allocated on its first use; NULL when out of
+ * memory (the caller counts the launch as unrecorded). */
+static kd_launch_ctx *launch_ctx(void)
+{
+    kd_launch_ctx *c = tls_ctx;
+    if (c != NULL)
+        return c;
+    pthread_once(&ctx_once, ctx_key_init);
+    c = calloc(1, sizeof *c);
+    if (c != NULL) {
+        c->build = calloc(KD_BUILD_SLOTS, sizeof(kd_payload));
+        c->released = calloc(KD_BUILD_SLOTS, sizeof(PyObject *));
+    }
+    if (c == NULL || c->build == NULL || c->released == NULL || !ctx_key_ok ||
+        pthread_setspecific(ctx_key, c) != 0) {
+        ctx_free(c);
+        return NULL;
+    }
+    tls_ctx = c;
+    return c;
+}
+
+uint64_t kd_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+kd_recorder *kd_active_recorder(void)
+{
+    kd_recorder *r = kd_tls_recorder;
+    if (r == NULL && kd_started_recorders > 0) {
+        /* A thread torch started for us (autograd's device threads run the
+         * backward on CUDA) carries the entering thread's recorder in
+         * at::ThreadLocalState. */
+        PyObject *o = kd_shim_tls_recorder_get();
+        if (o != NULL && Py_TYPE(o) == &kd_RecorderType && ((kd_recorder *)o)->started)
+            r = (kd_recorder *)o;
+        if (r == NULL)
+            r = kd_global_recorder;
+    }
+    if (r == NULL)
+        return NULL;
+    if ((tls_ctx != NULL && tls_ctx->busy) || kd_tls_compiling || kd_in_benchmark()) {
+        r->suppressed++;
+        return NULL;
+    }
+    return r;
+}
+
+/* ---- the launch path (Note [Record layout] in kd_record.h) ---- */
+
+_Thread_local kd_hash_config kd_hcfg = {0, 0, 0, 0, 0, 0};
+
+void kd_hcfg_publish(void)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    for (kd_recorder *r = kd_tls_recorder; r != NULL; r = r->prev)
+        r->owner_hcfg = kd_hcfg;
+    if (kd_global_recorder != NULL && kd_global_recorder->owner_thread == me)
+        kd_global_recorder->owner_hcfg = kd_hcfg;
+}
+
+/* The settings a launch on this thread into r uses (Note [Hash settings per thread]). */
+static kd_hash_config launch_hcfg(const kd_recorder *r)
+{
+    kd_hash_config c = kd_hcfg;
+    const kd_hash_config *o = &r->owner_hcfg;
+    if (!c.kinds && !c.check_readonly) {
+        c.kinds = o->kinds;
+        c.hash_inputs = o->hash_inputs;
+        c.check_readonly = o->check_readonly;
+        c.spec = o->spec;
+    }
+    if (!c.record_outputs) {
+        c.record_outputs = o->record_outputs;
+        c.output_budget = o->output_budget;
+    }
+    return c;
+}
+
+/* Describes one argument at b[0..); returns the payloads used, 0 on failure
+ * (counted by the caller).  With `hashed`, one more zeroed KD_TAG_HASH
+ * payload follows the argument. */
+static uint32_t describe_arg(PyObject *o, uint32_t name_id, uint8_t role, int hashed,
+                             kd_payload *b, uint32_t room, const char **why)
+{
+    kd_tensor_meta m;
+    int kind = kd_shim_tensor_meta(o, &m);
+    if (kind == 1) {
+        if (m.ndim < 0 || m.ndim > KD_MAX_NDIM) {
+            *why = "tensor with too many dimensions";
+            return 0;
+        }
+        uint32_t np = kd_tensor_payloads((uint32_t)m.ndim) + (hashed ? 1 : 0);
+        if (np > room) {
+            *why = "launch has more arguments than a record can hold";
+            return 0;
+        }
+        memset(b, 0, sizeof(kd_payload) * np);
+        kd_tensor_arg *t = &b[0].tensor;
+        t->tag = KD_TAG_TENSOR;
+        t->role = role;
+        t->dtype = (uint8_t)m.dtype;
+        t->ndim = (uint8_t)m.ndim;
+        t->device_type = (uint8_t)m.device_type;
+        t->device_index = (int8_t)m.device_index;
+        t->name_id = name_id;
+        t->storage_offset = m.storage_offset;
+        t->data_ptr = m.data_ptr;
+        for (int32_t d = 0; d < m.ndim; d++) {
+            if (d < KD_INLINE_DIMS) {
+                t->sizes[d] = m.sizes[d];
+                t->strides[d] = m.strides[d];
+            } else {
+                int32_t k = d - KD_INLINE_DIMS;
+                kd_dims_cont *c = &b[1 + k / KD_CONT_DIMS].dims;
+                c->tag = KD_TAG_DIMS;
+                c->count++;
+                c->sizes[k % KD_CONT_DIMS] = m.sizes[d];
+                c->strides[k % KD_CONT_DIMS] = m.strides[d];
+            }
+        }
+        if (hashed) {
+            t->flags |= KD_TF_HASHED;
+            b[np - 1].hash.tag = KD_TAG_HASH;
+        }
+        return np;
+    }
+    if (kind < 0) {
+        *why = kd_shim_last_error();
+        return 0;
+    }
+    if (room < 1) {
+        *why = "launch has more arguments than a record can hold";
+        return 0;
+    }
+    kd_scalar_arg *s = &b[0].scalar;
+    memset(b, 0, sizeof(kd_payload));
+    s->role = role;
+    s->name_id = name_id;
+    if (o == Py_None) {
+        s->tag = KD_TAG_NONE;
+    } else if (PyBool_Check(o)) {
+        s->tag = KD_TAG_BOOL;
+        s->value.i = o == Py_True;
+    } else if (PyLong_Check(o)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (v == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            overflow = 1;
+        }
+        if (overflow) {
+            s->tag = KD_TAG_OTHER;
+            s->value.type_name_id = kd_strtab_intern(kd_strings, "int (out of int64 range)", 24);
+        } else {
+            s->tag = KD_TAG_INT;
+            s->value.i = v;
+        }
+    } else if (PyFloat_Check(o)) {
+        s->tag = KD_TAG_FLOAT;
+        s->value.f = PyFloat_AS_DOUBLE(o);
+    } else {
+        const char *tn = Py_TYPE(o)->tp_name;
+        s->tag = KD_TAG_OTHER;
+        s->value.type_name_id = kd_strtab_intern(kd_strings, tn, strlen(tn));
+    }
+    return 1;
+}
+
+/* Before a CUDA launch runs: flush deferred work it would overwrite. */
+static void guard_writes(uint8_t dev_type, PyObject *const *args, Py_ssize_t nargs,
+                         const kd_kernel_info *info, uint64_t stream)
+{
+    if (dev_type != KD_DEV_CUDA || !kd_defer_enabled())
+        return;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
+        if (role & KD_ROLE_WRITE)
+            kd_defer_guard_tensor(args[i], stream);
+    }
+}
+
+static int read_call_depth(PyObject *mode)
+{
+    static PyObject *name = NULL;
+    if (mode == NULL)
+        return 1;
+    if (name == NULL) {
+        name = PyUnicode_InternFromString("call_depth");
+        if (name == NULL) {
+            PyErr_Clear();
+            return 1;
+        }
+    }
+    PyObject *v = PyObject_GetAttr(mode, name);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 1;
+    }
+    long d = PyLong_AsLong(v);
+    Py_DECREF(v);
+    if (d == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 1;
+    }
+    return d < 0 ? 1 : (int)d + 1;
+}
+
+/* Describes the launch into this thread's build buffer (Python hashers may
+ * run: Note [Per-thread launch context]), then reserves and copies it into the
+ * ring.  Returns with p->ok = 0 when nothing was reserved. */
+static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *info,
+                         PyObject *const *args, Py_ssize_t nargs, uint64_t stream, kd_pending *p)
+{
+    int hashing = p->cfg.kinds != 0 || p->cfg.check_readonly;
+    kd_payload *b = ctx->build;
+    uint32_t used = 1;
+    const char *why = NULL;
+    int first_tensor_seen = 0;
+    uint8_t dev_type = info->device_type;
+    int8_t dev_index = info->device_index;
+    if (nargs > UINT16_MAX)
+        nargs = 0, why = "launch has more than 65535 arguments";
+    if (kd_injected_faults > 0) {
+        kd_injected_faults--;
+        nargs = 0, why = "injected fault (kdebug._C._inject_hook_faults)";
+    }
+    p->launch_index = r->next_launch_index++;
+    p->stream = stream;
+    kd_gpu_batch batch;
+    batch.n = 0;
+    /* Note [Deferred GPU work]: pre-launch hashes of what the launch only reads
+     * may wait; under check_inputs_unchanged they run before it. */
+    const int defer = kd_defer_enabled() && !p->cfg.check_readonly;
+    if (kd_defer_enabled() && dev_type == KD_DEV_CUDA)
+        kd_defer_guard(dev_index, stream, 0, 0); /* another stream: flush and order */
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
+        uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
+        kd_payload *a = &b[used];
+        uint32_t k = describe_arg(args[i], name_id, role, hashing, a, KD_BUILD_SLOTS - used, &why);
+        if (k == 0)
+            break;
+        if (a->tag == KD_TAG_TENSOR) {
+            if (!first_tensor_seen) {
+                first_tensor_seen = 1;
+                dev_type = a->tensor.device_type;
+                dev_index = a->tensor.device_index;
+            }
+            kd_hash_rec *h = kd_arg_hash(a);
+            if (h != NULL) {
+                h->spec = (uint16_t)p->cfg.spec;
+                /* before the launch: what the kernel reads (Note [Which arguments are hashed]) */
+                int kinds = (role & KD_ROLE_READ) && p->cfg.hash_inputs ? p->cfg.kinds : 0;
+                if (p->cfg.check_readonly && role == KD_ROLE_READ)
+                    kinds |= KD_HK_BITWISE;
+                if (kinds)
+                    kd_hash_tensor(r, args[i], kinds, h, 0, p->launch_index, i, &batch, stream,
+                                   (uint64_t)((kd_payload *)h - b));
+            }
+        }
+        used += k;
+    }
+    if (why != NULL) { /* nothing recorded: its hashes are not queued */
+        char msg[200];
+        snprintf(msg, sizeof msg, "could not describe an argument of %s: %s",
+                 kd_strtab_get(kd_strings, info->name_id, NULL), why);
+        kd_recorder_error(r, msg);
+        r->unrecorded++;
+        guard_writes(dev_type, args, nargs, info, stream);
+        return;
+    }
+    kd_launch *h = &b[0].launch;
+    memset(b, 0, sizeof(kd_payload));
+    h->tag = KD_TAG_LAUNCH;
+    h->kind = info->kind;
+    h->device_type = dev_type;
+    h->device_index = dev_index;
+    h->nargs = (uint16_t)nargs;
+    h->nslots = (uint16_t)(used - 1);
+    h->name_id = info->name_id;
+    h->stream = stream;
+    h->thread_id = (uint64_t)PyThread_get_thread_ident();
+    /* aten ops recorded before it: not len(ops), which grows when a drain on
+     * another thread merges kernel records in (Note [Launch order]) */
+    Py_ssize_t nops = (r->ops != NULL && PyList_Check(r->ops)) ? PyList_GET_SIZE(r->ops) - r->merged : 0;
+    h->py_index = nops > 0 ? (uint64_t)nops : 0;
+    int depth = read_call_depth(r->mode);
+    h->call_depth = (uint16_t)(depth > UINT16_MAX ? UINT16_MAX : depth);
+    h->launch_index = p->launch_index;
+
+    /* From reserve to the end of the batch: no Python code runs. */
+    if (kd_ring_reserve(r->ring, used, &p->first) != 0) {
+        guard_writes(dev_type, args, nargs, info, stream);
+        return; /* refused: counted by the ring */
+    }
+    uint32_t nreleased = 0;
+    for (uint32_t i = 0; i < used; i++) {
+        uint64_t t = p->first + i;
+        memcpy(kd_ring_payload(r->ring, t), &b[i], sizeof(kd_payload));
+        if (r->ring_objs != NULL) {
+            PyObject **slot = &r->ring_objs[t & r->ring->mask];
+            if (*slot != NULL)
+                ctx->released[nreleased++] = *slot; /* a lapped launch's: dropped below */
+            *slot = NULL;
+        }
+    }
+    if (r->ring_objs != NULL) {
+        /* keep the argument objects themselves (store_original_args) */
+        uint32_t off = 1;
+        for (Py_ssize_t i = 0; i < nargs; i++) {
+            r->ring_objs[(p->first + off) & r->ring->mask] = Py_NewRef(args[i]);
+            off += kd_arg_payloads(&b[off]);
+        }
+    }
+    if (batch.n && defer)
+        kd_batch_defer(r, &batch, p->first);
+    else if (batch.n)
+        kd_batch_flush(r, &batch, p->first); /* before the kernel, on its stream */
+    p->n = used;
+    p->ok = 1;
+    for (uint32_t i = 0; i < nreleased; i++)
+        Py_DECREF(ctx->released[i]);
+    guard_writes(dev_type, args, nargs, info, stream);
+    uint64_t head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
+    if (head - p->first <= r->ring->capacity) /* not lapped while Python ran above */
+        kd_ring_payload(r->ring, p->first)->launch.t_start_ns = kd_now_ns();
+}
+
+void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args,
+                     Py_ssize_t nargs, uint64_t stream, kd_pending *p)
+{
+    p->ok = 0;
+    p->cfg = launch_hcfg(r);
+    kd_launch_ctx *ctx = launch_ctx();
+    if (ctx == NULL) {
+        kd_recorder_error(r, "out of memory for this thread's launch buffer");
+        r->unrecorded++;
+        guard_writes(info->device_type, args, nargs, info, stream);
+        return;
+    }
+    if (ctx->busy) { /* launched from inside kdebug's own hashing (Note [Per-thread launch context]) */
+        r->suppressed++;
+        return;
+    }
+    ctx->busy = 1;
+    launch_begin(r, ctx, info, args, nargs, stream, p);
+    ctx->busy = 0;
+}
+
+/* After the launch, on rec, this thread's copy of the launch's record (rec[0]
+ * its header): hashes of what the kernel wrote, the read-only check's second
+ * hash, and clones of the outputs (record_outputs).  CUDA hashes go to batch
+ * with their ring tickets; nothing here writes the ring. */
+static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssize_t nargs,
+                         kd_payload *rec, kd_gpu_batch *batch)
+{
+    const kd_hash_config *cfg = &p->cfg;
+    PyObject *outs = NULL;
+    uint32_t off = 1;
+    for (Py_ssize_t i = 0; i < nargs && off <= p->n - 1; i++) {
+        kd_payload *a = &rec[off];
+        if (a->tag != KD_TAG_TENSOR) {
+            off += 1;
+            continue;
+        }
+        uint8_t role = a->tensor.role;
+        uint32_t np = kd_tensor_payloads(a->tensor.ndim);
+        if ((a->tensor.flags & KD_TF_HASHED) && off + np < p->n) {
+            kd_hash_rec *h = &rec[off + np].hash;
+            int kinds = (role & KD_ROLE_WRITE) ? cfg->kinds : 0;
+            int check = cfg->check_readonly && role == KD_ROLE_READ && (h->flags & KD_HF_PRE);
+            if (check)
+                kinds |= KD_HK_BITWISE;
+            if (kinds)
+                kd_hash_tensor(r, args[i], kinds, h, 1, p->launch_index, i, batch, p->stream,
+                               p->first + off + np);
+            if (check)
+                h->flags |= KD_HF_CHECKED; /* compared once merged and the batch is queued */
+            np += 1;
+        }
+        if (cfg->record_outputs && (role & KD_ROLE_WRITE)) {
+            kd_tensor_meta m;
+            memset(&m, 0, sizeof m);
+            m.device_type = -1;
+            uint64_t nbytes = 0;
+            if (kd_shim_tensor_meta(args[i], &m) == 1) {
+                nbytes = (uint64_t)kd_itemsize(m.dtype);
+                for (int d = 0; d < m.ndim; d++)
+                    nbytes *= (uint64_t)m.sizes[d];
+            }
+            if (r->output_bytes + nbytes > cfg->output_budget) {
+                r->outputs_skipped++;
+            } else {
+                PyObject *c = kd_defer_clone(args[i], &m, p->stream);
+                if (c == NULL) {
+                    char msg[200];
+                    snprintf(msg, sizeof msg, "record_outputs could not clone an output: %s",
+                             kd_shim_last_error());
+                    kd_recorder_error(r, msg);
+                } else {
+                    if (outs == NULL)
+                        outs = PyDict_New();
+                    PyObject *name = PyUnicode_FromString(
+                        kd_strtab_get(kd_strings, a->tensor.name_id, NULL));
+                    if (outs == NULL || name == NULL || PyDict_SetItem(outs, name, c) != 0)
+                        kd_recorder_error(r, "keeping a recorded output");
+                    else
+                        r->output_bytes += nbytes;
+                    Py_XDECREF(name);
+                    Py_DECREF(c);
+                }
+            }
+        }
+        off += np;
+    }
+    if (outs != NULL) {
+        PyObject *key = PyLong_FromUnsignedLongLong(p->launch_index);
+        if (r->outputs == NULL)
+            r->outputs = PyDict_New();
+        if (key == NULL || r->outputs == NULL || PyDict_SetItem(r->outputs, key, outs) != 0)
+            kd_recorder_error(r, "keeping recorded outputs");
+        Py_XDECREF(key);
+        Py_DECREF(outs);
+    }
+}
+
+/* Copies the post-launch side of src (this thread's copy) into dst, the same
+ * argument's hash record in the ring: every field kd_hash_tensor fills for side
+ * 1.  The pre-launch side stays the ring's: a GPU result may have landed there
+ * meanwhile (rec_deliver). */
+static void merge_post(kd_hash_rec *dst, const kd_hash_rec *src)
+{
+    dst->kinds |= src->kinds;
+    dst->flags |= (uint8_t)(src->flags & (KD_HF_POST | KD_HF_UNSUPPORTED | KD_HF_CHECKED));
+    dst->bitwise[1] = src->bitwise[1];
+    dst->l1[1] = src->l1[1];
+    dst->nan[1] = src->nan[1];
+    dst->posinf[1] = src->posinf[1];
+    dst->neginf[1] = src->neginf[1];
+    dst->xor64[1] = src->xor64[1]; /* sum[1] too: they share bytes (Note [Room for the stats]) */
+    dst->absmax[1] = src->absmax[1];
+}
+
+/* Merges rec (after_launch's copy of the launch at ring ticket `first`, n
+ * slots) into the ring, queues its CUDA hashes and does the read-only check.
+ * Runs no Python code; the ring must not have lapped the launch. */
+static void publish_post(kd_recorder *r, kd_pending *p, const kd_payload *rec, kd_gpu_batch *batch)
+{
+    uint32_t off = 1;
+    while (off < p->n) {
+        const kd_payload *a = &rec[off];
+        uint32_t np = kd_arg_payloads(a);
+        if (a->tag == KD_TAG_TENSOR && (a->tensor.flags & KD_TF_HASHED) && np >= 1 && off + np - 1 < p->n)
+            merge_post(&kd_ring_payload(r->ring, p->first + off + np - 1)->hash, &rec[off + np - 1].hash);
+        off += np ? np : 1;
+    }
+    if (kd_defer_enabled())
+        kd_batch_defer(r, batch, 0);
+    else
+        kd_batch_flush(r, batch, 0); /* after the kernel, on its stream */
+    if (p->cfg.check_readonly) {
+        /* values still on the GPU are compared when they arrive (rec_deliver) */
+        off = 1;
+        while (off < p->n) {
+            kd_payload *a = kd_ring_payload(r->ring, p->first + off);
+            uint32_t np = kd_arg_payloads(a);
+            if (a->tag == KD_TAG_TENSOR && (a->tensor.flags & KD_TF_HASHED))
+                kd_note_readonly_change(r, &kd_ring_payload(r->ring, p->first + off + np - 1)->hash);
+            off += np ? np : 1;
+        }
+    }
+}
+
+void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssize_t nargs,
+                   int raised)
+{
+    if (!p->ok)
+        return;
+    kd_launch_ctx *ctx = tls_ctx; /* kd_launch_begin made it on this thread */
+    ctx->busy = 1;
+    kd_gpu_batch batch;
+    batch.n = 0;
+    int post = !raised && (p->cfg.kinds || p->cfg.check_readonly || p->cfg.record_outputs);
+    if (post) {
+        /* Python hashers run here: on a copy (Note [Per-thread launch context]) */
+        for (uint32_t i = 0; i < p->n; i++)
+            memcpy(&ctx->build[i], kd_ring_payload(r->ring, p->first + i), sizeof(kd_payload));
+        PyObject *et, *ev, *etb;
+        PyErr_Fetch(&et, &ev, &etb);
+        after_launch(r, p, args, nargs, ctx->build, &batch);
+        PyErr_Restore(et, ev, etb);
+    }
+    /* From here to the commit: no Python code runs.  A writer that lapped the
+     * ring owns these slots now; commit counts the launch as lost, so only
+     * touch them when not lapped (its CUDA hashes are then never queued). */
+    uint64_t head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
+    if (head - p->first <= r->ring->capacity) {
+        kd_launch *h = &kd_ring_payload(r->ring, p->first)->launch;
+        h->t_end_ns = kd_now_ns();
+        if (kd_tls_capture.have_grid) {
+            h->grid[0] = kd_tls_capture.grid[0];
+            h->grid[1] = kd_tls_capture.grid[1];
+            h->grid[2] = kd_tls_capture.grid[2];
+            h->flags |= KD_LF_GRID;
+        }
+        if (kd_tls_capture.have_config) {
+            h->config_id = kd_tls_capture.config_id;
+            h->num_warps = kd_tls_capture.num_warps;
+            h->num_stages = kd_tls_capture.num_stages;
+            h->shared_mem = kd_tls_capture.shared_mem;
+            h->flags |= KD_LF_CONFIG;
+        }
+        if (raised)
+            h->flags |= KD_LF_RAISED;
+        if (post)
+            publish_post(r, p, ctx->build, &batch);
+    }
+    kd_ring_commit(r->ring, p->first, p->n);
+    ctx->busy = 0;
+}

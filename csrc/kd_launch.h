@@ -1,0 +1,52 @@
+/* kd_launch.h - the launch hot path (kd_launch.c): which recorder a launch
+ * goes to, and writing a launch into its ring. */
+#ifndef KD_LAUNCH_H
+#define KD_LAUNCH_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "kd_hook.h"
+#include "kd_recorder.h"
+
+extern _Thread_local int kd_tls_compiling;
+extern _Thread_local kd_recorder *kd_tls_recorder;
+extern kd_recorder *kd_global_recorder;
+extern long kd_started_recorders;
+extern long kd_injected_faults;
+
+/* This thread's hash settings (Note [Hash settings per thread] in kd_recorder.h). */
+extern _Thread_local kd_hash_config kd_hcfg;
+
+/* kd_hcfg changed on this thread: recorders this thread started see it. */
+void kd_hcfg_publish(void);
+
+/* CLOCK_MONOTONIC in ns, the launch timestamps' clock. */
+uint64_t kd_now_ns(void);
+
+/* The recorder that launches on this thread go to, or NULL.  Also NULL while
+ * this thread is compiling or Inductor is benchmarking. */
+kd_recorder *kd_active_recorder(void);
+
+/* A launch being recorded: begun before the kernel runs, ended after. */
+typedef struct kd_pending {
+    uint64_t first;
+    uint32_t n;
+    int ok;
+    uint64_t launch_index;
+    uint64_t stream;
+    kd_hash_config cfg; /* as it was when the launch began */
+} kd_pending;
+
+/* Describes the launch of kernel info with arguments args[0..nargs) into the
+ * ring.  Never raises; failures are counted on r. */
+void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args,
+                     Py_ssize_t nargs, uint64_t stream, kd_pending *p);
+
+/* Completes the launch: grid/config from the thread's capture, timing, the
+ * raised flag; then commits it. */
+void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssize_t nargs,
+                   int raised);
+
+#endif

@@ -1,0 +1,15 @@
+/* kd_trace_py.h - TraceWriter and TraceReader, the Python faces of the trace
+ * format (kd_trace_py.c). */
+#ifndef KD_TRACE_PY_H
+#define KD_TRACE_PY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* Adds TraceWriter, TraceReader and TraceError to module m; -1 with an
+ * exception on failure. */
+int kd_trace_module_init(PyObject *m);
+extern PyTypeObject kd_TraceWriterType;
+extern PyTypeObject kd_TraceReaderType;
+
+#endif
