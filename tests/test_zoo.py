@@ -100,8 +100,10 @@ def test_perturb_value_is_added():
     kdebug.inductor.install()  # C++ kernels loaded from now on are wrapped, and can be perturbed
     f = torch.compile(lambda x: x * 2 + 1)
     x = torch.arange(8.0)
-    base = f(x)
-    kernel = next(k for k in _loaded_kernels() if "cpp_fused_add_mul" in k)
+    with kdebug.DebugMode() as dm:  # the kernel f really launches (other tests load kernels with similar names)
+        base = f(x)
+    (kernel,) = [k.kernel_name for k in dm.kernels]
+    assert kernel in _loaded_kernels() and "add_mul" in kernel
     with perturb_kernel_output(kernel, "out_ptr0", value=0.375) as st:
         got = f(x)
     assert st["hits"] == 1
