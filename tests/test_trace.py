@@ -15,6 +15,7 @@ import torch
 import kdebug
 from kdebug import DebugMode, TraceFileError
 from kdebug.testing import perturb_kernel_output
+from tracebytes import mutate_bytes
 
 
 @pytest.fixture(scope="module")
@@ -185,20 +186,9 @@ def test_fuzzed_files_never_crash_the_reader(program, tmp_path):
     rng = random.Random(4)
     errors = ok = 0
     for _ in range(1500):
-        b = bytearray(data)
-        for _ in range(rng.randint(1, 4)):
-            i = rng.randrange(len(b))
-            op = rng.randrange(3)
-            if op == 0:
-                b[i] ^= 1 << rng.randrange(8)
-            elif op == 1:
-                del b[i]
-            else:
-                b.insert(i, rng.randrange(256))
-        if rng.randrange(8) == 0:  # and some cut short, as by a process that died: read up to the cut
-            del b[rng.randrange(32, len(b)):]
+        b = mutate_bytes(rng, data)  # some cut short, as by a process that died: read up to the cut
         try:
-            run = kdebug.trace.Run(bytes(b))
+            run = kdebug.trace.Run(b)
         except TraceFileError as e:
             assert e.offset <= len(b)
             errors += 1

@@ -12,6 +12,24 @@ HEADER = 32
 META, END = 3, 4
 
 
+def mutate_bytes(rng: random.Random, data: bytes) -> bytes:
+    """1 to 4 bit flips, deletions or insertions at random places; one mutant
+    in 8 also cut short, as by a process that died (read up to the cut)."""
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        i = rng.randrange(len(b))
+        op = rng.randrange(3)
+        if op == 0:
+            b[i] ^= 1 << rng.randrange(8)
+        elif op == 1:
+            del b[i]
+        else:
+            b.insert(i, rng.randrange(256))
+    if rng.randrange(8) == 0:
+        del b[rng.randrange(32, len(b)):]
+    return bytes(b)
+
+
 def chunks(data: bytes) -> list[tuple[int, int, int]]:
     """(offset, type, body length) of each whole chunk of a trace."""
     out, pos = [], HEADER

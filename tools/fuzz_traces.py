@@ -38,22 +38,6 @@ def _record() -> bytes:
     return kdebug.trace.save(dm, None)
 
 
-def _bytes_mutant(rng: random.Random, data: bytes) -> bytes:
-    b = bytearray(data)
-    for _ in range(rng.randint(1, 4)):
-        i = rng.randrange(len(b))
-        op = rng.randrange(3)
-        if op == 0:
-            b[i] ^= 1 << rng.randrange(8)
-        elif op == 1:
-            del b[i]
-        else:
-            b.insert(i, rng.randrange(256))
-    if rng.randrange(8) == 0:
-        del b[rng.randrange(32, len(b)):]
-    return bytes(b)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=10000, help="mutants (half byte-level, half META)")
@@ -63,7 +47,7 @@ def main() -> int:
     import kdebug
     from kdebug import TraceFileError, report
     from kdebug.export import perfetto_events
-    from tracebytes import hostile_meta, with_meta
+    from tracebytes import hostile_meta, mutate_bytes, with_meta
 
     data = _record()
     good = kdebug.trace.Run(data)
@@ -73,7 +57,7 @@ def main() -> int:
     t0 = time.perf_counter()
     for k in range(a.n):
         kind = "meta" if k % 2 else "bytes"
-        mutant = with_meta(data, hostile_meta(rng, base)) if kind == "meta" else _bytes_mutant(rng, data)
+        mutant = with_meta(data, hostile_meta(rng, base)) if kind == "meta" else mutate_bytes(rng, data)
         try:
             try:
                 run = kdebug.trace.Run(mutant, "mutant.kdt")
