@@ -214,3 +214,15 @@ def dynamo_reset() -> None:
 
 __all__ = ["DebugMode", "_DebugCall", "_OpCall", "_TritonKernelCall", "get_op_name", "dtype_abbrs", "mode_module",
            "utils_module", "upstream_get_active_debug_mode", "upstream_export", "UPSTREAM_EXPORTS"]
+
+
+def synchronize_current_stream(device: torch.device) -> None:
+    """Waits for the work queued on ``device``'s current stream
+    (torch.cuda / torch.<accelerator> current_stream(device).synchronize();
+    2.11, 2.13)."""
+    mod = getattr(torch, device.type, None)
+    stream = getattr(mod, "current_stream", None) if mod is not None else None
+    if stream is not None:
+        stream(device).synchronize()
+    elif hasattr(torch, "accelerator"):
+        torch.accelerator.synchronize(device)

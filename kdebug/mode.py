@@ -73,10 +73,36 @@ def _op_info(func) -> tuple:
     writes = pos is None or bool(pos) or bool(names)
     # OpOverload.__call__ is `self._op(*args, **kwargs)`: call _op, one Python frame less
     op = func._op if type(func) is _upstream.OpOverload and hasattr(func, "_op") else func
+    nb = next(((i, a.kwarg_only) for i, a in enumerate(arguments) if a.name == "non_blocking"), None) \
+        if pos is not None else None
+    if nb is not None:
+        op = _settling(op, None if nb[1] else nb[0])
     return (special,
             empty or "profiler" in text,  # upstream's hash hooks skip these
             empty,  # its output holds whatever memory it got (Note [Fresh buffers])
             writes, pos, names, outs, op)
+
+
+def _settling(op, position: int | None):
+    """Note [Non-blocking copies to the host]: an op with a ``non_blocking``
+    argument (copy_, _to_copy) that copies a device tensor into host memory
+    returns before the copy has landed, and the fast path hashes its output
+    right after it returns.  Called in the op's place: when the copy was
+    non-blocking, wrote a CPU tensor and read a device tensor, the source
+    device's current stream (the one the copy was queued on) is synchronized
+    first, so the hash is of the bytes the copy wrote.  One synchronization
+    per such copy, only for these copies; blocking copies and copies to the
+    device are untouched."""
+    def call(*args, **kwargs):
+        r = op(*args, **kwargs)
+        nb = kwargs.get("non_blocking", args[position] if position is not None and len(args) > position else False)
+        if nb is True and isinstance(r, torch.Tensor) and r.device.type == "cpu":
+            src = next((a for a in args if isinstance(a, torch.Tensor) and a.device.type != "cpu"), None)
+            if src is not None:
+                _upstream.synchronize_current_stream(src.device)
+        return r
+
+    return call
 
 
 def _stream_tick(mode) -> None:

@@ -210,3 +210,24 @@ def test_cuda_stats_are_deterministic_and_batched_in_a_recording():
                 if bw in outs:
                     check(s, outs[bw].cpu())
     assert seen[0] == seen[1]
+
+
+@pytest.mark.parametrize("how", ["to", "copy_"])
+def test_a_non_blocking_copy_to_the_host_is_hashed_once_it_landed(how):
+    """Note [Non-blocking copies to the host]: the copy is queued behind a
+    long chain of matmuls, so it has not landed when the op returns; the
+    recorded hash must be of the bytes it wrote (checked with hashing.bitwise
+    after a synchronization), not of the pinned buffer mid-copy."""
+    torch.manual_seed(0)
+    a = torch.randn(2048, 2048, device="cuda")
+    torch.cuda.synchronize()
+    dst = torch.empty(2048, 2048, pin_memory=True)
+    with DebugMode() as dm, DebugMode.log_tensor_hashes("bitwise"):
+        x = a
+        for _ in range(20):  # ~ milliseconds of work ahead of the copy on the stream
+            x = (x @ a).tanh()
+        y = x.to("cpu", non_blocking=True) if how == "to" else dst.copy_(x, non_blocking=True)
+    torch.cuda.synchronize()
+    ops = [op for op in dm.operators if "copy" in str(getattr(op, "op", ""))]
+    assert ops, [str(getattr(op, "op", "")) for op in dm.operators]
+    assert ops[-1].log["hash"] == hashing.bitwise(y)
