@@ -379,6 +379,8 @@ def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in
              limit: int = 3) -> list[dict]:
     """Note [Proof by replay] for the first ``limit`` roots of a report; prints
     and returns one verdict per root."""
+    import dataclasses
+
     import kdebug
 
     from . import replay
@@ -395,7 +397,7 @@ def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in
             print(f"  root {n} {root.step_a.label()}: not replayable ({why})")
             out.append({"root": root.step_a.label(), "confirmed": None, "why": f"not replayable: {why}"})
             continue
-        specs = [spec, replay.Spec(**{**spec.__dict__, "mode": "replay", "hits": 0})]
+        specs = [spec, dataclasses.replace(spec, mode="replay", hits=0)]
         cpaths = _record_runs(2, target, module, builtin, tmp, None, in_process, f"confirm root {n}",
                               envs=[{replay.ENV: s.to_env()} for s in specs], prefix=f"confirm{n}-")
         if cpaths is None:
@@ -441,8 +443,6 @@ def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, 
     from . import replay
     from .magnitude import element_diff
 
-    import json
-
     run_a = kdebug.load(path_a)
     specs, roots = [], []
     for n, root in enumerate(rep.roots[:limit], 1):
@@ -454,7 +454,7 @@ def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, 
         return []
     print("\nkdebug hunt: how big the difference is (one re-run, each root launched again on its inputs)")
     paths = _record_runs(1, target, module, builtin, tmp, None, in_process, "sample",
-                         envs=[{replay.ENV: json.dumps([json.loads(s.to_env())[0] for s in specs])}],
+                         envs=[{replay.ENV: replay.to_env(specs)}],
                          prefix="sample-")
     out = []
     for sp, root in zip(specs, roots):

@@ -55,7 +55,12 @@ class Spec:
     paths: list = field(default_factory=list)
 
     def to_env(self) -> str:
-        return json.dumps([asdict(self)])
+        return to_env([self])
+
+
+def to_env(specs: list) -> str:
+    """The value of ENV that activates ``specs`` in a runner process."""
+    return json.dumps([asdict(sp) for sp in specs])
 
 
 _specs: dict[str, list[Spec]] = {}   # by kernel / op name

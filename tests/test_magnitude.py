@@ -3,6 +3,7 @@ replay]): how big a root's difference is, element by element, and replaying
 an aten op's output on a real compiled step with an extern op."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 
@@ -90,7 +91,7 @@ def test_an_aten_op_root_is_replayed_and_confirmed(jitter, tmp_path):
     assert spec is not None and spec.op and spec.paths == ["out/"]
     runs = []
     for mode, ulps in (("capture", 1), ("replay", 2)):
-        replay.activate(replay.Spec(**{**spec.__dict__, "mode": mode, "hits": 0}))
+        replay.activate(dataclasses.replace(spec, mode=mode, hits=0))
         runs.append(_with_jitter(jitter, ulps))
         assert replay.specs()[0].hits == 1
         replay.activate(None)
@@ -108,7 +109,7 @@ def test_an_aten_op_root_is_replayed_and_confirmed(jitter, tmp_path):
     ispec = replay.Spec(name, occ, [], "capture", str(tmp_path / "i.pt"), op=True, paths=sorted(innocent.post)[:1])
     runs = []
     for mode, ulps in (("capture", 1), ("replay", 2)):
-        replay.activate(replay.Spec(**{**ispec.__dict__, "mode": mode, "hits": 0}))
+        replay.activate(dataclasses.replace(ispec, mode=mode, hits=0))
         runs.append(_with_jitter(jitter, ulps))
         replay.activate(None)
     verdict = replay.judge(original, root, kdebug.compare(*runs), 1)
