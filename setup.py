@@ -63,6 +63,7 @@ C_SOURCES = [
     "csrc/kd_launch.c",
     "csrc/kd_launch_hash.c",
     "csrc/kd_cuda_describe.c",
+    "csrc/kd_kernel_info.c",
     "csrc/kd_hook.c",
     "csrc/kd_view.c",
     "csrc/kd_fmt.c",
