@@ -57,6 +57,9 @@ C_SOURCES = [
     "csrc/core/kd_crc32.c",
     "csrc/core/kd_trace_write.c",
     "csrc/core/kd_trace_read.c",
+    "csrc/core/kd_trace_tree.c",
+    "csrc/core/kd_trace_digest.c",
+    "csrc/core/kd_trace_search.c",
     "csrc/core/kd_trace_table.c",
     # the Python-facing C
     "csrc/kd_recorder.c",
