@@ -53,6 +53,7 @@ C_SOURCES = [
     "csrc/core/kd_store.c",
     "csrc/core/kd_render.c",
     "csrc/core/kd_hash.c",
+    "csrc/core/kd_runs.c",
     "csrc/core/kd_results.c",
     "csrc/core/kd_crc32.c",
     "csrc/core/kd_trace_write.c",
