@@ -40,9 +40,9 @@
 #include "kd_dispatch.h"
 #include "kd_fmt.h"
 #include "kd_hook.h"
+#include "kd_op_writes.h"
 #include "kd_tree.h"
 #include "kd_defer.h"
-#include "kd_shim.h"
 
 /* Set once by _configure_dispatch (all strong references). */
 static PyObject *op_info_fn;       /* mode._op_info(func) -> info tuple */
@@ -64,10 +64,6 @@ static PyObject *s_fast, *s_ops, *s_call_depth, *s_fx_stack_trace, *s_record_out
     *s_kwargs_str, *s_stack_trace, *s_fwd_stack_trace, *s_output_str, *s_stringify_output,
     *s_rec_hooks, *s_log_hooks, *s_pre_hooks, *s_kd_extents, *empty_tuple;
 
-/* The info tuple's fields (mode._op_info). */
-enum { I_SPECIAL, I_HASH_SKIPPED, I_MAKES_EMPTY, I_WRITES, I_WRITTEN_POS, I_WRITTEN_NAMES,
-       I_OUT_NAMES, I_CALLABLE, I_N };
-
 /* A hash hook entry: ("hash", spec, hash_inputs, spec_id, kinds, value_fn). */
 enum { E_KIND, E_SPEC, E_HASH_INPUTS, E_SPEC_ID, E_KINDS, E_VALUE_FN, E_N };
 
@@ -79,7 +75,7 @@ static PyObject *op_info(PyObject *func)
     info = PyObject_CallOneArg(op_info_fn, func);
     if (info == NULL)
         return NULL;
-    if (!PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != I_N) {
+    if (!PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != KD_OPI_N) {
         Py_DECREF(info);
         PyErr_SetString(PyExc_TypeError, "kdebug: _op_info must return an 8-tuple");
         return NULL;
@@ -88,8 +84,6 @@ static PyObject *op_info(PyObject *func)
     Py_DECREF(info);
     return rc == 0 ? info : NULL; /* the cache holds it */
 }
-
-static int flag(PyObject *info, int i) { return PyTuple_GET_ITEM(info, i) == Py_True; }
 
 static int is_kind(PyObject *entry, const char *kind)
 {
@@ -103,139 +97,6 @@ static PyObject *upstream(PyObject *mode, PyObject *func, PyObject *types, PyObj
 {
     PyObject *a[5] = {mode, func, types, args, kwargs ? kwargs : Py_None};
     return PyObject_Vectorcall(upstream_fn, a, 5, NULL);
-}
-
-/* ---- which arguments an op writes ---- */
-
-static void guard_one(PyObject *a)
-{
-    if (PyList_Check(a) || PyTuple_Check(a)) {
-        PyObject *fast = PySequence_Fast(a, "");
-        if (fast == NULL) {
-            PyErr_Clear();
-            return;
-        }
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++)
-            kd_defer_guard_tensor(PySequence_Fast_GET_ITEM(fast, i), 0);
-        Py_DECREF(fast);
-    } else if (a != Py_None) {
-        kd_defer_guard_tensor(a, 0);
-    }
-}
-
-/* Flush deferred GPU work that this op is about to overwrite (Note [Deferred
- * GPU work] in kd_defer.h); an op with no schema may write anything. */
-static void guard_writes(PyObject *info, PyObject *args, PyObject *kwargs)
-{
-    PyObject *pos = PyTuple_GET_ITEM(info, I_WRITTEN_POS);
-    if (pos == Py_None) {
-        kd_defer_flush();
-        return;
-    }
-    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
-    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(pos); j++) {
-        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pos, j));
-        if (i >= 0 && i < nargs)
-            guard_one(PyTuple_GET_ITEM(args, i));
-    }
-    PyObject *names = PyTuple_GET_ITEM(info, I_WRITTEN_NAMES);
-    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0 && names != Py_None)
-        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(names); j++) {
-            PyObject *a = PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(names, j));
-            if (a != NULL)
-                guard_one(a);
-        }
-    PyErr_Clear();
-}
-
-/* ---- Note [Fresh buffers] for aten ops (mode.py) ---- */
-
-static PyObject *storage_key(PyObject *t)
-{
-    return PyLong_FromUnsignedLongLong(kd_shim_storage_ptr(t));
-}
-
-static int is_tensor(PyObject *o)
-{
-    kd_tensor_meta m;
-    return kd_shim_tensor_meta(o, &m) != 0;
-}
-
-static int set_op(PyObject *set, PyObject *t, int add)
-{
-    PyObject *k = storage_key(t);
-    if (k == NULL)
-        return -1;
-    int rc = add ? PySet_Add(set, k) : PySet_Discard(set, k);
-    Py_DECREF(k);
-    return rc < 0 ? -1 : 0;
-}
-
-static int track_fresh(PyObject *fresh, PyObject *info, PyObject *args, PyObject *result)
-{
-    int result_tensor = is_tensor(result);
-    if (result_tensor && flag(info, I_MAKES_EMPTY))
-        return set_op(fresh, result, 1);
-    if (PySet_GET_SIZE(fresh) == 0)
-        return 0;
-    if (result_tensor && set_op(fresh, result, 0) < 0) /* new memory written by this op */
-        return -1;
-    PyObject *pos = PyTuple_GET_ITEM(info, I_WRITTEN_POS);
-    if (pos == Py_None)
-        return 0;
-    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(pos); j++) {
-        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pos, j));
-        if (i >= 0 && i < PyTuple_GET_SIZE(args) && is_tensor(PyTuple_GET_ITEM(args, i)) &&
-            set_op(fresh, PyTuple_GET_ITEM(args, i), 0) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-/* args with the written arguments that are still fresh replaced by None. */
-static PyObject *without_fresh(PyObject *fresh, PyObject *info, PyObject *args)
-{
-    PyObject *pos = PyTuple_GET_ITEM(info, I_WRITTEN_POS);
-    if (pos == Py_None)
-        return Py_NewRef(args);
-    Py_ssize_t n = PyTuple_GET_SIZE(args);
-    PyObject *out = PyTuple_New(n); /* a copy: args itself must not change */
-    if (out == NULL)
-        return NULL;
-    for (Py_ssize_t i = 0; i < n; i++)
-        PyTuple_SET_ITEM(out, i, Py_NewRef(PyTuple_GET_ITEM(args, i)));
-    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(pos); j++) {
-        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pos, j));
-        if (i < 0 || i >= PyTuple_GET_SIZE(out) || !is_tensor(PyTuple_GET_ITEM(out, i)))
-            continue;
-        PyObject *k = storage_key(PyTuple_GET_ITEM(out, i));
-        int in = k ? PySet_Contains(fresh, k) : -1;
-        Py_XDECREF(k);
-        if (in < 0) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        if (in)
-            Py_SETREF(PyTuple_GET_ITEM(out, i), Py_NewRef(Py_None));
-    }
-    return out;
-}
-
-/* kwargs with the op's out= arguments as None (they hold whatever memory the
- * buffer had before the op), or kwargs itself (new reference). */
-static PyObject *without_outs(PyObject *info, PyObject *kwargs)
-{
-    PyObject *outs = PyTuple_GET_ITEM(info, I_OUT_NAMES);
-    if (PyTuple_GET_SIZE(outs) == 0 || PyDict_GET_SIZE(kwargs) == 0)
-        return Py_NewRef(kwargs);
-    PyObject *out = PyDict_Copy(kwargs);
-    for (Py_ssize_t j = 0; out != NULL && j < PyTuple_GET_SIZE(outs); j++) {
-        PyObject *name = PyTuple_GET_ITEM(outs, j);
-        int has = PyDict_Contains(out, name);
-        if (has < 0 || (has && PyDict_SetItem(out, name, Py_None) < 0))
-            Py_CLEAR(out);
-    }
-    return out;
 }
 
 /* ---- hashes and clones of op arguments / results ---- */
@@ -488,9 +349,9 @@ static PyObject *dispatch_op(PyObject *mode, PyObject *func, PyObject *types, Py
         }
     }
     Py_DECREF(stream);
-    int writes = flag(info, I_WRITES);
+    int writes = kd_op_flag(info, KD_OPI_WRITES);
     if (writes && kd_defer_pending())
-        guard_writes(info, args, kwargs == Py_None ? NULL : kwargs);
+        kd_op_guard_writes(info, args, kwargs == Py_None ? NULL : kwargs);
     PyObject *entry;
     int record;
     int hooks = own_hooks(&entry, &record);
@@ -511,7 +372,7 @@ static PyObject *dispatch_op(PyObject *mode, PyObject *func, PyObject *types, Py
     int ntypes = PyObject_IsTrue(types);
     if (ntypes < 0)
         return NULL;
-    if (ntypes || !is_fast || below != 0 || flag(info, I_SPECIAL))
+    if (ntypes || !is_fast || below != 0 || kd_op_flag(info, KD_OPI_SPECIAL))
         return upstream(mode, func, types, args, kwargs);
     if (kwargs == Py_None)
         kwargs = NULL;
@@ -522,7 +383,7 @@ static PyObject *dispatch_op(PyObject *mode, PyObject *func, PyObject *types, Py
     PyObject *call = NULL, *result = NULL, *fresh = NULL, *pending_list = NULL, *in_obj = NULL;
     int pending = 0, by_pytree = 0;
     int hash_inputs = entry != NULL && PyTuple_GET_ITEM(entry, E_HASH_INPUTS) == Py_True;
-    int skipped = flag(info, I_HASH_SKIPPED);
+    int skipped = kd_op_flag(info, KD_OPI_HASH_SKIPPED);
     if (!kd_in_benchmark()) {
         call = new_op_call(mode, func, args, kw);
         if (call == NULL)
@@ -543,9 +404,9 @@ static PyObject *dispatch_op(PyObject *mode, PyObject *func, PyObject *types, Py
         }
     }
     if (hash_inputs && call != NULL && !skipped) {
-        PyObject *hargs = writes && PySet_GET_SIZE(fresh) > 0 ? without_fresh(fresh, info, args)
+        PyObject *hargs = writes && PySet_GET_SIZE(fresh) > 0 ? kd_op_without_fresh(fresh, info, args)
                                                                 : Py_NewRef(args);
-        PyObject *hkw = hargs ? without_outs(info, kw) : NULL;
+        PyObject *hkw = hargs ? kd_op_without_outs(info, kw) : NULL;
         PyObject *both = hkw ? PyTuple_Pack(2, hargs, hkw) : NULL;
         Py_XDECREF(hargs);
         Py_XDECREF(hkw);
@@ -560,16 +421,16 @@ static PyObject *dispatch_op(PyObject *mode, PyObject *func, PyObject *types, Py
             Py_XDECREF(log);
             pending = 1;
             if (rc == 0 && writes) /* an in-place op: its input hashes run before it */
-                guard_writes(info, args, kw);
+                kd_op_guard_writes(info, args, kw);
         }
         Py_DECREF(tree);
         if (rc < 0)
             goto fail;
     }
-    result = PyObject_Call(PyTuple_GET_ITEM(info, I_CALLABLE), args, kw);
+    result = PyObject_Call(PyTuple_GET_ITEM(info, KD_OPI_CALLABLE), args, kw);
     if (result == NULL)
         goto fail;
-    if (hash_inputs && track_fresh(fresh, info, args, result) < 0)
+    if (hash_inputs && kd_op_track_fresh(fresh, info, args, result) < 0)
         goto fail;
     if (call == NULL)
         goto done;

@@ -1,5 +1,6 @@
-/* kd_hook.h - the Inductor launch hooks (kd_hook.c): KernelInfo, the run and
- * runner hooks, C++ kernels, and what the runner hook captures. */
+/* kd_hook.h - the Inductor launch hooks (kd_hook.c): the run and runner hooks,
+ * C++ kernels, and what the runner hook captures.  KernelInfo is in
+ * kd_kernel_info.h. */
 #ifndef KD_HOOK_H
 #define KD_HOOK_H
 
@@ -7,22 +8,11 @@
 #include <Python.h>
 #include <stdint.h>
 
-extern PyTypeObject kd_KernelInfoType;
+#include "kd_kernel_info.h"
+
 extern PyTypeObject kd_RunHookType;
 extern PyTypeObject kd_RunnerHookType;
 extern PyTypeObject kd_CppKernelType;
-
-/* Per-kernel facts, computed once when a kernel is first recorded. */
-typedef struct kd_kernel_info {
-    PyObject_HEAD
-    uint32_t name_id;
-    uint8_t kind;
-    uint8_t device_type;
-    int8_t device_index;
-    uint32_t nnames;
-    uint32_t *name_ids; /* argument names, in call order */
-    uint8_t *roles;     /* KD_ROLE_* per argument */
-} kd_kernel_info;
 
 /* What the runner hook captures during a recorded launch. */
 typedef struct kd_capture {

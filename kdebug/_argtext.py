@@ -6,7 +6,7 @@ For some it is not: a torch.Generator has no repr of its own, so it renders as
 ``<torch._C.Generator object at 0x7f...>``, and so does any object with the
 default repr (functions: ``<function f at 0x...>``).  Such a text differs in
 every run, and kdebug compares op records by their text (the SHAPE digest of
-an aten op is its text up to the output, csrc/core/kd_trace_read.c): every op
+an aten op is its text up to the output, csrc/core/kd_trace_digest.c): every op
 taking a Generator would be reported as a structural difference.
 
 Note [Stable argument text]

@@ -405,7 +405,7 @@ class DebugMode(_upstream.DebugMode):
     # empty, then uniform_).  Hashing it before that write would make two runs
     # differ in memory nobody computed, so an op's written arguments that are
     # still fresh get None for input hashes, as out= buffers do.  self._fresh
-    # holds their storages' data pointers (kept by kd_dispatch.c).
+    # holds their storages' data pointers (kept by csrc/kd_op_writes.c).
 
     def _resolve_aten_hashes(self) -> None:
         if not self._pending_calls:

@@ -115,7 +115,8 @@ int kd_tw_seal(kd_tw *w);
 int kd_tw_end(kd_tw *w);           /* seal, then the END chunk */
 uint64_t kd_tw_records(const kd_tw *w);
 
-/* ---------------- reader ---------------- */
+/* ---------------- reader (kd_trace_read.c; digests: kd_trace_digest.c; hash
+ * trees: kd_trace_tree.c; searches: kd_trace_search.c) ---------------- */
 typedef struct kd_tr_chunk {
     uint64_t base_t, base_thread, base_stream, base_launch;
 } kd_tr_chunk;

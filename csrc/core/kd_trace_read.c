@@ -9,6 +9,8 @@
 #include "kd_grow.h"
 #include "kd_hash.h"
 #include "kd_trace.h"
+#include "kd_trace_digest.h"
+#include "kd_trace_tree.h"
 
 
 static uint32_t get_u32le(const uint8_t *p)
@@ -36,134 +38,6 @@ const char *kd_tr_string(const kd_tr *r, uint32_t id, size_t *len)
     if (len)
         *len = r->str_len[id];
     return (const char *)r->data + r->str_off[id];
-}
-
-/* ---------------- trees ---------------- */
-
-/* Validates one tree node and everything under it; iterative, with a stack
- * of the open containers. */
-static void skip_tree(kd_cur *c)
-{
-    uint64_t left[KD_TREE_MAX_DEPTH + 1]; /* items still to read per open container */
-    uint8_t dict[KD_TREE_MAX_DEPTH + 1];
-    int open = 0; /* open containers: the depth of the next node */
-    for (;;) {
-        if (open > KD_TREE_MAX_DEPTH) {
-            kd_cur_fail(c, "hash tree nested too deeply");
-            break;
-        }
-        uint8_t tag = kd_cur_u8(c);
-        switch (tag) {
-        case KD_T_NONE:
-            break;
-        case KD_T_LIST:
-        case KD_T_TUPLE:
-        case KD_T_DICT: {
-            uint64_t n = kd_cur_varint(c);
-            if (n > c->end - c->pos) {
-                kd_cur_fail(c, "hash tree has more items than bytes");
-                break;
-            }
-            left[open] = n;
-            dict[open] = tag == KD_T_DICT;
-            open++;
-            break;
-        }
-        case KD_T_I64:
-        case KD_T_U64:
-        case KD_T_F64:
-            kd_cur_u64(c);
-            break;
-        case KD_T_NORM:
-            kd_cur_u64(c);
-            kd_cur_varint(c);
-            kd_cur_varint(c);
-            kd_cur_varint(c);
-            break;
-        case KD_T_STATS: /* format 1.2 */
-            kd_cur_u64(c);
-            kd_cur_u64(c);
-            kd_cur_u64(c);
-            kd_cur_varint(c);
-            kd_cur_varint(c);
-            kd_cur_varint(c);
-            break;
-        case KD_T_BOOL:
-            kd_cur_u8(c);
-            break;
-        case KD_T_STR:
-            c->pos += kd_cur_len(c);
-            break;
-        default:
-            kd_cur_fail(c, "unknown hash tree tag");
-        }
-        /* the next item of the innermost container with items left */
-        while (open > 0 && left[open - 1] == 0)
-            open--;
-        if (open == 0 || c->bad)
-            break;
-        left[open - 1]--;
-        if (dict[open - 1])
-            c->pos += kd_cur_len(c);
-        if (c->bad)
-            break;
-    }
-}
-
-/* One step of the digests: for a fixed h a bijection of v, for a fixed v a
- * bijection of h, so two records that differ in one value always get
- * different digests.  (Equality between runs is all they are used for.) */
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    h = (h ^ v) * 0x9E3779B97F4A7C15ull;
-    return h ^ (h >> 29);
-}
-
-static uint64_t bytes_digest(const uint8_t *p, size_t n)
-{
-    uint64_t h = mix(0x51ED270B27A1B7C5ull, n);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t v;
-        memcpy(&v, p + i, 8);
-        h = mix(h, v);
-    }
-    uint64_t tail = 0;
-    for (size_t k = 0; i + k < n; k++)
-        tail |= (uint64_t)p[i + k] << (8 * k);
-    return kd_fmix64(mix(h, tail)) | 1; /* never 0: 0 means "absent" */
-}
-
-uint64_t kd_tree_leaf_digest(const uint8_t *p, size_t n)
-{
-    return bytes_digest(p, n);
-}
-
-static int tree_find(kd_cur *c, int depth, uint64_t leaf)
-{
-    if (depth > KD_TREE_MAX_DEPTH || c->bad)
-        return 0;
-    size_t start = c->pos;
-    uint8_t tag = kd_cur_u8(c);
-    if (tag == KD_T_LIST || tag == KD_T_TUPLE || tag == KD_T_DICT) {
-        uint64_t n = kd_cur_varint(c);
-        for (uint64_t i = 0; i < n && !c->bad; i++) {
-            if (tag == KD_T_DICT)
-                c->pos += kd_cur_len(c);
-            if (tree_find(c, depth + 1, leaf))
-                return 1;
-        }
-        return 0;
-    }
-    c->pos = start;
-    skip_tree(c); /* a leaf */
-    return !c->bad && tag != KD_T_NONE && bytes_digest(c->p + start, c->pos - start) == leaf;
-}
-
-int kd_tree_has_leaf(const uint8_t *p, size_t n, uint64_t leaf)
-{
-    kd_cur c = {p, 0, n, 0, 0, NULL};
-    return tree_find(&c, 0, leaf);
 }
 
 /* ---------------- launch records ---------------- */
@@ -196,11 +70,11 @@ typedef struct launch_fold {
 
 static void fold_header(launch_fold *f, const kd_tr *r, const kd_launch *l)
 {
-    f->dg[KD_DG_KEY] = mix(l->kind, r->str_dg[l->name_id]);
-    uint64_t cf = mix(mix(l->flags & KD_LF_GRID, l->grid[0]), l->grid[1]);
-    cf = mix(mix(cf, l->grid[2]), r->str_dg[l->config_id]);
-    f->dg[KD_DG_CONFIG] = mix(mix(cf, l->num_warps), l->num_stages);
-    f->shape = mix(7, l->nargs);
+    f->dg[KD_DG_KEY] = kd_dg_mix(l->kind, r->str_dg[l->name_id]);
+    uint64_t cf = kd_dg_mix(kd_dg_mix(l->flags & KD_LF_GRID, l->grid[0]), l->grid[1]);
+    cf = kd_dg_mix(kd_dg_mix(cf, l->grid[2]), r->str_dg[l->config_id]);
+    f->dg[KD_DG_CONFIG] = kd_dg_mix(kd_dg_mix(cf, l->num_warps), l->num_stages);
+    f->shape = kd_dg_mix(7, l->nargs);
     f->pre = f->post = 0;
     f->any_pre = f->any_post = 0;
 }
@@ -209,11 +83,11 @@ static void fold_hash(launch_fold *f, uint64_t arg, const kd_hash_rec *h)
 {
     uint64_t d0 = kd_tr_hash_digest(h, 0), d1 = kd_tr_hash_digest(h, 1);
     if (d0) {
-        f->pre = mix(mix(f->pre, arg), d0);
+        f->pre = kd_dg_mix(kd_dg_mix(f->pre, arg), d0);
         f->any_pre = 1;
     }
     if (d1) {
-        f->post = mix(mix(f->post, arg), d1);
+        f->post = kd_dg_mix(kd_dg_mix(f->post, arg), d1);
         f->any_post = 1;
     }
 }
@@ -276,7 +150,7 @@ static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
         if (c->bad)
             return 0;
         if (f)
-            f->shape = mix(mix(mix(f->shape, tag), role), r->str_dg[name_id]);
+            f->shape = kd_dg_mix(kd_dg_mix(kd_dg_mix(f->shape, tag), role), r->str_dg[name_id]);
         if (tag == KD_TAG_TENSOR) {
             uint8_t tflags = kd_cur_u8(c);
             uint8_t dt = l.device_type;
@@ -300,7 +174,7 @@ static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
                 return 0;
             }
             if (f)
-                f->shape = mix(mix(f->shape, dtype), ndim);
+                f->shape = kd_dg_mix(kd_dg_mix(f->shape, dtype), ndim);
             if (k + need > cap)
                 cap = 0; /* does not fit: keep validating, store nothing more */
             kd_payload *q = cap ? &out[k] : NULL;
@@ -325,7 +199,7 @@ static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
                 int64_t size = (int64_t)kd_cur_varint(c);
                 int64_t stride = kd_cur_svarint(c);
                 if (f)
-                    f->shape = mix(mix(f->shape, (uint64_t)size), (uint64_t)stride);
+                    f->shape = kd_dg_mix(kd_dg_mix(f->shape, (uint64_t)size), (uint64_t)stride);
                 if (q == NULL)
                     continue;
                 if (d < KD_INLINE_DIMS) {
@@ -394,7 +268,7 @@ static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
             return 0;
         }
         if (f && (tag == KD_TAG_INT || tag == KD_TAG_FLOAT || tag == KD_TAG_BOOL))
-            f->shape = mix(f->shape, (uint64_t)q->value.i);
+            f->shape = kd_dg_mix(f->shape, (uint64_t)q->value.i);
         if (k + 1 > cap)
             cap = 0;
         if (cap)
@@ -450,7 +324,7 @@ static int decode_op(kd_cur *c, const kd_tr *r, kd_tr_op *op)
         if (c->bad)
             return -1;
         kd_cur sub = {c->p, c->pos, c->pos + n, 0, 0, NULL};
-        skip_tree(&sub);
+        kd_tree_skip(&sub);
         if (!sub.bad && sub.pos != sub.end)
             kd_cur_fail(&sub, "bytes left over after a hash tree");
         if (sub.bad) {
@@ -474,9 +348,6 @@ static int decode_op(kd_cur *c, const kd_tr *r, kd_tr_op *op)
 }
 
 /* ---------------- the file ---------------- */
-
-static void op_digests(const kd_tr *r, const kd_tr_op *op, uint64_t out[KD_DG_N]);
-static uint64_t str_digest(const kd_tr *r, uint32_t id);
 
 static int set_err(kd_tr *r, uint64_t off, const char *why)
 {
@@ -527,7 +398,7 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
         kd_grow((void **)&r->str_dg, &str_cap3, 1, sizeof *r->str_dg) ||
         kd_grow((void **)&r->str_pdg, &str_cap4, 1, sizeof *r->str_pdg))
         return set_err(r, 0, "out of memory");
-    r->str_dg[0] = r->str_pdg[0] = bytes_digest(NULL, 0);
+    r->str_dg[0] = r->str_pdg[0] = kd_dg_bytes(NULL, 0);
     uint64_t dg_cap = 0;
     size_t pos = hdr;
     while (pos < size) {
@@ -575,14 +446,14 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
                 r->str_off[r->nstr] = c.pos;
                 r->str_len[r->nstr] = (uint32_t)sl;
                 const uint8_t *sp = data + c.pos;
-                r->str_dg[r->nstr] = bytes_digest(sp, sl);
+                r->str_dg[r->nstr] = kd_dg_bytes(sp, sl);
                 size_t pl = sl;
                 for (size_t k = 0; k + 6 <= sl; k++)
                     if (memcmp(sp + k, "  ->  ", 6) == 0) {
                         pl = k;
                         break;
                     }
-                r->str_pdg[r->nstr] = pl == sl ? r->str_dg[r->nstr] : bytes_digest(sp, pl);
+                r->str_pdg[r->nstr] = pl == sl ? r->str_dg[r->nstr] : kd_dg_bytes(sp, pl);
                 c.pos += sl;
             }
         } else if (type == KD_CHUNK_RECORDS) {
@@ -616,7 +487,7 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
                 } else if (t == KD_REC_OP) {
                     kd_tr_op op;
                     if (decode_op(&c, r, &op) == 0)
-                        op_digests(r, &op, dg);
+                        kd_tr_op_digests(r, &op, dg);
                 } else {
                     kd_cur_fail(&c, c.pos < c.end ? "unknown record type" : "chunk holds fewer records than it says");
                 }
@@ -694,115 +565,4 @@ int kd_tr_op_get(const kd_tr *r, uint64_t i, kd_tr_op *op)
         return -1;
     kd_cur c = rec_cursor(r, i);
     return decode_op(&c, r, op);
-}
-
-/* ---------------- digests and searches ---------------- */
-
-static uint64_t str_digest(const kd_tr *r, uint32_t id)
-{
-    return id <= r->nstr ? r->str_dg[id] : 0;
-}
-
-uint64_t kd_tr_hash_digest(const kd_hash_rec *h, int w)
-{
-    if (!(h->flags & (w ? KD_HF_POST : KD_HF_PRE)))
-        return 0;
-    uint64_t d = mix(0xB5AD4ECEDA1CE2A9ull, h->kinds);
-    if (h->kinds & KD_HK_BITWISE)
-        d = mix(d, h->bitwise[w]);
-    if (h->kinds & (KD_HK_NORM | KD_HK_STATS)) {
-        uint64_t u;
-        memcpy(&u, &h->l1[w], 8);
-        d = mix(mix(mix(mix(d, u), h->nan[w]), h->posinf[w]), h->neginf[w]);
-    }
-    if (h->kinds & KD_HK_XOR)
-        d = mix(d, h->xor64[w]);
-    if (h->kinds & KD_HK_STATS) {
-        uint64_t u, v;
-        memcpy(&u, &h->sum[w], 8);
-        memcpy(&v, &h->absmax[w], 8);
-        d = mix(mix(d, u), v);
-    }
-    return d | 1;
-}
-
-static void op_digests(const kd_tr *r, const kd_tr_op *op, uint64_t out[KD_DG_N])
-{
-    out[KD_DG_KEY] = mix(2, str_digest(r, op->name_id));
-    out[KD_DG_CONFIG] = 0;
-    /* the call's text up to its output ("  ->  "): an .item()'s output is a value */
-    out[KD_DG_SHAPE] = mix(op->depth, r->str_pdg[op->text_id]);
-    out[KD_DG_PRE] = (op->flags & KD_OPF_IN_HASH) ? bytes_digest(op->in_tree, op->in_len) : 0;
-    out[KD_DG_POST] = (op->flags & KD_OPF_OUT_HASH) ? bytes_digest(op->out_tree, op->out_len) : 0;
-}
-
-void kd_tr_digests(const kd_tr *r, uint64_t i, uint64_t out[KD_DG_N])
-{
-    if (i >= r->nrec) {
-        memset(out, 0, KD_DG_N * sizeof out[0]);
-        return;
-    }
-    memcpy(out, &r->dg[i * KD_DG_N], KD_DG_N * sizeof out[0]);
-}
-
-void kd_tensor_extent(const kd_payload *p, uint64_t *lo, uint64_t *hi)
-{
-    const kd_tensor_arg *t = &p->tensor;
-    int isz = kd_itemsize(t->dtype);
-    if (isz <= 0)
-        isz = 1;
-    uint64_t span = 0;
-    for (uint32_t d = 0; d < t->ndim; d++) {
-        int64_t size, stride;
-        kd_tensor_dim(p, d, &size, &stride);
-        if (size <= 0) {
-            *lo = *hi = t->data_ptr;
-            return;
-        }
-        span += (uint64_t)(size - 1) * (uint64_t)(stride < 0 ? -stride : stride);
-    }
-    *lo = t->data_ptr;
-    *hi = t->data_ptr + (span + 1) * (uint64_t)isz;
-}
-
-int64_t kd_tr_last_writer(const kd_tr *r, uint64_t before, int dev_type, int dev_index,
-                          uint64_t lo, uint64_t hi, uint64_t leaf, uint64_t *args_mask)
-{
-    *args_mask = 0;
-    uint32_t cap = (uint32_t)r->max_nslots + 1;
-    kd_payload *p = malloc((cap ? cap : 1) * sizeof *p);
-    if (p == NULL)
-        return -1;
-    int64_t found = -1;
-    for (uint64_t i = before < r->nrec ? before : r->nrec; i-- > 0 && found < 0;) {
-        if (r->rec_type[i] == KD_REC_OP) {
-            kd_tr_op op;
-            if (leaf && kd_tr_op_get(r, i, &op) == 0 && (op.flags & KD_OPF_OUT_HASH) &&
-                kd_tree_has_leaf(op.out_tree, op.out_len, leaf))
-                found = (int64_t)i;
-            continue;
-        }
-        if (hi <= lo)
-            continue;
-        uint32_t n = kd_tr_launch(r, i, p, cap);
-        if (n == 0)
-            continue;
-        uint32_t k = 1;
-        for (uint32_t a = 0; a < p[0].launch.nargs && k < n; a++) {
-            const kd_payload *q = &p[k];
-            if (q->tag == KD_TAG_TENSOR && (q->tensor.role & KD_ROLE_WRITE) &&
-                q->tensor.device_type == dev_type && q->tensor.device_index == dev_index) {
-                uint64_t a0, a1;
-                kd_tensor_extent(q, &a0, &a1);
-                if (a0 < a1 && a0 < hi && lo < a1) {
-                    found = (int64_t)i;
-                    if (a < 64)
-                        *args_mask |= 1ull << a;
-                }
-            }
-            k += kd_arg_payloads(q);
-        }
-    }
-    free(p);
-    return found;
 }

@@ -593,7 +593,7 @@ static void test_hash_bitwise(void)
     CHECK(kd_hash_bitwise(&zero_d) == kd_hash_bitwise(&d1));
 }
 
-/* Note [Gathering short runs] in kd_hash.c: views of one-element runs and of
+/* Note [Gathering short runs] in kd_runs.c: views of one-element runs and of
  * short blocks, larger than the gather buffer, hash exactly like their
  * contiguous copies, with every hash and element size. */
 static void test_hash_gathered_views(void)

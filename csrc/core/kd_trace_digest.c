@@ -1,0 +1,75 @@
+/* kd_trace_digest.c - the per-record digests of a trace (kd_tr_digests), for
+ * comparing runs: byte digests, hash-record digests, op-record digests.  The
+ * launch digests are folded while kd_trace_read.c decodes a launch.  Python-free. */
+#include <string.h>
+
+#include "kd_hash.h"
+#include "kd_trace.h"
+#include "kd_trace_digest.h"
+
+uint64_t kd_dg_bytes(const uint8_t *p, size_t n)
+{
+    uint64_t h = kd_dg_mix(0x51ED270B27A1B7C5ull, n);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        h = kd_dg_mix(h, v);
+    }
+    uint64_t tail = 0;
+    for (size_t k = 0; i + k < n; k++)
+        tail |= (uint64_t)p[i + k] << (8 * k);
+    return kd_fmix64(kd_dg_mix(h, tail)) | 1; /* never 0: 0 means "absent" */
+}
+
+uint64_t kd_tree_leaf_digest(const uint8_t *p, size_t n)
+{
+    return kd_dg_bytes(p, n);
+}
+
+static uint64_t str_digest(const kd_tr *r, uint32_t id)
+{
+    return id <= r->nstr ? r->str_dg[id] : 0;
+}
+
+uint64_t kd_tr_hash_digest(const kd_hash_rec *h, int w)
+{
+    if (!(h->flags & (w ? KD_HF_POST : KD_HF_PRE)))
+        return 0;
+    uint64_t d = kd_dg_mix(0xB5AD4ECEDA1CE2A9ull, h->kinds);
+    if (h->kinds & KD_HK_BITWISE)
+        d = kd_dg_mix(d, h->bitwise[w]);
+    if (h->kinds & (KD_HK_NORM | KD_HK_STATS)) {
+        uint64_t u;
+        memcpy(&u, &h->l1[w], 8);
+        d = kd_dg_mix(kd_dg_mix(kd_dg_mix(kd_dg_mix(d, u), h->nan[w]), h->posinf[w]), h->neginf[w]);
+    }
+    if (h->kinds & KD_HK_XOR)
+        d = kd_dg_mix(d, h->xor64[w]);
+    if (h->kinds & KD_HK_STATS) {
+        uint64_t u, v;
+        memcpy(&u, &h->sum[w], 8);
+        memcpy(&v, &h->absmax[w], 8);
+        d = kd_dg_mix(kd_dg_mix(d, u), v);
+    }
+    return d | 1;
+}
+
+void kd_tr_op_digests(const kd_tr *r, const kd_tr_op *op, uint64_t out[KD_DG_N])
+{
+    out[KD_DG_KEY] = kd_dg_mix(2, str_digest(r, op->name_id));
+    out[KD_DG_CONFIG] = 0;
+    /* the call's text up to its output ("  ->  "): an .item()'s output is a value */
+    out[KD_DG_SHAPE] = kd_dg_mix(op->depth, r->str_pdg[op->text_id]);
+    out[KD_DG_PRE] = (op->flags & KD_OPF_IN_HASH) ? kd_dg_bytes(op->in_tree, op->in_len) : 0;
+    out[KD_DG_POST] = (op->flags & KD_OPF_OUT_HASH) ? kd_dg_bytes(op->out_tree, op->out_len) : 0;
+}
+
+void kd_tr_digests(const kd_tr *r, uint64_t i, uint64_t out[KD_DG_N])
+{
+    if (i >= r->nrec) {
+        memset(out, 0, KD_DG_N * sizeof out[0]);
+        return;
+    }
+    memcpy(out, &r->dg[i * KD_DG_N], KD_DG_N * sizeof out[0]);
+}

@@ -1,0 +1,26 @@
+/* kd_trace_digest.h - the digest primitives shared by the trace reader's files
+ * (kd_trace_digest.c, kd_trace_read.c, kd_trace_tree.c).  Python-free. */
+#ifndef KD_TRACE_DIGEST_H
+#define KD_TRACE_DIGEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kd_trace.h"
+
+/* One step of the digests: for a fixed h a bijection of v, for a fixed v a
+ * bijection of h, so two records that differ in one value always get
+ * different digests.  (Equality between runs is all they are used for.) */
+static inline uint64_t kd_dg_mix(uint64_t h, uint64_t v)
+{
+    h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 29);
+}
+
+/* Digest of the bytes p[0..n), never 0 (0 means "absent"). */
+uint64_t kd_dg_bytes(const uint8_t *p, size_t n);
+
+/* The KD_DG_N digests of a decoded op record (kd_tr_digests), computed once by kd_tr_open. */
+void kd_tr_op_digests(const kd_tr *r, const kd_tr_op *op, uint64_t out[KD_DG_N]);
+
+#endif

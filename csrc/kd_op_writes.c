@@ -1,0 +1,140 @@
+/* kd_op_writes.c - what an aten op writes, for the dispatch path
+ * (kd_dispatch.c): flushing deferred GPU work it is about to overwrite, and
+ * Note [Fresh buffers] (mode.py): which written buffers still hold
+ * uninitialized memory, kept out of the input hashes. */
+#include "kd_op_writes.h"
+#include "kd_defer.h"
+#include "kd_shim.h"
+
+/* ---- which arguments an op writes ---- */
+
+static void guard_one(PyObject *a)
+{
+    if (PyList_Check(a) || PyTuple_Check(a)) {
+        PyObject *fast = PySequence_Fast(a, "");
+        if (fast == NULL) {
+            PyErr_Clear();
+            return;
+        }
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++)
+            kd_defer_guard_tensor(PySequence_Fast_GET_ITEM(fast, i), 0);
+        Py_DECREF(fast);
+    } else if (a != Py_None) {
+        kd_defer_guard_tensor(a, 0);
+    }
+}
+
+/* Flush deferred GPU work that this op is about to overwrite (Note [Deferred
+ * GPU work] in kd_defer.h); an op with no schema may write anything. */
+void kd_op_guard_writes(PyObject *info, PyObject *args, PyObject *kwargs)
+{
+    PyObject *pos = PyTuple_GET_ITEM(info, KD_OPI_WRITTEN_POS);
+    if (pos == Py_None) {
+        kd_defer_flush();
+        return;
+    }
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(pos); j++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pos, j));
+        if (i >= 0 && i < nargs)
+            guard_one(PyTuple_GET_ITEM(args, i));
+    }
+    PyObject *names = PyTuple_GET_ITEM(info, KD_OPI_WRITTEN_NAMES);
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0 && names != Py_None)
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(names); j++) {
+            PyObject *a = PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(names, j));
+            if (a != NULL)
+                guard_one(a);
+        }
+    PyErr_Clear();
+}
+
+/* ---- Note [Fresh buffers] for aten ops (mode.py) ---- */
+
+static PyObject *storage_key(PyObject *t)
+{
+    return PyLong_FromUnsignedLongLong(kd_shim_storage_ptr(t));
+}
+
+static int is_tensor(PyObject *o)
+{
+    kd_tensor_meta m;
+    return kd_shim_tensor_meta(o, &m) != 0;
+}
+
+static int set_op(PyObject *set, PyObject *t, int add)
+{
+    PyObject *k = storage_key(t);
+    if (k == NULL)
+        return -1;
+    int rc = add ? PySet_Add(set, k) : PySet_Discard(set, k);
+    Py_DECREF(k);
+    return rc < 0 ? -1 : 0;
+}
+
+int kd_op_track_fresh(PyObject *fresh, PyObject *info, PyObject *args, PyObject *result)
+{
+    int result_tensor = is_tensor(result);
+    if (result_tensor && kd_op_flag(info, KD_OPI_MAKES_EMPTY))
+        return set_op(fresh, result, 1);
+    if (PySet_GET_SIZE(fresh) == 0)
+        return 0;
+    if (result_tensor && set_op(fresh, result, 0) < 0) /* new memory written by this op */
+        return -1;
+    PyObject *pos = PyTuple_GET_ITEM(info, KD_OPI_WRITTEN_POS);
+    if (pos == Py_None)
+        return 0;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(pos); j++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pos, j));
+        if (i >= 0 && i < PyTuple_GET_SIZE(args) && is_tensor(PyTuple_GET_ITEM(args, i)) &&
+            set_op(fresh, PyTuple_GET_ITEM(args, i), 0) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* args with the written arguments that are still fresh replaced by None. */
+PyObject *kd_op_without_fresh(PyObject *fresh, PyObject *info, PyObject *args)
+{
+    PyObject *pos = PyTuple_GET_ITEM(info, KD_OPI_WRITTEN_POS);
+    if (pos == Py_None)
+        return Py_NewRef(args);
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *out = PyTuple_New(n); /* a copy: args itself must not change */
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(out, i, Py_NewRef(PyTuple_GET_ITEM(args, i)));
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(pos); j++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pos, j));
+        if (i < 0 || i >= PyTuple_GET_SIZE(out) || !is_tensor(PyTuple_GET_ITEM(out, i)))
+            continue;
+        PyObject *k = storage_key(PyTuple_GET_ITEM(out, i));
+        int in = k ? PySet_Contains(fresh, k) : -1;
+        Py_XDECREF(k);
+        if (in < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (in)
+            Py_SETREF(PyTuple_GET_ITEM(out, i), Py_NewRef(Py_None));
+    }
+    return out;
+}
+
+/* kwargs with the op's out= arguments as None (they hold whatever memory the
+ * buffer had before the op), or kwargs itself (new reference). */
+PyObject *kd_op_without_outs(PyObject *info, PyObject *kwargs)
+{
+    PyObject *outs = PyTuple_GET_ITEM(info, KD_OPI_OUT_NAMES);
+    if (PyTuple_GET_SIZE(outs) == 0 || PyDict_GET_SIZE(kwargs) == 0)
+        return Py_NewRef(kwargs);
+    PyObject *out = PyDict_Copy(kwargs);
+    for (Py_ssize_t j = 0; out != NULL && j < PyTuple_GET_SIZE(outs); j++) {
+        PyObject *name = PyTuple_GET_ITEM(outs, j);
+        int has = PyDict_Contains(out, name);
+        if (has < 0 || (has && PyDict_SetItem(out, name, Py_None) < 0))
+            Py_CLEAR(out);
+    }
+    return out;
+}

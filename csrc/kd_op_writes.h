@@ -1,0 +1,28 @@
+/* kd_op_writes.h - what an aten op writes (kd_op_writes.c), for the dispatch
+ * path (kd_dispatch.c): deferred-work guards and Note [Fresh buffers]. */
+#ifndef KD_OP_WRITES_H
+#define KD_OP_WRITES_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* The info tuple's fields (mode._op_info). */
+enum { KD_OPI_SPECIAL, KD_OPI_HASH_SKIPPED, KD_OPI_MAKES_EMPTY, KD_OPI_WRITES, KD_OPI_WRITTEN_POS,
+       KD_OPI_WRITTEN_NAMES, KD_OPI_OUT_NAMES, KD_OPI_CALLABLE, KD_OPI_N };
+
+/* Whether the info tuple's boolean field i is True. */
+static inline int kd_op_flag(PyObject *info, int i) { return PyTuple_GET_ITEM(info, i) == Py_True; }
+
+/* Flushes deferred GPU work that the op is about to overwrite (Note [Deferred GPU work]); kwargs may be NULL. */
+void kd_op_guard_writes(PyObject *info, PyObject *args, PyObject *kwargs);
+
+/* Updates the set of fresh storages after the op ran; 0, or -1 with an error. */
+int kd_op_track_fresh(PyObject *fresh, PyObject *info, PyObject *args, PyObject *result);
+
+/* args with the written arguments that are still fresh replaced by None (new reference), or NULL with an error. */
+PyObject *kd_op_without_fresh(PyObject *fresh, PyObject *info, PyObject *args);
+
+/* kwargs with the op's out= arguments as None, or kwargs itself (new reference); NULL with an error. */
+PyObject *kd_op_without_outs(PyObject *info, PyObject *kwargs);
+
+#endif
