@@ -60,6 +60,16 @@ PyObject *kd_hash_values(uint64_t bitwise, double l1, uint64_t nan, uint64_t pos
 }
 
 /* The HashValues of a collected GPU result. */
+/* Fills *meta from tensor t; returns 0, or sets TypeError and returns -1. */
+static int tensor_meta(PyObject *t, kd_tensor_meta *meta)
+{
+    int r = kd_shim_tensor_meta(t, meta);
+    if (r == 1)
+        return 0;
+    PyErr_SetString(PyExc_TypeError, r == 0 ? "expected a tensor" : kd_shim_last_error());
+    return -1;
+}
+
 static PyObject *result_values(const kd_cuda_result *r)
 {
     return kd_hash_values(kd_hash_finish(r->S, r->nbytes), r->l1, r->nan, r->posinf, r->neginf, r->xor64,
@@ -80,11 +90,8 @@ static PyObject *mod_hash(PyObject *m, PyObject *args)
         return NULL;
     }
     kd_tensor_meta meta;
-    int r = kd_shim_tensor_meta(t, &meta);
-    if (r != 1) {
-        PyErr_SetString(PyExc_TypeError, r == 0 ? "expected a tensor" : kd_shim_last_error());
+    if (tensor_meta(t, &meta) < 0)
         return NULL;
-    }
     if (meta.device_type != KD_DEV_CPU) {
         PyErr_SetString(PyExc_ValueError, "kdebug._C.hash takes CPU tensors");
         return NULL;
@@ -207,11 +214,8 @@ PyObject *kd_mod_hash_async(PyObject *m, PyObject *args)
     if (!PyArg_ParseTuple(args, "OiK", &t, &kinds, &stream))
         return NULL;
     kd_tensor_meta meta;
-    int r = kd_shim_tensor_meta(t, &meta);
-    if (r != 1) {
-        PyErr_SetString(PyExc_TypeError, r == 0 ? "expected a tensor" : kd_shim_last_error());
+    if (tensor_meta(t, &meta) < 0)
         return NULL;
-    }
     if (meta.math_bits) /* the slow path resolves them (kdebug/hashing.py) */
         Py_RETURN_NOTIMPLEMENTED;
     if (meta.device_type == KD_DEV_CPU) {
