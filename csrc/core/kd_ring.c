@@ -112,8 +112,15 @@ int kd_ring_commit(kd_ring *r, uint64_t first, uint32_t n)
     }
     for (uint32_t i = 0; i < n; i++) {
         uint64_t t = first + i;
-        atomic_store_explicit(&r->slots[t & r->mask].stamp, t + 1,
-                              memory_order_release);
+        /* Stamps only grow: a commit that raced past the lap check above
+         * (writers not serialized, Note [Ring concurrency]) never makes a
+         * later ticket's slot read as unwritten again. */
+        _Atomic uint64_t *stamp = &r->slots[t & r->mask].stamp;
+        uint64_t s = atomic_load_explicit(stamp, memory_order_relaxed);
+        while (s < t + 1 &&
+               !atomic_compare_exchange_weak_explicit(stamp, &s, t + 1, memory_order_release,
+                                                      memory_order_relaxed))
+            ;
     }
     atomic_fetch_add_explicit(&r->committed, 1, memory_order_release);
     return 1;

@@ -19,10 +19,17 @@
  * Note [Ring concurrency]
  * Who may run what at the same time, and what protects each field:
  *  - kd_ring_reserve / kd_ring_commit: any number of writer threads, lock-free.
- *    `head`, `committed`, `refused` and the slot stamps are atomics; a slot's
- *    payload belongs to the writer that reserved it until its commit stamps it
- *    (release), which publishes the payload to a reader that loads the stamp
- *    (acquire).
+ *    `head`, `committed`, `refused` and the slot stamps are atomics (a stamp
+ *    only ever grows); a slot's payload belongs to the writer that reserved it
+ *    until its commit stamps it (release), which publishes the payload to a
+ *    reader that loads the stamp (acquire).
+ *  - Under KD_RING_OVERWRITE a writer can lap another that is still writing
+ *    the same slots.  Writers that can lap each other must therefore run the
+ *    stretches in which they write payloads, and each commit, under one lock
+ *    (kdebug: the GIL; a writer re-checks for a lap, as kd_ring_commit does,
+ *    before writing after it let go of the lock).  The lapped launch is then
+ *    refused at its commit and counted; without the lock two writers' bytes
+ *    could mix in one slot.  KD_RING_DROP_NEW never laps and needs no lock.
  *  - kd_ring_read, kd_ring_lost, kd_ring_clear: one reader at a time (the
  *    caller serializes readers).  `read` and `skipped_slots` are the reader's
  *    alone.  The reader publishes its cursor `tail` (release) after copying;
