@@ -226,3 +226,11 @@ def synchronize_current_stream(device: torch.device) -> None:
         stream(device).synchronize()
     elif hasattr(torch, "accelerator"):
         torch.accelerator.synchronize(device)
+
+
+def inductor_lowerings() -> dict:
+    """torch._inductor.lowering.lowerings (2.11, 2.13): aten op overload (and
+    packet) -> the function that lowers it to Inductor IR."""
+    import torch._inductor.lowering
+
+    return torch._inductor.lowering.lowerings
