@@ -24,22 +24,17 @@
  * hashes are queued (PendingHash leaves, resolved when results are read:
  * DebugMode._resolve_aten_hashes) instead of synchronizing per op.
  *
- * DebugMode.__torch_dispatch__ itself is a C method (dispatch_method, put
- * on the class by mode._configure): no Python frame per op.  torch wraps
- * every Python __torch_dispatch__ in torch._dynamo.disable, two more Python
- * frames and four eval-frame switches per op, so that dynamo never traces
- * into it; this method does what that wrapper does only when it matters: if
- * an eval-frame callback is set on this thread (an aten op from a region
- * dynamo is running), it is cleared for the call and restored after, so the
- * Python helpers called from here and the ops' own Python code are never
- * traced.  Where torch lacks the C eval-frame calls, the Python wrapper in
- * mode.py (dispatch(mode, ...)) stays.
+ * DebugMode.__torch_dispatch__ itself is a C method that calls
+ * kd_dispatch_op: no Python frame per op (kd_dispatch_method.c, Note [A C
+ * __torch_dispatch__]).  Where torch lacks the C eval-frame calls, the Python
+ * wrapper in mode.py (dispatch(mode, ...)) stays.
  *
  * Per op (OpOverload) the facts this needs come from mode._op_info(func) once,
  * cached here: whether it is special, skipped by upstream's hash hooks, an
  * empty*, which arguments its schema writes and which are out= arguments.
  */
 #include "kd_dispatch.h"
+#include "kd_dispatch_method.h"
 #include "kd_fmt.h"
 #include "kd_hook.h"
 #include "kd_op_writes.h"
@@ -58,8 +53,6 @@ static PyObject *opcall_type;      /* upstream _OpCall */
 static PyObject *opcall_template;  /* dict: a fresh _OpCall's attributes, or None: call the class */
 static PyObject *len_stack_fn;     /* torch._C._len_torch_dispatch_stack */
 static PyObject *info_cache;       /* {func: info tuple} */
-static PyObject *get_eval_cb_fn;   /* torch._C._dynamo.eval_frame.get_eval_frame_callback */
-static PyObject *set_eval_cb_fn;   /* torch._C._dynamo.eval_frame.set_eval_frame */
 
 static PyObject *s_fast, *s_ops, *s_call_depth, *s_fx_stack_trace, *s_record_output, *s_fresh,
     *s_pending, *s_stream, *s_log, *s_record, *s_hash, *s_input_hash, *s_output, *s_op, *s_args_str,
@@ -367,8 +360,8 @@ static PyObject *dispatch_hooked(PyObject *mode, PyObject *func, PyObject *types
                                  PyObject *kwargs, PyObject *info, int writes, PyObject *entry, int record);
 
 /* One aten op under `mode`: the op's result. */
-static PyObject *dispatch_op(PyObject *mode, PyObject *func, PyObject *types, PyObject *args,
-                             PyObject *kwargs)
+PyObject *kd_dispatch_op(PyObject *mode, PyObject *func, PyObject *types, PyObject *args,
+                         PyObject *kwargs)
 {
     if (op_info_fn == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "kdebug: _configure_dispatch was not called");
@@ -549,7 +542,7 @@ done:
 }
 
 /* dispatch(mode, func, types, args, kwargs) -> the op's result (the body of
- * the Python __torch_dispatch__ where dispatch_method is not installed) */
+ * the Python __torch_dispatch__ where _dispatch_method's is not installed) */
 static PyObject *kd_dispatch(PyObject *m, PyObject *const *a, Py_ssize_t n)
 {
     (void)m;
@@ -557,89 +550,7 @@ static PyObject *kd_dispatch(PyObject *m, PyObject *const *a, Py_ssize_t n)
         PyErr_SetString(PyExc_TypeError, "dispatch(mode, func, types, args, kwargs)");
         return NULL;
     }
-    return dispatch_op(a[0], a[1], a[2], a[3], a[4]);
-}
-
-/* DebugMode.__torch_dispatch__(self, func, types, args=(), kwargs=None), as
- * a method descriptor (Note [Fast aten-op recording]). */
-static PyObject *dispatch_method(PyObject *self, PyObject *const *a, Py_ssize_t n, PyObject *kwnames)
-{
-    static const char *const names[4] = {"func", "types", "args", "kwargs"};
-    PyObject *v[4] = {NULL, NULL, empty_tuple, Py_None};
-    if (n > 4) {
-        PyErr_Format(PyExc_TypeError, "__torch_dispatch__() takes at most 4 arguments (%zd given)", n);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        v[i] = a[i];
-    Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t k = 0; k < nk; k++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-        int j = 0;
-        while (j < 4 && PyUnicode_CompareWithASCIIString(key, names[j]) != 0)
-            j++;
-        if (j == 4 || j < n) {
-            PyErr_Format(PyExc_TypeError, "__torch_dispatch__() got %s argument '%U'",
-                         j == 4 ? "an unexpected keyword" : "multiple values for", key);
-            return NULL;
-        }
-        v[j] = a[n + k];
-    }
-    if (v[0] == NULL || v[1] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "__torch_dispatch__() missing 'func' or 'types'");
-        return NULL;
-    }
-    PyObject *cb = PyObject_CallNoArgs(get_eval_cb_fn);
-    if (cb == NULL)
-        return NULL;
-    PyObject *prior = NULL;
-    if (cb != Py_None) { /* what torch._dynamo.disable would do around a Python method */
-        prior = PyObject_CallOneArg(set_eval_cb_fn, Py_None);
-        if (prior == NULL) {
-            Py_DECREF(cb);
-            return NULL;
-        }
-    }
-    Py_DECREF(cb);
-    PyObject *result = dispatch_op(self, v[0], v[1], v[2], v[3]);
-    if (prior != NULL) {
-        PyObject *et, *ev, *etb;
-        PyErr_Fetch(&et, &ev, &etb);
-        PyObject *r = PyObject_CallOneArg(set_eval_cb_fn, prior);
-        Py_DECREF(prior);
-        if (r == NULL) {
-            Py_CLEAR(result);
-            Py_XDECREF(et);
-            Py_XDECREF(ev);
-            Py_XDECREF(etb);
-        } else {
-            Py_DECREF(r);
-            PyErr_Restore(et, ev, etb);
-        }
-    }
-    return result;
-}
-
-static PyMethodDef dispatch_method_def = {
-    "__torch_dispatch__", (PyCFunction)(void (*)(void))dispatch_method, METH_FASTCALL | METH_KEYWORDS,
-    "kdebug's DebugMode.__torch_dispatch__ (Note [Fast aten-op recording] in csrc/kd_dispatch.c).",
-};
-
-/* _dispatch_method(cls, get_eval_frame_callback, set_eval_frame) -> a method
- * descriptor of cls to install as cls.__torch_dispatch__ */
-static PyObject *kd_dispatch_method_new(PyObject *m, PyObject *args)
-{
-    (void)m;
-    PyObject *cls, *get_cb, *set_cb;
-    if (!PyArg_ParseTuple(args, "O!OO", &PyType_Type, &cls, &get_cb, &set_cb))
-        return NULL;
-    if (!PyCallable_Check(get_cb) || !PyCallable_Check(set_cb)) {
-        PyErr_SetString(PyExc_TypeError, "_dispatch_method: the eval-frame functions must be callable");
-        return NULL;
-    }
-    Py_XSETREF(get_eval_cb_fn, Py_NewRef(get_cb));
-    Py_XSETREF(set_eval_cb_fn, Py_NewRef(set_cb));
-    return PyDescr_NewMethod((PyTypeObject *)cls, &dispatch_method_def);
+    return kd_dispatch_op(a[0], a[1], a[2], a[3], a[4]);
 }
 
 /* _configure_dispatch(op_info, upstream_dispatch, stream_tick, tree_hash_py,
@@ -669,8 +580,6 @@ static PyObject *kd_configure_dispatch(PyObject *m, PyObject *args)
 static PyMethodDef dispatch_methods[] = {
     {"dispatch", (PyCFunction)(void (*)(void))kd_dispatch, METH_FASTCALL,
      "dispatch(mode, func, types, args, kwargs): DebugMode.__torch_dispatch__ (Note [Fast aten-op recording])."},
-    {"_dispatch_method", kd_dispatch_method_new, METH_VARARGS,
-     "_dispatch_method(cls, get_eval_frame_callback, set_eval_frame): cls.__torch_dispatch__ in C."},
     {"_configure_dispatch", kd_configure_dispatch, METH_VARARGS,
      "Set the Python pieces the aten-op fast path calls (kdebug.mode)."},
     {NULL, NULL, 0, NULL},
@@ -696,5 +605,7 @@ int kd_dispatch_module_init(PyObject *m)
     empty_tuple = PyTuple_New(0);
     if (empty_tuple == NULL)
         return -1;
-    return PyModule_AddFunctions(m, dispatch_methods);
+    if (PyModule_AddFunctions(m, dispatch_methods) != 0)
+        return -1;
+    return kd_dispatch_method_module_init(m); /* _dispatch_method, its other file */
 }
