@@ -25,6 +25,7 @@ not checked (a training loop would otherwise be checked every step).
 """
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
 import math
@@ -58,6 +59,7 @@ class KernelCheck:
     buffers: list
     status: str = "ok"       # ok | differs | worse | inherited | unchecked
     tainted_inputs: tuple = ()
+    code: str | None = None  # the generated kernel's source (kept for roots: worse or differs)
 
     def worst(self) -> BufferCheck | None:
         """The compared buffer with the largest error ratio."""
@@ -116,6 +118,15 @@ class AccuracyReport:
 
         return accuracy_text.summary(self)
 
+    def __str__(self) -> str:
+        return self.summary()
+
+    def write_html(self, path: str, title: str = "kdebug accuracy") -> None:
+        """The verdict as a self-contained HTML page (kdebug/accuracy_html.py)."""
+        from . import accuracy_html
+
+        accuracy_html.write_html(path, self, title)
+
     def to_json(self) -> dict:
         return dataclasses.asdict(self) | {
             "culprit": None if self.culprit is None else dataclasses.asdict(self.culprit)}
@@ -142,6 +153,24 @@ def _written(call) -> dict:
     if isinstance(out, torch.Tensor):
         return {"out": out}
     return {}
+
+
+def kernel_source(module_source: str | None, kernel: str) -> str | None:
+    """The source Inductor generated for `kernel`, read from its graph's
+    generated module (`kernel = async_compile.<backend>(..., <source text>)`)."""
+    if not module_source:
+        return None
+    try:
+        tree = ast.parse(module_source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == kernel and isinstance(node.value, ast.Call)):
+            texts = [a.value for a in node.value.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if texts:
+                return max(texts, key=len).strip("\n")
+    return None
 
 
 def _is_kernel(call) -> bool:
@@ -192,6 +221,7 @@ class Session:
         self.report = AccuracyReport(factor=factor, rtol=rtol, atol=atol)
         self.calls_per_graph = calls_per_graph
         self._seen: dict = {}
+        self._source: dict = {}  # id(graph record) -> its generated module's source
 
     # -- hooks called by kdebug/inductor.py around a compiled graph's call --
     def before(self, compiled, inputs):
@@ -206,6 +236,7 @@ class Session:
             return None
         with _upstream.disable_torch_dispatch(), torch.no_grad():
             clones = _clone_inputs(inputs)
+        self._source.setdefault(id(g), getattr(compiled, "source_code", None))
         self.mode.operators = []  # this graph call's records only
         return (g, n, clones)
 
@@ -283,7 +314,9 @@ class Session:
                     else:
                         try:
                             bc.diff = numerics.difference(v, e.to(v.dtype) if e.dtype != v.dtype else e, r,
-                                                          rtol=rep.rtol, atol=rep.atol)
+                                                          rtol=rep.rtol, atol=rep.atol, heatmap=True)
+                            if bc.diff.within_tolerance:  # keep the error maps of the ones worth a look
+                                bc.diff = dataclasses.replace(bc.diff, heatmap=None)
                         except (RuntimeError, ValueError) as ex:
                             bc.why_not = f"not comparable: {ex}"
                 checks.append(bc)
@@ -306,6 +339,8 @@ class Session:
                 kc.status = "worse"
             elif any_out:
                 kc.status = "differs"
+            if kc.status in ("worse", "differs") and kc.kind != "extern":
+                kc.code = kernel_source(self._source.get(id(g)), kc.kernel)
             rep.kernels.append(kc)
 
 

@@ -24,6 +24,8 @@ def add_parser(sub) -> None:
     a.add_argument("--max-bytes", type=int, default=4 << 30,
                    help="budget for the kernel outputs recorded in one graph call (default 4 GiB)")
     a.add_argument("--json", metavar="PATH", help="also write the verdict as JSON")
+    a.add_argument("--html", metavar="PATH", help="also write the verdict as an HTML page (culprit source, "
+                                                  "FX nodes, user lines, error heatmap)")
     a.add_argument("-m", dest="module_name", metavar="MODULE", default=None,
                    help="check a module, as python -m MODULE [args...] would run it")
     a.add_argument("command", nargs=argparse.REMAINDER, help="script.py [args...]")
@@ -53,6 +55,13 @@ def run(args: argparse.Namespace) -> int:
     if not module and not os.path.exists(target[0]):
         print(f"kdebug accuracy: no such script: {target[0]}", file=sys.stderr)
         return 2
+    from . import _files
+
+    for out in (args.json, args.html):
+        problem = out and _files.output_problem(out)
+        if problem:
+            print(f"kdebug accuracy: {problem}", file=sys.stderr)
+            return 2
     status = [0]
 
     def program():
@@ -75,8 +84,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"kdebug accuracy: the program exited with status {status[0]}; the verdict covers the graph calls "
               "made before that", file=sys.stderr)
     if args.json:
-        with open(args.json, "w") as f:
+        with _files.replaced_atomically(args.json) as f:
             json.dump(_finite(report.to_json()), f, indent=1, default=str)
+    if args.html:
+        from . import accuracy_html
+
+        accuracy_html.write_html(args.html, report, title=f"kdebug accuracy: {' '.join(target)}")
     if report.graph_calls_checked == 0:
         print("kdebug accuracy: no compiled graph was called: nothing to check (does the script call a "
               "torch.compile'd function?)", file=sys.stderr)

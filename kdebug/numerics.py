@@ -75,6 +75,7 @@ class Difference:
     worst_index: tuple | None   # index of the largest |C - R| (|C - E| without R)
     worst_values: tuple | None  # (C, E, R) there; R None without a reference
     per_dim: tuple | None       # for each dimension, max |C - R| along it (as lists)
+    heatmap: tuple | None = None  # |C - R| on the 2-D slice through the worst element, max-pooled to <= 48x48
 
     @property
     def within_tolerance(self) -> bool:
@@ -136,6 +137,20 @@ def _per_dim(err: torch.Tensor, limit: int = 4096) -> tuple | None:
     return tuple(out)
 
 
+def _heatmap(err: torch.Tensor, worst: tuple, cells: int = 48) -> tuple | None:
+    """The last two dimensions of err through the worst element (leading
+    indices fixed there), max-pooled to at most cells x cells."""
+    if err.dim() < 2:
+        return None
+    sl = err[tuple(worst[:-2])] if err.dim() > 2 else err
+    rows, cols = sl.shape
+    fr, fc = -(-rows // cells), -(-cols // cells)
+    pad = torch.full((fr * -(-rows // fr), fc * -(-cols // fc)), 0.0, dtype=sl.dtype, device=sl.device)
+    pad[:rows, :cols] = sl
+    pooled = pad.reshape(pad.shape[0] // fr, fr, pad.shape[1] // fc, fc).amax(dim=(1, 3))
+    return tuple(tuple(float(v) for v in row) for row in pooled.tolist())
+
+
 def _rms(x: torch.Tensor) -> float:
     if x.numel() == 0:
         return 0.0
@@ -143,9 +158,11 @@ def _rms(x: torch.Tensor) -> float:
 
 
 def difference(compiled: torch.Tensor, eager: torch.Tensor, reference: torch.Tensor | None = None,
-               rtol: float | None = None, atol: float | None = None) -> Difference:
+               rtol: float | None = None, atol: float | None = None, heatmap: bool = False) -> Difference:
     """Compares a compiled tensor with eager's and the float64 reference's
-    value of the same computation (same logical shape; strides may differ)."""
+    value of the same computation (same logical shape; strides may differ);
+    with heatmap=True also keeps the error map of the worst element's 2-D
+    slice."""
     if tuple(compiled.shape) != tuple(eager.shape):
         raise ValueError(f"shapes differ: compiled {tuple(compiled.shape)}, eager {tuple(eager.shape)}")
     dtype = compiled.dtype
@@ -180,7 +197,7 @@ def difference(compiled: torch.Tensor, eager: torch.Tensor, reference: torch.Ten
         introduced &= torch.isfinite(r64)
     nonfinite = int(introduced.sum())
     err_c = err_e = floor = None
-    worst_index = worst_values = per_dim = None
+    worst_index = worst_values = per_dim = heat = None
     target = r64 if r64 is not None else e64
     err = (c64 - target).abs()
     if r64 is not None:
@@ -200,12 +217,14 @@ def difference(compiled: torch.Tensor, eager: torch.Tensor, reference: torch.Ten
         worst_values = (float(c64[idx]) if err.dim() else float(c64),
                         float(e64[idx]) if err.dim() else float(e64),
                         None if r64 is None else (float(r64[idx]) if err.dim() else float(r64)))
-        per_dim = _per_dim(torch.where(torch.isnan(err), torch.full_like(err, math.inf), err))
+        err_inf = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
+        per_dim = _per_dim(err_inf)
+        heat = _heatmap(err_inf, idx) if heatmap else None
     return Difference(
         dtype=str(dtype).replace("torch.", ""), shape=tuple(c.shape), numel=n,
         max_abs=max_abs, max_rel=max_rel, rmse=rmse, mismatch_pct=mismatch,
         max_ulp=_max_ulp(c, e.to(c.dtype)) if e.dtype == c.dtype else None,
         rtol=r_tol, atol=a_tol, err_compiled=err_c, err_eager=err_e, floor=floor,
         nonfinite_introduced=nonfinite, worst_index=worst_index, worst_values=worst_values,
-        per_dim=per_dim,
+        per_dim=per_dim, heatmap=heat,
     )

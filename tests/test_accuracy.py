@@ -270,3 +270,32 @@ def test_pytest_marker_and_fixture(pytester):
     assert "CULPRIT: " in out and "tanh" in out
     assert "PASSED test_acc.py::test_marker_clean" in out and "PASSED test_acc.py::test_fixture_clean" in out
     assert "kdebug accuracy" in out  # the report section of the failure
+
+
+# ---------------------------------------------------------------- HTML
+
+
+def test_html_page_shows_source_heatmap_and_escapes(tmp_path):
+    torch.manual_seed(0)
+    m, x = MLP(), torch.randn(8, 16)
+    with wrong_lowering(aten.tanh.default, scale=1.001):
+        rep = accuracy.check(lambda: torch.compile(m)(x))
+    c = rep.culprit
+    assert c is not None and c.code is not None and "tanh" in c.code  # the generated C++ source
+    w = c.worst()
+    assert w.diff.heatmap is not None and len(w.diff.heatmap) == 8 and len(w.diff.heatmap[0]) == 32
+    path = tmp_path / "acc.html"
+    rep.write_html(str(path))
+    page = path.read_text()
+    assert "Culprit" in page and c.kernel in page and "<svg" in page and page.count("<rect") == 8 * 32
+    # hostile text from a program never reaches the page unescaped
+    evil = "<script>window.x=1</script>"
+    c.kernel, c.nodes, c.source, c.code = evil, (evil,), (evil,), evil
+    w.buffer = w.node = evil
+    page = kdebug.accuracy_html.render(rep, title=evil)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    link = tmp_path / "link.html"
+    link.symlink_to(tmp_path / "elsewhere.html")
+    with pytest.raises(Exception, match="link"):
+        rep.write_html(str(link))
+    assert not (tmp_path / "elsewhere.html").exists()
