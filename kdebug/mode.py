@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from . import _C, _active, _argtext, _flags, _upstream, hashing, inductor
+from ._boundary import HashHook, HookKind, OpInfo
 from .calls import _VERBOSE, RECORDED_ATTRIBUTES, _CppKernelCall, _KernelCall, make_call
 
 _UPSTREAM_PARAMS = {n: p for n, p in inspect.signature(_upstream.DebugMode.__init__).parameters.items()
@@ -22,15 +23,14 @@ _UPSTREAM_DEFAULTS = {n: p.default for n, p in _UPSTREAM_PARAMS.items()}
 _u = _upstream.utils_module
 
 # Dispatch hooks that kdebug's own log_tensor_hashes() / record_outputs()
-# installed through upstream: id(hook) -> ("hash", spec, hash_inputs, spec_id,
-# kinds, value_fn) | ("record",) | ("custom",) (a callable hash_fn: upstream's
-# hooks must run).  When only these are installed, the fast path (kd_dispatch.c)
+# installed through upstream: id(hook) -> HashHook | HookKind.RECORD |
+# HookKind.CUSTOM (a callable hash_fn: upstream's hooks must run).  When only these are installed, the fast path (kd_dispatch.c)
 # does their work itself, with GPU hashes queued instead of synchronizing per op.
-_kd_hooks: dict[int, tuple] = {}
+_kd_hooks: dict[int, HashHook | HookKind] = {}
 
 
 @contextlib.contextmanager
-def _registering(kind: tuple):
+def _registering(kind: HashHook | HookKind):
     lists = _upstream.dispatch_hook_lists()
     before = {id(h) for lst in lists for h in lst}
     added: list[int] = []
@@ -49,10 +49,9 @@ def _registering(kind: tuple):
             _kd_hooks.pop(i, None)
 
 
-def _op_info(func) -> tuple:
+def _op_info(func) -> OpInfo:
     """What the aten-op fast path needs to know of an op, once per op
-    (kd_dispatch.c caches it): (special, hash_skipped, makes_empty, writes,
-    written positions, written keyword names, out= names, callable)."""
+    (kd_dispatch.c caches it)."""
     name = _upstream.get_op_name(func)
     text = str(func)
     empty = "empty" in text
@@ -77,10 +76,10 @@ def _op_info(func) -> tuple:
         if pos is not None else None
     if nb is not None:
         op = _settling(op, None if nb[1] else nb[0])
-    return (special,
-            empty or "profiler" in text,  # upstream's hash hooks skip these
-            empty,  # its output holds whatever memory it got (Note [Fresh buffers])
-            writes, pos, names, outs, op)
+    return OpInfo(special=special,
+                  hash_skipped=empty or "profiler" in text,  # upstream's hash hooks skip these
+                  makes_empty=empty,  # its output holds whatever memory it got (Note [Fresh buffers])
+                  writes=writes, written_pos=pos, written_names=names, out_names=outs, callable=op)
 
 
 def _settling(op, position: int | None):
@@ -299,7 +298,7 @@ class DebugMode(_upstream.DebugMode):
         self._warned: set[str] = set()
         self._reported = {"dropped": 0, "errors": 0, "unrecorded": 0, "outputs_skipped": 0,
                           "readonly_changed": 0, "hash_unsupported": 0}
-        self._pending_calls: list = []  # (aten call, made by pytree) with hashes still on the GPU
+        self._pending_calls: list = []  # _C.PendingCall: aten calls with hashes still on the GPU
         # Note [Fast aten-op recording]: with these flags every aten-op record
         # is made by the C formatter (kd_fmt.c), text-identical to upstream's;
         # anything else goes through upstream's __torch_dispatch__.
@@ -415,12 +414,12 @@ class DebugMode(_upstream.DebugMode):
         def value(x):
             return x.value() if isinstance(x, hashing.Pending) else x
 
-        for call, by_pytree in self._pending_calls:
+        for pending in self._pending_calls:
             log = {}
-            for key, v in call.log.items():
+            for key, v in pending.call.log.items():
                 v = _C.tree_resolve(v, _spec_value)
-                log[key] = tree_map(value, v) if by_pytree else v  # pytree-made trees (rare)
-            call.log = log
+                log[key] = tree_map(value, v) if pending.by_pytree else v  # pytree-made trees (rare)
+            pending.call.log = log
         self._pending_calls.clear()
 
     # -- hashes and recorded outputs --
@@ -448,8 +447,8 @@ class DebugMode(_upstream.DebugMode):
         if spec.fn is not None:
             hashing.push_custom(spec.fn)
         try:
-            entry = (("hash", spec, hash_inputs, spec_id, spec.kinds, spec.value)
-                     if spec.fn is None else ("custom",))
+            entry = (HashHook(spec=spec, hash_inputs=hash_inputs, spec_id=spec_id, kinds=spec.kinds,
+                              value_fn=spec.value) if spec.fn is None else HookKind.CUSTOM)
             with _registering(entry) as note, \
                     _upstream.DebugMode.log_tensor_hashes(hash_fn=spec.aten_fn(), hash_inputs=hash_inputs):
                 note()
@@ -457,7 +456,7 @@ class DebugMode(_upstream.DebugMode):
         finally:
             if spec.fn is not None:
                 hashing.pop_custom()
-            _C._set_hash_config(*prev)
+            _C._set_hash_config(prev.kinds, prev.hash_inputs, prev.check_readonly, prev.spec)
             _C.defer_flush()
 
     @staticmethod
@@ -470,11 +469,11 @@ class DebugMode(_upstream.DebugMode):
         max_bytes = _flags.max_bytes(max_bytes)
         prev = _C._set_record_outputs(True, max_bytes)
         try:
-            with _registering(("record",)) as note, _upstream.DebugMode.record_outputs():
+            with _registering(HookKind.RECORD) as note, _upstream.DebugMode.record_outputs():
                 note()
                 yield
         finally:
-            _C._set_record_outputs(*prev)
+            _C._set_record_outputs(prev.on, prev.budget)
             _C.defer_flush()
 
     # -- entering and leaving --

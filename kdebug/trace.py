@@ -442,8 +442,7 @@ class Run:
         try:
             self._reader = _C.TraceReader(data)
         except TraceError as e:
-            off, msg = e.args
-            raise TraceFileError(path, off, msg) from None
+            raise TraceFileError(path, e.offset, e.message) from None
         info = self._reader.info()
         self.info = info
         self.meta: dict = {}  # Note [META schema]: only checked keys
@@ -512,15 +511,15 @@ class Run:
                     self._load_range(i, i + 1)
                 c = make_call(self._rec.launch(self._store_of[i]), self._rec)
             else:
-                depth, flags, name, text, tin, tout, ext = self._reader.op(i, hashing.norm_value)
+                op = self._reader.op(i, hashing.norm_value)
                 log = {}
-                if flags & _FLAG_IN:
-                    log["input_hash"] = tin
-                if flags & _FLAG_OUT:
-                    log["hash"] = tout
-                c = _OpCall(depth, name, text, log or None, bool(flags & _FLAG_OPCALL))
-                if flags & _FLAG_EXTENTS:
-                    c._kd_extents = ext
+                if op.flags & _FLAG_IN:
+                    log["input_hash"] = op.input_hashes
+                if op.flags & _FLAG_OUT:
+                    log["hash"] = op.output_hashes
+                c = _OpCall(op.depth, op.name, op.text, log or None, bool(op.flags & _FLAG_OPCALL))
+                if op.flags & _FLAG_EXTENTS:
+                    c._kd_extents = op.extents
             self._calls[i] = c
         return c
 
