@@ -19,7 +19,7 @@
  * HashValues (Note [HashValues] in kd_hash_py.c).  A tuple that is a value
  * and not a record stays a tuple: Launch.grid (x, y, z), shapes, strides,
  * the trees of hashes, and the trace's info()["version"] (major, minor).
- * tests/test_c_stub.py checks that kdebug/_C.pyi names exactly what the
+ * tests/test_typed_boundary.py checks that kdebug/_C.pyi names exactly what the
  * module has. */
 
 #define FIELD(name, doc) {name, doc}
