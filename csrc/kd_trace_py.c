@@ -67,15 +67,17 @@ static PyObject *tw_launches(kd_trace_writer *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* op(depth, flags, name, text, in_tree, out_tree, extents) */
-static PyObject *tw_op(kd_trace_writer *self, PyObject *args)
+/* op(depth, flags, name, text, input_hashes, output_hashes, extents=None):
+ * the fields of a TraceOp, by keyword (Note [Typed boundaries]). */
+static PyObject *tw_op(kd_trace_writer *self, PyObject *args, PyObject *kw)
 {
+    static char *kwlist[] = {"depth", "flags", "name", "text", "input_hashes", "output_hashes", "extents", NULL};
     unsigned int depth, flags;
     const char *name, *text;
     Py_ssize_t nl, tl;
     PyObject *in_tree, *out_tree, *ext_tree = Py_None;
-    if (!PyArg_ParseTuple(args, "IIs#s#OO|O", &depth, &flags, &name, &nl, &text, &tl, &in_tree, &out_tree,
-                          &ext_tree))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "IIs#s#OO|O", kwlist, &depth, &flags, &name, &nl, &text, &tl,
+                                     &in_tree, &out_tree, &ext_tree))
         return NULL;
     PyObject *ib = NULL, *ob = NULL, *eb = NULL;
     if (((flags & KD_OPF_IN_HASH) && (ib = kd_hash_tree_bytes(in_tree)) == NULL) ||
@@ -144,7 +146,8 @@ static PyObject *tw_stats(kd_trace_writer *self, PyObject *unused)
 
 static PyMethodDef tw_methods[] = {
     {"launches", (PyCFunction)tw_launches, METH_VARARGS, "launches(recorder, start, stop): encode stored launches."},
-    {"op", (PyCFunction)tw_op, METH_VARARGS, "op(depth, flags, name, text, in_tree, out_tree[, extents]): encode an op record."},
+    {"op", (PyCFunction)(void (*)(void))tw_op, METH_VARARGS | METH_KEYWORDS,
+     "op(depth, flags, name, text, input_hashes, output_hashes, extents=None): encode an op record (a TraceOp's fields)."},
     {"meta", (PyCFunction)tw_meta, METH_O, "meta(json): seal, then a META chunk."},
     {"seal", (PyCFunction)tw_seal, METH_NOARGS, "Close the records encoded so far into chunks."},
     {"end", (PyCFunction)tw_end, METH_NOARGS, "Seal, then the END chunk."},

@@ -54,8 +54,8 @@ def _meta_base() -> dict:
             "argv": list(sys.argv), "pid": os.getpid(), "time": time.time(), **_specs_meta()}
 
 
-def _op_record(op, attributes) -> tuple[int, int, str, str, Any, Any, Any]:
-    """(depth, flags, name, text, input hash tree, output hash tree, extents) of a non-kernel entry."""
+def _op_record(op, attributes) -> dict[str, Any]:
+    """TraceWriter.op's keyword arguments for a non-kernel entry (the fields of a _C.TraceOp)."""
     log = getattr(op, "log", None)
     saved = log
     try:
@@ -73,7 +73,8 @@ def _op_record(op, attributes) -> tuple[int, int, str, str, Any, Any, Any]:
     if extents is not None:
         flags |= _FLAG_EXTENTS
     name = _upstream.get_call_name(op)
-    return op.call_depth, flags, name, text, log.get("input_hash"), log.get("hash"), extents
+    return dict(depth=op.call_depth, flags=flags, name=name, text=text, input_hashes=log.get("input_hash"),
+                output_hashes=log.get("hash"), extents=extents)
 
 
 def _create(path: str):
@@ -123,7 +124,7 @@ class Writer:
             if run_start is not None:
                 self._w.launches(recorder, run_start, run_stop)
                 run_start = run_stop = None
-            self._w.op(*_op_record(op, attributes))
+            self._w.op(**_op_record(op, attributes))
         if run_start is not None:
             self._w.launches(recorder, run_start, run_stop)
         if custom_launches:
