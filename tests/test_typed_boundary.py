@@ -152,3 +152,42 @@ def test_op_info_must_be_an_op_info():
     with DebugMode() as dm:
         x + 1
     assert "aten::add" in dm.debug_string()
+
+
+def test_triton_finisher_hands_a_triton_launch():
+    """The run hook reads the grid and config the finisher returns only from
+    a TritonLaunch; a positional tuple is not read but counted as an error
+    and named in the warning.  (A hand-made run hook on CPU: the real one
+    wraps CachingAutotuner.run, tests/test_gpu.py.)"""
+    import torch
+
+    from kdebug import DebugMode, KdebugWarning
+    from kdebug._boundary import TritonLaunch
+
+    class Autotuner:
+        pass
+
+    def run(self, *args, **kwargs):
+        args[1].add_(1)
+
+    def builder(autotuner):
+        return _C.KernelInfo(_C.KIND_TRITON, "triton_poi_fake_0", ["in_ptr0", "out_ptr0"],
+                             [_C.ROLE_READ, _C.ROLE_WRITE], 0, -1)
+
+    launch = TritonLaunch(grid_x=4, grid_y=2, grid_z=1, config_id=_C.intern("XBLOCK=8"), num_warps=4,
+                          num_stages=1, shared_mem=96)
+    hook = _C.RunHook(run, builder, lambda autotuner, args: launch)
+    x, y = torch.ones(3), torch.zeros(3)
+    with DebugMode() as dm:
+        hook(Autotuner(), x, y)
+    (k,) = dm.kernels
+    assert (k.grid, k.config, k.num_warps, k.num_stages, k.shared_mem) == ((4, 2, 1), "XBLOCK=8", 4, 1, 96)
+    assert torch.equal(y, torch.ones(3))
+
+    hook = _C.RunHook(run, builder, lambda autotuner, args: tuple(launch))
+    with pytest.warns(KdebugWarning, match="not a kdebug._boundary.TritonLaunch"):
+        with DebugMode() as dm:
+            hook(Autotuner(), x, y)
+    (k,) = dm.kernels
+    assert k.grid is None and k.config is None
+    assert torch.equal(y, torch.full((3,), 2.0))  # the launch itself ran
