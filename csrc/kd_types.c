@@ -3,6 +3,7 @@
  * (Note [Typed boundaries]). */
 #include "kd_types.h"
 #include "kd_op_writes.h"
+#include "kd_trace.h"
 
 #include <string.h>
 
@@ -15,8 +16,11 @@
  * (KD_OPI_*, KD_HH_*, KD_TL_*) so the two sides cannot drift apart.  The C
  * fast path keeps reading those by index (a NamedTuple is a tuple), after
  * checking the exact type.  Struct sequences stay tuples only because
- * CPython makes them so; no kdebug code relies on their order, except
- * HashValues (Note [HashValues] in kd_hash_py.c).  A tuple that is a value
+ * CPython makes them so; kdebug relies on their order in two places only:
+ * HashValues (Note [HashValues] in kd_hash_py.c), and Extent / OpExtents,
+ * which the trace's hash-tree codec writes as the tuples they are and
+ * TraceReader.op makes typed again (kd_typed_extents; docs/trace-format.md).
+ * A tuple that is a value
  * and not a record stays a tuple: Launch.grid (x, y, z), shapes, strides,
  * the trees of hashes, and the trace's info()["version"] (major, minor).
  * tests/test_typed_boundary.py checks that kdebug/_C.pyi names exactly what the
@@ -128,6 +132,7 @@ static const seq_def seq_defs[] = {
     {"kdebug._C.OutputConfig", "This thread's record_outputs settings.", output_config_fields, &kd_OutputConfigType},
 };
 
+/* A struct sequence of type t from items[0..n), stolen; NULL if any is NULL. */
 PyObject *kd_record(PyTypeObject *t, PyObject *const *items, int n)
 {
     PyObject *r = NULL;
@@ -217,6 +222,7 @@ static PyObject *mod_register_types(PyObject *m, PyObject *args, PyObject *kw)
 
 /* ---- extents read back from a trace ---- */
 
+/* Whether o is a plain tuple of four ints (an extent as the trace keeps it). */
 static int is_extent_tuple(PyObject *o)
 {
     if (!PyTuple_CheckExact(o) || PyTuple_GET_SIZE(o) != 4)
@@ -228,10 +234,10 @@ static int is_extent_tuple(PyObject *o)
 }
 
 /* o with its 4-int tuples made Extents (an extents tree holds no other ints:
- * non-tensor leaves are None). */
+ * non-tensor leaves are None); a new reference, or NULL with an exception. */
 static PyObject *typed_leaves(PyObject *o, int depth)
 {
-    if (depth > 64 || !(PyTuple_Check(o) || PyList_Check(o) || PyDict_Check(o)))
+    if (depth > KD_TREE_MAX_DEPTH || !(PyTuple_Check(o) || PyList_Check(o) || PyDict_Check(o)))
         return Py_NewRef(o);
     if (is_extent_tuple(o))
         return KD_RECORD(kd_ExtentType, Py_NewRef(PyTuple_GET_ITEM(o, 0)), Py_NewRef(PyTuple_GET_ITEM(o, 1)),
@@ -261,6 +267,7 @@ static PyObject *typed_leaves(PyObject *o, int depth)
     return out;
 }
 
+/* A decoded extents tree as an OpExtents with Extent leaves (kd_types.h). */
 PyObject *kd_typed_extents(PyObject *tree)
 {
     if (!PyTuple_CheckExact(tree) || PyTuple_GET_SIZE(tree) != 2) { /* not what kdebug writes */
@@ -278,6 +285,7 @@ static PyMethodDef types_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* Makes the struct sequence types once and adds them and _register_types to m. */
 int kd_types_module_init(PyObject *m)
 {
     for (size_t i = 0; i < sizeof seq_defs / sizeof *seq_defs; i++) {
