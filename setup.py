@@ -80,6 +80,7 @@ C_SOURCES = [
     "csrc/kd_defer.c",
     "csrc/kd_trace_py.c",
     "csrc/kd_hash_tree.c",
+    "csrc/kd_types.c",
 ]
 CXX_SOURCES = ["csrc/kd_torch.cpp"]  # the only file that includes libtorch headers
 CUDA_SOURCES = ["csrc/kd_cuda_hash.cu", "csrc/kd_cuda_copy.cu"]  # CUDA runtime only, no libtorch headers

@@ -39,6 +39,7 @@
 #include "kd_hook.h"
 #include "kd_op_writes.h"
 #include "kd_tree.h"
+#include "kd_types.h"
 #include "kd_defer.h"
 
 /* Set once by _configure_dispatch (all strong references). */
@@ -60,8 +61,6 @@ static PyObject *s_fast, *s_ops, *s_call_depth, *s_fx_stack_trace, *s_record_out
     *s_rec_hooks, *s_log_hooks, *s_pre_hooks, *s_kd_extents, *s_hooks, *s_hook_owner, *s_hash_code,
     *s_hash_entry, *s_record_code, *empty_tuple;
 
-/* A hash hook entry: ("hash", spec, hash_inputs, spec_id, kinds, value_fn). */
-enum { E_KIND, E_SPEC, E_HASH_INPUTS, E_SPEC_ID, E_KINDS, E_VALUE_FN, E_N };
 
 static PyObject *op_info(PyObject *func)
 {
@@ -71,22 +70,14 @@ static PyObject *op_info(PyObject *func)
     info = PyObject_CallOneArg(op_info_fn, func);
     if (info == NULL)
         return NULL;
-    if (!PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != KD_OPI_N) {
+    if (kd_OpInfoType == NULL || Py_TYPE(info) != kd_OpInfoType) { /* Note [Typed boundaries] */
         Py_DECREF(info);
-        PyErr_SetString(PyExc_TypeError, "kdebug: _op_info must return an 8-tuple");
+        PyErr_SetString(PyExc_TypeError, "kdebug: _op_info must return a kdebug._boundary.OpInfo");
         return NULL;
     }
     int rc = PyDict_SetItem(info_cache, func, info);
     Py_DECREF(info);
     return rc == 0 ? info : NULL; /* the cache holds it */
-}
-
-static int is_kind(PyObject *entry, const char *kind)
-{
-    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) < 1)
-        return 0;
-    PyObject *k = PyTuple_GET_ITEM(entry, E_KIND);
-    return PyUnicode_Check(k) && PyUnicode_CompareWithASCIIString(k, kind) == 0;
 }
 
 static PyObject *upstream(PyObject *mode, PyObject *func, PyObject *types, PyObject *args, PyObject *kwargs)
@@ -101,13 +92,13 @@ static PyObject *upstream(PyObject *mode, PyObject *func, PyObject *types, PyObj
  * *by_pytree when Python's pytree made it.  Returns 0, or -1 with an error. */
 static int tree_hash(PyObject *obj, PyObject *entry, PyObject **tree, int *by_pytree)
 {
-    int kinds = (int)PyLong_AsLong(PyTuple_GET_ITEM(entry, E_KINDS));
-    int spec = (int)PyLong_AsLong(PyTuple_GET_ITEM(entry, E_SPEC_ID));
+    int kinds = (int)PyLong_AsLong(PyTuple_GET_ITEM(entry, KD_HH_KINDS));
+    int spec = (int)PyLong_AsLong(PyTuple_GET_ITEM(entry, KD_HH_SPEC_ID));
     /* stream 0: each tensor's current stream */
-    PyObject *t = kd_tree_hash(obj, kinds, spec, 0, PyTuple_GET_ITEM(entry, E_VALUE_FN));
+    PyObject *t = kd_tree_hash(obj, kinds, spec, 0, PyTuple_GET_ITEM(entry, KD_HH_VALUE_FN));
     if (t == Py_NotImplemented) {
         Py_DECREF(t);
-        t = PyObject_CallFunctionObjArgs(py_hash_fn, obj, PyTuple_GET_ITEM(entry, E_SPEC), NULL);
+        t = PyObject_CallFunctionObjArgs(py_hash_fn, obj, PyTuple_GET_ITEM(entry, KD_HH_SPEC), NULL);
         *by_pytree = 1;
     }
     *tree = t;
@@ -302,7 +293,7 @@ static int own_hooks(PyObject *mode, PyObject **entry, int *record)
             res = -1;
             goto done;
         }
-        if (!(is_kind(e, "hash") && PyTuple_GET_SIZE(e) == E_N)) {
+        if (kd_HashHookType == NULL || Py_TYPE(e) != kd_HashHookType) {
             Py_DECREF(e);
             goto done;
         }
@@ -335,7 +326,7 @@ static int log_hash(PyObject *call, PyObject *key, PyObject *tree)
     return rc;
 }
 
-/* call._kd_extents = (input extents, output extents): the memory every tensor
+/* call._kd_extents = OpExtents(inputs, outputs): the memory every tensor
  * leaf read and written covers (kd_tree_extents), the input tree made from
  * what the input hashes were taken of (in_obj) or else (args, kwargs); a side
  * kdebug cannot walk is None.  Note [Data flow] in compare.py. */
@@ -345,8 +336,8 @@ static int set_extents(PyObject *call, PyObject *in_obj, PyObject *args, PyObjec
     PyObject *in = pair ? kd_tree_extents(pair) : NULL;
     Py_XDECREF(pair);
     PyObject *out = in ? kd_tree_extents(result) : NULL;
-    PyObject *both = out ? PyTuple_Pack(2, in == Py_NotImplemented ? Py_None : in,
-                                        out == Py_NotImplemented ? Py_None : out) : NULL;
+    PyObject *both = out ? KD_RECORD(kd_OpExtentsType, Py_NewRef(in == Py_NotImplemented ? Py_None : in),
+                                     Py_NewRef(out == Py_NotImplemented ? Py_None : out)) : NULL;
     Py_XDECREF(in);
     Py_XDECREF(out);
     int rc = both ? PyObject_SetAttr(call, s_kd_extents, both) : -1;
@@ -427,7 +418,7 @@ static PyObject *dispatch_hooked(PyObject *mode, PyObject *func, PyObject *types
 
     PyObject *call = NULL, *result = NULL, *fresh = NULL, *pending_list = NULL, *in_obj = NULL;
     int pending = 0, by_pytree = 0;
-    int hash_inputs = entry != NULL && PyTuple_GET_ITEM(entry, E_HASH_INPUTS) == Py_True;
+    int hash_inputs = entry != NULL && PyTuple_GET_ITEM(entry, KD_HH_HASH_INPUTS) == Py_True;
     int skipped = kd_op_flag(info, KD_OPI_HASH_SKIPPED);
     if (!kd_in_benchmark()) {
         call = new_op_call(mode, func, args, kw);
@@ -523,7 +514,7 @@ static PyObject *dispatch_hooked(PyObject *mode, PyObject *func, PyObject *types
     }
     if (pending) {
         pending_list = PyObject_GetAttr(mode, s_pending);
-        PyObject *item = pending_list ? Py_BuildValue("(OO)", call, by_pytree ? Py_True : Py_False) : NULL;
+        PyObject *item = pending_list ? KD_RECORD(kd_PendingCallType, Py_NewRef(call), PyBool_FromLong(by_pytree)) : NULL;
         int rc = item ? PyList_Append(pending_list, item) : -1;
         Py_XDECREF(item);
         if (rc < 0)

@@ -25,6 +25,7 @@
 #include "kd_launch.h"
 #include "kd_module.h"
 #include "kd_recorder.h"
+#include "kd_types.h"
 #include <structmember.h>
 
 _Thread_local kd_capture kd_tls_capture;
@@ -62,7 +63,7 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *orig;     /* the original CachingAutotuner.run function */
     PyObject *builder;  /* builder(autotuner) -> KernelInfo */
-    PyObject *finisher; /* finisher(autotuner, args) -> (g0, g1, g2, config_id, warps, stages, shared) | None */
+    PyObject *finisher; /* finisher(autotuner, args) -> TritonLaunch | None (Note [Typed boundaries]) */
 } kd_run_hook;
 
 static kd_kernel_info *triton_info(kd_recorder *r, kd_run_hook *h, PyObject *autotuner)
@@ -148,29 +149,31 @@ static PyObject *run_hook_call(kd_run_hook *self, PyObject *const *args, size_t 
         PyObject *g = tup ? PyObject_CallFunctionObjArgs(self->finisher, autotuner, tup, NULL)
                           : NULL;
         Py_XDECREF(tup);
-        unsigned long long v[7];
-        if (g != NULL && PyTuple_Check(g) && PyTuple_GET_SIZE(g) == 7) {
+        unsigned long long v[KD_TL_N];
+        if (g != NULL && kd_TritonLaunchType != NULL && Py_TYPE(g) == kd_TritonLaunchType) {
             int bad = 0;
-            for (int i = 0; i < 7; i++) {
+            for (int i = 0; i < KD_TL_N; i++) {
                 v[i] = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(g, i));
                 if (PyErr_Occurred())
                     bad = 1;
             }
             if (!bad) {
                 kd_tls_capture.have_grid = 1;
-                kd_tls_capture.grid[0] = (uint32_t)v[0];
-                kd_tls_capture.grid[1] = (uint32_t)v[1];
-                kd_tls_capture.grid[2] = (uint32_t)v[2];
+                kd_tls_capture.grid[0] = (uint32_t)v[KD_TL_GRID_X];
+                kd_tls_capture.grid[1] = (uint32_t)v[KD_TL_GRID_Y];
+                kd_tls_capture.grid[2] = (uint32_t)v[KD_TL_GRID_Z];
                 kd_tls_capture.have_config = 1;
-                kd_tls_capture.config_id = (uint32_t)v[3];
-                kd_tls_capture.num_warps = (uint16_t)v[4];
-                kd_tls_capture.num_stages = (uint8_t)v[5];
-                kd_tls_capture.shared_mem = (uint32_t)v[6];
+                kd_tls_capture.config_id = (uint32_t)v[KD_TL_CONFIG_ID];
+                kd_tls_capture.num_warps = (uint16_t)v[KD_TL_NUM_WARPS];
+                kd_tls_capture.num_stages = (uint8_t)v[KD_TL_NUM_STAGES];
+                kd_tls_capture.shared_mem = (uint32_t)v[KD_TL_SHARED_MEM];
             } else {
                 kd_recorder_error(r, "reading the grid of a Triton launch");
             }
         } else if (g == NULL) {
             kd_recorder_error(r, "finding the grid of a Triton launch");
+        } else if (g != Py_None) {
+            kd_recorder_error(r, "reading the grid of a Triton launch (not a kdebug._boundary.TritonLaunch)");
         }
         Py_XDECREF(g);
         PyErr_Restore(et, ev, etb);

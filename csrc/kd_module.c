@@ -14,6 +14,7 @@
 #include "kd_shim.h"
 #include "kd_trace_py.h"
 #include "kd_tree.h"
+#include "kd_types.h"
 #include "kd_view.h"
 
 kd_strtab *kd_strings = NULL;
@@ -125,7 +126,7 @@ static PyObject *mod_inject(PyObject *m, PyObject *arg)
 }
 
 /* _set_hash_config(kinds, hash_inputs, check_readonly, spec) -> this thread's
- * previous settings as a tuple (Note [Hash settings per thread] in kd_recorder.h) */
+ * previous settings, a HashConfig (Note [Hash settings per thread] in kd_recorder.h) */
 static PyObject *mod_set_hash_config(PyObject *m, PyObject *args)
 {
     (void)m;
@@ -137,8 +138,8 @@ static PyObject *mod_set_hash_config(PyObject *m, PyObject *args)
                                           "(Note [Room for the stats]); ask for one of them");
         return NULL;
     }
-    PyObject *prev = Py_BuildValue("(iiii)", kd_hcfg.kinds, kd_hcfg.hash_inputs,
-                                   kd_hcfg.check_readonly, kd_hcfg.spec);
+    PyObject *prev = KD_RECORD(kd_HashConfigType, PyLong_FromLong(kd_hcfg.kinds), PyLong_FromLong(kd_hcfg.hash_inputs),
+                               PyLong_FromLong(kd_hcfg.check_readonly), PyLong_FromLong(kd_hcfg.spec));
     kd_hcfg.kinds = kinds;
     kd_hcfg.hash_inputs = inputs;
     kd_hcfg.check_readonly = check;
@@ -147,7 +148,7 @@ static PyObject *mod_set_hash_config(PyObject *m, PyObject *args)
     return prev;
 }
 
-/* _set_record_outputs(on, budget_bytes) -> this thread's previous settings as a tuple */
+/* _set_record_outputs(on, budget_bytes) -> this thread's previous settings, an OutputConfig */
 static PyObject *mod_set_record_outputs(PyObject *m, PyObject *args)
 {
     (void)m;
@@ -155,8 +156,8 @@ static PyObject *mod_set_record_outputs(PyObject *m, PyObject *args)
     unsigned long long budget;
     if (!PyArg_ParseTuple(args, "pK", &on, &budget))
         return NULL;
-    PyObject *prev = Py_BuildValue("(OK)", kd_hcfg.record_outputs ? Py_True : Py_False,
-                                   (unsigned long long)kd_hcfg.output_budget);
+    PyObject *prev = KD_RECORD(kd_OutputConfigType, PyBool_FromLong(kd_hcfg.record_outputs),
+                               PyLong_FromUnsignedLongLong((unsigned long long)kd_hcfg.output_budget));
     kd_hcfg.record_outputs = on;
     kd_hcfg.output_budget = budget;
     kd_hcfg_publish();
@@ -276,7 +277,7 @@ PyMODINIT_FUNC PyInit__C(void)
     if (PyType_Ready(&kd_RecorderType) != 0 || PyType_Ready(&kd_LaunchType) != 0 ||
         PyModule_AddObjectRef(m, "Recorder", (PyObject *)&kd_RecorderType) != 0 ||
         PyModule_AddObjectRef(m, "Launch", (PyObject *)&kd_LaunchType) != 0 ||
-        kd_hash_py_module_init(m) != 0 || kd_tree_module_init(m) != 0 ||
+        kd_types_module_init(m) != 0 || kd_hash_py_module_init(m) != 0 || kd_tree_module_init(m) != 0 ||
         kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 || kd_dispatch_module_init(m) != 0 || kd_trace_module_init(m) != 0 ||
         PyModule_AddIntConstant(m, "KIND_TRITON", KD_KIND_TRITON) != 0 ||
         PyModule_AddIntConstant(m, "HASH_BITWISE", KD_HK_BITWISE) != 0 ||

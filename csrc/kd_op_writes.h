@@ -6,11 +6,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* The info tuple's fields (mode._op_info). */
+/* The fields of an OpInfo (kdebug/_boundary.py, made by mode._op_info), read
+ * by index once kd_dispatch.c checked its type (Note [Typed boundaries]). */
 enum { KD_OPI_SPECIAL, KD_OPI_HASH_SKIPPED, KD_OPI_MAKES_EMPTY, KD_OPI_WRITES, KD_OPI_WRITTEN_POS,
        KD_OPI_WRITTEN_NAMES, KD_OPI_OUT_NAMES, KD_OPI_CALLABLE, KD_OPI_N };
 
-/* Whether the info tuple's boolean field i is True. */
+/* Whether the OpInfo's boolean field i is True. */
 static inline int kd_op_flag(PyObject *info, int i) { return PyTuple_GET_ITEM(info, i) == Py_True; }
 
 /* Flushes deferred GPU work that the op is about to overwrite (Note [Deferred GPU work]); kwargs may be NULL. */

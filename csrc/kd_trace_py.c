@@ -6,6 +6,7 @@
 #include "kd_recorder.h"
 #include "kd_trace_py.h"
 #include "kd_args.h"
+#include "kd_types.h"
 #include "kd_cursor.h"
 #include "kd_trace.h"
 
@@ -67,15 +68,17 @@ static PyObject *tw_launches(kd_trace_writer *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* op(depth, flags, name, text, in_tree, out_tree, extents) */
-static PyObject *tw_op(kd_trace_writer *self, PyObject *args)
+/* op(depth, flags, name, text, input_hashes, output_hashes, extents=None):
+ * the fields of a TraceOp, by keyword (Note [Typed boundaries]). */
+static PyObject *tw_op(kd_trace_writer *self, PyObject *args, PyObject *kw)
 {
+    static char *kwlist[] = {"depth", "flags", "name", "text", "input_hashes", "output_hashes", "extents", NULL};
     unsigned int depth, flags;
     const char *name, *text;
     Py_ssize_t nl, tl;
     PyObject *in_tree, *out_tree, *ext_tree = Py_None;
-    if (!PyArg_ParseTuple(args, "IIs#s#OO|O", &depth, &flags, &name, &nl, &text, &tl, &in_tree, &out_tree,
-                          &ext_tree))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "IIs#s#OO|O", kwlist, &depth, &flags, &name, &nl, &text, &tl,
+                                     &in_tree, &out_tree, &ext_tree))
         return NULL;
     PyObject *ib = NULL, *ob = NULL, *eb = NULL;
     if (((flags & KD_OPF_IN_HASH) && (ib = kd_hash_tree_bytes(in_tree)) == NULL) ||
@@ -144,7 +147,8 @@ static PyObject *tw_stats(kd_trace_writer *self, PyObject *unused)
 
 static PyMethodDef tw_methods[] = {
     {"launches", (PyCFunction)tw_launches, METH_VARARGS, "launches(recorder, start, stop): encode stored launches."},
-    {"op", (PyCFunction)tw_op, METH_VARARGS, "op(depth, flags, name, text, in_tree, out_tree[, extents]): encode an op record."},
+    {"op", (PyCFunction)(void (*)(void))tw_op, METH_VARARGS | METH_KEYWORDS,
+     "op(depth, flags, name, text, input_hashes, output_hashes, extents=None): encode an op record (a TraceOp's fields)."},
     {"meta", (PyCFunction)tw_meta, METH_O, "meta(json): seal, then a META chunk."},
     {"seal", (PyCFunction)tw_seal, METH_NOARGS, "Close the records encoded so far into chunks."},
     {"end", (PyCFunction)tw_end, METH_NOARGS, "Seal, then the END chunk."},
@@ -176,6 +180,19 @@ typedef struct {
 
 static PyObject *kd_TraceError;
 
+/* Raises TraceError(offset, message), with .offset and .message set too. */
+static void trace_error(uint64_t off, const char *msg)
+{
+    PyObject *e = PyObject_CallFunction(kd_TraceError, "Ks", (unsigned long long)off, msg);
+    if (e == NULL)
+        return;
+    PyObject *o = PyTuple_GET_ITEM(((PyBaseExceptionObject *)e)->args, 0);
+    PyObject *m = PyTuple_GET_ITEM(((PyBaseExceptionObject *)e)->args, 1);
+    if (PyObject_SetAttrString(e, "offset", o) == 0 && PyObject_SetAttrString(e, "message", m) == 0)
+        PyErr_SetObject(kd_TraceError, e);
+    Py_DECREF(e);
+}
+
 static PyObject *tr_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     (void)kw;
@@ -195,10 +212,7 @@ static PyObject *tr_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     rc = kd_tr_open(&self->r, self->view.buf, (size_t)self->view.len);
     Py_END_ALLOW_THREADS
     if (rc != 0) {
-        PyObject *e = Py_BuildValue("(Ks)", (unsigned long long)self->r.err_off, self->r.err);
-        if (e != NULL)
-            PyErr_SetObject(kd_TraceError, e);
-        Py_XDECREF(e);
+        trace_error(self->r.err_off, self->r.err);
         kd_tr_free(&self->r);
         Py_DECREF(self);
         return NULL;
@@ -283,7 +297,8 @@ static PyObject *tr_string(kd_trace_reader *self, uint32_t id)
     return PyUnicode_DecodeUTF8(s, (Py_ssize_t)n, "replace");
 }
 
-/* op(i, make_norm) -> (depth, flags, name, text, in_tree, out_tree, extents) */
+/* op(i, make_norm) -> TraceOp (depth, flags, name, text, input_hashes,
+ * output_hashes, extents) */
 static PyObject *tr_op(kd_trace_reader *self, PyObject *args)
 {
     unsigned long long i;
@@ -307,6 +322,8 @@ static PyObject *tr_op(kd_trace_reader *self, PyObject *args)
     if (in != NULL && out != NULL && (op.flags & KD_OPF_EXTENTS)) {
         kd_cur c = {op.ext_tree, 0, op.ext_len, 0, 0, NULL};
         Py_SETREF(ext, kd_hash_tree_get(&c, make_norm, 0));
+        if (ext != NULL)
+            Py_SETREF(ext, kd_typed_extents(ext));
     }
     if (in == NULL || out == NULL || ext == NULL) {
         Py_XDECREF(in);
@@ -314,8 +331,8 @@ static PyObject *tr_op(kd_trace_reader *self, PyObject *args)
         Py_XDECREF(ext);
         return NULL;
     }
-    return Py_BuildValue("(IINNNNN)", op.depth, op.flags, tr_string(self, op.name_id),
-                         tr_string(self, op.text_id), in, out, ext);
+    return KD_RECORD(kd_TraceOpType, PyLong_FromUnsignedLong(op.depth), PyLong_FromUnsignedLong(op.flags),
+                     tr_string(self, op.name_id), tr_string(self, op.text_id), in, out, ext);
 }
 
 /* The global id of file string id (interned on first use; 0 if the table is full). */
@@ -410,7 +427,7 @@ fail:
     return NULL;
 }
 
-/* table(start, stop) -> (records, args, dims): bytes of kd_tab_rec rows,
+/* table(start, stop) -> TraceTable (records, args, dims): bytes of kd_tab_rec rows,
  * kd_tab_arg rows and int64 sizes (Note [Trace tables]). */
 static PyObject *tr_table(kd_trace_reader *self, PyObject *args)
 {
@@ -429,11 +446,13 @@ static PyObject *tr_table(kd_trace_reader *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "table: a launch record could not be decoded");
         return NULL;
     }
-    /* "y#" makes None of a NULL pointer (an empty table has no buffers): make
-     * empty bytes instead, so every caller gets three bytes objects */
-    PyObject *out = Py_BuildValue("(y#y#y#)", t.rec ? (const char *)t.rec : "", (Py_ssize_t)(t.nrec * sizeof *t.rec),
-                                  t.arg ? (const char *)t.arg : "", (Py_ssize_t)(t.narg * sizeof *t.arg),
-                                  t.dims ? (const char *)t.dims : "", (Py_ssize_t)(t.ndims * sizeof *t.dims));
+    /* an empty table has no buffers (NULL pointers): empty bytes, so every
+     * caller gets three bytes objects */
+    PyObject *out = KD_RECORD(kd_TraceTableType,
+                              PyBytes_FromStringAndSize(t.rec ? (const char *)t.rec : "", (Py_ssize_t)(t.nrec * sizeof *t.rec)),
+                              PyBytes_FromStringAndSize(t.arg ? (const char *)t.arg : "", (Py_ssize_t)(t.narg * sizeof *t.arg)),
+                              PyBytes_FromStringAndSize(t.dims ? (const char *)t.dims : "",
+                                                        (Py_ssize_t)(t.ndims * sizeof *t.dims)));
     kd_tab_free(&t);
     return out;
 }
@@ -456,7 +475,7 @@ static PyObject *tr_strings(kd_trace_reader *self, PyObject *unused)
     return out;
 }
 
-/* last_writer(before, dev_type, dev_index, lo, hi, leaf) -> (index, mask) or None */
+/* last_writer(before, dev_type, dev_index, lo, hi, leaf) -> LastWrite (index, mask) or None */
 static PyObject *tr_last_writer(kd_trace_reader *self, PyObject *args)
 {
     unsigned long long before, lo, hi, leaf;
@@ -470,7 +489,7 @@ static PyObject *tr_last_writer(kd_trace_reader *self, PyObject *args)
     Py_END_ALLOW_THREADS
     if (i < 0)
         Py_RETURN_NONE;
-    return Py_BuildValue("(LK)", (long long)i, (unsigned long long)mask);
+    return KD_RECORD(kd_LastWriteType, PyLong_FromLongLong((long long)i), PyLong_FromUnsignedLongLong(mask));
 }
 
 static PyMethodDef tr_methods[] = {
@@ -478,13 +497,13 @@ static PyMethodDef tr_methods[] = {
     {"types", (PyCFunction)tr_types, METH_NOARGS, "types() -> bytes: 1 launch, 2 op, per record"},
     {"digests", (PyCFunction)tr_digests, METH_NOARGS,
      "digests() -> memoryview of the reader's nrec x 5 u64 digests (no copy)"},
-    {"op", (PyCFunction)tr_op, METH_VARARGS, "op(i, make_norm) -> (depth, flags, name, text, in, out, extents)"},
+    {"op", (PyCFunction)tr_op, METH_VARARGS, "op(i, make_norm) -> TraceOp"},
     {"load_into", (PyCFunction)tr_load_into, METH_VARARGS, "load_into(recorder, spec_map, start, stop) -> indices of the launch records appended"},
     {"table", (PyCFunction)tr_table, METH_VARARGS,
-     "table(start, stop) -> (records, args, dims) bytes: fixed-size rows (Note [Trace tables])"},
+     "table(start, stop) -> TraceTable of bytes: fixed-size rows (Note [Trace tables])"},
     {"strings", (PyCFunction)tr_strings, METH_NOARGS, "strings() -> list: item k is file string id k"},
     {"last_writer", (PyCFunction)tr_last_writer, METH_VARARGS,
-     "last_writer(before, dev_type, dev_index, lo, hi, leaf) -> (index, args mask) or None"},
+     "last_writer(before, dev_type, dev_index, lo, hi, leaf) -> LastWrite or None"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -504,7 +523,7 @@ int kd_trace_module_init(PyObject *m)
 {
     kd_TraceError = PyErr_NewExceptionWithDoc("kdebug._C.TraceError",
                                               "A trace file is corrupt, truncated inside its header, "
-                                              "foreign or too new: args are (byte offset, message).",
+                                              "foreign or too new: .offset (the byte offset) and .message (also its args).",
                                               PyExc_ValueError, NULL);
     if (kd_TraceError == NULL || PyType_Ready(&kd_TraceWriterType) != 0 ||
         PyType_Ready(&kd_TraceReaderType) != 0 ||

@@ -9,6 +9,7 @@
 #include "kd_cuda_describe.h"
 #include "kd_shim.h"
 #include "kd_tree.h"
+#include "kd_types.h"
 
 /* Rebuilds an exact list / tuple / dict tree with every other object mapped by
  * leaf(o, ctx) (a new reference, NULL with an exception, or NotImplemented to
@@ -81,8 +82,8 @@ static PyObject *clone_leaf(PyObject *o, void *ctx)
  * it, queued on the current stream), or NotImplemented for unknown trees. */
 PyObject *kd_tree_clone(PyObject *obj) { return tree_map_c(obj, clone_leaf, NULL, 0); }
 
-/* (device type, device index, first byte, one past the last byte) of the
- * memory a tensor leaf covers, None for other leaves (Note [Data flow] in
+/* The Extent (device type, device index, first byte, one past the last byte)
+ * of the memory a tensor leaf covers, None for other leaves (Note [Data flow] in
  * compare.py: what an aten op read and wrote). */
 static PyObject *extent_leaf(PyObject *o, void *ctx)
 {
@@ -105,7 +106,8 @@ static PyObject *extent_leaf(PyObject *o, void *ctx)
     }
     int itemsize = kd_itemsize(m.dtype);
     uint64_t lo = m.data_ptr, hi = m.data_ptr + span * (uint64_t)(itemsize > 0 ? itemsize : 1);
-    return Py_BuildValue("(iiKK)", m.device_type, m.device_index, (unsigned long long)lo, (unsigned long long)hi);
+    return KD_RECORD(kd_ExtentType, PyLong_FromLong(m.device_type), PyLong_FromLong(m.device_index),
+                     PyLong_FromUnsignedLongLong((unsigned long long)lo), PyLong_FromUnsignedLongLong((unsigned long long)hi));
 }
 
 /* tree_extents(obj) -> obj with every tensor leaf replaced by its extent
@@ -208,7 +210,7 @@ static PyMethodDef tree_methods[] = {
     {"tree_resolve", mod_tree_resolve, METH_VARARGS,
      "tree_resolve(obj, value_fn): replace PendingHash leaves by value_fn(HashValues, spec)."},
     {"tree_extents", mod_tree_extents, METH_O,
-     "tree_extents(obj) -> obj with tensor leaves as (device type, index, lo, hi) byte ranges, or NotImplemented."},
+     "tree_extents(obj) -> obj with tensor leaves as Extent byte ranges, or NotImplemented."},
     {NULL, NULL, 0, NULL},
 };
 

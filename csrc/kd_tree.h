@@ -12,7 +12,7 @@
 PyObject *kd_tree_hash(PyObject *obj, int kinds, int spec, unsigned long long stream, PyObject *value_fn);
 /* Every tensor leaf cloned (no dispatch mode sees it), or NotImplemented. */
 PyObject *kd_tree_clone(PyObject *obj);
-/* Every tensor leaf as its (device type, index, lo, hi) byte range, other
+/* Every tensor leaf as its Extent (device type, index, lo, hi) byte range, other
  * leaves None; NotImplemented for a tree this does not know. */
 PyObject *kd_tree_extents(PyObject *obj);
 

@@ -5,6 +5,7 @@
 #include "kd_module.h"
 #include "kd_recorder.h"
 #include "kd_view.h"
+#include "kd_types.h"
 #include "kd_render.h"
 
 /* Note [Launch views keep their record]
@@ -298,34 +299,28 @@ static PyObject *int_tuple(const kd_payload *p, int strides)
     return t;
 }
 
-/* One argument as a tuple:
- *   ("tensor", name, role, scalar_type, shape, stride, storage_offset, data_ptr, device)
- *   (kind, name, role, value) for int / float / bool / none / other */
-static PyObject *arg_tuple(const kd_payload *a)
+/* One argument as a TensorArg or a ScalarArg (Note [Typed boundaries] in kd_types.c). */
+static PyObject *arg_record(const kd_payload *a)
 {
     const kd_scalar_arg *s = &a->scalar;
-    switch (a->tag) {
-    case KD_TAG_TENSOR: {
+    if (a->tag == KD_TAG_TENSOR) {
         const kd_tensor_arg *t = &a->tensor;
-        return Py_BuildValue("(sNiiNNLKN)", "tensor", str_id(t->name_id), (int)t->role,
-                             (int)t->dtype, int_tuple(a, 0), int_tuple(a, 1),
-                             (long long)t->storage_offset, (unsigned long long)t->data_ptr,
-                             device_str(t->device_type, t->device_index));
+        return KD_RECORD(kd_TensorArgType, PyUnicode_FromString("tensor"), str_id(t->name_id),
+                         PyLong_FromLong(t->role), PyLong_FromLong(t->dtype), int_tuple(a, 0), int_tuple(a, 1),
+                         PyLong_FromLongLong(t->storage_offset), U64(t->data_ptr),
+                         device_str(t->device_type, t->device_index));
     }
-    case KD_TAG_INT:
-        return Py_BuildValue("(sNiL)", "int", str_id(s->name_id), (int)s->role,
-                             (long long)s->value.i);
-    case KD_TAG_FLOAT:
-        return Py_BuildValue("(sNid)", "float", str_id(s->name_id), (int)s->role, s->value.f);
-    case KD_TAG_BOOL:
-        return Py_BuildValue("(sNiO)", "bool", str_id(s->name_id), (int)s->role,
-                             s->value.i ? Py_True : Py_False);
-    case KD_TAG_NONE:
-        return Py_BuildValue("(sNiO)", "none", str_id(s->name_id), (int)s->role, Py_None);
-    default:
-        return Py_BuildValue("(sNiN)", "other", str_id(s->name_id), (int)s->role,
-                             str_id(s->value.type_name_id));
+    const char *kind;
+    PyObject *value;
+    switch (a->tag) {
+    case KD_TAG_INT: kind = "int", value = PyLong_FromLongLong((long long)s->value.i); break;
+    case KD_TAG_FLOAT: kind = "float", value = PyFloat_FromDouble(s->value.f); break;
+    case KD_TAG_BOOL: kind = "bool", value = PyBool_FromLong(s->value.i != 0); break;
+    case KD_TAG_NONE: kind = "none", value = Py_NewRef(Py_None); break;
+    default: kind = "other", value = str_id(s->value.type_name_id); break;
     }
+    return KD_RECORD(kd_ScalarArgType, PyUnicode_FromString(kind), str_id(s->name_id), PyLong_FromLong(s->role),
+                     value);
 }
 
 /* t, a tuple of one item per argument filled by walk it, or NULL with a
@@ -349,7 +344,7 @@ static PyObject *get_args(kd_launch_view *v, void *c)
     PyObject *t = PyTuple_New(h->launch.nargs);
     kd_arg_iter it = kd_args_begin(h, 1u + h->launch.nslots);
     while (t && kd_args_next(&it)) {
-        PyObject *x = arg_tuple(it.arg);
+        PyObject *x = arg_record(it.arg);
         if (x == NULL) {
             Py_CLEAR(t);
             break;
@@ -393,8 +388,8 @@ static PyObject *hash_side(const kd_hash_rec *h, int w)
                           stats ? h->absmax[w] : 0.0);
 }
 
-/* Per argument: None, or (kinds, flags, spec, pre, post) where pre / post are
- * None or a HashValues (Note [HashValues] in kd_hash_py.c). */
+/* Per argument: None, or an ArgHashes (kinds, flags, spec, pre, post) where
+ * pre / post are None or a HashValues (Note [HashValues] in kd_hash_py.c). */
 static PyObject *get_hashes(kd_launch_view *v, void *c)
 {
     (void)c;
@@ -407,8 +402,8 @@ static PyObject *get_hashes(kd_launch_view *v, void *c)
         PyObject *x;
         const kd_hash_rec *hr = it.hash;
         if (hr != NULL) {
-            x = Py_BuildValue("(iiiNN)", (int)hr->kinds, (int)hr->flags, (int)hr->spec,
-                              hash_side(hr, 0), hash_side(hr, 1));
+            x = KD_RECORD(kd_ArgHashesType, PyLong_FromLong(hr->kinds), PyLong_FromLong(hr->flags),
+                          PyLong_FromLong(hr->spec), hash_side(hr, 0), hash_side(hr, 1));
         } else {
             x = Py_NewRef(Py_None);
         }
@@ -515,9 +510,9 @@ static PyGetSetDef view_getset[] = {
     {"t_end_ns", (getter)get_t1, NULL, "CLOCK_MONOTONIC after the launch returned", NULL},
     {"nargs", (getter)get_nargs, NULL, "number of arguments", NULL},
     {"raised", (getter)get_raised, NULL, "whether the launch raised", NULL},
-    {"args", (getter)get_args, NULL, "arguments as tuples (see kdebug.calls)", NULL},
+    {"args", (getter)get_args, NULL, "per argument: a TensorArg or a ScalarArg (Note [Typed boundaries])", NULL},
     {"objects", (getter)get_objects, NULL, "argument objects kept, or None", NULL},
-    {"hashes", (getter)get_hashes, NULL, "per argument: None or (kinds, flags, spec, pre, post)", NULL},
+    {"hashes", (getter)get_hashes, NULL, "per argument: None or an ArgHashes (kinds, flags, spec, pre, post)", NULL},
     {"outputs", (getter)get_outputs, NULL, "the recorder's {launch_index: {name: clone}} of this record's generation", NULL},
     {"custom", (getter)get_custom, NULL, "the recorder's custom hash values of this record's generation", NULL},
     {"detached", (getter)get_detached, NULL, "whether the view holds its own copy (its recorder was cleared)", NULL},

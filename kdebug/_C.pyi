@@ -1,4 +1,7 @@
-"""Type stubs for kdebug's C extension (csrc/)."""
+"""Type stubs for kdebug's C extension (csrc/): every name the module has,
+no other (tests/test_typed_boundary.py checks both ways, and the fields of every
+struct sequence in order).  Records crossing between C and Python are named
+types (Note [Typed boundaries] in csrc/kd_types.c)."""
 from typing import Any, Callable, Sequence
 
 KIND_TRITON: int
@@ -13,7 +16,9 @@ HASH_XOR: int
 HASH_CUSTOM: int
 HASH_STATS: int
 
-class HashValues(tuple):
+# ---- struct sequences (C -> Python); fields in order ----
+
+class HashValues(tuple[Any, ...]):
     """A tensor's hash values (Note [HashValues] in csrc/kd_hash_py.c): the
     kinds asked for hold values, the others 0."""
     bitwise: int
@@ -26,7 +31,89 @@ class HashValues(tuple):
     sum: float
     absmax: float
 
-Hash7 = HashValues  # the name it had as a 7-tuple
+class TensorArg(tuple[Any, ...]):
+    """A kernel's tensor argument as recorded (Launch.args)."""
+    kind: str  # "tensor"
+    name: str
+    role: int  # ROLE_READ | ROLE_WRITE bits
+    scalar_type: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage_offset: int
+    data_ptr: int
+    device: str
+
+class ScalarArg(tuple[Any, ...]):
+    """A kernel's non-tensor argument as recorded (Launch.args)."""
+    kind: str  # "int", "float", "bool", "none" or "other"
+    name: str
+    role: int
+    value: int | float | bool | str | None  # for "other": its type's name
+
+class ArgHashes(tuple[Any, ...]):
+    """One argument's hash record (Launch.hashes)."""
+    kinds: int
+    flags: int
+    spec: int
+    pre: HashValues | None
+    post: HashValues | None
+
+class PendingCall(tuple[Any, ...]):
+    """An aten call whose hashes are still on the GPU (DebugMode._pending_calls)."""
+    call: Any
+    by_pytree: bool
+
+class Extent(tuple[Any, ...]):
+    """The bytes a tensor leaf covers (tree_extents)."""
+    device_type: int
+    device_index: int
+    lo: int
+    hi: int
+
+class OpExtents(tuple[Any, ...]):
+    """An aten call's extent trees (call._kd_extents, TraceOp.extents)."""
+    inputs: Any
+    outputs: Any
+
+class TraceOp(tuple[Any, ...]):
+    """A trace's op record (TraceReader.op)."""
+    depth: int
+    flags: int
+    name: str
+    text: str
+    input_hashes: Any
+    output_hashes: Any
+    extents: OpExtents | None
+
+class LastWrite(tuple[Any, ...]):
+    """TraceReader.last_writer's answer."""
+    index: int
+    mask: int
+
+class TraceTable(tuple[Any, ...]):
+    """TraceReader.table's rows (Note [Trace tables])."""
+    records: bytes
+    args: bytes
+    dims: bytes
+
+class HashConfig(tuple[Any, ...]):
+    """This thread's hash settings, as _set_hash_config returns the previous."""
+    kinds: int
+    hash_inputs: int
+    check_readonly: int
+    spec: int
+
+class OutputConfig(tuple[Any, ...]):
+    """This thread's record_outputs settings, as _set_record_outputs returns the previous."""
+    on: bool
+    budget: int
+
+# ---- types ----
+
+class TraceError(ValueError):
+    """A trace file is corrupt, truncated inside its header, foreign or too new."""
+    offset: int
+    message: str
 
 class KernelInfo:
     name: str
@@ -47,15 +134,16 @@ class Launch:
     stream: int
     thread_id: int
     launch_index: int
+    store_index: int  # RuntimeError once detached
     py_index: int
     call_depth: int
     t_start_ns: int
     t_end_ns: int
     nargs: int
     raised: bool
-    args: tuple[tuple[Any, ...], ...]
+    args: tuple[TensorArg | ScalarArg, ...]
     objects: tuple[Any, ...] | None
-    hashes: tuple[tuple[int, int, int, HashValues | None, HashValues | None] | None, ...]
+    hashes: tuple[ArgHashes | None, ...]
     outputs: dict[int, dict[str, Any]]  # the recorder's, as of this record's generation
     custom: dict[tuple[int, int, int], Any]
     detached: bool  # holds its own copy: its recorder was cleared since
@@ -69,6 +157,7 @@ class Recorder:
     def drain(self) -> int: ...
     def clear(self) -> None: ...
     def set_ops(self, ops: list) -> None: ...
+    def splice(self, ops: list, items: list, merged: int) -> None: ...
     def launch(self, i: int) -> Launch: ...
     def stats(self) -> dict[str, Any]: ...
     def messages(self) -> list[str]: ...
@@ -84,7 +173,7 @@ class PendingHash: ...
 class RunHook:
     __wrapped__: Callable[..., Any]
     def __init__(self, orig: Callable[..., Any], builder: Callable[[Any], KernelInfo],
-                 finisher: Callable[[Any, tuple], tuple | None]) -> None: ...
+                 finisher: Callable[[Any, tuple], Any]) -> None: ...  # finisher -> kdebug._boundary.TritonLaunch | None
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 class RunnerHook:
@@ -99,27 +188,59 @@ class CppKernel:
     def __init__(self, fn: Callable[..., Any], info: KernelInfo) -> None: ...
     def __call__(self, *args: Any) -> Any: ...
 
+class TraceWriter:
+    def __init__(self) -> None: ...
+    def launches(self, recorder: Recorder, start: int, stop: int) -> None: ...
+    def op(self, depth: int, flags: int, name: str, text: str, input_hashes: Any, output_hashes: Any,
+           extents: OpExtents | None = None) -> None: ...  # a TraceOp's fields, by keyword
+    def meta(self, json: str) -> None: ...
+    def seal(self) -> None: ...
+    def end(self) -> None: ...
+    def take(self) -> bytes: ...
+    def stats(self) -> dict[str, int]: ...
+
+class TraceReader:
+    def __init__(self, data: Any) -> None: ...  # any buffer; raises TraceError
+    def info(self) -> dict[str, Any]: ...
+    def types(self) -> bytes: ...
+    def digests(self) -> memoryview: ...
+    def op(self, i: int, make_norm: Callable[..., Any]) -> TraceOp: ...
+    def load_into(self, recorder: Recorder, spec_map: dict[int, int], start: int, stop: int) -> list[int]: ...
+    def table(self, start: int, stop: int) -> TraceTable: ...
+    def strings(self) -> list[str]: ...
+    def last_writer(self, before: int, dev_type: int, dev_index: int, lo: int, hi: int,
+                    leaf: int) -> LastWrite | None: ...
+
+# ---- functions ----
+
 def intern(s: str) -> int: ...
 def string(id: int) -> str: ...
 def scalar_type(dtype: Any) -> int: ...
 def tensor_meta(t: Any) -> dict[str, Any] | None: ...
 def now_ns() -> int: ...
-def hash(t: Any, kinds: int = 7) -> Hash7: ...
-def hash_async(t: Any, kinds: int, stream: int) -> Hash7 | PendingHash: ...
-def hash_fetch(pending: PendingHash) -> Hash7: ...
+def hash(t: Any, kinds: int = 7) -> HashValues: ...
+def hash_async(t: Any, kinds: int, stream: int) -> Any: ...  # HashValues | PendingHash | NotImplemented
+def hash_fetch(pending: PendingHash) -> HashValues: ...
 def hash_collect() -> int: ...
 def gpu_info() -> dict[str, Any]: ...
-def tree_resolve(obj: Any, value_fn: Callable[[Hash7, int], Any]) -> Any: ...
-def _set_hash_config(kinds: int, hash_inputs: int, check_readonly: int, spec: int) -> tuple[int, int, int, int]: ...
-def _set_record_outputs(on: bool, budget: int) -> tuple[bool, int]: ...
-def _set_hashers(slow: Callable | None, custom: Callable | None, stats_type: type | None = None) -> None: ...
+def defer_flush() -> int: ...  # 0, or -1 when some of it failed (counted)
+def defer_stats() -> dict[str, Any]: ...
+def tree_resolve(obj: Any, value_fn: Callable[[HashValues, int], Any]) -> Any: ...
+def tree_extents(obj: Any) -> Any: ...  # obj with Extent leaves, or NotImplemented
+def tree_leaf_digest(value: Any) -> int: ...
 def format_args(args: tuple) -> str: ...
 def format_kwargs(kwargs: dict) -> str: ...
 def format_output(result: Any) -> str | None: ...
 def dispatch(mode: Any, func: Any, types: tuple, args: tuple, kwargs: dict | None) -> Any: ...
+def _set_hash_config(kinds: int, hash_inputs: int, check_readonly: int, spec: int) -> HashConfig: ...
+def _set_record_outputs(on: bool, budget: int) -> OutputConfig: ...
+def _set_hashers(slow: Callable | None, custom: Callable | None, stats_type: type | None = None) -> None: ...
+def _set_defer(on: bool) -> bool: ...
+def _empty_like(t: Any) -> Any: ...
+def _register_types(*, op_info: type, hash_hook: type, record_hook: Any, triton_launch: type) -> None: ...
 def _dispatch_method(cls: type, get_eval_frame_callback: Callable[[], Any],
                      set_eval_frame: Callable[[Any], Any]) -> Any: ...
-def _configure_dispatch(op_info: Callable, upstream_dispatch: Callable, stream_tick: Callable,
+def _configure_dispatch(op_info: Callable[[Any], Any], upstream_dispatch: Callable, stream_tick: Callable,
                         tree_hash_py: Callable, tree_clone_py: Callable, thread_hooks: Any, utils_module: Any,
                         op_call: type, template: dict | None, len_dispatch_stack: Callable[[], int]) -> None: ...
 def _set_dtype_names(names: dict) -> int: ...

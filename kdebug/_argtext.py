@@ -62,7 +62,7 @@ def generator_text(g: torch.Generator) -> str:
     except RuntimeError:  # the CPU's Mersenne Twister has no offset: its whole state
         try:
             state = g.get_state()
-            parts.append(f"state={_C.hash(state, _C.HASH_BITWISE)[0] & 0xFFFFFFFFFFFFFFFF:016x}")
+            parts.append(f"state={_C.hash(state, _C.HASH_BITWISE).bitwise & 0xFFFFFFFFFFFFFFFF:016x}")
         except RuntimeError:
             pass
     return "Generator(" + ", ".join(parts) + ")"

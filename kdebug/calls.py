@@ -17,6 +17,7 @@ import torch
 from . import _upstream
 
 ROLE_NAMES = {0: "-", 1: "R", 2: "W", 3: "RW"}
+ROLE_READ, ROLE_WRITE = 1, 2  # _C.ROLE_READ / ROLE_WRITE
 
 # debug_string(verbose=True) renders kernel lines with roles, strides, pointers
 _VERBOSE = contextvars.ContextVar("kdebug_verbose", default=False)
@@ -81,7 +82,7 @@ class TensorInfo:
 
 # kd_record.h: hash kinds and hash-record flags
 _HK_BITWISE, _HK_NORM, _HK_XOR, _HK_STATS = 1, 2, 4, 16
-_HF_UNSUPPORTED, _HF_CHECKED = 8, 16
+_HF_CHANGED, _HF_UNSUPPORTED, _HF_CHECKED = 4, 8, 16
 
 
 def _side_kinds(kinds: int, flags: int, when: int) -> int:
@@ -94,14 +95,14 @@ def _side_kinds(kinds: int, flags: int, when: int) -> int:
     return kinds
 
 
-def _arg_value(t: tuple) -> Any:
-    kind = t[0]
-    if kind == "tensor":
-        _, name, role, st, shape, stride, off, ptr, dev = t
-        return TensorInfo(name, role, _dtype_of(st), shape, stride, off, ptr, dev)
-    if kind == "other":
-        return f"<{t[3]}>"
-    return t[3]
+def _arg_value(t) -> Any:
+    """A recorded argument (a _C.TensorArg or _C.ScalarArg) as kernel calls show it."""
+    if t.kind == "tensor":
+        return TensorInfo(t.name, t.role, _dtype_of(t.scalar_type), t.shape, t.stride, t.storage_offset,
+                          t.data_ptr, t.device)
+    if t.kind == "other":
+        return f"<{t.value}>"
+    return t.value
 
 
 # Note [Kernel tensor attributes]: record_tensor_attributes on kernel lines.
@@ -194,19 +195,18 @@ class _KernelCall(_upstream._DebugCall):
         for i, (name, h) in enumerate(zip(self.arg_names, self._launch.hashes)):
             if h is None:
                 continue
-            kinds, flags, spec_id, pre, post = h
-            spec = hashing.spec(spec_id)
-            side = post if when else pre
+            spec = hashing.spec(h.spec)
+            side = h.post if when else h.pre
             if spec.fn is not None:
                 key = (self.launch_index, i, when)
                 if key in custom:
                     out[name] = custom[key]
                 continue
-            have = _side_kinds(kinds, flags, when)
+            have = _side_kinds(h.kinds, h.flags, when)
             # only what this side computed: a kind it never hashed is absent, not 0
             if side is not None and spec.names and (have & spec.kinds) == spec.kinds:
                 # the recorder counts and warns about these (hash_unsupported)
-                unhashed = have & (_HK_NORM | _HK_XOR | _HK_STATS) if flags & _HF_UNSUPPORTED else 0
+                unhashed = have & (_HK_NORM | _HK_XOR | _HK_STATS) if h.flags & _HF_UNSUPPORTED else 0
                 out[name] = spec.value(side, unhashed=unhashed)
         return out or None
 
@@ -245,7 +245,7 @@ class _KernelCall(_upstream._DebugCall):
     def readonly_violations(self) -> list[str]:
         """Arguments the kernel only reads whose bytes changed during the launch
         (log_tensor_hashes(check_inputs_unchanged=True))."""
-        return [n for n, h in zip(self.arg_names, self._launch.hashes) if h is not None and h[1] & 4]
+        return [n for n, h in zip(self.arg_names, self._launch.hashes) if h is not None and h.flags & _HF_CHANGED]
 
     # -- identity and launch configuration --
     @property
@@ -303,34 +303,34 @@ class _KernelCall(_upstream._DebugCall):
         return self._launch.t_end_ns
 
     # -- arguments --
-    def _arg_tuples(self) -> tuple:
+    def _arg_records(self) -> tuple:
         if self._args is None:
             self._args = self._launch.args
         return self._args
 
     @property
     def arg_names(self) -> tuple[str, ...]:
-        return tuple(t[1] or f"arg{i}" for i, t in enumerate(self._arg_tuples()))
+        return tuple(t.name or f"arg{i}" for i, t in enumerate(self._arg_records()))
 
     @property
     def roles(self) -> dict[str, str]:
         """Argument name -> 'R' (read), 'W' (written) or 'RW'."""
-        return {n: ROLE_NAMES[t[2]] for n, t in zip(self.arg_names, self._arg_tuples())}
+        return {n: ROLE_NAMES[t.role] for n, t in zip(self.arg_names, self._arg_records())}
 
     @property
     def written(self) -> list[str]:
-        return [n for n, t in zip(self.arg_names, self._arg_tuples()) if t[2] & 2]
+        return [n for n, t in zip(self.arg_names, self._arg_records()) if t.role & ROLE_WRITE]
 
     @property
     def read(self) -> list[str]:
-        return [n for n, t in zip(self.arg_names, self._arg_tuples()) if t[2] & 1]
+        return [n for n, t in zip(self.arg_names, self._arg_records()) if t.role & ROLE_READ]
 
     @property
     def tensor_info(self) -> dict[str, TensorInfo]:
         """Argument name -> TensorInfo, for every tensor argument."""
         out = {}
-        for n, t in zip(self.arg_names, self._arg_tuples()):
-            if t[0] == "tensor":
+        for n, t in zip(self.arg_names, self._arg_records()):
+            if t.kind == "tensor":
                 out[n] = _arg_value(t)
         return out
 
@@ -341,7 +341,7 @@ class _KernelCall(_upstream._DebugCall):
         objs = self._launch.objects
         if objs is not None:
             return objs
-        return tuple(_arg_value(t) for t in self._arg_tuples())
+        return tuple(_arg_value(t) for t in self._arg_records())
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -360,8 +360,8 @@ class _KernelCall(_upstream._DebugCall):
         """The line with each tensor argument's requested attributes after
         its shape, as upstream renders them (Note [Kernel tensor attributes])."""
         objs = self._launch.objects
-        for i, (name, t) in enumerate(zip(self.arg_names, self._arg_tuples())):
-            if t[0] != "tensor":
+        for i, (name, t) in enumerate(zip(self.arg_names, self._arg_records())):
+            if t.kind != "tensor":
                 continue
             obj = objs[i] if objs is not None and i < len(objs) else None
             if isinstance(obj, torch.Tensor):

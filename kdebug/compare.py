@@ -75,8 +75,8 @@ def _step(i: int, op) -> Step:
                     pre, dict(op.post_hashes or {}), tensors, names, reads, writes, True, labels)
     log = getattr(op, "log", None) or {}
     ext = getattr(op, "_kd_extents", None)
-    pre = dataflow.tree_values(log.get("input_hash"), "in", ext[0] if ext else None)
-    post = dataflow.tree_values(log.get("hash"), "out", ext[1] if ext else None)
+    pre = dataflow.tree_values(log.get("input_hash"), "in", ext.inputs if ext else None)
+    post = dataflow.tree_values(log.get("hash"), "out", ext.outputs if ext else None)
     name = _op_name(op)
     slots = dataflow.op_slots(ext, getattr(op, "op", None))
     reads, writes = slots if slots is not None else ([], [])
@@ -515,8 +515,8 @@ def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
                 leaf = _C.tree_leaf_digest(ha) if ha is not None else 0  # an op writer: by its output hash
                 found = A.run._reader.last_writer(a.index, dt, slot.device[1], slot.lo, slot.hi, leaf)
                 if found is not None:
-                    w = div.writer = A.step(found[0])
-                    div.writer_args = ([n for bit, n in enumerate(w.arg_names) if found[1] >> bit & 1]
+                    w = div.writer = A.step(found.index)
+                    div.writer_args = ([n for bit, n in enumerate(w.arg_names) if found.mask >> bit & 1]
                                        if w.kind == "kernel" else ["output"])
         div.inherited = _Pairs(A, B, pa[inherited_pos[top.position]], pb[inherited_pos[top.position]]) \
             if inherited_pos.get(top.position) is not None else _Pairs(A, B, pa[:0], pb[:0])

@@ -36,6 +36,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Any
 
+from . import _C
 from .calls import TensorInfo
 from .hashing import Stats
 
@@ -84,7 +85,7 @@ _DEV_NAMES = {0: "cpu", 1: "cuda"}
 
 
 def _is_extent(x) -> bool:
-    return isinstance(x, tuple) and len(x) == 4 and all(isinstance(v, int) for v in x)
+    return isinstance(x, _C.Extent)
 
 
 def _walk(tree, path=()):
@@ -137,21 +138,21 @@ def path_key(side: str, path: tuple) -> str:
 
 
 def op_slots(extents, op) -> tuple[list, list] | None:
-    """(reads, writes) of an aten op from its extents trees, None without them."""
+    """(reads, writes) of an aten op from its extents trees (a _C.OpExtents),
+    None without them."""
     if extents is None:
         return None
-    ext_in, ext_out = extents
     schema = _schema(op)
     reads, writes = [], []
-    for tree, side, out in ((ext_in, "in", reads), (ext_out, "out", writes)):
+    for tree, side, out in ((extents.inputs, "in", reads), (extents.outputs, "out", writes)):
         if tree is None:
             continue
         for path, leaf in _walk(tree):
             if leaf is None:
                 continue
-            dt, di, lo, hi = leaf
             label = _input_label(path, schema) if side == "in" else _output_label(path, schema)
-            out.append(Slot(path_key(side, path), label, (_DEV_NAMES.get(dt, dt), di), lo, hi))
+            out.append(Slot(path_key(side, path), label,
+                            (_DEV_NAMES.get(leaf.device_type, leaf.device_type), leaf.device_index), leaf.lo, leaf.hi))
     return reads, writes
 
 

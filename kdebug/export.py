@@ -78,7 +78,8 @@ def _arg_text(a: tuple, shape: list, strings: list, dtypes: dict) -> str:
 def perfetto_events(run: Run) -> list[dict]:
     """The trace events of a run (kdebug.Run)."""
     reader = run._reader
-    rec, arg, dims = reader.table(0, len(run))
+    tab = reader.table(0, len(run))
+    rec, arg, dims = tab.records, tab.args, tab.dims
     strings = reader.strings()
     dtypes = _dtype_names()
     ndims = len(dims) // 8

@@ -217,15 +217,15 @@ def _hash7(t: torch.Tensor, kinds: int, on_host: bool) -> "_C.HashValues":
 def bitwise(t: torch.Tensor, on_host: bool = False) -> int:
     """kdebug's bitwise hash (Note [The bitwise hash] in csrc/core/kd_hash.h).
     CUDA tensors are hashed on their device unless on_host=True."""
-    return _hash7(t, _C.HASH_BITWISE, on_host)[0]
+    return _hash7(t, _C.HASH_BITWISE, on_host).bitwise
 
 
 def norm(t: torch.Tensor, on_host: bool = False) -> float:
     """Upstream's norm hash (float64 L1), deterministic for NaN and inf."""
     r = _hash7(t, _C.HASH_NORM, on_host)
-    if r[6]:
+    if r.unsupported:
         raise TypeError(f"kdebug cannot compute the norm hash of a {t.dtype} tensor; use hash_fn='bitwise'")
-    return norm_value(r[1], r[2], r[3], r[4])
+    return norm_value(r.l1, r.nan, r.posinf, r.neginf)
 
 
 def stats(t: torch.Tensor, on_host: bool = False) -> Stats:
@@ -240,9 +240,9 @@ def stats(t: torch.Tensor, on_host: bool = False) -> Stats:
 def hash_tensor(t: torch.Tensor, on_host: bool = False) -> int:
     """Upstream's hash_tensor value: XOR of the 64-bit upcast elements."""
     r = _hash7(t, _C.HASH_XOR, on_host)
-    if r[6]:
+    if r.unsupported:
         raise TypeError(f"kdebug cannot compute hash_tensor of a {t.dtype} tensor; use hash_fn='bitwise'")
-    return r[5]
+    return r.xor64
 
 
 _FNS = {"bitwise": bitwise, "norm": norm, "hash_tensor": hash_tensor, "stats": stats}

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from . import _C, _active, _upstream, replay
+from ._boundary import TritonLaunch
 
 _lock = threading.Lock()
 _installed = False
@@ -174,7 +175,7 @@ def _wrap_runner(launcher, cfg_id: int, warps: int, stages: int, shared: int) ->
     return True
 
 
-def triton_finish(autotuner, args: tuple):
+def triton_finish(autotuner, args: tuple) -> TritonLaunch | None:
     """After a recorded launch whose grid the runner hook did not see (the
     launcher's first recorded call): wrap the launcher's runner so later
     launches report their grid from C, and compute this launch's grid."""
@@ -192,7 +193,8 @@ def triton_finish(autotuner, args: tuple):
             _wrap_runner(target, cfg_id, warps, stages, shared)
     _, grid = autotuner._interpret_args_grid(args, cfg)
     g = [int(x) for x in grid]
-    return (g[0], g[1], g[2], cfg_id, warps, stages, shared)
+    return TritonLaunch(grid_x=g[0], grid_y=g[1], grid_z=g[2], config_id=cfg_id, num_warps=warps,
+                        num_stages=stages, shared_mem=shared)
 
 
 # ---------------------------------------------------------------- C++

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from . import _C, _active, _argtext, _aten_hooks, _flags, _upstream, hashing, inductor
+from ._boundary import HashHook, OpInfo
 from .calls import _VERBOSE, RECORDED_ATTRIBUTES, _CppKernelCall, _KernelCall, make_call
 
 _UPSTREAM_PARAMS = {n: p for n, p in inspect.signature(_upstream.DebugMode.__init__).parameters.items()
@@ -50,10 +51,9 @@ class _SettingsContext:
             _C.defer_flush()
 
 
-def _op_info(func) -> tuple:
+def _op_info(func) -> OpInfo:
     """What the aten-op fast path needs to know of an op, once per op
-    (kd_dispatch.c caches it): (special, hash_skipped, makes_empty, writes,
-    written positions, written keyword names, out= names, callable)."""
+    (kd_dispatch.c caches it)."""
     name = _upstream.get_op_name(func)
     text = str(func)
     empty = "empty" in text
@@ -78,10 +78,10 @@ def _op_info(func) -> tuple:
         if pos is not None else None
     if nb is not None:
         op = _settling(op, None if nb[1] else nb[0])
-    return (special,
-            empty or "profiler" in text,  # upstream's hash hooks skip these
-            empty,  # its output holds whatever memory it got (Note [Fresh buffers])
-            writes, pos, names, outs, op)
+    return OpInfo(special=special,
+                  hash_skipped=empty or "profiler" in text,  # upstream's hash hooks skip these
+                  makes_empty=empty,  # its output holds whatever memory it got (Note [Fresh buffers])
+                  writes=writes, written_pos=pos, written_names=names, out_names=outs, callable=op)
 
 
 def _settling(op, position: int | None):
@@ -302,7 +302,7 @@ class DebugMode(_upstream.DebugMode):
         self._warned: set[str] = set()
         self._reported = {"dropped": 0, "errors": 0, "unrecorded": 0, "outputs_skipped": 0,
                           "readonly_changed": 0, "hash_unsupported": 0}
-        self._pending_calls: list = []  # (aten call, made by pytree) with hashes still on the GPU
+        self._pending_calls: list = []  # _C.PendingCall: aten calls with hashes still on the GPU
         # Note [Fast aten-op recording]: with these flags every aten-op record
         # is made by the C formatter (kd_fmt.c), text-identical to upstream's;
         # anything else goes through upstream's __torch_dispatch__.
@@ -418,12 +418,12 @@ class DebugMode(_upstream.DebugMode):
         def value(x):
             return x.value() if isinstance(x, hashing.Pending) else x
 
-        for call, by_pytree in self._pending_calls:
+        for pending in self._pending_calls:
             log = {}
-            for key, v in call.log.items():
+            for key, v in pending.call.log.items():
                 v = _C.tree_resolve(v, _spec_value)
-                log[key] = tree_map(value, v) if by_pytree else v  # pytree-made trees (rare)
-            call.log = log
+                log[key] = tree_map(value, v) if pending.by_pytree else v  # pytree-made trees (rare)
+            pending.call.log = log
         self._pending_calls.clear()
 
     # -- hashes and recorded outputs --
@@ -452,7 +452,8 @@ class DebugMode(_upstream.DebugMode):
             if spec.fn is not None:
                 hashing.push_custom(spec.fn)
             # a callable hash_fn: upstream's code runs the hooks (no fast-path entry)
-            entry = ("hash", spec, inputs, spec_id, spec.kinds, spec.value) if spec.fn is None else None
+            entry = (HashHook(spec=spec, hash_inputs=inputs, spec_id=spec_id, kinds=spec.kinds, value_fn=spec.value)
+                     if spec.fn is None else None)
             return _aten_hooks.push("hash", entry, _aten_hooks.hash_hooks(spec.aten_fn(), inputs), prev,
                                     _C._set_hash_config, spec.fn)
 

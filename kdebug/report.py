@@ -97,7 +97,8 @@ class _Table:
 
     def __init__(self, side: _Side, strings: dict[str, int]):
         reader = side.run._reader
-        rec, arg, dims = reader.table(0, side.n)
+        tab = reader.table(0, side.n)
+        rec, arg, dims = tab.records, tab.args, tab.dims
         local = reader.strings()
         remap = torch.tensor([strings.setdefault(s, len(strings)) for s in local], dtype=torch.int32)
         self.rec = bytearray(rec)

@@ -54,8 +54,8 @@ def _meta_base() -> dict:
             "argv": list(sys.argv), "pid": os.getpid(), "time": time.time(), **_specs_meta()}
 
 
-def _op_record(op, attributes) -> tuple[int, int, str, str, Any, Any, Any]:
-    """(depth, flags, name, text, input hash tree, output hash tree, extents) of a non-kernel entry."""
+def _op_record(op, attributes) -> dict[str, Any]:
+    """TraceWriter.op's keyword arguments for a non-kernel entry (the fields of a _C.TraceOp)."""
     log = getattr(op, "log", None)
     saved = log
     try:
@@ -73,7 +73,8 @@ def _op_record(op, attributes) -> tuple[int, int, str, str, Any, Any, Any]:
     if extents is not None:
         flags |= _FLAG_EXTENTS
     name = _upstream.get_call_name(op)
-    return op.call_depth, flags, name, text, log.get("input_hash"), log.get("hash"), extents
+    return dict(depth=op.call_depth, flags=flags, name=name, text=text, input_hashes=log.get("input_hash"),
+                output_hashes=log.get("hash"), extents=extents)
 
 
 def _create(path: str):
@@ -123,7 +124,7 @@ class Writer:
             if run_start is not None:
                 self._w.launches(recorder, run_start, run_stop)
                 run_start = run_stop = None
-            self._w.op(*_op_record(op, attributes))
+            self._w.op(**_op_record(op, attributes))
         if run_start is not None:
             self._w.launches(recorder, run_start, run_stop)
         if custom_launches:
@@ -442,8 +443,7 @@ class Run:
         try:
             self._reader = _C.TraceReader(data)
         except TraceError as e:
-            off, msg = e.args
-            raise TraceFileError(path, off, msg) from None
+            raise TraceFileError(path, e.offset, e.message) from None
         info = self._reader.info()
         self.info = info
         self.meta: dict = {}  # Note [META schema]: only checked keys
@@ -512,15 +512,15 @@ class Run:
                     self._load_range(i, i + 1)
                 c = make_call(self._rec.launch(self._store_of[i]), self._rec)
             else:
-                depth, flags, name, text, tin, tout, ext = self._reader.op(i, hashing.norm_value)
+                op = self._reader.op(i, hashing.norm_value)
                 log = {}
-                if flags & _FLAG_IN:
-                    log["input_hash"] = tin
-                if flags & _FLAG_OUT:
-                    log["hash"] = tout
-                c = _OpCall(depth, name, text, log or None, bool(flags & _FLAG_OPCALL))
-                if flags & _FLAG_EXTENTS:
-                    c._kd_extents = ext
+                if op.flags & _FLAG_IN:
+                    log["input_hash"] = op.input_hashes
+                if op.flags & _FLAG_OUT:
+                    log["hash"] = op.output_hashes
+                c = _OpCall(op.depth, op.name, op.text, log or None, bool(op.flags & _FLAG_OPCALL))
+                if op.flags & _FLAG_EXTENTS:
+                    c._kd_extents = op.extents
             self._calls[i] = c
         return c
 

@@ -86,10 +86,10 @@ def test_args_describe_the_real_tensors(block_step):
     for call in dm.kernels:
         for t, obj in zip(call._launch.args, call._launch.objects):
             if isinstance(obj, torch.Tensor):
-                assert t[4] == tuple(obj.shape) and t[5] == obj.stride()
-                assert t[7] == obj.data_ptr() and t[8] == str(obj.device)
+                assert t.shape == tuple(obj.shape) and t.stride == obj.stride()
+                assert t.data_ptr == obj.data_ptr() and t.device == str(obj.device)
             else:
-                assert t[3] == obj
+                assert t.value == obj
 
 
 def test_steady_state_grids_equal_first_launch_grids(block_step):

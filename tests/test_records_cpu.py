@@ -77,15 +77,15 @@ def test_kernels_match_generated_code(compiled_cpu, cpu_inputs):
             else:
                 assert ("R" in role) == declared_read, (name, n, role)
         # metadata read in C equals the tensors' own
-        for info_tuple, obj in zip(k._launch.args, k._launch.objects):
+        for arg, obj in zip(k._launch.args, k._launch.objects):
             if isinstance(obj, torch.Tensor):
-                kind, _, _, st, shape, stride, off, ptr, dev = info_tuple
-                assert kind == "tensor"
-                assert shape == tuple(obj.shape) and stride == obj.stride()
-                assert off == obj.storage_offset() and ptr == obj.data_ptr()
-                assert st == kdebug._C.scalar_type(obj.dtype) and dev == "cpu"
+                assert type(arg) is kdebug._C.TensorArg and arg.kind == "tensor"
+                assert arg.shape == tuple(obj.shape) and arg.stride == obj.stride()
+                assert arg.storage_offset == obj.storage_offset() and arg.data_ptr == obj.data_ptr()
+                assert arg.scalar_type == kdebug._C.scalar_type(obj.dtype) and arg.device == "cpu"
             else:
-                assert info_tuple[0] in ("int", "float") and info_tuple[3] == obj
+                assert type(arg) is kdebug._C.ScalarArg
+                assert arg.kind in ("int", "float") and arg.value == obj
     # results are untouched by the recorder
     from conftest import pointwise_and_reductions
 
@@ -206,7 +206,7 @@ def test_odd_dtypes_and_layouts(cpu_inputs):
     for k in dm.kernels:
         for t, obj in zip(k._launch.args, k._launch.objects):
             if isinstance(obj, torch.Tensor):
-                assert t[4] == tuple(obj.shape) and t[5] == obj.stride() and t[6] == obj.storage_offset()
+                assert t.shape == tuple(obj.shape) and t.stride == obj.stride() and t.storage_offset == obj.storage_offset()
                 seen[obj.dtype] = seen.get(obj.dtype, 0) + 1
     s = dm.debug_string()
     assert seen, s
