@@ -518,18 +518,25 @@ def module_provenance(source: str) -> dict[str, KernelProvenance]:
     return out
 
 
+_module_cache: dict[str, dict[str, KernelProvenance]] = {}  # generated module path -> its kernels
+
+
 def _from_generated_modules(kernel_name: str) -> KernelProvenance | None:
     for mod in _upstream.generated_modules():
         path = getattr(mod, "__file__", None)
         if not path or kernel_name not in vars(mod):
             continue
-        try:
-            with open(path) as f:
-                got = module_provenance(f.read()).get(kernel_name)
-        except (OSError, UnicodeDecodeError):
-            continue
-        if got is not None:
-            return got
+        got = _module_cache.get(path)
+        if got is None:
+            try:
+                with open(path) as f:
+                    got = module_provenance(f.read())
+            except (OSError, UnicodeDecodeError):
+                continue
+            if len(_module_cache) < _WRAPPERS_MAX:
+                _module_cache[path] = got
+        if kernel_name in got:
+            return got[kernel_name]
     return None
 
 
