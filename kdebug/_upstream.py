@@ -275,3 +275,11 @@ def compile_cache_switches() -> list:
     import torch._inductor.config
 
     return [(torch._inductor.config, "fx_graph_cache"), (torch._functorch.config, "enable_autograd_cache")]
+
+
+def inductor_cache_dir() -> str:
+    """torch._inductor.runtime.cache_dir_utils.cache_dir() (2.11, 2.13):
+    Inductor's on-disk cache directory (TORCHINDUCTOR_CACHE_DIR)."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return cache_dir()

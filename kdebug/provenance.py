@@ -140,6 +140,7 @@ _NAMES_MAX = 100_000
 _WRAPPERS_MAX = 10_000
 dropped = 0  # provenance entries not kept (limits above)
 errors = 0  # graphs whose provenance could not be read (warned)
+file_errors = 0  # provenance files not written or not readable
 _installed = False
 
 
@@ -449,6 +450,8 @@ def _graph_done(lowering, result, events: list) -> None:
     rec = GraphRecord(_graph_name(lowering), gm, out_calls, inputs, outs, problems)
     digest = hashlib.sha256(source.encode()).hexdigest() if source else None
     per_kernel = _per_kernel(rec)
+    if digest is not None:
+        _save_file(digest, per_kernel)
     with _lock:
         for p in per_kernel.values():
             _remember(p)
@@ -478,6 +481,63 @@ def _per_kernel(rec: GraphRecord) -> dict[str, KernelProvenance]:
 _SORTED = re.compile(r"#\s*Topologically Sorted Source Nodes:\s*\[([^\]]*)\]")
 
 
+def _file_for(digest: str) -> str | None:
+    import os
+
+    try:
+        return os.path.join(_upstream.inductor_cache_dir(), "kdebug_provenance", digest + ".json")
+    except Exception:  # no cache directory can be named: no file
+        return None
+
+
+def _save_file(digest: str, per_kernel: dict[str, KernelProvenance]) -> None:
+    """Writes a lowered graph's provenance beside Inductor's cache, keyed by
+    the digest of its wrapper source, for a later process whose compile is an
+    FX graph cache hit (Note [Kernel provenance]).  Best effort: a failure is
+    counted in ``file_errors``, never raised."""
+    import json
+    import os
+
+    global file_errors
+    path = _file_for(digest)
+    if path is None or os.path.exists(path):
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        from . import _files
+
+        with _files.replaced_atomically(path) as f:
+            json.dump({name: [p.to_json()] for name, p in per_kernel.items()}, f)
+    except (OSError, ValueError, TypeError):
+        file_errors += 1
+
+
+_FILE_MAX = 64 << 20
+
+
+def _load_file(digest: str) -> dict[str, KernelProvenance] | None:
+    """What _save_file wrote for this wrapper source, checked like a trace's
+    META (a damaged or planted file is ignored and counted), or None."""
+    import json
+    import os
+
+    global file_errors
+    path = _file_for(digest)
+    if path is None or not os.path.isfile(path):
+        return None
+    try:
+        if os.path.getsize(path) > _FILE_MAX:
+            raise ValueError("too large")
+        with open(path, encoding="utf-8") as f:
+            got = check_meta(json.load(f), "provenance file", ValueError)
+        return {name: KernelProvenance(p.kernel, p.kind, p.nodes, p.source, p.writes, p.graph,
+                                       "provenance file", p.unknown)
+                for name, (p, *_) in got.items()}
+    except (OSError, ValueError, RecursionError):
+        file_errors += 1
+        return None
+
+
 def module_provenance(source: str) -> dict[str, KernelProvenance]:
     """Per kernel called in a generated module, what the module itself says:
     the node names of the '# Topologically Sorted Source Nodes: [...]' comment
@@ -490,6 +550,9 @@ def module_provenance(source: str) -> dict[str, KernelProvenance]:
     if same is not None:
         return {k: KernelProvenance(p.kernel, p.kind, p.nodes, p.source, p.writes, p.graph,
                                     "same wrapper source", p.unknown) for k, p in same.items()}
+    saved = _load_file(digest)
+    if saved is not None:
+        return saved
     calls = {name for name, _, _ in wrapper_calls(source)}
     out: dict[str, KernelProvenance] = {}
     comment: list[str] | None = None
@@ -511,7 +574,8 @@ def module_provenance(source: str) -> dict[str, KernelProvenance]:
             prev = out.get(callee)
             nodes = list(prev.nodes) if prev else []
             nodes += [n for n in (comment or ()) if n not in nodes]
-            unknown = (() if nodes else ("nodes",)) + ("writes", "source")
+            # the comment's names are Inductor's origins: some may be pre-grad nodes ('matmul' for 'mm')
+            unknown = ("nodes" if not nodes else "post-grad node names", "writes", "source")
             out[callee] = KernelProvenance(callee, kind, tuple(nodes), (), {}, "",
                                            "generated module comments", unknown)
         comment = None
@@ -524,8 +588,8 @@ _module_cache: dict[str, dict[str, KernelProvenance]] = {}  # generated module p
 def _from_generated_modules(kernel_name: str) -> KernelProvenance | None:
     for mod in _upstream.generated_modules():
         path = getattr(mod, "__file__", None)
-        if not path or kernel_name not in vars(mod):
-            continue
+        if not path or ("." not in kernel_name and kernel_name not in vars(mod)):
+            continue  # an extern call's name ('extern_kernels.mm') is no module attribute
         got = _module_cache.get(path)
         if got is None:
             try:
