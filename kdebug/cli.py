@@ -125,7 +125,8 @@ def _show(args: argparse.Namespace) -> int:
     prov = run.meta.get("kernel_provenance")
     if prov:  # Note [Kernel provenance]: once per kernel, not per launch
         print("\n# kernel provenance: the post-grad FX nodes each kernel computes")
-        for name, entries in prov.items():
+        for name in prov:
+            entries = run.provenance(name)
             for k, e in enumerate(entries):
                 more = f" ({k + 1} of {len(entries)} kernels of this name)" if len(entries) > 1 else ""
                 print(f"# {name}{more}")

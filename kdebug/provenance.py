@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import hashlib
 import re
 import threading
@@ -530,9 +531,8 @@ def _load_file(digest: str) -> dict[str, KernelProvenance] | None:
             raise ValueError("too large")
         with open(path, encoding="utf-8") as f:
             got = check_meta(json.load(f), "provenance file", ValueError)
-        return {name: KernelProvenance(p.kernel, p.kind, p.nodes, p.source, p.writes, p.graph,
-                                       "provenance file", p.unknown)
-                for name, (p, *_) in got.items()}
+        return {name: dataclasses.replace(from_json(entries[0]), origin="provenance file")
+                for name, entries in got.items()}
     except (OSError, ValueError, RecursionError):
         file_errors += 1
         return None
@@ -643,18 +643,20 @@ _LIST_MAX = 1 << 16
 
 
 def check_meta(v, key: str, bad) -> dict:
-    """Checks a trace's "kernel_provenance" value; ``bad(msg)`` makes the
-    exception to raise (Note [META schema] in trace.py).  Returns
-    {name: [KernelProvenance, ...]}."""
+    """Checks a "kernel_provenance" value (a trace's META key, a provenance
+    file); ``bad(msg)`` makes the exception to raise (Note [META schema] in
+    trace.py).  Returns it normalized: {name: [entry, ...]}, each entry a dict
+    with every key of KernelProvenance.to_json(), of the right type
+    (from_json() makes the objects)."""
     def text(x, where):
         if not isinstance(x, str) or len(x) > _TEXT_MAX:
-            raise bad(f"META key {where!r} must be a string")
+            raise bad(f"META key {where!r} must be a string of at most {_TEXT_MAX} characters")
         return x
 
     def texts(x, where):
         if not isinstance(x, list) or len(x) > _LIST_MAX:
             raise bad(f"META key {where!r} must be a list of strings")
-        return tuple(text(s, where) for s in x)
+        return [text(s, where) for s in x]
 
     if not isinstance(v, dict) or len(v) > _NAMES_MAX:
         raise bad(f"META key {key!r} must be an object of at most {_NAMES_MAX} kernel names")
@@ -670,13 +672,21 @@ def check_meta(v, key: str, bad) -> dict:
             writes = e.get("writes", {})
             if not isinstance(writes, dict) or len(writes) > _LIST_MAX:
                 raise bad(f"META key {where + '.writes'!r} must be an object")
-            w = {text(b, where + ".writes"): (None if n is None else text(n, where + ".writes"))
-                 for b, n in writes.items()}
-            kind = text(e.get("kind", ""), where + ".kind")
-            got.append(KernelProvenance(
-                text(e.get("kernel", name), where + ".kernel"), kind,
-                texts(e.get("nodes", []), where + ".nodes"), texts(e.get("source", []), where + ".source"),
-                w, text(e.get("graph", ""), where + ".graph"), text(e.get("origin", ""), where + ".origin"),
-                texts(e.get("unknown", []), where + ".unknown")))
+            got.append({
+                "kernel": text(e.get("kernel", name), where + ".kernel"),
+                "kind": text(e.get("kind", ""), where + ".kind"),
+                "nodes": texts(e.get("nodes", []), where + ".nodes"),
+                "source": texts(e.get("source", []), where + ".source"),
+                "writes": {text(b, where + ".writes"): (None if n is None else text(n, where + ".writes"))
+                           for b, n in writes.items()},
+                "graph": text(e.get("graph", ""), where + ".graph"),
+                "origin": text(e.get("origin", ""), where + ".origin"),
+                "unknown": texts(e.get("unknown", []), where + ".unknown")})
         out[text(name, key)] = got
     return out
+
+
+def from_json(e: dict) -> KernelProvenance:
+    """The KernelProvenance of one entry check_meta() returned."""
+    return KernelProvenance(e["kernel"], e["kind"], tuple(e["nodes"]), tuple(e["source"]), dict(e["writes"]),
+                            e["graph"], e["origin"], tuple(e["unknown"]))

@@ -508,7 +508,7 @@ class Run:
         trace holds for kernels named ``kernel_name``: one per distinct
         kernel of that name the recording process compiled or loaded
         (Note [Kernel provenance]); [] when the trace has none."""
-        return list(self.meta.get("kernel_provenance", {}).get(kernel_name, ()))
+        return [provenance.from_json(e) for e in self.meta.get("kernel_provenance", {}).get(kernel_name, ())]
 
     def _load_range(self, start: int, stop: int) -> None:
         base = len(self._rec)

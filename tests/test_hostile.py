@@ -212,6 +212,9 @@ def _payload_metas() -> dict[str, dict]:
     for k in ("launches", "dropped", "errors", "unrecorded", "suppressed", "outputs_skipped", "readonly_changed",
               "hash_unsupported", "complete", "bypassed_graph_calls", p):
         out[f"stats.{k}"] = {"stats": {k: p}}
+    out["kernel_provenance"] = {"kernel_provenance": {p: [{"kernel": p, "kind": p, "nodes": [p], "source": [p],
+                                                          "writes": {p: p}, "graph": p, "origin": p,
+                                                          "unknown": [p]}]}}
     out["stats.bypassed_graph_calls key"] = {"stats": {"bypassed_graph_calls": {p: 2}, "complete": False}}
     return out
 

@@ -145,8 +145,7 @@ def test_trace_round_trips_provenance_once_per_kernel(captured, tmp_path):
         _step(compiled, x)
     names = {k.kernel_name for k in dm.kernels}
     run = kdebug.load(str(path))
-    saved = run.meta["kernel_provenance"]
-    assert set(saved) == names
+    assert set(run.meta["kernel_provenance"]) == names
     for name in names:
         assert run.provenance(name) == provenance.provenances(name)
         assert all(p.nodes and p.origin == "lowering" for p in run.provenance(name))
