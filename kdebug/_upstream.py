@@ -253,7 +253,8 @@ def graph_lowering() -> type:
     """torch._inductor.graph.GraphLowering (2.11, 2.13): codegen() emits one
     graph's kernels and returns (wrapper code, kernel code), each a
     ValueWithLineMap whose .value is the source; .module is the post-grad
-    GraphModule; is_backward / is_inference say which graph it is."""
+    GraphModule; is_backward / is_inference say which graph it is;
+    .name_to_buffer maps buffer names to IR buffers (their origin_node)."""
     from torch._inductor.graph import GraphLowering
 
     return GraphLowering

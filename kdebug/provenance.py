@@ -42,12 +42,18 @@ outside torch itself (nn.Linear's own line is not the user's), as
 "file:line in fn: code".
 
 Kernels whose module comes from the FX graph cache were not lowered in this
-process: kernel_provenance() then answers from a kernel lowered earlier in the
-process with the same wrapper source (same code, same graph), else from what
-the generated module says: the "# Topologically Sorted Source Nodes: [...]"
-comment Inductor writes above Triton and extern calls (C++ kernel calls have
-none: their nodes are then unknown).  Such an answer says what it lacks in
-``unknown``.
+process.  kernel_provenance() then answers, in this order: from a graph
+lowered earlier in this process with the same wrapper source (same code, same
+graph; origin 'same wrapper source'); from the provenance file a lowering
+wrote, in any process, beside Inductor's cache
+(<cache dir>/kdebug_provenance/<sha256 of the wrapper source>.json, checked
+like a trace's META on reading, ignored and counted in file_errors when it
+does not fit; origin 'provenance file'); else from what the generated module
+says: the "# Topologically Sorted Source Nodes: [...]" comment Inductor writes
+above Triton and extern calls, whose names are Inductor's origins and may be
+pre-grad nodes ('matmul' for the post-grad 'mm'); C++ kernel calls have no
+such comment, so their nodes are unknown.  Such an answer says what it lacks
+in ``unknown``.
 
 Kernel names are unique within one graph only: two graphs may each have a
 cpp_fused_add_0.  kernel_provenance() and the trace's META key
@@ -231,8 +237,10 @@ def _event(node_schedule, kernel_name, is_extern) -> _Event | None:
     writes: dict = {}
     if is_extern:
         irs = [node_schedule]
-        names = [node_schedule.get_name()] if hasattr(node_schedule, "get_name") else []
-        outs = [(n, node_schedule) for n in names]
+        try:
+            outs = [(node_schedule.get_name(), node_schedule)]
+        except Exception:  # an extern call with no buffer of its own (NoneLayout): no writes known
+            outs = []
     else:
         irs, outs = [], []
         for snode in node_schedule:
@@ -376,6 +384,23 @@ def wrapper_calls(source: str) -> list[tuple[str, tuple, str | None]]:
     return out
 
 
+def _pieces(source: str) -> dict[str, list[str]]:
+    """Buffers the wrapper's call() takes out of a multi-output extern call's
+    result: ``buf2 = buf1[0]`` gives {'buf1': ['buf2']}."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    out: dict[str, list[str]] = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef) and fn.name == "call":
+            for st in ast.walk(fn):
+                if (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                        and isinstance(st.value, ast.Subscript) and isinstance(st.value.value, ast.Name)):
+                    out.setdefault(st.value.value.id, []).append(st.targets[0].id)
+    return out
+
+
 # ---------------------------------------------------------------- one graph
 
 _counter = iter(range(1 << 62))
@@ -411,6 +436,8 @@ def _graph_done(lowering, result, events: list) -> None:
     events = [e for e in events if isinstance(e, _Event)]
     source = _source_text(result) or ""
     calls = wrapper_calls(source)
+    pieces = _pieces(source)
+    buffers = getattr(lowering, "name_to_buffer", None) or {}
     pending: dict[str, list[_Event]] = {}
     for ev in events:
         pending.setdefault(ev.kernel, []).append(ev)
@@ -438,6 +465,10 @@ def _graph_done(lowering, result, events: list) -> None:
         passed = {a for a in args if a is not None} | ({target} if target else set())
         writes = {b: (n.name if n is not None and n in order else None)
                   for b, n in ev.writes.items() if not args or b in passed}
+        for piece in pieces.get(target, ()) if ev.extern and target else ():
+            buf = buffers.get(piece)  # a MultiOutput: one element of the extern call's result
+            on = getattr(buf, "origin_node", None)
+            writes[piece] = on.name if on is not None and on in order else None
         out_calls.append(CallSite(i, ev.kernel, _kind(ev), args, writes, nodes, tuple(lines)))
     if foreign:
         problems.append(f"{foreign} origin node(s) not in the post-grad graph were left out")

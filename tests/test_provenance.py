@@ -279,3 +279,26 @@ def test_capture_lowers_even_when_the_caches_hold_the_graph(tmp_path, monkeypatc
     (c,) = g.calls
     assert c.kind == "cpp" and {"cos", "mul"} <= set(c.nodes)
     assert g.outputs == [c.writes[b] for b in c.writes]
+
+
+def test_multi_output_extern_call_writes_each_element(tmp_path):
+    """torch.sort falls back to aten (an extern call returning a tuple): the
+    wrapper takes its elements out as buffers, each holding one getitem node."""
+    import operator
+
+    def fn(x):
+        v, i = torch.sort(x * 2.0, dim=-1)
+        return v.relu() + i.to(torch.float32)
+
+    torch._dynamo.reset()
+    with provenance.capture() as graphs:
+        torch.compile(fn)(torch.randn(4, 16))
+    (g,) = graphs
+    by_name = {n.name: n for n in g.gm.graph.nodes}
+    (sort,) = [c for c in g.calls if "sort" in c.kernel]
+    assert sort.kind == "extern" and "sort" in sort.nodes
+    held = [by_name[n] for n in sort.writes.values() if n is not None]
+    assert len(held) == 2 and all(n.target is operator.getitem for n in held)
+    assert sorted(n.args[1] for n in held) == [0, 1]
+    readers = [c for c in g.calls if c.kind == "cpp" and set(c.args) & set(sort.writes)]
+    assert readers  # the elements are what the next kernel reads
