@@ -144,6 +144,7 @@ def test_trace_round_trips_provenance_once_per_kernel(captured, tmp_path):
     with DebugMode(trace=str(path)) as dm:
         _step(compiled, x)
     names = {k.kernel_name for k in dm.kernels}
+    assert all(k.provenance == provenance.provenances(k.kernel_name) != [] for k in dm.kernels)
     run = kdebug.load(str(path))
     assert set(run.meta["kernel_provenance"]) == names
     for name in names:
@@ -302,3 +303,13 @@ def test_multi_output_extern_call_writes_each_element(tmp_path):
     assert sorted(n.args[1] for n in held) == [0, 1]
     readers = [c for c in g.calls if c.kind == "cpp" and set(c.args) & set(sort.writes)]
     assert readers  # the elements are what the next kernel reads
+
+
+def test_source_line_takes_the_innermost_frame_outside_torch():
+    tdir = os.path.dirname(torch.__file__)
+    st = (f'  File "/home/u/model.py", line 7, in forward\n    y = self.fc(x)\n'
+          f'  File "{tdir}/nn/modules/linear.py", line 134, in forward\n    return F.linear(input, self.weight, self.bias)\n')
+    assert provenance.source_line(st) == "/home/u/model.py:7 in forward: y = self.fc(x)"
+    only_torch = f'  File "{tdir}/nn/modules/linear.py", line 134, in forward\n    return F.linear(x)\n'
+    assert provenance.source_line(only_torch) == f"{tdir}/nn/modules/linear.py:134 in forward: return F.linear(x)"
+    assert provenance.source_line("no frames here") is None and provenance.source_line(None) is None
