@@ -232,7 +232,9 @@ def synchronize_current_stream(device: torch.device) -> None:
 
 def provenance_tracing_modules() -> list:
     """The modules whose name set_kernel_post_grad_provenance_tracing Inductor
-    calls (2.11, 2.13): torch._inductor.debug defines it; ir.py and
+    calls (2.11, 2.13; on 2.11 checked in the installed source: the same
+    signature (node_schedule, kernel_name, is_extern=False), the same
+    imports): torch._inductor.debug defines it; ir.py and
     scheduler.py import it from there inside the function (so they see a
     replacement), codegen/triton.py and codegen/cpp.py import it at module
     level (their own binding must be replaced too)."""
@@ -254,7 +256,8 @@ def graph_lowering() -> type:
     graph's kernels and returns (wrapper code, kernel code), each a
     ValueWithLineMap whose .value is the source; .module is the post-grad
     GraphModule; is_backward / is_inference say which graph it is;
-    .name_to_buffer maps buffer names to IR buffers (their origin_node)."""
+    .name_to_buffer maps buffer names to IR buffers (their origin_node;
+    2.13, not checked on 2.11: provenance.py reads it with getattr)."""
     from torch._inductor.graph import GraphLowering
 
     return GraphLowering
@@ -279,8 +282,10 @@ def compile_cache_switches() -> list:
 
 
 def inductor_cache_dir() -> str:
-    """torch._inductor.runtime.cache_dir_utils.cache_dir() (2.11, 2.13):
-    Inductor's on-disk cache directory (TORCHINDUCTOR_CACHE_DIR)."""
+    """torch._inductor.runtime.cache_dir_utils.cache_dir() (2.13; not checked
+    on 2.11, where provenance.py's caller treats any failure as "no
+    provenance file"): Inductor's on-disk cache directory
+    (TORCHINDUCTOR_CACHE_DIR)."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     return cache_dir()
