@@ -13,6 +13,8 @@ import torch
 import kdebug
 from kdebug import DebugMode, provenance
 
+from test_report import browser  # noqa: F401  (the Chromium fixture)
+
 HERE = os.path.abspath(__file__)
 
 
@@ -313,3 +315,38 @@ def test_source_line_takes_the_innermost_frame_outside_torch():
     only_torch = f'  File "{tdir}/nn/modules/linear.py", line 134, in forward\n    return F.linear(x)\n'
     assert provenance.source_line(only_torch) == f"{tdir}/nn/modules/linear.py:134 in forward: return F.linear(x)"
     assert provenance.source_line("no frames here") is None and provenance.source_line(None) is None
+
+
+def test_launch_detail_in_chromium_shows_provenance_as_text(captured, browser, tmp_path):  # noqa: F811
+    """The report's launch detail lists what the launched kernel computes;
+    a planted provenance entry holding markup is shown as text, no script runs."""
+    from kdebug import report
+    from test_report import _open
+    from tracebytes import with_meta
+
+    compiled, x, _ = captured
+    with DebugMode() as dm:
+        _step(compiled, x)
+    data = kdebug.trace.save(dm, None)
+    first = dm.kernels[0].kernel_name
+    real = provenance.provenances(first)
+    payload = '<img src=x onerror="window.__kdxss=1"><script>window.__kdxss=2</script>'
+    evil = provenance.KernelProvenance("k", "cpp", (payload,), (payload,), {payload: payload}, payload, payload)
+    path = tmp_path / "run.kdt"
+    path.write_bytes(data)
+    planted = tmp_path / "planted.kdt"
+    saved = kdebug.load(str(path)).meta["kernel_provenance"]
+    other = dm.kernels[-1].kernel_name
+    assert other != first
+    planted.write_bytes(with_meta(data, {"kernel_provenance": {**saved, other: [evil.to_json()]}}))
+    for trace, name, want in ((path, first, real[0].nodes), (planted, other, (payload,))):
+        out = tmp_path / (trace.stem + ".html")
+        report.write_html(str(out), [str(trace)])
+        page, problems, _ = _open(browser, out)
+        i = page.evaluate(f"""() => {{ const r = RUNS[0]; for (let i = 0; i < r.n; i++)
+            if (r.isLaunch(i) && STR[r.name[i]] === {name!r}) return i; return -1; }}""")
+        assert i >= 0
+        page.evaluate(f"document.getElementById('detail').innerHTML = describe(RUNS[0], {i})")
+        text = page.inner_text("#detail")
+        assert "computes" in text and ", ".join(want) in text, text
+        assert page.evaluate("window.__kdxss === undefined") and not problems, problems
