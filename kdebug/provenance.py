@@ -294,10 +294,12 @@ def _patched_codegen(orig):
         try:
             _graph_done(self, result, events)
         except Exception as e:  # never break the user's compile
+            from .inductor import KdebugWarning
+
             global errors
             errors += 1
             warnings.warn(f"kdebug: could not read the kernel provenance of a compiled graph "
-                          f"({type(e).__name__}: {e}); its kernels have none", stacklevel=2)
+                          f"({type(e).__name__}: {e}); its kernels have none", KdebugWarning, stacklevel=2)
         return result
 
     codegen.__wrapped__ = orig

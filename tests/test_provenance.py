@@ -350,3 +350,22 @@ def test_launch_detail_in_chromium_shows_provenance_as_text(captured, browser, t
         text = page.inner_text("#detail")
         assert "computes" in text and ", ".join(want) in text, text
         assert page.evaluate("window.__kdxss === undefined") and not problems, problems
+
+
+def test_a_provenance_failure_warns_and_the_compile_goes_on(monkeypatch):
+    """kdebug.testing-style planted fault: reading one graph's provenance
+    raises; the user's compile and its result are unchanged, a KdebugWarning
+    says what happened."""
+    from kdebug.inductor import KdebugWarning
+
+    def broken(*a, **k):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(provenance, "_graph_done", broken)
+    before = provenance.errors
+    torch._dynamo.reset()
+    a = torch.randn(8)
+    with provenance.capture() as graphs, pytest.warns(KdebugWarning, match="planted"):
+        got = torch.compile(lambda t: t.exp() + 1)(a)
+    assert graphs == [] and provenance.errors == before + 1
+    torch.testing.assert_close(got, a.exp() + 1)  # computed (compiled exp may differ from eager by an ulp)
