@@ -55,6 +55,12 @@ pre-grad nodes ('matmul' for the post-grad 'mm'); C++ kernel calls have no
 such comment, so their nodes are unknown.  Such an answer says what it lacks
 in ``unknown``.
 
+The hooks are installed by the first kdebug DebugMode entered, by capture(),
+or by install() (kdebug imports nothing until used: Note [Lazy package]).  A
+graph lowered before that (a warm-up compile outside kdebug) was not seen: its
+kernels are answered like cache hits, above.  Call
+kdebug.provenance.install() before compiling to see every graph.
+
 Kernel names are unique within one graph only: two graphs may each have a
 cpp_fused_add_0.  kernel_provenance() and the trace's META key
 "kernel_provenance" keep, per name, each distinct provenance seen (at most
