@@ -257,7 +257,10 @@ def graph_lowering() -> type:
     ValueWithLineMap whose .value is the source; .module is the post-grad
     GraphModule; is_backward / is_inference say which graph it is;
     .name_to_buffer maps buffer names to IR buffers (their origin_node;
-    2.13, not checked on 2.11: provenance.py reads it with getattr)."""
+    2.13, not checked on 2.11: provenance.py reads it with getattr);
+    compile_to_module() calls codegen() and then sets .cache_key, the
+    generated module's PyCodeCache key that CompiledFxGraph.cache_key
+    repeats (2.13; read with getattr)."""
     from torch._inductor.graph import GraphLowering
 
     return GraphLowering

@@ -105,6 +105,7 @@ class GraphRecord:
     inputs: list
     outputs: list
     problems: list = field(default_factory=list)  # what could not be mapped, in words
+    cache_key: str | None = None  # the generated module's PyCodeCache key (CompiledFxGraph.cache_key)
 
 
 @dataclass(frozen=True)
@@ -313,6 +314,20 @@ def _patched_codegen(orig):
     return codegen
 
 
+def _patched_compile_to_module(orig):
+    def compile_to_module(self, *args, **kwargs):
+        result = orig(self, *args, **kwargs)
+        rec = self.__dict__.get("_kdebug_graph_record")
+        if rec is not None:  # set by codegen(), which runs inside; the key exists only now
+            key = getattr(self, "cache_key", None)
+            rec.cache_key = key if isinstance(key, str) and key else None
+        return result
+
+    compile_to_module.__wrapped__ = orig
+    compile_to_module._kdebug = True
+    return compile_to_module
+
+
 def install() -> None:
     """Wraps Inductor's provenance function and GraphLowering.codegen (once)."""
     global _installed
@@ -328,6 +343,8 @@ def install() -> None:
         GL = _upstream.graph_lowering()
         if not getattr(GL.codegen, "_kdebug", False):
             GL.codegen = _patched_codegen(GL.codegen)
+        if not getattr(GL.compile_to_module, "_kdebug", False):
+            GL.compile_to_module = _patched_compile_to_module(GL.compile_to_module)
         _installed = True
 
 
@@ -488,6 +505,7 @@ def _graph_done(lowering, result, events: list) -> None:
             vals = vals if isinstance(vals, (tuple, list)) else (vals,)
             outs = [v.name if hasattr(v, "name") and hasattr(v, "op") else None for v in vals]
     rec = GraphRecord(_graph_name(lowering), gm, out_calls, inputs, outs, problems)
+    lowering.__dict__["_kdebug_graph_record"] = rec  # compile_to_module adds the cache key
     digest = hashlib.sha256(source.encode()).hexdigest() if source else None
     per_kernel = _per_kernel(rec)
     if digest is not None:
@@ -663,6 +681,19 @@ def capture():
         finally:
             with _lock:
                 _sinks.remove(sink)
+
+
+def graph_for(compiled, graphs: list) -> GraphRecord | None:
+    """The GraphRecord (from capture()) of a compiled graph
+    (torch._inductor.output_code.CompiledFxGraph), matched by the key of the
+    module Inductor generated for it; None when none matches."""
+    key = getattr(compiled, "cache_key", None)
+    if not key:
+        return None
+    for g in reversed(graphs):
+        if g.cache_key == key:
+            return g
+    return None
 
 
 # ---------------------------------------------------------------- traces

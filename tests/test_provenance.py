@@ -310,7 +310,7 @@ def test_multi_output_extern_call_writes_each_element(tmp_path):
 def test_source_line_takes_the_innermost_frame_outside_torch():
     tdir = os.path.dirname(torch.__file__)
     st = (f'  File "/home/u/model.py", line 7, in forward\n    y = self.fc(x)\n'
-          f'  File "{tdir}/nn/modules/linear.py", line 134, in forward\n    return F.linear(input, self.weight, self.bias)\n')
+          f'  File "{tdir}/nn/modules/linear.py", line 134, in forward\n    return F.linear(input, self.weight)\n')
     assert provenance.source_line(st) == "/home/u/model.py:7 in forward: y = self.fc(x)"
     only_torch = f'  File "{tdir}/nn/modules/linear.py", line 134, in forward\n    return F.linear(x)\n'
     assert provenance.source_line(only_torch) == f"{tdir}/nn/modules/linear.py:134 in forward: return F.linear(x)"
@@ -369,3 +369,26 @@ def test_a_provenance_failure_warns_and_the_compile_goes_on(monkeypatch):
         got = torch.compile(lambda t: t.exp() + 1)(a)
     assert graphs == [] and provenance.errors == before + 1
     torch.testing.assert_close(got, a.exp() + 1)  # computed (compiled exp may differ from eager by an ulp)
+
+
+def test_graph_for_finds_each_compiled_graphs_record(captured):
+    """Each compiled graph Inductor built inside capture() finds its record by
+    the key of its generated module (what the accuracy check calls per graph call)."""
+    from kdebug import _upstream
+
+    _, _, graphs = captured
+    assert all(g.cache_key for g in graphs) and len({g.cache_key for g in graphs}) == len(graphs)
+    for g in graphs:
+        mods = [m for m in _upstream.generated_modules()
+                if getattr(m, "__file__", None) and g.cache_key in os.path.basename(m.__file__)]
+        assert mods, g.name  # the key names the generated module's file
+        calls_in_module = [name for name, _, _ in provenance.wrapper_calls(open(mods[0].__file__).read())]
+        assert [c.kernel for c in g.calls] == [n for n in calls_in_module if n in {c.kernel for c in g.calls}]
+
+    class Compiled:  # stands for CompiledFxGraph: only its cache_key is read
+        def __init__(self, key):
+            self.cache_key = key
+
+    assert all(provenance.graph_for(Compiled(g.cache_key), graphs) is g for g in graphs)
+    assert provenance.graph_for(Compiled("nope"), graphs) is None
+    assert provenance.graph_for(Compiled(None), graphs) is None
