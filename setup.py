@@ -72,6 +72,7 @@ C_SOURCES = [
     "csrc/kd_view.c",
     "csrc/kd_fmt.c",
     "csrc/kd_dispatch.c",
+    "csrc/kd_dispatch_method.c",
     "csrc/kd_op_writes.c",
     "csrc/kd_module.c",
     "csrc/kd_hash_py.c",

@@ -11,8 +11,10 @@
  *     stack traces, tensor attributes, torch-function records: mode._fast is
  *     False), other dispatch modes below this one, tensor-subclass `types`,
  *     profiler / annotation ops (info.special);
- *   - dispatch hooks that are not kdebug's own log_tensor_hashes() /
- *     record_outputs() (a callable hash_fn included);
+ *   - dispatch hooks in upstream's global lists, a callable hash_fn, nested
+ *     log_tensor_hashes() / record_outputs() contexts (kdebug's own contexts
+ *     are per thread: Note [Aten-op hash settings per thread] in
+ *     kdebug/_aten_hooks.py; own_hooks reads their summary);
  *   - arguments the C formatter does not know (kd_fmt.c returns NotImplemented).
  *
  * What it records is what upstream would: the same _OpCall class, with
@@ -22,22 +24,17 @@
  * hashes are queued (PendingHash leaves, resolved when results are read:
  * DebugMode._resolve_aten_hashes) instead of synchronizing per op.
  *
- * DebugMode.__torch_dispatch__ itself is a C method (dispatch_method, put
- * on the class by mode._configure): no Python frame per op.  torch wraps
- * every Python __torch_dispatch__ in torch._dynamo.disable, two more Python
- * frames and four eval-frame switches per op, so that dynamo never traces
- * into it; this method does what that wrapper does only when it matters: if
- * an eval-frame callback is set on this thread (an aten op from a region
- * dynamo is running), it is cleared for the call and restored after, so the
- * Python helpers called from here and the ops' own Python code are never
- * traced.  Where torch lacks the C eval-frame calls, the Python wrapper in
- * mode.py (dispatch(mode, ...)) stays.
+ * DebugMode.__torch_dispatch__ itself is a C method that calls
+ * kd_dispatch_op: no Python frame per op (kd_dispatch_method.c, Note [A C
+ * __torch_dispatch__]).  Where torch lacks the C eval-frame calls, the Python
+ * wrapper in mode.py (dispatch(mode, ...)) stays.
  *
  * Per op (OpOverload) the facts this needs come from mode._op_info(func) once,
  * cached here: whether it is special, skipped by upstream's hash hooks, an
  * empty*, which arguments its schema writes and which are out= arguments.
  */
 #include "kd_dispatch.h"
+#include "kd_dispatch_method.h"
 #include "kd_fmt.h"
 #include "kd_hook.h"
 #include "kd_op_writes.h"
@@ -50,19 +47,18 @@ static PyObject *upstream_fn;      /* upstream DebugMode.__torch_dispatch__ (unb
 static PyObject *stream_tick_fn;   /* mode._stream_tick(mode) */
 static PyObject *py_hash_fn;       /* mode._tree_hash_py(obj, spec) -> tree or None */
 static PyObject *py_clone_fn;      /* mode._tree_clone_py(obj) -> tree */
-static PyObject *kd_hooks;         /* mode._kd_hooks: {id(hook): entry} */
+static PyObject *thread_hooks;     /* _aten_hooks._local: .hooks is this thread's ThreadHooks or None */
 static PyObject *utils_mod;        /* upstream module with the hook lists */
 static PyObject *opcall_type;      /* upstream _OpCall */
 static PyObject *opcall_template;  /* dict: a fresh _OpCall's attributes, or None: call the class */
 static PyObject *len_stack_fn;     /* torch._C._len_torch_dispatch_stack */
 static PyObject *info_cache;       /* {func: info tuple} */
-static PyObject *get_eval_cb_fn;   /* torch._C._dynamo.eval_frame.get_eval_frame_callback */
-static PyObject *set_eval_cb_fn;   /* torch._C._dynamo.eval_frame.set_eval_frame */
 
 static PyObject *s_fast, *s_ops, *s_call_depth, *s_fx_stack_trace, *s_record_output, *s_fresh,
     *s_pending, *s_stream, *s_log, *s_record, *s_hash, *s_input_hash, *s_output, *s_op, *s_args_str,
     *s_kwargs_str, *s_stack_trace, *s_fwd_stack_trace, *s_output_str, *s_stringify_output,
-    *s_rec_hooks, *s_log_hooks, *s_pre_hooks, *s_kd_extents, *empty_tuple;
+    *s_rec_hooks, *s_log_hooks, *s_pre_hooks, *s_kd_extents, *s_hooks, *s_hook_owner, *s_hash_code,
+    *s_hash_entry, *s_record_code, *empty_tuple;
 
 /* A hash hook entry: ("hash", spec, hash_inputs, spec_id, kinds, value_fn). */
 enum { E_KIND, E_SPEC, E_HASH_INPUTS, E_SPEC_ID, E_KINDS, E_VALUE_FN, E_N };
@@ -236,51 +232,87 @@ static int set_output(PyObject *mode, PyObject *call, PyObject *result)
 
 /* ---- kdebug's own hooks ---- */
 
-/* The installed dispatch hooks: 0 none, 1 only kdebug's own (*entry: the hash
- * entry or NULL, *record: record_outputs()), 2 anything else. */
-static int own_hooks(PyObject **entry, int *record)
+/* 1 when upstream's global hook lists are all empty (a missing list counts
+ * as empty: torch 2.11 has no pre-log hooks), 0 when not, -1 with an error. */
+static int global_hooks_empty(void)
 {
-    PyObject *lists[3] = {PyObject_GetAttr(utils_mod, s_rec_hooks), PyObject_GetAttr(utils_mod, s_log_hooks),
-                          PyObject_GetAttr(utils_mod, s_pre_hooks)};
-    int res = -1;
+    PyObject *names[3] = {s_rec_hooks, s_log_hooks, s_pre_hooks};
+    for (int i = 0; i < 3; i++) {
+        PyObject *lst = PyObject_GetAttr(utils_mod, names[i]);
+        if (lst == NULL) {
+            if (i == 2 && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                PyErr_Clear();
+                continue;
+            }
+            return -1;
+        }
+        Py_ssize_t n = PyList_Check(lst) ? PyList_GET_SIZE(lst) : PyObject_Length(lst);
+        Py_DECREF(lst);
+        if (n < 0)
+            return -1;
+        if (n > 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* A ThreadHooks' summary code `name` (hash_code / record_code: 0 none, 1 one
+ * context this file does itself, 2 through upstream); 0 for None, -1 with an error. */
+static int hook_code(PyObject *th, PyObject *name)
+{
+    if (th == NULL || th == Py_None)
+        return 0;
+    PyObject *v = PyObject_GetAttr(th, name);
+    long c = v ? PyLong_AsLong(v) : -1;
+    Py_XDECREF(v);
+    return c == -1 && PyErr_Occurred() ? -1 : (int)c;
+}
+
+/* The hooks an op of `mode` on this thread runs (Note [Aten-op hash settings
+ * per thread]): 0 none, 1 only what this file does (*entry: a new reference to
+ * the hash entry or NULL, *record: record_outputs()), 2 anything else.  Each
+ * part (hashes, recorded outputs) is this thread's, or where this thread
+ * entered none, that of the thread that entered `mode` (mode._hook_owner). */
+static int own_hooks(PyObject *mode, PyObject **entry, int *record)
+{
     *entry = NULL;
     *record = 0;
-    for (int i = 0; i < 3; i++)
-        if (lists[i] == NULL || !PyList_Check(lists[i]))
-            goto done;
-    Py_ssize_t nr = PyList_GET_SIZE(lists[0]), nl = PyList_GET_SIZE(lists[1]), np = PyList_GET_SIZE(lists[2]);
-    if (nr + nl + np == 0) {
-        res = 0;
+    int empty = global_hooks_empty();
+    if (empty <= 0)
+        return empty < 0 ? -1 : 2;
+    PyObject *mine = PyObject_GetAttr(thread_hooks, s_hooks);
+    PyObject *owner = mine ? PyObject_GetAttr(mode, s_hook_owner) : NULL;
+    int res = -1;
+    if (owner == NULL)
         goto done;
-    }
+    int hm = hook_code(mine, s_hash_code), rm = hm < 0 ? -1 : hook_code(mine, s_record_code);
+    if (rm < 0)
+        goto done;
+    PyObject *hsrc = hm > 0 ? mine : owner;
+    int hc = hm > 0 ? hm : hook_code(owner, s_hash_code);
+    int rc = hc < 0 ? -1 : rm > 0 ? rm : hook_code(owner, s_record_code);
+    if (rc < 0)
+        goto done;
     res = 2;
-    if (nr > 1 || nl > 1 || np > 1)
+    if (hc == 2 || rc == 2)
         goto done;
-    PyObject *e[3] = {NULL, NULL, NULL};
-    for (int i = 0; i < 3; i++) {
-        if (PyList_GET_SIZE(lists[i]) == 0)
-            continue;
-        PyObject *id = PyLong_FromVoidPtr(PyList_GET_ITEM(lists[i], 0));
-        e[i] = id ? PyDict_GetItemWithError(kd_hooks, id) : NULL;
-        Py_XDECREF(id);
-        if (e[i] == NULL) {
-            if (PyErr_Occurred())
-                res = -1;
+    if (hc == 1) {
+        PyObject *e = PyObject_GetAttr(hsrc, s_hash_entry);
+        if (e == NULL) {
+            res = -1;
             goto done;
         }
+        if (!(is_kind(e, "hash") && PyTuple_GET_SIZE(e) == E_N)) {
+            Py_DECREF(e);
+            goto done;
+        }
+        *entry = e;
     }
-    if (e[1] != NULL && !(is_kind(e[1], "hash") && PyTuple_GET_SIZE(e[1]) == E_N))
-        goto done;
-    if (np == 1 && e[2] != e[1])
-        goto done;
-    if (nr == 1 && !is_kind(e[0], "record"))
-        goto done;
-    *entry = e[1];
-    *record = nr == 1;
-    res = 1;
+    *record = rc == 1;
+    res = hc || rc;
 done:
-    for (int i = 0; i < 3; i++)
-        Py_XDECREF(lists[i]);
+    Py_XDECREF(mine);
+    Py_XDECREF(owner);
     return res;
 }
 
@@ -324,9 +356,12 @@ static int set_extents(PyObject *call, PyObject *in_obj, PyObject *args, PyObjec
 
 /* ---- the method ---- */
 
+static PyObject *dispatch_hooked(PyObject *mode, PyObject *func, PyObject *types, PyObject *args,
+                                 PyObject *kwargs, PyObject *info, int writes, PyObject *entry, int record);
+
 /* One aten op under `mode`: the op's result. */
-static PyObject *dispatch_op(PyObject *mode, PyObject *func, PyObject *types, PyObject *args,
-                             PyObject *kwargs)
+PyObject *kd_dispatch_op(PyObject *mode, PyObject *func, PyObject *types, PyObject *args,
+                         PyObject *kwargs)
 {
     if (op_info_fn == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "kdebug: _configure_dispatch was not called");
@@ -354,11 +389,21 @@ static PyObject *dispatch_op(PyObject *mode, PyObject *func, PyObject *types, Py
         kd_op_guard_writes(info, args, kwargs == Py_None ? NULL : kwargs);
     PyObject *entry;
     int record;
-    int hooks = own_hooks(&entry, &record);
+    int hooks = own_hooks(mode, &entry, &record);
     if (hooks < 0)
         return NULL;
     if (hooks == 2)
         return upstream(mode, func, types, args, kwargs);
+    /* the entry stays alive for the op although another thread may leave its context meanwhile */
+    PyObject *r = dispatch_hooked(mode, func, types, args, kwargs, info, writes, entry, record);
+    Py_XDECREF(entry);
+    return r;
+}
+
+/* The rest of dispatch_op, with the hooks own_hooks found (entry borrowed). */
+static PyObject *dispatch_hooked(PyObject *mode, PyObject *func, PyObject *types, PyObject *args,
+                                 PyObject *kwargs, PyObject *info, int writes, PyObject *entry, int record)
+{
     PyObject *fast = PyObject_GetAttr(mode, s_fast);
     int is_fast = fast ? PyObject_IsTrue(fast) : -1;
     Py_XDECREF(fast);
@@ -497,7 +542,7 @@ done:
 }
 
 /* dispatch(mode, func, types, args, kwargs) -> the op's result (the body of
- * the Python __torch_dispatch__ where dispatch_method is not installed) */
+ * the Python __torch_dispatch__ where _dispatch_method's is not installed) */
 static PyObject *kd_dispatch(PyObject *m, PyObject *const *a, Py_ssize_t n)
 {
     (void)m;
@@ -505,107 +550,25 @@ static PyObject *kd_dispatch(PyObject *m, PyObject *const *a, Py_ssize_t n)
         PyErr_SetString(PyExc_TypeError, "dispatch(mode, func, types, args, kwargs)");
         return NULL;
     }
-    return dispatch_op(a[0], a[1], a[2], a[3], a[4]);
-}
-
-/* DebugMode.__torch_dispatch__(self, func, types, args=(), kwargs=None), as
- * a method descriptor (Note [Fast aten-op recording]). */
-static PyObject *dispatch_method(PyObject *self, PyObject *const *a, Py_ssize_t n, PyObject *kwnames)
-{
-    static const char *const names[4] = {"func", "types", "args", "kwargs"};
-    PyObject *v[4] = {NULL, NULL, empty_tuple, Py_None};
-    if (n > 4) {
-        PyErr_Format(PyExc_TypeError, "__torch_dispatch__() takes at most 4 arguments (%zd given)", n);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        v[i] = a[i];
-    Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t k = 0; k < nk; k++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-        int j = 0;
-        while (j < 4 && PyUnicode_CompareWithASCIIString(key, names[j]) != 0)
-            j++;
-        if (j == 4 || j < n) {
-            PyErr_Format(PyExc_TypeError, "__torch_dispatch__() got %s argument '%U'",
-                         j == 4 ? "an unexpected keyword" : "multiple values for", key);
-            return NULL;
-        }
-        v[j] = a[n + k];
-    }
-    if (v[0] == NULL || v[1] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "__torch_dispatch__() missing 'func' or 'types'");
-        return NULL;
-    }
-    PyObject *cb = PyObject_CallNoArgs(get_eval_cb_fn);
-    if (cb == NULL)
-        return NULL;
-    PyObject *prior = NULL;
-    if (cb != Py_None) { /* what torch._dynamo.disable would do around a Python method */
-        prior = PyObject_CallOneArg(set_eval_cb_fn, Py_None);
-        if (prior == NULL) {
-            Py_DECREF(cb);
-            return NULL;
-        }
-    }
-    Py_DECREF(cb);
-    PyObject *result = dispatch_op(self, v[0], v[1], v[2], v[3]);
-    if (prior != NULL) {
-        PyObject *et, *ev, *etb;
-        PyErr_Fetch(&et, &ev, &etb);
-        PyObject *r = PyObject_CallOneArg(set_eval_cb_fn, prior);
-        Py_DECREF(prior);
-        if (r == NULL) {
-            Py_CLEAR(result);
-            Py_XDECREF(et);
-            Py_XDECREF(ev);
-            Py_XDECREF(etb);
-        } else {
-            Py_DECREF(r);
-            PyErr_Restore(et, ev, etb);
-        }
-    }
-    return result;
-}
-
-static PyMethodDef dispatch_method_def = {
-    "__torch_dispatch__", (PyCFunction)(void (*)(void))dispatch_method, METH_FASTCALL | METH_KEYWORDS,
-    "kdebug's DebugMode.__torch_dispatch__ (Note [Fast aten-op recording] in csrc/kd_dispatch.c).",
-};
-
-/* _dispatch_method(cls, get_eval_frame_callback, set_eval_frame) -> a method
- * descriptor of cls to install as cls.__torch_dispatch__ */
-static PyObject *kd_dispatch_method_new(PyObject *m, PyObject *args)
-{
-    (void)m;
-    PyObject *cls, *get_cb, *set_cb;
-    if (!PyArg_ParseTuple(args, "O!OO", &PyType_Type, &cls, &get_cb, &set_cb))
-        return NULL;
-    if (!PyCallable_Check(get_cb) || !PyCallable_Check(set_cb)) {
-        PyErr_SetString(PyExc_TypeError, "_dispatch_method: the eval-frame functions must be callable");
-        return NULL;
-    }
-    Py_XSETREF(get_eval_cb_fn, Py_NewRef(get_cb));
-    Py_XSETREF(set_eval_cb_fn, Py_NewRef(set_cb));
-    return PyDescr_NewMethod((PyTypeObject *)cls, &dispatch_method_def);
+    return kd_dispatch_op(a[0], a[1], a[2], a[3], a[4]);
 }
 
 /* _configure_dispatch(op_info, upstream_dispatch, stream_tick, tree_hash_py,
- *                     tree_clone_py, kd_hooks, utils_module, _OpCall, template,
+ *                     tree_clone_py, thread_hooks, utils_module, _OpCall, template,
  *                     len_dispatch_stack) */
 static PyObject *kd_configure_dispatch(PyObject *m, PyObject *args)
 {
     (void)m;
     PyObject *o[10];
-    if (!PyArg_ParseTuple(args, "OOOOOO!OOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &PyDict_Type, &o[5], &o[6],
-                          &o[7], &o[8], &o[9]))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                          &o[9]))
         return NULL;
     if (!PyType_Check(o[7]) || (o[8] != Py_None && !PyDict_Check(o[8]))) {
         PyErr_SetString(PyExc_TypeError, "_configure_dispatch: _OpCall must be a type, template a dict or None");
         return NULL;
     }
     PyObject **slots[10] = {&op_info_fn, &upstream_fn, &stream_tick_fn, &py_hash_fn, &py_clone_fn,
-                            &kd_hooks, &utils_mod, &opcall_type, &opcall_template, &len_stack_fn};
+                            &thread_hooks, &utils_mod, &opcall_type, &opcall_template, &len_stack_fn};
     for (int i = 0; i < 10; i++)
         Py_XSETREF(*slots[i], Py_NewRef(o[i]));
     Py_XSETREF(info_cache, PyDict_New());
@@ -617,8 +580,6 @@ static PyObject *kd_configure_dispatch(PyObject *m, PyObject *args)
 static PyMethodDef dispatch_methods[] = {
     {"dispatch", (PyCFunction)(void (*)(void))kd_dispatch, METH_FASTCALL,
      "dispatch(mode, func, types, args, kwargs): DebugMode.__torch_dispatch__ (Note [Fast aten-op recording])."},
-    {"_dispatch_method", kd_dispatch_method_new, METH_VARARGS,
-     "_dispatch_method(cls, get_eval_frame_callback, set_eval_frame): cls.__torch_dispatch__ in C."},
     {"_configure_dispatch", kd_configure_dispatch, METH_VARARGS,
      "Set the Python pieces the aten-op fast path calls (kdebug.mode)."},
     {NULL, NULL, 0, NULL},
@@ -635,7 +596,8 @@ int kd_dispatch_module_init(PyObject *m)
         {&s_fwd_stack_trace, "fwd_stack_trace"}, {&s_output_str, "output_str"},
         {&s_stringify_output, "_stringify_output"},
         {&s_rec_hooks, "_DISPATCH_RECORD_HOOKS"}, {&s_log_hooks, "_DISPATCH_LOG_HOOKS"},
-        {&s_pre_hooks, "_DISPATCH_PRE_LOG_HOOKS"},
+        {&s_pre_hooks, "_DISPATCH_PRE_LOG_HOOKS"}, {&s_hooks, "hooks"}, {&s_hook_owner, "_hook_owner"},
+        {&s_hash_code, "hash_code"}, {&s_hash_entry, "hash_entry"}, {&s_record_code, "record_code"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if ((*names[i].p = PyUnicode_InternFromString(names[i].s)) == NULL)
@@ -643,5 +605,7 @@ int kd_dispatch_module_init(PyObject *m)
     empty_tuple = PyTuple_New(0);
     if (empty_tuple == NULL)
         return -1;
-    return PyModule_AddFunctions(m, dispatch_methods);
+    if (PyModule_AddFunctions(m, dispatch_methods) != 0)
+        return -1;
+    return kd_dispatch_method_module_init(m); /* _dispatch_method, its other file */
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kd_args.h"
 #include "kd_defer.h"
 #include "kd_hash.h"
 #include "kd_launch_hash.h"
@@ -384,11 +385,9 @@ static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *inf
     }
     if (r->ring_objs != NULL) {
         /* keep the argument objects themselves (store_original_args) */
-        uint32_t off = 1;
-        for (Py_ssize_t i = 0; i < nargs; i++) {
-            r->ring_objs[(p->first + off) & r->ring->mask] = Py_NewRef(args[i]);
-            off += kd_arg_payloads(&b[off]);
-        }
+        kd_arg_iter it = kd_args_begin(b, used);
+        while (kd_args_next(&it) && (Py_ssize_t)it.index < nargs)
+            r->ring_objs[(p->first + it.off) & r->ring->mask] = Py_NewRef(args[it.index]);
     }
     if (batch.n && defer)
         kd_batch_defer(r, &batch, p->first);
@@ -434,27 +433,24 @@ static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, P
 {
     const kd_hash_config *cfg = &p->cfg;
     PyObject *outs = NULL;
-    uint32_t off = 1;
-    for (Py_ssize_t i = 0; i < nargs && off <= p->n - 1; i++) {
-        kd_payload *a = &rec[off];
-        if (a->tag != KD_TAG_TENSOR) {
-            off += 1;
+    kd_arg_iter it = kd_args_begin(rec, p->n);
+    while (kd_args_next(&it) && (Py_ssize_t)it.index < nargs) {
+        const kd_payload *a = it.arg;
+        Py_ssize_t i = it.index;
+        if (a->tag != KD_TAG_TENSOR)
             continue;
-        }
         uint8_t role = a->tensor.role;
-        uint32_t np = kd_tensor_payloads(a->tensor.ndim);
-        if ((a->tensor.flags & KD_TF_HASHED) && off + np < p->n) {
-            kd_hash_rec *h = &rec[off + np].hash;
+        if (it.hash != NULL) {
+            kd_hash_rec *h = &rec[it.hash_off].hash; /* rec is ours to update */
             int kinds = (role & KD_ROLE_WRITE) ? cfg->kinds : 0;
             int check = cfg->check_readonly && role == KD_ROLE_READ && (h->flags & KD_HF_PRE);
             if (check)
                 kinds |= KD_HK_BITWISE;
             if (kinds)
                 kd_hash_tensor(r, args[i], kinds, h, 1, p->launch_index, i, batch, p->stream,
-                               p->first + off + np);
+                               p->first + it.hash_off);
             if (check)
                 h->flags |= KD_HF_CHECKED; /* compared once merged and the batch is queued */
-            np += 1;
         }
         if (cfg->record_outputs && (role & KD_ROLE_WRITE)) {
             kd_tensor_meta m;
@@ -489,7 +485,6 @@ static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, P
                 }
             }
         }
-        off += np;
     }
     if (outs != NULL) {
         PyObject *key = PyLong_FromUnsignedLongLong(p->launch_index);
@@ -524,28 +519,21 @@ static void merge_post(kd_hash_rec *dst, const kd_hash_rec *src)
  * Runs no Python code; the ring must not have lapped the launch. */
 static void publish_post(kd_recorder *r, kd_pending *p, const kd_payload *rec, kd_gpu_batch *batch)
 {
-    uint32_t off = 1;
-    while (off < p->n) {
-        const kd_payload *a = &rec[off];
-        uint32_t np = kd_arg_payloads(a);
-        if (a->tag == KD_TAG_TENSOR && (a->tensor.flags & KD_TF_HASHED) && np >= 1 && off + np - 1 < p->n)
-            merge_post(&kd_ring_payload(r->ring, p->first + off + np - 1)->hash, &rec[off + np - 1].hash);
-        off += np ? np : 1;
-    }
+    kd_arg_iter it = kd_args_begin(rec, p->n);
+    while (kd_args_next(&it))
+        if (it.hash != NULL)
+            merge_post(&kd_ring_payload(r->ring, p->first + it.hash_off)->hash, it.hash);
     if (kd_defer_enabled())
         kd_batch_defer(r, batch, 0);
     else
         kd_batch_flush(r, batch, 0); /* after the kernel, on its stream */
     if (p->cfg.check_readonly) {
-        /* values still on the GPU are compared when they arrive (rec_deliver) */
-        off = 1;
-        while (off < p->n) {
-            kd_payload *a = kd_ring_payload(r->ring, p->first + off);
-            uint32_t np = kd_arg_payloads(a);
-            if (a->tag == KD_TAG_TENSOR && (a->tensor.flags & KD_TF_HASHED))
-                kd_note_readonly_change(r, &kd_ring_payload(r->ring, p->first + off + np - 1)->hash);
-            off += np ? np : 1;
-        }
+        /* values still on the GPU are compared when they arrive (rec_deliver);
+         * the ring's copy has rec's layout, so rec's walk finds its hash payloads */
+        it = kd_args_begin(rec, p->n);
+        while (kd_args_next(&it))
+            if (it.hash != NULL)
+                kd_note_readonly_change(r, &kd_ring_payload(r->ring, p->first + it.hash_off)->hash);
     }
 }
 

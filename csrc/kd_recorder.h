@@ -22,7 +22,10 @@
  * the thread that started the recorder (kd_recorder.owner_hcfg), so kernels a
  * record_all_threads recording or autograd's threads run are hashed as their
  * DebugMode's thread asked.  Contexts restore their own thread's previous
- * settings, so exits in any order across threads leave nothing behind. */
+ * settings, so exits in any order across threads leave nothing behind; a
+ * context left out of order on its own thread hands what it replaced to the
+ * one entered after it.  The aten-op side of the same contexts is per thread
+ * too: Note [Aten-op hash settings per thread] in kdebug/_aten_hooks.py. */
 typedef struct kd_hash_config {
     int kinds;            /* KD_HK_* */
     int hash_inputs;      /* pre-launch hashes of what the kernel reads */

@@ -5,6 +5,7 @@
 #include "kd_module.h"
 #include "kd_recorder.h"
 #include "kd_trace_py.h"
+#include "kd_args.h"
 #include "kd_cursor.h"
 #include "kd_trace.h"
 
@@ -366,13 +367,13 @@ static PyObject *tr_load_into(kd_trace_reader *self, PyObject *args)
         }
         MAP(p[0].launch.name_id);
         MAP(p[0].launch.config_id);
-        uint32_t k = 1;
-        for (uint32_t a = 0; a < p[0].launch.nargs && k < n; a++) {
-            kd_payload *q = &p[k];
+        kd_arg_iter it = kd_args_begin(p, n);
+        while (kd_args_next(&it)) {
+            kd_payload *q = &p[it.off]; /* p is ours to update */
             MAP(q->scalar.name_id);
             if (q->tag == KD_TAG_OTHER)
                 MAP(q->scalar.value.type_name_id);
-            kd_hash_rec *h = kd_arg_hash(q);
+            kd_hash_rec *h = it.hash != NULL ? &p[it.hash_off].hash : NULL;
             if (h != NULL) {
                 PyObject *key = PyLong_FromLong(h->spec);
                 PyObject *v = key ? PyDict_GetItemWithError(spec_map, key) : NULL;
@@ -384,7 +385,10 @@ static PyObject *tr_load_into(kd_trace_reader *self, PyObject *args)
                     goto fail;
                 h->spec = (uint16_t)s;
             }
-            k += kd_arg_payloads(q);
+        }
+        if (kd_args_truncated(&it)) { /* not all its string ids were mapped */
+            PyErr_Format(PyExc_ValueError, "record %llu could not be decoded", (unsigned long long)i);
+            goto fail;
         }
 #undef MAP
         if (kd_store_append(&rec->store, p, n) != 0)

@@ -1,5 +1,6 @@
 /* kd_view.c - Launch: a read-only view of one stored launch record.
  * Python objects for a launch are made only when the user asks for them. */
+#include "kd_args.h"
 #include "kd_hash_py.h"
 #include "kd_module.h"
 #include "kd_recorder.h"
@@ -327,26 +328,35 @@ static PyObject *arg_tuple(const kd_payload *a)
     }
 }
 
+/* t, a tuple of one item per argument filled by walk it, or NULL with a
+ * RuntimeError when the walk stopped short (its other items are unset). */
+static PyObject *args_done(PyObject *t, const kd_arg_iter *it)
+{
+    if (t != NULL && kd_args_truncated(it)) {
+        Py_DECREF(t);
+        PyErr_SetString(PyExc_RuntimeError, "kdebug: this launch record is corrupt (its arguments run past its payloads)");
+        return NULL;
+    }
+    return t;
+}
+
 static PyObject *get_args(kd_launch_view *v, void *c)
 {
     (void)c;
     const kd_payload *h = hdr(v);
     if (h == NULL)
         return NULL;
-    uint32_t nargs = h->launch.nargs;
-    PyObject *t = PyTuple_New(nargs);
-    uint32_t off = 1;
-    for (uint32_t i = 0; t && i < nargs; i++) {
-        const kd_payload *a = &h[off];
-        PyObject *x = arg_tuple(a);
+    PyObject *t = PyTuple_New(h->launch.nargs);
+    kd_arg_iter it = kd_args_begin(h, 1u + h->launch.nslots);
+    while (t && kd_args_next(&it)) {
+        PyObject *x = arg_tuple(it.arg);
         if (x == NULL) {
             Py_CLEAR(t);
             break;
         }
-        PyTuple_SET_ITEM(t, i, x);
-        off += kd_arg_payloads(a);
+        PyTuple_SET_ITEM(t, it.index, x);
     }
-    return t;
+    return args_done(t, &it);
 }
 
 /* The argument objects kept with store_original_args, or None. */
@@ -362,18 +372,15 @@ static PyObject *get_objects(kd_launch_view *v, void *c)
     if (r->store_objs == NULL && !r->store_objects)
         Py_RETURN_NONE;
     uint64_t base = r->store.launch_off[v->index];
-    uint32_t nargs = h->launch.nargs;
-    PyObject *t = PyTuple_New(nargs);
-    uint32_t off = 1;
-    for (uint32_t i = 0; t && i < nargs; i++) {
+    PyObject *t = PyTuple_New(h->launch.nargs);
+    kd_arg_iter it = kd_args_begin(h, 1u + h->launch.nslots);
+    while (t && kd_args_next(&it)) {
         PyObject *o = NULL;
-        if (r->store_objs != NULL && base + off < r->store_objs_cap)
-            o = r->store_objs[base + off];
-        PyTuple_SET_ITEM(t, i, Py_NewRef(o ? o : Py_None));
-        const kd_payload *a = &h[off];
-        off += kd_arg_payloads(a);
+        if (r->store_objs != NULL && base + it.off < r->store_objs_cap)
+            o = r->store_objs[base + it.off];
+        PyTuple_SET_ITEM(t, it.index, Py_NewRef(o ? o : Py_None));
     }
-    return t;
+    return args_done(t, &it);
 }
 
 static PyObject *hash_side(const kd_hash_rec *h, int w)
@@ -394,14 +401,12 @@ static PyObject *get_hashes(kd_launch_view *v, void *c)
     const kd_payload *h = hdr(v);
     if (h == NULL)
         return NULL;
-    uint32_t nargs = h->launch.nargs;
-    PyObject *t = PyTuple_New(nargs);
-    uint32_t off = 1;
-    for (uint32_t i = 0; t && i < nargs; i++) {
-        const kd_payload *a = &h[off];
+    PyObject *t = PyTuple_New(h->launch.nargs);
+    kd_arg_iter it = kd_args_begin(h, 1u + h->launch.nslots);
+    while (t && kd_args_next(&it)) {
         PyObject *x;
-        if (a->tag == KD_TAG_TENSOR && (a->tensor.flags & KD_TF_HASHED)) {
-            const kd_hash_rec *hr = &a[kd_tensor_payloads(a->tensor.ndim)].hash;
+        const kd_hash_rec *hr = it.hash;
+        if (hr != NULL) {
             x = Py_BuildValue("(iiiNN)", (int)hr->kinds, (int)hr->flags, (int)hr->spec,
                               hash_side(hr, 0), hash_side(hr, 1));
         } else {
@@ -411,10 +416,9 @@ static PyObject *get_hashes(kd_launch_view *v, void *c)
             Py_CLEAR(t);
             break;
         }
-        PyTuple_SET_ITEM(t, i, x);
-        off += kd_arg_payloads(a);
+        PyTuple_SET_ITEM(t, it.index, x);
     }
-    return t;
+    return args_done(t, &it);
 }
 
 /* A dict of the recorder's (outputs or custom hashes) as of this view's

@@ -22,6 +22,7 @@ _EXPORTS = {
     "DebugMode": "mode", "get_active_debug_mode": "mode", "KdebugWarning": "inductor",
     "Report": "compare", "assert_deterministic": "compare", "compare": "compare",
     "Run": "trace", "TraceFileError": "trace", "load": "trace",
+    "compare_eager": "accuracy", "AccuracyReport": "accuracy",
     "TensorInfo": "calls", "_CppKernelCall": "calls", "_KernelCall": "calls", "_TritonKernelCall": "calls",
 }
 # upstream torch.utils._debug_mode's call types and helpers, as the installed
@@ -75,6 +76,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AccuracyReport",
     "DebugMode",
     "KdebugWarning",
     "Report",
@@ -86,6 +88,7 @@ __all__ = [
     "_TritonKernelCall",
     "assert_deterministic",
     "compare",
+    "compare_eager",
     "get_active_debug_mode",
     "load",
 ]

@@ -97,6 +97,36 @@ def dispatch_hook_lists() -> tuple[list, list, list]:
     return u._DISPATCH_RECORD_HOOKS, u._DISPATCH_LOG_HOOKS, getattr(u, "_DISPATCH_PRE_LOG_HOOKS", [])
 
 
+_HOOK_RUNNERS = ("_run_dispatch_pre_log_hooks", "_run_dispatch_hooks")
+
+
+def install_hook_runners(run_pre_log, run_log) -> None:
+    """Note [Aten-op hash settings per thread] (kdebug/_aten_hooks.py): the
+    names upstream's __torch_dispatch__ calls its dispatch hooks through,
+    _run_dispatch_pre_log_hooks(call, func, types, args, kwargs) and
+    _run_dispatch_hooks(call, func, types, args, kwargs, result), looked up in
+    DebugMode's module at each call (2.13: imported into _mode from _utils;
+    2.11: defined in torch.utils._debug_mode, with no pre-log hooks), become
+    ``run_pre_log(original, ...)`` / ``run_log(original, ...)``.  Once; the
+    originals stay reachable through the wrappers."""
+    for name, runner in zip(_HOOK_RUNNERS, (run_pre_log, run_log)):
+        original = getattr(mode_module, name, None)
+        if original is None:
+            if name == _HOOK_RUNNERS[0]:
+                continue  # torch without pre-log hooks
+            raise ImportError(f"torch {torch.__version__}'s DebugMode module has no {name}: kdebug cannot "
+                              "keep log_tensor_hashes() settings per thread with it")
+        if getattr(original, "_kd_original", None) is not None:
+            continue  # installed already
+
+        def run(*args, _original=original, _runner=runner):
+            return _runner(_original, *args)
+
+        run._kd_original = original
+        run.__name__ = name
+        setattr(mode_module, name, run)
+
+
 def dispatch_modes() -> list:
     """This thread's dispatch modes, outermost first (2.11, 2.13)."""
     from torch.utils._python_dispatch import _get_dispatch_stack_at
@@ -292,3 +322,11 @@ def inductor_cache_dir() -> str:
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     return cache_dir()
+
+
+def inductor_lowerings() -> dict:
+    """torch._inductor.lowering.lowerings (2.11, 2.13): aten op overload (and
+    packet) -> the function that lowers it to Inductor IR."""
+    import torch._inductor.lowering
+
+    return torch._inductor.lowering.lowerings

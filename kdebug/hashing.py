@@ -410,10 +410,14 @@ def push_custom(fn: Callable) -> None:
     _custom_fns.setdefault(threading.get_ident(), []).append(fn)
 
 
-def pop_custom() -> None:
+def remove_custom(fn: Callable) -> None:
+    """Takes ``fn`` (pushed on this thread) off this thread's callable
+    hash_fns; the last push of it, wherever it is (a context left out of
+    order: Note [Aten-op hash settings per thread])."""
     me = threading.get_ident()
     fns = _custom_fns[me]
-    fns.pop()
+    at = max(i for i, f in enumerate(fns) if f is fn)
+    del fns[at]
     if not fns:
         del _custom_fns[me]
 

@@ -8,6 +8,7 @@ module (wrapping its C++ kernels), never once per launch.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import re
 import threading
@@ -317,6 +318,34 @@ def graph_bypass_reason(graph) -> str | None:
     return None
 
 
+# Note [Accuracy check] (kdebug/accuracy.py): the check running, if any; it
+# sees every compiled graph's call, before (inputs) and after.
+_graph_observer = None
+
+
+@contextlib.contextmanager
+def observing_graph_calls(observer):
+    """Calls observer.before(graph, inputs) / observer.after(graph, token)
+    around every compiled graph's call until the block ends (one at a time)."""
+    global _graph_observer
+    if _graph_observer is not None:
+        raise RuntimeError("kdebug: an accuracy check is already running in this process; "
+                           "checks cannot nest")
+    _graph_observer = observer
+    try:
+        yield observer
+    finally:
+        _graph_observer = None
+
+
+def _observed_call(orig, graph, inputs):
+    observer = _graph_observer
+    token = observer.before(graph, inputs)
+    out = orig(graph, inputs)
+    observer.after(graph, token)
+    return out
+
+
 def _patched_graph_call(orig):
     def __call__(self, inputs):
         if _active.any_recording():
@@ -326,6 +355,8 @@ def _patched_graph_call(orig):
                 if mode is not None:
                     mode._note_bypass(reason)
                 _C.defer_flush()  # its launches are unseen writers (Note [Deferred GPU work])
+        if _graph_observer is not None:
+            return _observed_call(orig, self, inputs)
         return orig(self, inputs)
 
     __call__.__wrapped__ = orig

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _active, _argtext, _flags, _upstream, hashing, inductor
+from . import _C, _active, _argtext, _aten_hooks, _flags, _upstream, hashing, inductor
 from .calls import _VERBOSE, RECORDED_ATTRIBUTES, _CppKernelCall, _KernelCall, make_call
 
 _UPSTREAM_PARAMS = {n: p for n, p in inspect.signature(_upstream.DebugMode.__init__).parameters.items()
@@ -21,32 +21,33 @@ _UPSTREAM_FLAGS = list(_UPSTREAM_PARAMS)
 _UPSTREAM_DEFAULTS = {n: p.default for n, p in _UPSTREAM_PARAMS.items()}
 _u = _upstream.utils_module
 
-# Dispatch hooks that kdebug's own log_tensor_hashes() / record_outputs()
-# installed through upstream: id(hook) -> ("hash", spec, hash_inputs, spec_id,
-# kinds, value_fn) | ("record",) | ("custom",) (a callable hash_fn: upstream's
-# hooks must run).  When only these are installed, the fast path (kd_dispatch.c)
-# does their work itself, with GPU hashes queued instead of synchronizing per op.
-_kd_hooks: dict[int, tuple] = {}
+class _SettingsContext:
+    """A log_tensor_hashes() / record_outputs() context: ``push()`` enters it
+    on this thread (Note [Aten-op hash settings per thread],
+    kdebug/_aten_hooks.py).  Left on another thread it raises and stays
+    entered, so it can still be left right."""
 
+    def __init__(self, push) -> None:
+        self._push = push
+        self._frame: _aten_hooks.Frame | None = None
 
-@contextlib.contextmanager
-def _registering(kind: tuple):
-    lists = _upstream.dispatch_hook_lists()
-    before = {id(h) for lst in lists for h in lst}
-    added: list[int] = []
+    def __enter__(self) -> None:
+        if self._frame is not None:
+            raise RuntimeError("this log_tensor_hashes() / record_outputs() context is already entered")
+        _upstream.install_hook_runners(_aten_hooks.run_pre_log_hooks, _aten_hooks.run_hooks)
+        self._frame = self._push()
 
-    def note():
-        for lst in lists:
-            for h in lst:
-                if id(h) not in before and id(h) not in _kd_hooks:
-                    _kd_hooks[id(h)] = kind
-                    added.append(id(h))
-
-    try:
-        yield note
-    finally:
-        for i in added:
-            _kd_hooks.pop(i, None)
+    def __exit__(self, *exc) -> None:
+        frame = self._frame
+        if frame is None:
+            raise RuntimeError("a log_tensor_hashes() / record_outputs() context was exited without "
+                               "being entered (or twice)")
+        if frame.thread == threading.get_ident():
+            self._frame = None
+        try:
+            _aten_hooks.pop(frame, hashing.remove_custom)
+        finally:
+            _C.defer_flush()
 
 
 def _op_info(func) -> tuple:
@@ -144,8 +145,9 @@ def _configure() -> None:
     template: dict | None = dict(vars(probe))
     if not all(v is None or isinstance(v, (bool, int, float, str, tuple)) for v in template.values()):
         template = None
-    _C._configure_dispatch(_op_info, _upstream.DebugMode.__torch_dispatch__, _stream_tick, _tree_hash_py,
-                           _tree_clone_py, _kd_hooks, _u, _upstream._OpCall, template,
+    _upstream.install_hook_runners(_aten_hooks.run_pre_log_hooks, _aten_hooks.run_hooks)
+    _C._configure_dispatch(_op_info, _aten_hooks.through_upstream, _stream_tick, _tree_hash_py,
+                           _tree_clone_py, _aten_hooks._local, _u, _upstream._OpCall, template,
                            _upstream.dispatch_stack_depth)
     # Note [Fast aten-op recording]: __torch_dispatch__ as a C method, which
     # does itself what torch's dynamo-disable wrapper around a Python one does
@@ -271,6 +273,7 @@ class DebugMode(_upstream.DebugMode):
         self._stream = None
         self._entered = False
         self._enter_thread = 0
+        self._hook_owner: _aten_hooks.ThreadHooks | None = None  # Note [Aten-op hash settings per thread]
         self._shadowing = None
         self._seen_at_enter = 0
         self._nested_hidden = 0  # Note [Nested DebugModes]
@@ -425,7 +428,6 @@ class DebugMode(_upstream.DebugMode):
 
     # -- hashes and recorded outputs --
     @staticmethod
-    @contextlib.contextmanager
     def log_tensor_hashes(hash_fn="norm", hash_inputs: bool = False,
                           check_inputs_unchanged: bool = False):
         """Hash tensors around every kernel launch and aten op, as upstream does.
@@ -442,40 +444,33 @@ class DebugMode(_upstream.DebugMode):
             only reads is unchanged by the launch; a kernel that wrote to one
             is reported (call.readonly_violations, a KdebugWarning).
         """
-        hash_inputs, check_inputs_unchanged = _flags.hash_flags(hash_inputs, check_inputs_unchanged)
-        spec_id, spec = hashing.parse(hash_fn)
-        prev = _C._set_hash_config(spec.kinds, hash_inputs, check_inputs_unchanged, spec_id)
-        if spec.fn is not None:
-            hashing.push_custom(spec.fn)
-        try:
-            entry = (("hash", spec, hash_inputs, spec_id, spec.kinds, spec.value)
-                     if spec.fn is None else ("custom",))
-            with _registering(entry) as note, \
-                    _upstream.DebugMode.log_tensor_hashes(hash_fn=spec.aten_fn(), hash_inputs=hash_inputs):
-                note()
-                yield
-        finally:
+
+        def push() -> _aten_hooks.Frame:
+            inputs, check = _flags.hash_flags(hash_inputs, check_inputs_unchanged)
+            spec_id, spec = hashing.parse(hash_fn)
+            prev = _C._set_hash_config(spec.kinds, inputs, check, spec_id)
             if spec.fn is not None:
-                hashing.pop_custom()
-            _C._set_hash_config(*prev)
-            _C.defer_flush()
+                hashing.push_custom(spec.fn)
+            # a callable hash_fn: upstream's code runs the hooks (no fast-path entry)
+            entry = ("hash", spec, inputs, spec_id, spec.kinds, spec.value) if spec.fn is None else None
+            return _aten_hooks.push("hash", entry, _aten_hooks.hash_hooks(spec.aten_fn(), inputs), prev,
+                                    _C._set_hash_config, spec.fn)
+
+        return _SettingsContext(push)
 
     @staticmethod
-    @contextlib.contextmanager
     def record_outputs(max_bytes: int = 4 << 30):
         """Keep clones of what every kernel writes (call.record["output"]) and of
         aten-op outputs (as upstream).  Kernel outputs are cloned on the
         kernel's stream without synchronizing; at most ``max_bytes`` of them are
         kept, the rest are counted and reported instead of running out of memory."""
-        max_bytes = _flags.max_bytes(max_bytes)
-        prev = _C._set_record_outputs(True, max_bytes)
-        try:
-            with _registering(("record",)) as note, _upstream.DebugMode.record_outputs():
-                note()
-                yield
-        finally:
-            _C._set_record_outputs(*prev)
-            _C.defer_flush()
+
+        def push() -> _aten_hooks.Frame:
+            budget = _flags.max_bytes(max_bytes)
+            prev = _C._set_record_outputs(True, budget)
+            return _aten_hooks.push("record", None, _aten_hooks.record_hooks(), prev, _C._set_record_outputs)
+
+        return _SettingsContext(push)
 
     # -- entering and leaving --
     def __enter__(self):
@@ -532,6 +527,7 @@ class DebugMode(_upstream.DebugMode):
             self._prev_defer = prev_defer
             self._entered = True
             self._enter_thread = threading.get_ident()
+            self._hook_owner = _aten_hooks.this_thread()
             undo.pop_all()
         return self
 

@@ -131,3 +131,38 @@ def launch_while_hashing(hash_fn, other, times: int = 1):
         th.join()
     if failure:
         raise failure[0]
+
+
+@contextlib.contextmanager
+def wrong_lowering(op, scale: float | None = None, nan_above: float | None = None):
+    """Within the block, Inductor lowers aten ``op`` (e.g. torch.ops.aten.tanh.default)
+    wrongly: its result times ``scale``, and/or NaN wherever the result exceeds
+    ``nan_above``.  Kernels compiled inside the block compute it so; eager and
+    every reference run of the graph compute it right.  A planted culprit for
+    the accuracy check (Note [Accuracy check]); compile inside the block, with
+    the FX graph cache off (kdebug.accuracy.check turns it off)."""
+    if scale is None and nan_above is None:
+        raise ValueError("wrong_lowering needs scale= and/or nan_above=")
+    lowerings = _upstream.inductor_lowerings()
+    aten = torch.ops.aten
+    if op not in lowerings:
+        raise ValueError(f"Inductor has no lowering for {op} (it may be decomposed before lowering)")
+    right = lowerings[op]
+    keys = [k for k, v in lowerings.items() if v is right]
+
+    def wrong(*args, **kwargs):
+        out = right(*args, **kwargs)
+        if scale is not None:
+            out = lowerings[aten.mul.Tensor](out, scale)
+        if nan_above is not None:
+            above = lowerings[aten.gt.Scalar](out, nan_above)
+            out = lowerings[aten.where.self](above, lowerings[aten.mul.Tensor](out, float("nan")), out)
+        return out
+
+    for k in keys:
+        lowerings[k] = wrong
+    try:
+        yield
+    finally:
+        for k in keys:
+            lowerings[k] = right

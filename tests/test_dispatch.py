@@ -5,7 +5,7 @@ import torch
 from torch.utils import _debug_mode as upstream
 
 import kdebug
-from kdebug import _upstream, mode
+from kdebug import _aten_hooks, _upstream, mode
 from kdebug import DebugMode
 
 
@@ -44,7 +44,7 @@ def test_records_without_a_template_call_upstreams_constructor():
     try:
         # the same configuration as mode._configure(), template None
         kdebug._C._configure_dispatch(mode._op_info, _upstream.DebugMode.__torch_dispatch__, mode._stream_tick,
-                                      mode._tree_hash_py, mode._tree_clone_py, mode._kd_hooks, _upstream.utils_module,
+                                      mode._tree_hash_py, mode._tree_clone_py, _aten_hooks._local, _upstream.utils_module,
                                       _upstream._OpCall, template_args, torch._C._len_torch_dispatch_stack)
         with DebugMode() as kd:
             x + 1

@@ -12,6 +12,7 @@
  * keeps spare bytes (8 to 32) for later fields without changing the size.
  * The sizes are pinned with static_assert below; the trace format (issue 4)
  * writes these payloads verbatim, so a change here is a format change.
+ * Readers find the arguments with kd_args.h (Note [Argument payloads]).
  */
 #ifndef KD_RECORD_H
 #define KD_RECORD_H

@@ -1,6 +1,8 @@
 /* kd_render.c - rendering records as text (kd_render.h). */
 #include "kd_render.h"
 
+#include "kd_args.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -160,10 +162,10 @@ size_t kd_render_tensor(const kd_render_ctx *c, const kd_payload *p, int flags,
 
 static void args(w *o, const kd_render_ctx *c, const kd_payload *p, int flags)
 {
-    const kd_launch *l = &p->launch;
-    uint32_t off = 1;
-    for (uint32_t a = 0; a < l->nargs && off <= l->nslots; a++) {
-        const kd_payload *q = &p[off];
+    kd_arg_iter it = kd_args_begin(p, 1u + p->launch.nslots);
+    while (kd_args_next(&it)) {
+        const kd_payload *q = it.arg;
+        uint32_t a = it.index;
         if (a)
             puts_(o, ", ");
         size_t nlen;
@@ -176,8 +178,7 @@ static void args(w *o, const kd_render_ctx *c, const kd_payload *p, int flags)
         switch (q->tag) {
         case KD_TAG_TENSOR:
             tensor(o, c, q, flags);
-            off += kd_arg_payloads(q);
-            continue;
+            break;
         case KD_TAG_INT:
             putf(o, "%" PRId64, q->scalar.value.i);
             break;
@@ -202,7 +203,6 @@ static void args(w *o, const kd_render_ctx *c, const kd_payload *p, int flags)
             putf(o, "<bad tag %u>", (unsigned)q->tag);
             break;
         }
-        off += 1;
     }
 }
 

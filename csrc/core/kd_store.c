@@ -1,6 +1,7 @@
 /* kd_store.c - the drained launch store (kd_store.h). */
 #include "kd_store.h"
 
+#include "kd_args.h"
 #include "kd_grow.h"
 
 #include <stdlib.h>
@@ -38,16 +39,9 @@ int kd_store_append(kd_store *s, const kd_payload *p, uint32_t n)
 
 uint32_t kd_launch_arg_offset(const kd_payload *launch, uint32_t k)
 {
-    uint32_t nargs = launch->launch.nargs;
-    uint32_t nslots = launch->launch.nslots;
-    if (k >= nargs)
-        return 0;
-    uint32_t off = 1;
-    for (uint32_t a = 0; a < k; a++) {
-        if (off > nslots)
-            return 0;
-        const kd_payload *p = &launch[off];
-        off += kd_arg_payloads(p);
-    }
-    return off <= nslots ? off : 0;
+    kd_arg_iter it = kd_args_begin(launch, 1u + launch->launch.nslots);
+    while (kd_args_next(&it))
+        if (it.index == k)
+            return it.off;
+    return 0;
 }

@@ -3,6 +3,7 @@
  * extent of a tensor argument.  Python-free. */
 #include <stdlib.h>
 
+#include "kd_args.h"
 #include "kd_hash.h"
 #include "kd_trace.h"
 
@@ -48,9 +49,10 @@ int64_t kd_tr_last_writer(const kd_tr *r, uint64_t before, int dev_type, int dev
         uint32_t n = kd_tr_launch(r, i, p, cap);
         if (n == 0)
             continue;
-        uint32_t k = 1;
-        for (uint32_t a = 0; a < p[0].launch.nargs && k < n; a++) {
-            const kd_payload *q = &p[k];
+        kd_arg_iter it = kd_args_begin(p, n);
+        while (kd_args_next(&it)) {
+            const kd_payload *q = it.arg;
+            uint32_t a = it.index;
             if (q->tag == KD_TAG_TENSOR && (q->tensor.role & KD_ROLE_WRITE) &&
                 q->tensor.device_type == dev_type && q->tensor.device_index == dev_index) {
                 uint64_t a0, a1;
@@ -61,7 +63,6 @@ int64_t kd_tr_last_writer(const kd_tr *r, uint64_t before, int dev_type, int dev
                         *args_mask |= 1ull << a;
                 }
             }
-            k += kd_arg_payloads(q);
         }
     }
     free(p);

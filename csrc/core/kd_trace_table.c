@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kd_args.h"
 #include "kd_grow.h"
 #include "kd_trace.h"
 
@@ -33,9 +34,9 @@ static int put_args(kd_tab *t, const kd_payload *p, uint32_t n)
     const kd_launch *l = &p[0].launch;
     if (kd_grow((void **)&t->arg, &t->arg_cap, t->narg + l->nargs, sizeof *t->arg) != 0)
         return -1;
-    uint32_t k = 1;
-    for (uint32_t j = 0; j < l->nargs && k < n; j++) {
-        const kd_payload *q = &p[k];
+    kd_arg_iter it = kd_args_begin(p, n);
+    while (kd_args_next(&it)) {
+        const kd_payload *q = it.arg;
         kd_tab_arg *a = &t->arg[t->narg++];
         memset(a, 0, sizeof *a);
         a->tag = q->tag;
@@ -61,9 +62,8 @@ static int put_args(kd_tab *t, const kd_payload *p, uint32_t n)
                 numel = (s != 0 && numel > INT64_MAX / s) ? (uint64_t)INT64_MAX : numel * s;
             }
             a->value.i = (int64_t)numel;
-            const kd_hash_rec *h = kd_arg_hash((kd_payload *)q);
-            if (h != NULL)
-                put_hashes(a, h);
+            if (it.hash != NULL)
+                put_hashes(a, it.hash);
             break;
         }
         case KD_TAG_INT:
@@ -79,7 +79,6 @@ static int put_args(kd_tab *t, const kd_payload *p, uint32_t n)
         default:
             break;
         }
-        k += kd_arg_payloads(q);
     }
     return 0;
 }

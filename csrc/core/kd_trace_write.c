@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kd_args.h"
 #include "kd_grow.h"
 #include "kd_trace.h"
 
@@ -223,15 +224,10 @@ int kd_tw_launch(kd_tw *w, const kd_payload *p, uint32_t n, const kd_strtab *g)
     kd_buf_svarint(b, (int64_t)(l->t_start_ns - w->base_t));
     kd_buf_varint(b, l->t_end_ns >= l->t_start_ns ? l->t_end_ns - l->t_start_ns : 0);
     kd_buf_varint(b, l->nargs);
-    uint32_t k = 1;
     uint64_t prev_ptr = 0;
-    for (uint32_t a = 0; a < l->nargs; a++) {
-        if (k >= n)
-            return -1;
-        const kd_payload *q = &p[k];
-        uint32_t used = kd_arg_payloads(q);
-        if (k + used > n)
-            return -1;
+    kd_arg_iter it = kd_args_begin(p, n);
+    while (kd_args_next(&it)) {
+        const kd_payload *q = it.arg;
         kd_buf_u8(b, q->tag);
         kd_buf_u8(b, q->scalar.role);
         kd_buf_varint(b, map_global(w, g, q->scalar.name_id));
@@ -258,8 +254,8 @@ int kd_tw_launch(kd_tw *w, const kd_payload *p, uint32_t n, const kd_strtab *g)
                 kd_buf_varint(b, (uint64_t)size);
                 kd_buf_svarint(b, stride);
             }
-            if (t->flags & KD_TF_HASHED) {
-                const kd_hash_rec *h = &q[kd_tensor_payloads(t->ndim)].hash;
+            if (it.hash != NULL) {
+                const kd_hash_rec *h = it.hash;
                 /* GPU values not read back are never written as if they were */
                 uint8_t flags = h->flags & (uint8_t)~(KD_HF_PENDING_PRE | KD_HF_PENDING_POST);
                 if (h->flags & KD_HF_PENDING_PRE)
@@ -293,8 +289,9 @@ int kd_tw_launch(kd_tw *w, const kd_payload *p, uint32_t n, const kd_strtab *g)
         default:
             return -1;
         }
-        k += used;
     }
+    if (kd_args_truncated(&it))
+        return -1; /* an argument's payloads run past the record */
     if (b->oom || w->strings.oom)
         return -1;
     w->launch_bytes += b->len - start;

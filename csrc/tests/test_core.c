@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/kd_args.h"
 #include "../core/kd_hash.h"
 #include "../core/kd_record.h"
 #include "../core/kd_render.h"
@@ -522,6 +523,136 @@ static void test_render(void)
     kd_strtab_free(t);
 }
 
+/* ---- the argument walk (Note [Argument payloads]) ---- */
+
+/* A launch record of 4 arguments in 7 payloads, in a heap block of exactly
+ * 7 payloads so that ASan sees any read past it:
+ *   [0] header  [1] int  [2..4] 6-d tensor (2 payloads) + its hash
+ *   [5] 0-d tensor  [6] float */
+static kd_payload *arg_record(void)
+{
+    kd_payload *p = calloc(7, sizeof *p);
+    p[0].launch.tag = KD_TAG_LAUNCH;
+    p[0].launch.nargs = 4;
+    p[0].launch.nslots = 6;
+    p[1].scalar.tag = KD_TAG_INT;
+    p[1].scalar.value.i = 7;
+    int64_t s6[6] = {1, 2, 3, 4, 5, 6}, st6[6] = {720, 360, 120, 30, 6, 1};
+    fill_tensor(&p[2], 0, 6, s6, st6);
+    p[2].tensor.flags = KD_TF_HASHED;
+    p[4].hash.tag = KD_TAG_HASH;
+    p[4].hash.spec = 3;
+    int64_t s0[1] = {0}, st0[1] = {1};
+    fill_tensor(&p[5], 0, 0, s0, st0);
+    p[6].scalar.tag = KD_TAG_FLOAT;
+    return p;
+}
+
+/* Walks rec[0..n) and writes each yielded argument's offset to offs; returns how many. */
+static uint32_t walk_offsets(const kd_payload *rec, uint32_t n, uint32_t *offs, int *truncated)
+{
+    uint32_t k = 0;
+    kd_arg_iter it = kd_args_begin(rec, n);
+    while (kd_args_next(&it)) {
+        CHECK(it.index == k && it.arg == &rec[it.off]);
+        offs[k++] = it.off;
+    }
+    *truncated = kd_args_truncated(&it);
+    return k;
+}
+
+static void test_arg_walk(void)
+{
+    kd_payload *p = arg_record();
+    uint32_t offs[8];
+    int trunc;
+
+    /* the whole record: offsets, lengths and the one hash */
+    kd_arg_iter it = kd_args_begin(p, 7);
+    static const uint32_t want_off[4] = {1, 2, 5, 6}, want_np[4] = {1, 3, 1, 1};
+    uint32_t k = 0;
+    while (kd_args_next(&it)) {
+        CHECK(k < 4 && it.index == k && it.off == want_off[k] && it.npayloads == want_np[k]);
+        if (k == 1) {
+            CHECK(it.hash == &p[4].hash && it.hash_off == 4 && it.hash->spec == 3);
+        } else {
+            CHECK(it.hash == NULL && it.hash_off == 0);
+        }
+        k++;
+    }
+    CHECK(k == 4 && !kd_args_truncated(&it));
+    CHECK(kd_args_next(&it) == 0); /* stays ended */
+    CHECK(kd_launch_arg_offset(p, 2) == 5 && kd_launch_arg_offset(p, 4) == 0);
+
+    /* n cuts the hashed tensor's payloads short: the walk stops before it */
+    CHECK(walk_offsets(p, 4, offs, &trunc) == 1 && offs[0] == 1 && trunc);
+    CHECK(walk_offsets(p, 5, offs, &trunc) == 2 && offs[1] == 2 && trunc);
+    CHECK(walk_offsets(p, 1, offs, &trunc) == 0 && trunc);
+
+    /* a corrupt nslots bounds the walk as a short n does, even with n larger */
+    p[0].launch.nslots = 3;
+    CHECK(walk_offsets(p, 7, offs, &trunc) == 1 && trunc);
+    CHECK(kd_launch_arg_offset(p, 1) == 0);
+    p[0].launch.nslots = 6;
+
+    /* a corrupt ndim (37 payloads claimed) or hash flag stops it at that argument */
+    p[2].tensor.ndim = 255;
+    CHECK(walk_offsets(p, 7, offs, &trunc) == 1 && trunc);
+    p[2].tensor.ndim = 6;
+    p[5].tensor.flags = KD_TF_HASHED; /* its hash would be p[6], then p[7] for the float */
+    CHECK(walk_offsets(p, 7, offs, &trunc) == 3 && offs[2] == 5 && trunc);
+    p[5].tensor.flags = 0;
+
+    /* nargs larger than the payloads hold: truncated; smaller: a complete walk of fewer */
+    p[0].launch.nargs = 60000;
+    CHECK(walk_offsets(p, 7, offs, &trunc) == 4 && trunc);
+    p[0].launch.nargs = 2;
+    CHECK(walk_offsets(p, 7, offs, &trunc) == 2 && !trunc);
+    p[0].launch.nargs = 4;
+
+    /* not a launch header, or nothing to read: no arguments */
+    p[0].tag = KD_TAG_INT;
+    CHECK(walk_offsets(p, 7, offs, &trunc) == 0 && !trunc);
+    p[0].tag = KD_TAG_LAUNCH;
+    CHECK(walk_offsets(p, 0, offs, &trunc) == 0 && !trunc);
+    CHECK(walk_offsets(NULL, 7, offs, &trunc) == 0 && !trunc);
+    free(p);
+
+    /* random headers and argument bytes: every yielded argument lies inside
+     * the block and the record, arguments are contiguous from payload 1, and
+     * a walk that yields fewer than nargs says it was truncated (ASan checks
+     * the reads) */
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    for (int round = 0; round < 2000; round++) {
+        uint32_t n = 1 + (uint32_t)(round % 12);
+        kd_payload *q = malloc(n * sizeof *q);
+        for (uint32_t i = 0; i < n; i++)
+            for (size_t b = 0; b < sizeof *q; b++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                q[i].bytes[b] = (uint8_t)(seed >> 56);
+            }
+        q[0].tag = KD_TAG_LAUNCH;
+        q[0].launch.nargs %= 16;
+        q[0].launch.nslots %= 16;
+        for (uint32_t i = 1; i < n; i++)
+            q[i].tag = (q[i].tag & 1) ? KD_TAG_TENSOR : KD_TAG_INT;
+        uint32_t end = n < 1u + q[0].launch.nslots ? n : 1u + q[0].launch.nslots;
+        kd_arg_iter w = kd_args_begin(q, n);
+        uint32_t expect_off = 1, count = 0;
+        int ok = 1;
+        while (kd_args_next(&w)) {
+            ok &= w.off == expect_off && w.npayloads >= 1 && w.off + w.npayloads <= end;
+            ok &= w.hash == NULL || (w.hash_off == w.off + w.npayloads - 1 && w.hash == &q[w.hash_off].hash);
+            expect_off += w.npayloads;
+            count++;
+        }
+        CHECK(ok);
+        CHECK(count <= q[0].launch.nargs);
+        CHECK(kd_args_truncated(&w) == (count < q[0].launch.nargs));
+        free(q);
+    }
+}
+
 static void test_doubles(void)
 {
     /* expected strings are Python's repr() of the same values */
@@ -871,6 +1002,7 @@ int main(void)
     test_ring_threads();
     test_strtab();
     test_render();
+    test_arg_walk();
     test_doubles();
     test_results();
     printf("%d checks, %d failed\n", checks, failures);

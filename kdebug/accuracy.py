@@ -1,0 +1,477 @@
+"""Compiled vs eager, kernel by kernel: which kernel computes worse than eager.
+
+Note [Accuracy check]
+One run of the compiled program, checked as it goes, graph call by graph
+call (kdebug/inductor.py calls `before` / `after` around every compiled
+graph's call while a check is active):
+- before the call, the graph's inputs are copied (the call may change them);
+- during it, a kdebug DebugMode records what every kernel and extern call
+  wrote (record_outputs), within a byte budget;
+- after it, the launches are matched to the graph's call sites in wrapper
+  order (kdebug/provenance.py: which buffer each call writes and which
+  post-grad FX node that buffer materializes), the graph is interpreted
+  eagerly and in float64 on the copied inputs (Note [Reference runs]), and
+  every written buffer with a known node is compared three ways
+  (Note [Worse, not just different]).  Then the recorded values are dropped,
+  so memory holds one graph call's values at a time.
+The verdict walks the calls in launch order with the determinism hunt's
+words: a kernel whose inputs all matched eager within tolerance and whose
+output is *worse* than eager against float64 is a root; the first root is
+the culprit.  A kernel that reads a buffer already outside tolerance
+inherited the difference.  Buffers no node maps to are not compared; they
+pass a difference on when their writer's inputs had one.
+Graph calls after the first `calls_per_graph` of each graph are run but
+not checked (a training loop would otherwise be checked every step).
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import math
+import torch
+
+from . import _upstream, numerics, provenance, reference
+
+
+@dataclasses.dataclass
+class BufferCheck:
+    """One buffer a call wrote, compared (diff) or not (why)."""
+
+    buffer: str
+    node: str | None
+    param: str | None
+    diff: numerics.Difference | None = None
+    why_not: str | None = None
+
+
+@dataclasses.dataclass
+class KernelCheck:
+    """One call of a kernel (or extern op) in one graph call."""
+
+    graph: str
+    graph_call: int
+    index: int               # position among the graph's calls
+    kernel: str
+    kind: str
+    nodes: tuple
+    source: tuple
+    buffers: list
+    status: str = "ok"       # ok | differs | worse | inherited | unchecked
+    tainted_inputs: tuple = ()
+    code: str | None = None  # the generated kernel's source (kept for roots: worse or differs)
+
+    def worst(self) -> BufferCheck | None:
+        """The compared buffer with the largest error ratio."""
+        best, key = None, -1.0
+        for b in self.buffers:
+            if b.diff is None:
+                continue
+            r = b.diff.ratio()
+            k = (math.inf if b.diff.nonfinite_introduced else (r if r is not None else b.diff.max_abs))
+            if k > key:
+                best, key = b, k
+        return best
+
+
+@dataclasses.dataclass
+class OutputCheck:
+    """One leaf of the function's output, compiled vs eager (vs float64)."""
+
+    path: str
+    diff: numerics.Difference | None
+    why_not: str | None = None
+
+
+@dataclasses.dataclass
+class AccuracyReport:
+    factor: float
+    rtol: float | None
+    atol: float | None
+    kernels: list = dataclasses.field(default_factory=list)
+    outputs: list = dataclasses.field(default_factory=list)
+    notes: list = dataclasses.field(default_factory=list)
+    graphs: int = 0
+    graph_calls_checked: int = 0
+    graph_calls_unchecked: int = 0
+    unmatched_launches: int = 0
+
+    @property
+    def culprit(self) -> KernelCheck | None:
+        """The first kernel that computes worse than eager from inputs that
+        still matched (Note [Accuracy check])."""
+        return next((k for k in self.kernels if k.status == "worse"), None)
+
+    @property
+    def first_divergent(self) -> KernelCheck | None:
+        """The first kernel outside tolerance of eager from inputs within it."""
+        return next((k for k in self.kernels if k.status in ("differs", "worse")), None)
+
+    def compared(self) -> int:
+        return sum(1 for k in self.kernels for b in k.buffers if b.diff is not None)
+
+    def outputs_within_tolerance(self) -> bool:
+        return all(o.diff is None or o.diff.within_tolerance for o in self.outputs)
+
+    def summary(self) -> str:
+        from . import accuracy_text
+
+        return accuracy_text.summary(self)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def write_html(self, path: str, title: str = "kdebug accuracy") -> None:
+        """The verdict as a self-contained HTML page (kdebug/accuracy_html.py)."""
+        from . import accuracy_html
+
+        accuracy_html.write_html(path, self, title)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self) | {
+            "culprit": None if self.culprit is None else dataclasses.asdict(self.culprit)}
+
+
+# ------------------------------------------------------------- the session
+
+
+def _clone_inputs(inputs) -> list:
+    out = []
+    for x in inputs:
+        out.append(x.detach().clone() if isinstance(x, torch.Tensor) else x)
+    return out
+
+
+def _written(call) -> dict:
+    """{param name: recorded value} of what a recorded call wrote."""
+    rec = getattr(call, "record", None)
+    if not isinstance(rec, dict):
+        return {}
+    out = rec.get("output")
+    if isinstance(out, dict):
+        return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
+    if isinstance(out, torch.Tensor):
+        return {"out": out}
+    return {}
+
+
+def kernel_source(module_source: str | None, kernel: str) -> str | None:
+    """The source Inductor generated for `kernel`, read from its graph's
+    generated module (`kernel = async_compile.<backend>(..., <source text>)`)."""
+    if not module_source:
+        return None
+    try:
+        tree = ast.parse(module_source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == kernel and isinstance(node.value, ast.Call)):
+            texts = [a.value for a in node.value.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if texts:
+                return max(texts, key=len).strip("\n")
+    return None
+
+
+def _is_kernel(call) -> bool:
+    return hasattr(call, "kernel_name") and hasattr(call, "arg_names")
+
+
+def _call_base(call) -> str:
+    return reference.op_base(getattr(call, "op", None) or "")
+
+
+def align(sites: list, calls: list) -> tuple[list, int]:
+    """Pairs recorded calls with the graph's call sites, both in order: a
+    kernel launch with the next site of its kernel name, an aten op with the
+    next extern site of its op (ops that match no site, such as allocations,
+    are skipped).  Returns ([(site, call)], launches that matched no site)."""
+    pairs, pos, unmatched = [], 0, 0
+    for call in calls:
+        if _is_kernel(call):
+            name = call.kernel_name
+            j = next((j for j in range(pos, len(sites)) if sites[j].kind != "extern" and sites[j].kernel == name),
+                     None)
+            if j is None:
+                unmatched += 1
+                continue
+        else:
+            base = _call_base(call)
+            j = None
+            for k in range(pos, len(sites)):
+                if sites[k].kind != "extern":
+                    break  # an op never jumps over a kernel site
+                if reference.op_base(sites[k].kernel) == base:
+                    j = k
+                    break
+            if j is None:
+                continue
+        pairs.append((sites[j], call))
+        pos = j + 1
+    return pairs, unmatched
+
+
+class Session:
+    """A running accuracy check (Note [Accuracy check])."""
+
+    def __init__(self, graphs: list, mode, rtol=None, atol=None, factor: float = 4.0,
+                 calls_per_graph: int = 1) -> None:
+        self.graphs = graphs  # filled by provenance.capture() as graphs compile
+        self.mode = mode
+        self.report = AccuracyReport(factor=factor, rtol=rtol, atol=atol)
+        self.calls_per_graph = calls_per_graph
+        self._seen: dict = {}
+        self._source: dict = {}  # id(graph record) -> its generated module's source
+
+    # -- hooks called by kdebug/inductor.py around a compiled graph's call --
+    def before(self, compiled, inputs):
+        g = provenance.graph_for(compiled, self.graphs)
+        if g is None:
+            self.report.graph_calls_unchecked += 1
+            return None
+        n = self._seen.get(id(g), 0)
+        self._seen[id(g)] = n + 1
+        if n >= self.calls_per_graph:
+            self.report.graph_calls_unchecked += 1
+            return None
+        with _upstream.disable_torch_dispatch(), torch.no_grad():
+            clones = _clone_inputs(inputs)
+        self._source.setdefault(id(g), getattr(compiled, "source_code", None))
+        self.mode.operators = []  # this graph call's records only
+        return (g, n, clones)
+
+    def after(self, compiled, token) -> None:
+        if token is None:
+            return
+        g, n, clones = token
+        calls = list(self.mode.operators)
+        self.mode.operators = []
+        self.report.graph_calls_checked += 1
+        self.report.graphs = len({id(x) for x in self.graphs})
+        try:
+            self._check(g, n, clones, calls)
+        finally:
+            del calls, clones
+
+    # -- one graph call --
+    def _check(self, g, n, clones, calls) -> None:
+        rep = self.report
+        pairs, unmatched = align(g.calls, calls)
+        rep.unmatched_launches += unmatched
+        need = {node for site, _ in pairs for node in site.writes.values() if node}
+        rnd = reference.random_nodes(g.gm)
+        with _upstream.disable_torch_dispatch(), torch.no_grad():
+            e_in, r_in = _clone_inputs(clones), clones
+        eager = reference.run_graph(g.gm, e_in, need - rnd, float64=False)
+        ref = reference.run_graph(g.gm, r_in, need - rnd, float64=True)
+        for where, why in list(eager.failed.items()) + list(ref.failed.items()):
+            rep.notes.append(f"{g.name}: the reference run stopped at node {where}: {why}")
+        if ref.approximated:
+            rep.notes.append(f"{g.name}: float64 reference computed in the graph's own dtype for "
+                             f"{len(ref.approximated)} node(s) whose ops refuse float64: "
+                             + ", ".join(sorted(ref.approximated)[:8]))
+        status: dict = {name: "ok" for name in g.inputs}  # identical inputs by construction
+        for site, call in pairs:
+            written = _written(call)
+            params = list(getattr(call, "arg_names", ()) or ())
+            checks = []
+            by_buffer = {}
+            if _is_kernel(call):
+                for param, value in written.items():
+                    i = params.index(param) if param in params else -1
+                    buf = site.args[i] if 0 <= i < len(site.args) else None
+                    if buf is not None:
+                        by_buffer[buf] = (param, value)
+            else:
+                out = next(iter(written.values()), None)
+                bufs = list(site.writes)
+                if out is not None and len(bufs) == 1:
+                    by_buffer[bufs[0]] = ("out", out)
+            # what the call wrote, as recorded (roles W / RW), else as compiled
+            targets = list(by_buffer) if _is_kernel(call) else list(site.writes)
+            inputs = [a for a in site.args if isinstance(a, str) and a not in targets]
+            tainted = tuple(a for a in inputs if status.get(a) == "diff")
+            any_out = False
+            for buf in targets:
+                node = site.writes.get(buf)
+                param, value = by_buffer.get(buf, (None, None))
+                bc = BufferCheck(buffer=buf, node=node, param=param)
+                if node is None:
+                    bc.why_not = "no FX node is known for this buffer"
+                elif node in rnd:
+                    bc.why_not = "computed from random numbers (Inductor's RNG differs from eager's by design)"
+                elif value is None:
+                    bc.why_not = "its value was not recorded (over the byte budget, or not matched)"
+                elif node not in eager.values or node not in ref.values:
+                    bc.why_not = "the reference run did not reach this node"
+                else:
+                    e, r = eager.values[node], ref.values[node]
+                    v = value
+                    if tuple(v.shape) != tuple(e.shape) and v.numel() == e.numel():
+                        v = v.reshape(e.shape)
+                    if tuple(v.shape) != tuple(e.shape):
+                        bc.why_not = f"buffer shape {tuple(value.shape)} is not the node's {tuple(e.shape)}"
+                    else:
+                        try:
+                            bc.diff = numerics.difference(v, e.to(v.dtype) if e.dtype != v.dtype else e, r,
+                                                          rtol=rep.rtol, atol=rep.atol, heatmap=True)
+                            if bc.diff.within_tolerance:  # keep the error maps of the ones worth a look
+                                bc.diff = dataclasses.replace(bc.diff, heatmap=None)
+                        except (RuntimeError, ValueError) as ex:
+                            bc.why_not = f"not comparable: {ex}"
+                checks.append(bc)
+                if bc.diff is not None and not bc.diff.within_tolerance:
+                    any_out = True
+            for bc in checks:
+                if bc.diff is not None:
+                    status[bc.buffer] = "diff" if not bc.diff.within_tolerance else "ok"
+                else:  # not compared: passes on what its writer got
+                    status[bc.buffer] = "diff" if (tainted or any_out) else "ok"
+            kc = KernelCheck(graph=g.name, graph_call=n, index=site.index, kernel=site.kernel, kind=site.kind,
+                             nodes=tuple(site.nodes), source=tuple(site.source), buffers=checks,
+                             tainted_inputs=tainted)
+            compared = [b for b in checks if b.diff is not None]
+            if not compared:
+                kc.status = "unchecked"
+            elif tainted:
+                kc.status = "inherited" if any_out else "ok"
+            elif any(b.diff.worse(rep.factor) for b in compared):
+                kc.status = "worse"
+            elif any_out:
+                kc.status = "differs"
+            if kc.status in ("worse", "differs") and kc.kind != "extern":
+                kc.code = kernel_source(self._source.get(id(g)), kc.kernel)
+            rep.kernels.append(kc)
+
+
+# ------------------------------------------------------------- entry points
+
+
+def check(program, rtol=None, atol=None, factor: float = 4.0, calls_per_graph: int = 1,
+          max_bytes: int = 4 << 30) -> AccuracyReport:
+    """Runs `program()` (code that compiles and calls compiled functions)
+    under an accuracy check (Note [Accuracy check]) and returns the report.
+    Dynamo's compiled code is reset first (torch._dynamo.reset()): code
+    compiled earlier is compiled again, once, inside the check.  Exceptions
+    of the program propagate, after the check has stopped."""
+    from . import inductor
+    from .mode import DebugMode
+
+    if factor <= 1.0 or not math.isfinite(factor):
+        raise ValueError(f"factor must be a finite number > 1 (got {factor!r}): the compiled error "
+                         "must exceed eager's by this factor to count as worse")
+    if calls_per_graph < 1:
+        raise ValueError(f"calls_per_graph must be >= 1 (got {calls_per_graph!r})")
+    inductor.install()
+    # Code compiled before the check has no provenance (its post-grad graph is
+    # gone) and may have been compiled under other settings: start afresh.
+    _upstream.dynamo_reset()
+    with provenance.capture() as graphs:
+        mode = DebugMode(record_triton_kernels=True)
+        session = Session(graphs, mode, rtol=rtol, atol=atol, factor=factor, calls_per_graph=calls_per_graph)
+        with inductor.observing_graph_calls(session), mode, DebugMode.record_outputs(max_bytes=max_bytes):
+            program()
+    session.report.graphs = len(graphs)
+    if session.report.unmatched_launches:
+        session.report.notes.append(
+            f"{session.report.unmatched_launches} kernel launch(es) inside checked graph calls matched no "
+            "call site of their graph and were not compared")
+    return session.report
+
+
+def _tree_leaves(obj, path="output"):
+    """(path, tensor) for every tensor in a nested output: tuples, lists,
+    dicts, dataclasses and dict-like objects (HuggingFace ModelOutput)."""
+    if isinstance(obj, torch.Tensor):
+        yield path, obj
+    elif isinstance(obj, dict) or (hasattr(obj, "keys") and hasattr(obj, "__getitem__")
+                                   and not isinstance(obj, (str, bytes))):
+        for k in obj.keys():
+            yield from _tree_leaves(obj[k], f"{path}[{k!r}]")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from _tree_leaves(v, f"{path}[{i}]")
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from _tree_leaves(getattr(obj, f.name), f"{path}.{f.name}")
+
+
+def _original(fn):
+    """The uncompiled callable behind a torch.compile'd module or function."""
+    orig = getattr(fn, "_orig_mod", None) or getattr(fn, "_torchdynamo_orig_callable", None)
+    return orig if orig is not None else fn
+
+
+def _float64_copy(fn, args, kwargs):
+    """(fn, args, kwargs) in float64 for the model-level reference, or None
+    when fn is not a module (its weights cannot be reached to convert)."""
+    if not isinstance(fn, torch.nn.Module):
+        return None
+    m = copy.deepcopy(fn).to(torch.float64)
+    conv = (lambda x: x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x)
+    return m, torch.utils._pytree.tree_map(conv, args), torch.utils._pytree.tree_map(conv, kwargs)
+
+
+def compare_eager(fn, *args, reference: str = "float64", rtol: float | None = None, atol: float | None = None,
+                  factor: float = 4.0, calls_per_graph: int = 1, max_bytes: int = 4 << 30,
+                  **kwargs) -> AccuracyReport:
+    """Compiles fn (or recompiles the function behind a compiled one), runs it
+    on args under the accuracy check (Note [Accuracy check]) and compares its
+    output with eager's, leaf by leaf.  A module is deep-copied for the eager
+    and float64 runs, so its state is not run three times; a plain function
+    runs eagerly on copies of the arguments.  Returns an AccuracyReport whose
+    `culprit` names the first kernel that computes worse than eager."""
+    if reference != "float64":
+        raise ValueError(f"reference must be 'float64' (got {reference!r})")
+    orig = _original(fn)
+    rng = torch.random.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+
+    def reset_rng():
+        torch.random.set_rng_state(rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+
+    def copy_args():
+        return copy.deepcopy((args, kwargs))
+
+    # eager first, on copies: the compiled run then sees the user's own objects
+    eager_fn = copy.deepcopy(orig) if isinstance(orig, torch.nn.Module) else orig
+    reset_rng()
+    a, k = copy_args()
+    eager_out = eager_fn(*a, **k)
+    ref_out = None
+    conv = _float64_copy(orig, *copy_args())
+    if conv is not None:
+        reset_rng()
+        ref_out = conv[0](*conv[1], **conv[2])
+    compiled = torch.compile(orig)
+    reset_rng()
+    got: list = []
+    report = check(lambda: got.append(compiled(*args, **kwargs)), rtol=rtol, atol=atol, factor=factor,
+                   calls_per_graph=calls_per_graph, max_bytes=max_bytes)
+    out = got[0]
+    c_leaves = dict(_tree_leaves(out))
+    e_leaves = dict(_tree_leaves(eager_out))
+    r_leaves = dict(_tree_leaves(ref_out)) if ref_out is not None else {}
+    if conv is None:
+        report.notes.append("model-level float64 reference skipped: fn is not an nn.Module (its weights "
+                            "cannot be converted); kernels are still judged against float64")
+    for path, c in c_leaves.items():
+        e = e_leaves.get(path)
+        if e is None:
+            report.outputs.append(OutputCheck(path, None, "eager's output has no such leaf"))
+            continue
+        if tuple(c.shape) != tuple(e.shape):
+            report.outputs.append(OutputCheck(path, None, f"shapes differ: {tuple(c.shape)} vs {tuple(e.shape)}"))
+            continue
+        r = r_leaves.get(path)
+        try:
+            d = numerics.difference(c.detach(), e.detach().to(c.dtype), r, rtol=rtol, atol=atol)
+            report.outputs.append(OutputCheck(path, d))
+        except (RuntimeError, ValueError) as ex:
+            report.outputs.append(OutputCheck(path, None, f"not comparable: {ex}"))
+    for path in e_leaves.keys() - c_leaves.keys():
+        report.outputs.append(OutputCheck(path, None, "the compiled output has no such leaf"))
+    return report
+

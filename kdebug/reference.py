@@ -1,0 +1,134 @@
+"""Eager and float64 runs of the graph Inductor lowered, node by node.
+
+Note [Reference runs]
+The accuracy check (kdebug/accuracy.py) compares what a compiled kernel
+wrote with the value of the same FX node computed eagerly, and with that
+node computed in float64 (the arbiter).  Both runs interpret the post-grad
+graph (torch.fx.Interpreter) on copies of the inputs the compiled graph got:
+- eager: every node runs its aten op as eager PyTorch would, in the graph's
+  dtypes;
+- float64: floating inputs are cast to float64, and every dtype argument of a
+  node that names a narrower floating dtype (the casts autocast and the
+  bf16/fp16 decompositions insert, `dtype=` of factory ops) is replaced by
+  float64, so no rounding to a narrow type happens anywhere.  A node whose op
+  refuses float64 runs in its own dtype on inputs rounded to it, and is
+  listed in `approximated`: its reference is then only as good as eager.
+Nodes that draw random numbers, and everything computed from them, differ
+between compiled and eager by construction (Inductor's own RNG); they are
+listed in `random` and never compared.
+The runs must not change the user's program: they run with no grad, with
+torch dispatch modes (a recording DebugMode) disabled, and on a forked RNG.
+Only the nodes asked for are kept (cloned: a later in-place node could
+change them); the interpreter frees everything else after its last use.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import torch
+import torch.fx
+
+from . import _upstream
+
+_NARROW_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+
+# ops whose values come from a random generator (by the op's base name)
+_RANDOM = re.compile(r"^(rand|randn|randint|randperm|rand_like|randn_like|randint_like|bernoulli|"
+                     r"native_dropout|dropout|normal|uniform|multinomial|exponential|geometric|"
+                     r"cauchy|log_normal|poisson|inductor_random|inductor_seeds|inductor_seed|"
+                     r"inductor_lookup_seed|philox_rand|_fused_dropout|rrelu_with_noise)(_)?$")
+
+
+@dataclasses.dataclass
+class GraphValues:
+    """The kept node values of one interpreted run."""
+
+    values: dict            # node name -> tensor (clone)
+    failed: dict            # node name -> why its value could not be computed
+    approximated: set       # float64 run: nodes computed in their own dtype
+
+
+def op_base(target) -> str:
+    """'addmm' for aten.addmm.default, extern_kernels.addmm, 'aten::addmm.out'."""
+    name = getattr(target, "__name__", None) if not isinstance(target, str) else target
+    if hasattr(target, "_schema"):
+        name = target._schema.name.split("::")[-1]
+    name = str(name or target)
+    for prefix in ("extern_kernels.", "torch.ops.", "aten::", "aten.", "prims::", "prims.", "inductor::",
+                   "inductor."):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return name.split(".")[0]
+
+
+def random_nodes(gm: torch.fx.GraphModule) -> set:
+    """Nodes that draw random numbers and every node computed from them."""
+    out: set = set()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and _RANDOM.match(op_base(node.target)):
+            out.add(node.name)
+        elif any(a.name in out for a in node.all_input_nodes):
+            out.add(node.name)
+    return out
+
+
+def _to64(x):
+    if isinstance(x, torch.dtype) and x in _NARROW_FLOATS:
+        return torch.float64
+    if isinstance(x, torch.Tensor) and x.dtype in _NARROW_FLOATS:
+        return x.to(torch.float64)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to64(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _to64(v) for k, v in x.items()}
+    return x
+
+
+def _meta_dtype(node: torch.fx.Node):
+    v = node.meta.get("val")
+    return v.dtype if isinstance(v, torch.Tensor) else None
+
+
+class _Run(torch.fx.Interpreter):
+    def __init__(self, gm, keep: set, float64: bool):
+        super().__init__(gm, garbage_collect_values=True)
+        self.keep = keep
+        self.float64 = float64
+        self.out = GraphValues({}, {}, set())
+        self.current = None
+
+    def run_node(self, n):
+        self.current = n.name
+        if not self.float64 or n.op != "call_function":
+            value = super().run_node(n)
+        else:
+            with self._set_current_node(n):
+                args, kwargs = self.fetch_args_kwargs_from_env(n)
+                try:
+                    value = n.target(*_to64(args), **_to64(kwargs))
+                except Exception:  # an op without float64 support: its own dtype
+                    dtype = _meta_dtype(n)
+                    down = (lambda x: x.to(dtype) if isinstance(x, torch.Tensor) and x.dtype == torch.float64
+                            and dtype is not None and dtype.is_floating_point else x)
+                    value = n.target(*torch.utils._pytree.tree_map(down, args),
+                                     **torch.utils._pytree.tree_map(down, kwargs))
+                    value = _to64(value)
+                    self.out.approximated.add(n.name)
+        if n.name in self.keep and isinstance(value, torch.Tensor):
+            self.out.values[n.name] = value.detach().clone()
+        return value
+
+
+def run_graph(gm: torch.fx.GraphModule, inputs: list, keep: set, float64: bool = False) -> GraphValues:
+    """Interprets gm on inputs (which it may change: pass copies), keeping
+    the values of the nodes named in keep (Note [Reference runs])."""
+    run = _Run(gm, set(keep), float64)
+    args = [_to64(x) if float64 else x for x in inputs]
+    devices = sorted({x.device.index or 0 for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda})
+    with torch.no_grad(), _upstream.disable_torch_dispatch(), torch.random.fork_rng(devices=devices):
+        try:
+            run.run(*args)
+        except Exception as e:  # a node failed: what was kept before it stays valid
+            run.out.failed[run.current or "<graph>"] = f"{type(e).__name__}: {e}"[:500]
+    return run.out
