@@ -258,6 +258,72 @@ def synchronize_current_stream(device: torch.device) -> None:
         torch.accelerator.synchronize(device)
 
 
+# ---------------------------------------------------------------- kernel provenance (Note [Kernel provenance])
+
+def provenance_tracing_modules() -> list:
+    """The modules whose name set_kernel_post_grad_provenance_tracing Inductor
+    calls (2.11, 2.13; on 2.11 checked in the installed source: the same
+    signature (node_schedule, kernel_name, is_extern=False), the same
+    imports): torch._inductor.debug defines it; ir.py and
+    scheduler.py import it from there inside the function (so they see a
+    replacement), codegen/triton.py and codegen/cpp.py import it at module
+    level (their own binding must be replaced too)."""
+    import importlib
+
+    out = []
+    for name in ("torch._inductor.debug", "torch._inductor.codegen.triton", "torch._inductor.codegen.cpp"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:  # pragma: no cover - e.g. a build without the Triton codegen
+            continue
+        if hasattr(mod, "set_kernel_post_grad_provenance_tracing"):
+            out.append(mod)
+    return out
+
+
+def graph_lowering() -> type:
+    """torch._inductor.graph.GraphLowering (2.11, 2.13): codegen() emits one
+    graph's kernels and returns (wrapper code, kernel code), each a
+    ValueWithLineMap whose .value is the source; .module is the post-grad
+    GraphModule; is_backward / is_inference say which graph it is;
+    .name_to_buffer maps buffer names to IR buffers (their origin_node;
+    2.13, not checked on 2.11: provenance.py reads it with getattr);
+    compile_to_module() calls codegen() and then sets .cache_key, the
+    generated module's PyCodeCache key that CompiledFxGraph.cache_key
+    repeats (2.13; read with getattr)."""
+    from torch._inductor.graph import GraphLowering
+
+    return GraphLowering
+
+
+def current_compile_id():
+    """torch._guards.CompileContext.current_compile_id() (2.11, 2.13), e.g. 0/0, or None."""
+    from torch._guards import CompileContext
+
+    return CompileContext.current_compile_id()
+
+
+def compile_cache_switches() -> list:
+    """(config module, key) of the caches that skip lowering on a hit:
+    torch._inductor.config.fx_graph_cache and
+    torch._functorch.config.enable_autograd_cache (2.11, 2.13); each config
+    module has .patch(key, value), a context manager."""
+    import torch._functorch.config
+    import torch._inductor.config
+
+    return [(torch._inductor.config, "fx_graph_cache"), (torch._functorch.config, "enable_autograd_cache")]
+
+
+def inductor_cache_dir() -> str:
+    """torch._inductor.runtime.cache_dir_utils.cache_dir() (2.13; not checked
+    on 2.11, where provenance.py's caller treats any failure as "no
+    provenance file"): Inductor's on-disk cache directory
+    (TORCHINDUCTOR_CACHE_DIR)."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return cache_dir()
+
+
 def inductor_lowerings() -> dict:
     """torch._inductor.lowering.lowerings (2.11, 2.13): aten op overload (and
     packet) -> the function that lowers it to Inductor IR."""

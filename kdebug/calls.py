@@ -253,6 +253,16 @@ class _KernelCall(_upstream._DebugCall):
         return self._launch.kernel_name
 
     @property
+    def provenance(self) -> list:
+        """What kernels of this name compute, as this process knows it
+        (kdebug.provenance.KernelProvenance, one per distinct kernel of the
+        name: Note [Kernel provenance]).  A run read from a trace answers
+        with Run.provenance(kernel_name) instead."""
+        from . import provenance
+
+        return provenance.provenances(self.kernel_name)
+
+    @property
     def grid(self) -> tuple[int, int, int] | None:
         """(x, y, z) exactly as the launcher launched it (Triton only)."""
         return self._launch.grid

@@ -122,6 +122,16 @@ def _show(args: argparse.Namespace) -> int:
     if run is None:
         return 2
     print(run.debug_string(verbose=args.verbose))
+    prov = run.meta.get("kernel_provenance")
+    if prov:  # Note [Kernel provenance]: once per kernel, not per launch
+        print("\n# kernel provenance: the post-grad FX nodes each kernel computes")
+        for name in prov:
+            entries = run.provenance(name)
+            for k, e in enumerate(entries):
+                more = f" ({k + 1} of {len(entries)} kernels of this name)" if len(entries) > 1 else ""
+                print(f"# {name}{more}")
+                for line in e.describe():
+                    print(f"#   {line}")
     return 0
 
 

@@ -450,6 +450,9 @@ def install() -> None:
         handler.register_end_callback(_on_compile_end)
 
         _wrap_loaded_modules()
+        from . import provenance
+
+        provenance.install()  # Note [Kernel provenance]
         _installed = True
 
 

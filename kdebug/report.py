@@ -351,6 +351,9 @@ def build(runs: Sequence, *, hunt: dict | None = None, title: str | None = None)
             "time": run.meta.get("time"), "dropped": st.get("dropped", 0),
             "rec": add(bytes(t.rec)), "arg": add(bytes(t.arg)), "dims": add(t.dims),
             "flags": add(_bytes(flags)), "peer": add(_bytes(peer)), "spread": add(_bytes(spread)),
+            # Note [Kernel provenance]: per kernel name, each distinct kernel's lines (escaped by the page)
+            "provenance": {name: [e.describe() for e in run.provenance(name)]
+                           for name in run.meta.get("kernel_provenance", {})},
         })
     first = sides[0].run.meta
     workload = (hunt or {}).get("what") or " ".join(first.get("argv") or []) or sides[0].run.path

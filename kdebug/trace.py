@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _files, _upstream, hashing
+from . import _C, _files, _upstream, hashing, provenance
 from .calls import _KernelCall, make_call
 
 TraceError = _C.TraceError
@@ -174,6 +174,10 @@ def _final_meta(dm) -> dict:
     meta = {"stats": {k: s[k] for k in keep if k in s}}
     if dm.final_state is not None:
         meta["final_state"] = dm.final_state  # Note [Final state]
+    names = {op.kernel_name for op in dm.operators if isinstance(op, _KernelCall)}
+    prov = provenance.meta_for(sorted(names))  # Note [Kernel provenance]: once per kernel
+    if prov:
+        meta["kernel_provenance"] = prov
     return meta
 
 
@@ -408,7 +412,8 @@ _MAX_RANGES = 1 << 22
 
 META_SCHEMA = {"kdebug": _text, "torch": _text, "python": _text, "argv": _texts, "pid": _count,
                "time": _seconds, "hash_specs": _hash_specs, "stats": _stats, "custom_hashes_not_saved": _count,
-               "final_state": _final_state}
+               "final_state": _final_state,
+               "kernel_provenance": lambda v, key: provenance.check_meta(v, key, _Bad)}
 
 
 def _refuse_constant(name: str):
@@ -497,6 +502,13 @@ class Run:
         if self.meta.get("custom_hashes_not_saved"):
             out.append(f"{self.path}: {self.meta['custom_hashes_not_saved']} custom hash value(s) were not saved")
         return out
+
+    def provenance(self, kernel_name: str) -> list:
+        """The provenance entries (kdebug.provenance.KernelProvenance) the
+        trace holds for kernels named ``kernel_name``: one per distinct
+        kernel of that name the recording process compiled or loaded
+        (Note [Kernel provenance]); [] when the trace has none."""
+        return [provenance.from_json(e) for e in self.meta.get("kernel_provenance", {}).get(kernel_name, ())]
 
     def _load_range(self, start: int, stop: int) -> None:
         base = len(self._rec)

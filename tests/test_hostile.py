@@ -111,6 +111,16 @@ BAD_META = {
     "custom count a dict": '{"custom_hashes_not_saved": {}}',
     "deep nesting": '{"argv": ' + "[" * 100000 + "]" * 100000 + "}",
     "not JSON": "{'stats': 1}",
+    "provenance a list": '{"kernel_provenance": [1]}',
+    "provenance entries null": '{"kernel_provenance": {"k": null}}',
+    "provenance no entries": '{"kernel_provenance": {"k": []}}',
+    "provenance entry a number": '{"kernel_provenance": {"k": [3]}}',
+    "provenance nodes a string": '{"kernel_provenance": {"k": [{"nodes": "relu"}]}}',
+    "provenance node a number": '{"kernel_provenance": {"k": [{"nodes": [1]}]}}',
+    "provenance writes a list": '{"kernel_provenance": {"k": [{"writes": ["buf0"]}]}}',
+    "provenance write a number": '{"kernel_provenance": {"k": [{"writes": {"buf0": 7}}]}}',
+    "provenance source null": '{"kernel_provenance": {"k": [{"source": null}]}}',
+    "provenance too many": '{"kernel_provenance": {"k": [' + ", ".join(["{}"] * 9) + "]}}",
 }
 
 
@@ -202,6 +212,9 @@ def _payload_metas() -> dict[str, dict]:
     for k in ("launches", "dropped", "errors", "unrecorded", "suppressed", "outputs_skipped", "readonly_changed",
               "hash_unsupported", "complete", "bypassed_graph_calls", p):
         out[f"stats.{k}"] = {"stats": {k: p}}
+    out["kernel_provenance"] = {"kernel_provenance": {p: [{"kernel": p, "kind": p, "nodes": [p], "source": [p],
+                                                          "writes": {p: p}, "graph": p, "origin": p,
+                                                          "unknown": [p]}]}}
     out["stats.bypassed_graph_calls key"] = {"stats": {"bypassed_graph_calls": {p: 2}, "complete": False}}
     return out
 
