@@ -552,9 +552,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="script.py [args...] (none: the built-in workload); everything after the script is "
                         "the script's, as with python: put hunt's options first")
     h.set_defaults(fn=_hunt, hunt_options={o for a in h._actions for o in a.option_strings})
-    from . import accuracy_cli
+    from .accuracy_cli import add_parser as add_accuracy  # (not `from . import`: that imports torch)
 
-    accuracy_cli.add_parser(sub)
+    add_accuracy(sub)
     args = p.parse_args(argv)
     if getattr(args, "module_name", None):  # kdebug hunt -m MODULE args...
         args.command = ["-m", args.module_name] + list(args.command)
