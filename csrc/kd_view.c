@@ -36,7 +36,7 @@ PyObject *kd_launch_view_new(kd_recorder *r, uint64_t index)
         return NULL;
     v->rec = (kd_recorder *)Py_NewRef(r);
     v->index = index;
-    v->generation = r->generation;
+    v->generation = r->table.generation;
     v->own = NULL;
     v->own_objects = v->own_outputs = v->own_custom = NULL;
     v->lost = 0;
@@ -91,9 +91,9 @@ PyObject *kd_inject_detach_faults(PyObject *m, PyObject *arg)
 static void detach_view(kd_launch_view *v)
 {
     kd_recorder *r = v->rec;
-    if (v->own != NULL || v->lost || v->generation != r->generation || v->index >= r->store.nlaunches)
+    if (v->own != NULL || v->lost || v->generation != r->table.generation || v->index >= r->table.store.nlaunches)
         return;
-    const kd_payload *h = kd_store_launch(&r->store, v->index);
+    const kd_payload *h = kd_store_launch(&r->table.store, v->index);
     size_t n = 1u + h->launch.nslots;
     PyObject *objs = get_objects(v, NULL);
     kd_payload *own = PyMem_Malloc(n * sizeof(kd_payload));
@@ -128,13 +128,13 @@ static const kd_payload *hdr(kd_launch_view *v)
 {
     if (v->own != NULL)
         return v->own;
-    if (v->lost || v->generation != v->rec->generation || v->index >= v->rec->store.nlaunches) {
+    if (v->lost || v->generation != v->rec->table.generation || v->index >= v->rec->table.store.nlaunches) {
         PyErr_SetString(PyExc_RuntimeError,
                         "kdebug: this kernel record was cleared (dm.operators was reset) and could not "
                         "be kept (out of memory); its launch is no longer available");
         return NULL;
     }
-    return kd_store_launch(&v->rec->store, v->index);
+    return kd_store_launch(&v->rec->table.store, v->index);
 }
 
 static PyObject *str_id(uint32_t id)
@@ -361,7 +361,7 @@ static PyObject *get_objects(kd_launch_view *v, void *c)
         return NULL;
     if (r->store_objs == NULL && !r->store_objects)
         Py_RETURN_NONE;
-    uint64_t base = r->store.launch_off[v->index];
+    uint64_t base = r->table.store.launch_off[v->index];
     uint32_t nargs = h->launch.nargs;
     PyObject *t = PyTuple_New(nargs);
     uint32_t off = 1;
