@@ -4,7 +4,10 @@ Records --steps steps of a real compiled training step (the CPU Transformer of
 kdebug.workloads.transformer_step: forward + backward, C++ Inductor kernels)
 twice, each under log_tensor_hashes("bitwise", hash_inputs=True), then times
 ``kdebug.compare(dm_a, dm_b)`` --repeats times on one core and prints the
-median, the minimum and what the comparison saw, as JSON.
+median, the minimum and what the comparison saw, as JSON.  The same two runs
+saved as traces are compared from their files too (``files_*``: loading,
+validating and digesting both files, then the comparison), the other way in
+to the same digests.
 
     python benchmarks/bench_compare_live.py [--steps 20] [--repeats 7] [--out FILE]
 
@@ -16,8 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import os
 import statistics
 import sys
+import tempfile
 import time
 
 import torch
@@ -50,10 +55,21 @@ def main() -> None:
         t0 = time.perf_counter()
         rep = kdebug.compare(dms[0], dms[1])
         times.append(time.perf_counter() - t0)
+    with tempfile.TemporaryDirectory() as d:
+        paths = [os.path.join(d, f"run{i}.kdt") for i in range(2)]
+        for dm, p in zip(dms, paths):
+            dm.save(p)
+        ftimes = []
+        for _ in range(a.repeats):
+            t0 = time.perf_counter()
+            frep = kdebug.compare(*paths)
+            ftimes.append(time.perf_counter() - t0)
+    assert str(frep) == str(rep), "the files and the live runs must give the same report"
     res = {
         "what": "kdebug.compare(DebugMode, DebugMode), CPU Transformer train step",
         "steps": a.steps, "records": rep.n_a, "kernels": rep.kernels_b, "hashed": rep.hashed, "ok": rep.ok,
         "median_s": statistics.median(times), "min_s": min(times), "repeats": a.repeats,
+        "files_median_s": statistics.median(ftimes), "files_min_s": min(ftimes),
         "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
     }
     text = json.dumps(res, indent=1)

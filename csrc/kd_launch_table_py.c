@@ -1,6 +1,7 @@
 /* kd_launch_table_py.c - the Python face of the launch table (Note [Launch
- * table] in core/kd_launch_table.h): a recorder's launch digests, a live aten
- * op's digests, and filling a recorder's table from a trace reader. */
+ * table] in core/kd_launch_table.h): LaunchTable (a table a trace reader
+ * fills, for a kdebug.Run), the launch digests of a table or a recorder's,
+ * and a live aten op's digests. */
 #include "kd_launch_table_py.h"
 
 #include "kd_hash_tree.h"
@@ -10,17 +11,100 @@
 #include "kd_trace.h"
 #include "kd_trace_digest.h"
 #include "kd_trace_py.h"
+#include "kd_view.h"
 
-/* launch_digests(recorder) -> bytes: nlaunches x KD_DG_N native u64, the
- * digests of the recorder's drained launches in store order. */
+/* ---------------- LaunchTable ---------------- */
+
+typedef struct {
+    PyObject_HEAD
+    kd_ltab table;
+    struct kd_launch_view *views; /* GIL; live Launch views of it */
+} kd_launch_table;
+
+PyTypeObject kd_LaunchTableType;
+
+static PyObject *lt_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    if (!PyArg_ParseTuple(args, ":LaunchTable") || (kw != NULL && PyDict_GET_SIZE(kw) != 0)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "LaunchTable() takes no arguments");
+        return NULL;
+    }
+    kd_launch_table *self = (kd_launch_table *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    kd_ltab_init(&self->table);
+    self->views = NULL;
+    return (PyObject *)self;
+}
+
+/* Frees the table (its views hold references to it: none is left). */
+static void lt_dealloc(kd_launch_table *self)
+{
+    kd_ltab_free(&self->table);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t lt_len(kd_launch_table *self) { return (Py_ssize_t)self->table.store.nlaunches; }
+
+/* launch(i) -> a Launch view of launch i. */
+static PyObject *lt_launch(kd_launch_table *self, PyObject *arg)
+{
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (i < 0)
+        i += (Py_ssize_t)self->table.store.nlaunches;
+    if (i < 0 || (uint64_t)i >= self->table.store.nlaunches) {
+        PyErr_SetString(PyExc_IndexError, "launch index out of range");
+        return NULL;
+    }
+    return kd_table_view_new((PyObject *)self, &self->table, &self->views, (uint64_t)i);
+}
+
+static PyMethodDef lt_methods[] = {
+    {"launch", (PyCFunction)lt_launch, METH_O, "launch(i): a view of launch i."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods lt_as_sequence = {
+    .sq_length = (lenfunc)lt_len,
+};
+
+PyTypeObject kd_LaunchTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kdebug._C.LaunchTable",
+    .tp_basicsize = sizeof(kd_launch_table),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "LaunchTable(): the launches of a run read from a trace (table_fill), with no ring and no hooks: "
+              "what a kdebug.Run's kernel records are views of (Note [Launch table]).",
+    .tp_new = lt_new,
+    .tp_dealloc = (destructor)lt_dealloc,
+    .tp_methods = lt_methods,
+    .tp_as_sequence = &lt_as_sequence,
+};
+
+/* The launch table of a Recorder or a LaunchTable, or NULL with a TypeError. */
+static kd_ltab *table_of(PyObject *o, const char *fn)
+{
+    if (PyObject_TypeCheck(o, &kd_RecorderType))
+        return &((kd_recorder *)o)->table;
+    if (PyObject_TypeCheck(o, &kd_LaunchTableType))
+        return &((kd_launch_table *)o)->table;
+    PyErr_Format(PyExc_TypeError, "%s() takes a Recorder or a LaunchTable, not %.100s", fn, Py_TYPE(o)->tp_name);
+    return NULL;
+}
+
+/* ---------------- functions ---------------- */
+
+/* launch_digests(table) -> bytes: nlaunches x KD_DG_N native u64, the
+ * digests of the launches of a LaunchTable or of a Recorder's table (its
+ * drained launches), in table order. */
 static PyObject *launch_digests(PyObject *self, PyObject *arg)
 {
     (void)self;
-    if (!PyObject_TypeCheck(arg, &kd_RecorderType)) {
-        PyErr_Format(PyExc_TypeError, "launch_digests() takes a Recorder, not %.100s", Py_TYPE(arg)->tp_name);
+    const kd_ltab *t = table_of(arg, "launch_digests");
+    if (t == NULL)
         return NULL;
-    }
-    const kd_ltab *t = &((kd_recorder *)arg)->table;
     uint64_t n = t->store.nlaunches;
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * KD_DG_N * sizeof(uint64_t)));
     if (out == NULL)
@@ -89,23 +173,18 @@ static uint16_t *spec_array(PyObject *d, uint32_t *n)
     return a;
 }
 
-/* table_fill(recorder, reader, spec_map, start, stop) -> list of the record
+/* table_fill(table, reader, spec_map, start, stop) -> list of the record
  * indices of the launches among records [start, stop), appended to the
- * (stopped) recorder's table with global string ids and this process's hash
- * spec ids (spec_map: written id -> this process's; others become 0). */
+ * LaunchTable with global string ids and this process's hash spec ids
+ * (spec_map: written id -> this process's; others become 0). */
 static PyObject *table_fill(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *ro, *reader, *spec_map;
+    PyObject *to, *reader, *spec_map;
     unsigned long long start, stop;
-    if (!PyArg_ParseTuple(args, "O!O!O!KK", &kd_RecorderType, &ro, &kd_TraceReaderType, &reader, &PyDict_Type,
+    if (!PyArg_ParseTuple(args, "O!O!O!KK", &kd_LaunchTableType, &to, &kd_TraceReaderType, &reader, &PyDict_Type,
                           &spec_map, &start, &stop))
         return NULL;
-    kd_recorder *rec = (kd_recorder *)ro;
-    if (rec->started) {
-        PyErr_SetString(PyExc_RuntimeError, "table_fill: the recorder is recording");
-        return NULL;
-    }
     uint32_t *map;
     const kd_tr *r = kd_trace_reader_ids(reader, &map);
     if (r == NULL)
@@ -123,7 +202,7 @@ static PyObject *table_fill(PyObject *self, PyObject *args)
         return spec == NULL ? NULL : PyErr_NoMemory();
     }
     ids.spec = spec;
-    int64_t n = kd_ltab_fill_trace(&rec->table, r, start, stop, &ids, idx);
+    int64_t n = kd_ltab_fill_trace(&((kd_launch_table *)to)->table, r, start, stop, &ids, idx);
     PyMem_Free(spec);
     PyObject *out = NULL;
     if (n == -1) {
@@ -146,15 +225,18 @@ static PyObject *table_fill(PyObject *self, PyObject *args)
 
 static PyMethodDef table_methods[] = {
     {"launch_digests", launch_digests, METH_O,
-     "launch_digests(recorder) -> bytes: the recorder's launches' digests, nlaunches x 5 native u64"},
+     "launch_digests(table) -> bytes: a LaunchTable's or Recorder's launch digests, nlaunches x 5 native u64"},
     {"op_digests", op_digests, METH_VARARGS,
      "op_digests(depth, flags, name, text, in_tree, out_tree) -> bytes: an aten op's 5 native u64 digests"},
     {"table_fill", table_fill, METH_VARARGS,
-     "table_fill(recorder, reader, spec_map, start, stop) -> record indices of the launches appended"},
+     "table_fill(table, reader, spec_map, start, stop) -> record indices of the launches appended"},
     {NULL, NULL, 0, NULL},
 };
 
 int kd_launch_table_module_init(PyObject *m)
 {
+    if (PyType_Ready(&kd_LaunchTableType) != 0 ||
+        PyModule_AddObjectRef(m, "LaunchTable", (PyObject *)&kd_LaunchTableType) != 0)
+        return -1;
     return PyModule_AddFunctions(m, table_methods);
 }

@@ -6,8 +6,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* Adds launch_digests, op_digests and table_fill to module m; -1 with an
- * exception on failure. */
+extern PyTypeObject kd_LaunchTableType;
+
+/* Adds LaunchTable, launch_digests, op_digests and table_fill to module m;
+ * -1 with an exception on failure. */
 int kd_launch_table_module_init(PyObject *m);
 
 #endif

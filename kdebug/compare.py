@@ -189,14 +189,16 @@ def _live_digests(ops: list, dm) -> tuple[torch.Tensor, int]:
         else torch.zeros((0, 5), dtype=torch.int64)
     rows = []
     op_rows = []
+    nl = launch.shape[0]  # op rows follow the launch rows
+    attributes = dm.record_tensor_attributes
     for op in ops:
         if isinstance(op, _KernelCall):
             if op._recorder is not rec:
                 raise ValueError("a kernel record from another recorder")
             rows.append(op._launch.store_index)
         else:
-            rows.append(len(launch) + len(op_rows))
-            op_rows.append(_C.op_digests(*_op_record(op, dm.record_tensor_attributes)[:6]))
+            rows.append(nl + len(op_rows))
+            op_rows.append(_C.op_digests(*_op_record(op, attributes)[:6]))
     if op_rows:
         launch = torch.cat([launch, torch.frombuffer(bytearray(b"".join(op_rows)), dtype=torch.int64).view(-1, 5)])
     dig = launch[torch.tensor(rows, dtype=torch.int64)] if rows else torch.zeros((0, 5), dtype=torch.int64)

@@ -462,7 +462,7 @@ class Run:
         if not _names_set:  # kernel lines render dtypes by name (set once per process)
             _C._set_dtype_names(dict(_upstream.dtype_abbrs))
             _names_set = True
-        self._rec = _C.Recorder(1024, "overwrite")
+        self._rec = _C.LaunchTable()  # its launches, decoded on first use (Note [Launch table])
         self._store_of: dict[int, int] = {}
         self._calls: dict[int, Any] = {}
         self._ops = None

@@ -8,8 +8,12 @@
  * per argument its payloads), kept in one growable store (kd_store.h) with
  * string ids of the process-wide string table and hash spec ids of this
  * process.  Two producers fill it: the recorder, which drains its ring into
- * it, and a trace's reader, which decodes launch records into it (file string
- * ids and spec ids mapped to this process's on the way in).  Clearing the
+ * the table inside it (kd_recorder.table), and a trace's reader, which
+ * decodes launch records into a table of their own (file string ids and spec
+ * ids mapped to this process's on the way in): the LaunchTable a kdebug.Run
+ * holds (kd_launch_table_py.c), a table with no ring, no hooks and no
+ * counters.  Either way a kernel record is a Launch view of (table, index)
+ * (kd_view.c), and the same code renders it.  Clearing the
  * table (dm.operators = [], reset) starts a new generation: a store index
  * names a record only together with the generation it was taken in (Note
  * [Launch views keep their record] in kd_view.c).
