@@ -1,6 +1,7 @@
 /* kd_trace_digest.c - the per-record digests of a trace (kd_tr_digests), for
- * comparing runs: byte digests, hash-record digests, op-record digests.  The
- * launch digests are folded while kd_trace_read.c decodes a launch.  Python-free. */
+ * comparing runs: byte digests, hash-record digests, op-record digests.  A
+ * launch's digests are kd_launch_digests' (kd_launch_table.c, Note [Launch
+ * table]), computed as kd_trace_read.c validates each launch.  Python-free. */
 #include <string.h>
 
 #include "kd_hash.h"
