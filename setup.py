@@ -51,6 +51,7 @@ C_SOURCES = [
     "csrc/core/kd_ring.c",
     "csrc/core/kd_strtab.c",
     "csrc/core/kd_store.c",
+    "csrc/core/kd_launch_table.c",
     "csrc/core/kd_render.c",
     "csrc/core/kd_hash.c",
     "csrc/core/kd_runs.c",
@@ -79,6 +80,7 @@ C_SOURCES = [
     "csrc/kd_tree.c",
     "csrc/kd_defer.c",
     "csrc/kd_trace_py.c",
+    "csrc/kd_launch_table_py.c",
     "csrc/kd_hash_tree.c",
     "csrc/kd_types.c",
 ]

@@ -63,9 +63,9 @@ static int grow_store_objs(kd_recorder *r, uint64_t need)
 static int visit_drain(void *ctx, uint64_t first, const kd_payload *p, uint32_t n)
 {
     kd_recorder *r = ctx;
-    uint64_t base = r->store.npayloads;
+    uint64_t base = r->table.store.npayloads;
     if ((r->ring_objs != NULL && grow_store_objs(r, base + n) != 0) ||
-        kd_store_append(&r->store, p, n) != 0) {
+        kd_store_append(&r->table.store, p, n) != 0) {
         r->drain_failures++;
         return 0;
     }
@@ -95,7 +95,7 @@ uint64_t kd_recorder_drain(kd_recorder *r)
 {
     flush_hashes(r, 1); /* results land in the ring: before it is read */
     kd_ring_read(r->ring, r->drain_scratch, r->drain_cap, visit_drain, r);
-    return r->store.nlaunches;
+    return r->table.store.nlaunches;
 }
 
 /* ------------------------------------------------------------------ */
@@ -150,7 +150,7 @@ static PyObject *rec_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     kd_recorder *self = (kd_recorder *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    kd_store_init(&self->store);
+    kd_ltab_init(&self->table);
     /* A DebugMode per step makes a Recorder per step: the ring and scratch
      * buffers of the last one are taken over instead of allocated again. */
     self->ring = kd_ring_reuse(capacity, policy);
@@ -210,7 +210,7 @@ static void rec_dealloc(kd_recorder *self)
     rec_clear_refs(self);
     kd_result_anchor_drop(self->anchor); /* results still to come find no recorder */
     kd_ring_release(self->ring);
-    kd_store_free(&self->store);
+    kd_ltab_free(&self->table);
     PyMem_Free(self->ring_objs);
     PyMem_Free(self->store_objs);
     give_spare(&spare_scratch, self->drain_scratch);
@@ -335,9 +335,8 @@ static PyObject *rec_clear(kd_recorder *self, PyObject *unused)
     (void)unused;
     flush_hashes(self, 0); /* what is still to come lands nowhere: the ring is cleared */
     kd_launch_views_detach(self); /* kept views keep their records */
-    self->generation++;
     drop_objects(self);
-    kd_store_clear(&self->store);
+    kd_ltab_clear(&self->table); /* a new generation */
     kd_ring_clear(self->ring);
     self->errors = self->unrecorded = self->suppressed = self->drain_failures = 0;
     self->hash_unsupported = self->readonly_changed = self->output_bytes = self->outputs_skipped = 0;
@@ -348,7 +347,7 @@ static PyObject *rec_clear(kd_recorder *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static Py_ssize_t rec_len(kd_recorder *self) { return (Py_ssize_t)self->store.nlaunches; }
+static Py_ssize_t rec_len(kd_recorder *self) { return (Py_ssize_t)self->table.store.nlaunches; }
 
 static PyObject *rec_launch(kd_recorder *self, PyObject *arg)
 {
@@ -356,8 +355,8 @@ static PyObject *rec_launch(kd_recorder *self, PyObject *arg)
     if (i == -1 && PyErr_Occurred())
         return NULL;
     if (i < 0)
-        i += (Py_ssize_t)self->store.nlaunches;
-    if (i < 0 || (uint64_t)i >= self->store.nlaunches) {
+        i += (Py_ssize_t)self->table.store.nlaunches;
+    if (i < 0 || (uint64_t)i >= self->table.store.nlaunches) {
         PyErr_SetString(PyExc_IndexError, "launch index out of range");
         return NULL;
     }
@@ -371,14 +370,14 @@ static PyObject *rec_stats(kd_recorder *self, PyObject *unused)
     PyObject *d = Py_BuildValue(
         "{sKsKsKsKsKsKsKsKsKsKss}", "launches",
         (unsigned long long)atomic_load(&g->committed), "stored",
-        (unsigned long long)self->store.nlaunches, "dropped",
+        (unsigned long long)self->table.store.nlaunches, "dropped",
         (unsigned long long)(kd_ring_lost(g) + self->drain_failures), "refused",
         (unsigned long long)atomic_load(&g->refused), "errors",
         (unsigned long long)self->errors, "unrecorded", (unsigned long long)self->unrecorded,
         "suppressed", (unsigned long long)self->suppressed, "capacity",
         (unsigned long long)g->capacity, "slots_used",
         (unsigned long long)(atomic_load(&g->head) - atomic_load(&g->tail)), "store_bytes",
-        (unsigned long long)(self->store.payload_cap * sizeof(kd_payload)), "overflow",
+        (unsigned long long)(self->table.store.payload_cap * sizeof(kd_payload)), "overflow",
         g->policy == KD_RING_DROP_NEW ? "drop_new" : "overwrite");
     if (d == NULL)
         return NULL;

@@ -9,7 +9,7 @@
 
 #include "kd_record.h"
 #include "kd_ring.h"
-#include "kd_store.h"
+#include "kd_launch_table.h"
 
 #define KD_MAX_ERROR_MESSAGES 16
 #define KD_ERROR_MESSAGE_BYTES 240
@@ -41,7 +41,7 @@ typedef struct kd_hash_config {
 typedef struct kd_recorder {
     PyObject_HEAD
     kd_ring *ring;              /* atomics inside */
-    kd_store store;             /* GIL */
+    kd_ltab table;              /* GIL; the drained launches and their generation (Note [Launch table]) */
     PyObject **ring_objs;       /* GIL; [capacity] strong refs when store_objects */
     PyObject **store_objs;      /* GIL; parallel to store.payloads */
     uint64_t store_objs_cap;    /* GIL */
@@ -71,7 +71,6 @@ typedef struct kd_recorder {
     struct kd_result_anchor *anchor; /* GIL; its GPU hash results in flight (Note [GPU hash results]) */
     unsigned long owner_thread; /* GIL; the thread that started it */
     kd_hash_config owner_hcfg;  /* GIL; that thread's kd_hcfg (Note [Hash settings per thread]) */
-    uint64_t generation;        /* GIL; clear() calls made: a store index names a record only with it */
     struct kd_launch_view *views; /* GIL; live Launch views (Note [Launch views keep their record]) */
     int nmessages;
     char messages[KD_MAX_ERROR_MESSAGES][KD_ERROR_MESSAGE_BYTES];

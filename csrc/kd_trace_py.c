@@ -56,12 +56,12 @@ static PyObject *tw_launches(kd_trace_writer *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!KK", &kd_RecorderType, &ro, &start, &stop))
         return NULL;
     kd_recorder *r = (kd_recorder *)ro;
-    if (stop > r->store.nlaunches || start > stop) {
+    if (stop > r->table.store.nlaunches || start > stop) {
         PyErr_SetString(PyExc_IndexError, "launch range out of the recorder's store");
         return NULL;
     }
     for (uint64_t i = start; i < stop; i++) {
-        const kd_payload *p = kd_store_launch(&r->store, i);
+        const kd_payload *p = kd_store_launch(&r->table.store, i);
         if (kd_tw_launch(&self->w, p, (uint32_t)p->launch.nslots + 1, kd_strings) != 0)
             return tw_fail("could not encode a launch (out of memory?)");
     }
@@ -335,96 +335,15 @@ static PyObject *tr_op(kd_trace_reader *self, PyObject *args)
                      tr_string(self, op.name_id), tr_string(self, op.text_id), in, out, ext);
 }
 
-/* The global id of file string id (interned on first use; 0 if the table is full). */
-static uint32_t global_id(const kd_tr *r, uint32_t *map, uint32_t id)
+const kd_tr *kd_trace_reader_ids(PyObject *reader, uint32_t **map)
 {
-    if (id == 0 || id > r->nstr)
-        return 0;
-    if (map[id] == 0) {
-        size_t n;
-        const char *s = kd_tr_string(r, id, &n);
-        map[id] = kd_strtab_intern(kd_strings, s, n);
-    }
-    return map[id];
-}
-
-/* load_into(recorder, spec_map, start, stop) -> list of record indices of the
- * launches among records [start, stop), appended to the (stopped) recorder's
- * store with global string ids and this process's hash spec ids. */
-static PyObject *tr_load_into(kd_trace_reader *self, PyObject *args)
-{
-    PyObject *ro, *spec_map;
-    unsigned long long start, stop;
-    if (!PyArg_ParseTuple(args, "O!O!KK", &kd_RecorderType, &ro, &PyDict_Type, &spec_map, &start, &stop))
-        return NULL;
-    kd_recorder *rec = (kd_recorder *)ro;
-    if (rec->started) {
-        PyErr_SetString(PyExc_RuntimeError, "load_into: the recorder is recording");
+    kd_trace_reader *self = (kd_trace_reader *)reader;
+    if (self->gmap == NULL && (self->gmap = PyMem_Calloc((size_t)self->r.nstr + 1, sizeof *self->gmap)) == NULL) {
+        PyErr_NoMemory();
         return NULL;
     }
-    kd_tr *r = &self->r;
-    if (self->gmap == NULL && (self->gmap = PyMem_Calloc((size_t)r->nstr + 1, sizeof *self->gmap)) == NULL)
-        return PyErr_NoMemory();
-    uint32_t *map = self->gmap;
-    uint32_t cap = (uint32_t)r->max_nslots + 1;
-    kd_payload *p = PyMem_Malloc(cap * sizeof *p);
-    PyObject *idx = PyList_New(0);
-    if (p == NULL || idx == NULL)
-        goto oom;
-#define MAP(id) ((id) = global_id(r, map, (id)))
-    if (stop > r->nrec)
-        stop = r->nrec;
-    for (uint64_t i = start; i < stop; i++) {
-        if (r->rec_type[i] != KD_REC_LAUNCH)
-            continue;
-        uint32_t n = kd_tr_launch(r, i, p, cap);
-        if (n == 0) {
-            PyErr_Format(PyExc_ValueError, "record %llu could not be decoded", (unsigned long long)i);
-            goto fail;
-        }
-        MAP(p[0].launch.name_id);
-        MAP(p[0].launch.config_id);
-        kd_arg_iter it = kd_args_begin(p, n);
-        while (kd_args_next(&it)) {
-            kd_payload *q = &p[it.off]; /* p is ours to update */
-            MAP(q->scalar.name_id);
-            if (q->tag == KD_TAG_OTHER)
-                MAP(q->scalar.value.type_name_id);
-            kd_hash_rec *h = it.hash != NULL ? &p[it.hash_off].hash : NULL;
-            if (h != NULL) {
-                PyObject *key = PyLong_FromLong(h->spec);
-                PyObject *v = key ? PyDict_GetItemWithError(spec_map, key) : NULL;
-                Py_XDECREF(key);
-                if (v == NULL && PyErr_Occurred())
-                    goto fail;
-                long s = v ? PyLong_AsLong(v) : 0;
-                if (s == -1 && PyErr_Occurred())
-                    goto fail;
-                h->spec = (uint16_t)s;
-            }
-        }
-        if (kd_args_truncated(&it)) { /* not all its string ids were mapped */
-            PyErr_Format(PyExc_ValueError, "record %llu could not be decoded", (unsigned long long)i);
-            goto fail;
-        }
-#undef MAP
-        if (kd_store_append(&rec->store, p, n) != 0)
-            goto oom;
-        PyObject *ix = PyLong_FromUnsignedLongLong(i);
-        if (ix == NULL || PyList_Append(idx, ix) != 0) {
-            Py_XDECREF(ix);
-            goto fail;
-        }
-        Py_DECREF(ix);
-    }
-    PyMem_Free(p);
-    return idx;
-oom:
-    PyErr_NoMemory();
-fail:
-    PyMem_Free(p);
-    Py_XDECREF(idx);
-    return NULL;
+    *map = self->gmap;
+    return &self->r;
 }
 
 /* table(start, stop) -> TraceTable (records, args, dims): bytes of kd_tab_rec rows,
@@ -498,7 +417,6 @@ static PyMethodDef tr_methods[] = {
     {"digests", (PyCFunction)tr_digests, METH_NOARGS,
      "digests() -> memoryview of the reader's nrec x 5 u64 digests (no copy)"},
     {"op", (PyCFunction)tr_op, METH_VARARGS, "op(i, make_norm) -> TraceOp"},
-    {"load_into", (PyCFunction)tr_load_into, METH_VARARGS, "load_into(recorder, spec_map, start, stop) -> indices of the launch records appended"},
     {"table", (PyCFunction)tr_table, METH_VARARGS,
      "table(start, stop) -> TraceTable of bytes: fixed-size rows (Note [Trace tables])"},
     {"strings", (PyCFunction)tr_strings, METH_NOARGS, "strings() -> list: item k is file string id k"},

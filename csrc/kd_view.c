@@ -9,7 +9,9 @@
 #include "kd_render.h"
 
 /* Note [Launch views keep their record]
- * A view names a record by (recorder, store index), but the store is cleared
+ * A view names a record by (launch table, store index): a Recorder's table
+ * (Note [Launch table]), or a LaunchTable's (a kdebug.Run's, which is only
+ * ever appended to).  A recorder's table is cleared
  * and refilled from index 0 (dm.operators = [], reset()), so a kept view
  * would silently become another launch.  Each recorder therefore links its
  * live views (GIL) and, before clearing, gives every view of the current
@@ -19,10 +21,13 @@
  * launch; so does one whose generation is gone for any other reason. */
 typedef struct kd_launch_view {
     PyObject_HEAD
-    kd_recorder *rec;
+    PyObject *owner;            /* strong ref: the Recorder or LaunchTable holding the table */
+    kd_ltab *tab;               /* its launch table (Note [Launch table]) */
+    struct kd_launch_view **head; /* its list of live views (GIL) */
+    kd_recorder *rec;           /* owner when it is a Recorder (objects, outputs, custom hashes), else NULL */
     uint64_t index;
-    uint64_t generation;        /* rec->generation when made */
-    struct kd_launch_view *prev, *next; /* rec->views: live views (GIL) */
+    uint64_t generation;        /* tab->generation when made */
+    struct kd_launch_view *prev, *next; /* *head: live views (GIL) */
     kd_payload *own;            /* its record, once detached from the store */
     PyObject *own_objects;      /* tuple or None, once detached */
     PyObject *own_outputs;      /* the recorder's dicts when detached (or NULL) */
@@ -30,24 +35,38 @@ typedef struct kd_launch_view {
     int lost;                   /* detaching failed: the record is gone */
 } kd_launch_view;
 
-/* A new view of r's stored launch `index`, linked into r's live views. */
-PyObject *kd_launch_view_new(kd_recorder *r, uint64_t index)
+/* A new view of tab's launch `index` (tab inside owner; rec: owner when a
+ * Recorder, else NULL), linked into the live views at *head. */
+static PyObject *view_new(PyObject *owner, kd_ltab *tab, kd_launch_view **head, kd_recorder *rec, uint64_t index)
 {
     kd_launch_view *v = PyObject_New(kd_launch_view, &kd_LaunchType);
     if (v == NULL)
         return NULL;
-    v->rec = (kd_recorder *)Py_NewRef(r);
+    v->owner = Py_NewRef(owner);
+    v->tab = tab;
+    v->head = head;
+    v->rec = rec;
     v->index = index;
-    v->generation = r->generation;
+    v->generation = tab->generation;
     v->own = NULL;
     v->own_objects = v->own_outputs = v->own_custom = NULL;
     v->lost = 0;
     v->prev = NULL;
-    v->next = r->views;
-    if (r->views != NULL)
-        r->views->prev = v;
-    r->views = v;
+    v->next = *head;
+    if (*head != NULL)
+        (*head)->prev = v;
+    *head = v;
     return (PyObject *)v;
+}
+
+PyObject *kd_launch_view_new(kd_recorder *r, uint64_t index)
+{
+    return view_new((PyObject *)r, &r->table, &r->views, r, index);
+}
+
+PyObject *kd_table_view_new(PyObject *owner, kd_ltab *tab, struct kd_launch_view **head, uint64_t index)
+{
+    return view_new(owner, tab, head, NULL, index);
 }
 
 /* Removes v from its recorder's list of live views. */
@@ -55,8 +74,8 @@ static void unlink_view(kd_launch_view *v)
 {
     if (v->prev != NULL)
         v->prev->next = v->next;
-    else if (v->rec->views == v)
-        v->rec->views = v->next;
+    else if (*v->head == v)
+        *v->head = v->next;
     if (v->next != NULL)
         v->next->prev = v->prev;
     v->prev = v->next = NULL;
@@ -70,7 +89,7 @@ static void view_dealloc(kd_launch_view *v)
     Py_XDECREF(v->own_objects);
     Py_XDECREF(v->own_outputs);
     Py_XDECREF(v->own_custom);
-    Py_XDECREF(v->rec);
+    Py_XDECREF(v->owner);
     PyObject_Free(v);
 }
 
@@ -93,9 +112,9 @@ PyObject *kd_inject_detach_faults(PyObject *m, PyObject *arg)
 static void detach_view(kd_launch_view *v)
 {
     kd_recorder *r = v->rec;
-    if (v->own != NULL || v->lost || v->generation != r->generation || v->index >= r->store.nlaunches)
+    if (v->own != NULL || v->lost || v->generation != v->tab->generation || v->index >= v->tab->store.nlaunches)
         return;
-    const kd_payload *h = kd_store_launch(&r->store, v->index);
+    const kd_payload *h = kd_store_launch(&v->tab->store, v->index);
     size_t n = 1u + h->launch.nslots;
     PyObject *objs = get_objects(v, NULL);
     kd_payload *own = PyMem_Malloc(n * sizeof(kd_payload));
@@ -114,8 +133,8 @@ static void detach_view(kd_launch_view *v)
     memcpy(own, h, n * sizeof(kd_payload));
     v->own = own;
     v->own_objects = objs;
-    v->own_outputs = Py_XNewRef(r->outputs);
-    v->own_custom = Py_XNewRef(r->custom);
+    v->own_outputs = r ? Py_XNewRef(r->outputs) : NULL;
+    v->own_custom = r ? Py_XNewRef(r->custom) : NULL;
 }
 
 /* Every live view of r's current generation takes its own copy (before r is cleared). */
@@ -130,13 +149,13 @@ static const kd_payload *hdr(kd_launch_view *v)
 {
     if (v->own != NULL)
         return v->own;
-    if (v->lost || v->generation != v->rec->generation || v->index >= v->rec->store.nlaunches) {
+    if (v->lost || v->generation != v->tab->generation || v->index >= v->tab->store.nlaunches) {
         PyErr_SetString(PyExc_RuntimeError,
                         "kdebug: this kernel record was cleared (dm.operators was reset) and could not "
                         "be kept (out of memory); its launch is no longer available");
         return NULL;
     }
-    return kd_store_launch(&v->rec->store, v->index);
+    return kd_store_launch(&v->tab->store, v->index);
 }
 
 static PyObject *str_id(uint32_t id)
@@ -364,9 +383,9 @@ static PyObject *get_objects(kd_launch_view *v, void *c)
     const kd_payload *h = hdr(v);
     if (h == NULL)
         return NULL;
-    if (r->store_objs == NULL && !r->store_objects)
-        Py_RETURN_NONE;
-    uint64_t base = r->store.launch_off[v->index];
+    if (r == NULL || (r->store_objs == NULL && !r->store_objects))
+        Py_RETURN_NONE; /* a LaunchTable keeps no objects */
+    uint64_t base = r->table.store.launch_off[v->index];
     PyObject *t = PyTuple_New(h->launch.nargs);
     kd_arg_iter it = kd_args_begin(h, 1u + h->launch.nslots);
     while (t && kd_args_next(&it)) {
@@ -428,12 +447,12 @@ static PyObject *recorder_dict(kd_launch_view *v, PyObject *own, PyObject *live)
 static PyObject *get_outputs(kd_launch_view *v, void *c)
 {
     (void)c;
-    return recorder_dict(v, v->own_outputs, v->rec->outputs);
+    return recorder_dict(v, v->own_outputs, v->rec ? v->rec->outputs : NULL);
 }
 static PyObject *get_custom(kd_launch_view *v, void *c)
 {
     (void)c;
-    return recorder_dict(v, v->own_custom, v->rec->custom);
+    return recorder_dict(v, v->own_custom, v->rec ? v->rec->custom : NULL);
 }
 static PyObject *get_detached(kd_launch_view *v, void *c)
 {

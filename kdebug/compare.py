@@ -111,30 +111,50 @@ def _aliased_inputs(tensors: dict) -> list[str]:
 
 
 class _Side:
-    """One run as the engine sees it: digest columns from the C trace reader
-    (key, config, shape, pre, post per record) and Steps made on demand.  A live
-    DebugMode is encoded into an in-memory trace first, so every run is
-    compared the same way."""
+    """One run as the engine sees it: a digest row per record (key, config,
+    shape, pre, post: Note [Launch table] in csrc/core/kd_launch_table.h) and
+    Steps made on demand.  A trace's rows come from its reader; a live
+    DebugMode's launch rows from its recorder's launch table and its aten
+    ops' rows from their hash trees, digested as their trace records would
+    be, with nothing encoded.  ``trace`` is the run as a kdebug.Run (a live
+    run is encoded into one only when something asks: the HTML report, the
+    search for an outside difference's last writer)."""
 
     def __init__(self, run):
-        from .trace import Run, load, save
+        from .trace import Run, load
 
         if isinstance(run, (str, os.PathLike)):
             run = load(os.fspath(run))
         if isinstance(run, Run):
-            self.run = run
+            self._trace = run
+            self._dm = None
             self._call = run.call
+            self.n = len(run)
+            self.meta = run.meta
+            self.kernels = run.types.count(1)
+            self.dig = torch.frombuffer(run.digests(), dtype=torch.int64).view(self.n, 5) \
+                if self.n else torch.zeros((0, 5), dtype=torch.int64)
         elif hasattr(run, "operators") and hasattr(run, "_recorder"):
             ops = list(run.operators)
-            self.run = Run(save(run, None), "<DebugMode>")
+            self._trace = None
+            self._dm = run
             self._call = ops.__getitem__
+            self.n = len(ops)
+            self.meta = _live_meta(run)
+            self.dig, self.kernels = _live_digests(ops, run)
         else:
             raise TypeError(f"compare() takes DebugMode objects, kdebug.Run objects or trace file paths, "
                             f"not {type(run).__name__}")
-        self.n = len(self.run)
-        self.dig = torch.frombuffer(self.run.digests(), dtype=torch.int64).view(self.n, 5) \
-            if self.n else torch.zeros((0, 5), dtype=torch.int64)
         self._steps: dict[int, Step] = {}
+
+    @property
+    def trace(self):
+        """The run as a kdebug.Run (a live run: encoded on first use)."""
+        if self._trace is None:
+            from .trace import Run, save
+
+            self._trace = Run(save(self._dm, None), "<DebugMode>")
+        return self._trace
 
     @classmethod
     def of(cls, run) -> "_Side":
@@ -145,6 +165,44 @@ class _Side:
         if s is None:
             s = self._steps[i] = _step(i, self._call(i))
         return s
+
+
+def _live_meta(dm) -> dict:
+    """The checked META keys a trace of dm would hold that compare reads (its final state)."""
+    import json
+
+    from .trace import check_meta
+
+    fs = getattr(dm, "final_state", None)
+    return check_meta(json.dumps({"final_state": fs})) if fs is not None else {}
+
+
+def _live_digests(ops: list, dm) -> tuple[torch.Tensor, int]:
+    """The digest rows of a live run's operators entries (as its trace's
+    reader would compute them) and how many are kernel launches: launches
+    from the recorder's launch table, aten ops from their hash trees."""
+    from .trace import _op_record
+
+    rec = dm._recorder
+    table = _C.launch_digests(rec) if rec is not None else b""
+    launch = torch.frombuffer(bytearray(table), dtype=torch.int64).view(-1, 5) if table \
+        else torch.zeros((0, 5), dtype=torch.int64)
+    rows = []
+    op_rows = []
+    nl = launch.shape[0]  # op rows follow the launch rows
+    attributes = dm.record_tensor_attributes
+    for op in ops:
+        if isinstance(op, _KernelCall):
+            if op._recorder is not rec:
+                raise ValueError("a kernel record from another recorder")
+            rows.append(op._launch.store_index)
+        else:
+            rows.append(nl + len(op_rows))
+            op_rows.append(_C.op_digests(*_op_record(op, attributes)[:6]))
+    if op_rows:
+        launch = torch.cat([launch, torch.frombuffer(bytearray(b"".join(op_rows)), dtype=torch.int64).view(-1, 5)])
+    dig = launch[torch.tensor(rows, dtype=torch.int64)] if rows else torch.zeros((0, 5), dtype=torch.int64)
+    return dig, len(ops) - len(op_rows)
 
 
 class _Pairs:
@@ -493,7 +551,7 @@ def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
     hashed = int((((da[:, 3] | da[:, 4]) != 0) & ((db[:, 3] | db[:, 4]) != 0)).sum())
     config_changes = _Pairs(A, B, pa[cfg], pb[cfg])
     shape_changes = _Pairs(A, B, pa[shp], pb[shp])
-    final = FinalState.from_meta(A.run.meta)
+    final = FinalState.from_meta(A.meta)
     roots, benign, inherited_pos = _walk_flow(A, B, pa, pb, diff, shp, final)
     div = None
     root = None
@@ -513,7 +571,7 @@ def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
             if slot is not None:  # name the last recorded write of that memory (it matched, or is unhashed)
                 dt = {"cpu": 0, "cuda": 1}.get(slot.device[0], -1)
                 leaf = _C.tree_leaf_digest(ha) if ha is not None else 0  # an op writer: by its output hash
-                found = A.run._reader.last_writer(a.index, dt, slot.device[1], slot.lo, slot.hi, leaf)
+                found = A.trace.last_writer(a.index, dt, slot.device[1], slot.lo, slot.hi, leaf)
                 if found is not None:
                     w = div.writer = A.step(found.index)
                     div.writer_args = ([n for bit, n in enumerate(w.arg_names) if found.mask >> bit & 1]
@@ -527,7 +585,7 @@ def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
                  "shape": shp, "root": root, "roots": torch.tensor([x.position for x in roots], dtype=torch.int64),
                  "heirs": torch.tensor(heirs, dtype=torch.int64)}
     return Report(runs, A.n, B.n, len(pa), hashed, div, structural, config_changes, shape_changes,
-                  B.run.types.count(1), roots, benign, alignment)
+                  B.kernels, roots, benign, alignment)
 
 
 def format_report(r: Report) -> str:

@@ -77,10 +77,8 @@ def _arg_text(a: tuple, shape: list, strings: list, dtypes: dict) -> str:
 
 def perfetto_events(run: Run) -> list[dict]:
     """The trace events of a run (kdebug.Run)."""
-    reader = run._reader
-    tab = reader.table(0, len(run))
-    rec, arg, dims = tab.records, tab.args, tab.dims
-    strings = reader.strings()
+    rec, arg, dims = run.table(0, len(run))
+    strings = run.strings()
     dtypes = _dtype_names()
     ndims = len(dims) // 8
     dimv = struct.unpack(f"<{ndims}q", dims) if ndims else ()

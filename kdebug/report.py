@@ -96,10 +96,8 @@ class _Table:
     """One run's rows (Note [Trace tables]) as tensors, string ids global."""
 
     def __init__(self, side: _Side, strings: dict[str, int]):
-        reader = side.run._reader
-        tab = reader.table(0, side.n)
-        rec, arg, dims = tab.records, tab.args, tab.dims
-        local = reader.strings()
+        rec, arg, dims = side.trace.table(0, side.n)
+        local = side.trace.strings()
         remap = torch.tensor([strings.setdefault(s, len(strings)) for s in local], dtype=torch.int32)
         self.rec = bytearray(rec)
         self.arg = bytearray(arg)
@@ -342,7 +340,7 @@ def build(runs: Sequence, *, hunt: dict | None = None, title: str | None = None)
 
     run_meta = []
     for i, (s, t, (flags, peer, spread)) in enumerate(zip(sides, tables, cols)):
-        run = s.run
+        run = s.trace
         st = run.meta.get("stats", {})
         run_meta.append({
             "label": f"run {i}", "path": run.path, "records": t.n, "kernels": int((t.type == 1).sum()),
@@ -355,8 +353,8 @@ def build(runs: Sequence, *, hunt: dict | None = None, title: str | None = None)
             "provenance": {name: [e.describe() for e in run.provenance(name)]
                            for name in run.meta.get("kernel_provenance", {})},
         })
-    first = sides[0].run.meta
-    workload = (hunt or {}).get("what") or " ".join(first.get("argv") or []) or sides[0].run.path
+    first = sides[0].trace.meta
+    workload = (hunt or {}).get("what") or " ".join(first.get("argv") or []) or sides[0].trace.path
     meta = {
         "title": title or "kdebug report",
         "kdebug": __version__, "generated": datetime.datetime.now().isoformat(timespec="seconds"),

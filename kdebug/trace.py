@@ -467,7 +467,7 @@ class Run:
         if not _names_set:  # kernel lines render dtypes by name (set once per process)
             _C._set_dtype_names(dict(_upstream.dtype_abbrs))
             _names_set = True
-        self._rec = _C.Recorder(1024, "overwrite")
+        self._rec = _C.LaunchTable()  # its launches, decoded on first use (Note [Launch table])
         self._store_of: dict[int, int] = {}
         self._calls: dict[int, Any] = {}
         self._ops = None
@@ -511,8 +511,10 @@ class Run:
         return [provenance.from_json(e) for e in self.meta.get("kernel_provenance", {}).get(kernel_name, ())]
 
     def _load_range(self, start: int, stop: int) -> None:
+        """Decodes the launch records among [start, stop) into the launch table
+        (Note [Launch table]), with this process's string and hash spec ids."""
         base = len(self._rec)
-        for k, i in enumerate(self._reader.load_into(self._rec, self._spec_map, start, stop)):
+        for k, i in enumerate(_C.table_fill(self._rec, self._reader, self._spec_map, start, stop)):
             self._store_of[i] = base + k
 
     def call(self, i: int):
@@ -562,6 +564,24 @@ class Run:
             _VERBOSE.reset(token)
         head = "".join(f"# kdebug: INCOMPLETE: {p}\n" for p in self.problems())
         return head + "\n".join(lines)
+
+    def table(self, start: int = 0, stop: int | None = None) -> tuple[bytes, bytes, bytes]:
+        """Records [start, stop) as fixed-size rows (Note [Trace tables] in
+        csrc/core/kd_trace.h): kd_tab_rec rows, kd_tab_arg rows and int64
+        tensor sizes, string ids of this file (strings())."""
+        return self._reader.table(start, len(self) if stop is None else stop)
+
+    def strings(self) -> list[str]:
+        """This file's strings: item k is string id k (0: "")."""
+        return self._reader.strings()
+
+    def last_writer(self, before: int, dev_type: int, dev_index: int, lo: int, hi: int,
+                    leaf: int) -> tuple[int, int] | None:
+        """The last record before ``before`` that wrote memory overlapping
+        [lo, hi) on the device (a launch), or whose output hash tree holds a
+        leaf with digest ``leaf`` (an op, leaf nonzero): (record index, mask of
+        the written arguments), or None."""
+        return self._reader.last_writer(before, dev_type, dev_index, lo, hi, leaf)
 
     def digests(self) -> memoryview:
         """Per record: key, config, shape, pre, post digests (5 x u64): a view

@@ -176,8 +176,8 @@ int kd_tr_op_get(const kd_tr *r, uint64_t i, kd_tr_op *op);
 enum { KD_DG_KEY, KD_DG_CONFIG, KD_DG_SHAPE, KD_DG_PRE, KD_DG_POST, KD_DG_N };
 void kd_tr_digests(const kd_tr *r, uint64_t i, uint64_t out[KD_DG_N]);
 
-/* Digest of one kernel argument's hash side (w: 0 pre, 1 post), the same
- * function kd_tr_digests folds; 0 when that side has no value. */
+/* Digest of one kernel argument's hash side (w: 0 pre, 1 post), the one
+ * kd_launch_digests folds (Note [Launch table]); 0 when that side has no value. */
 uint64_t kd_tr_hash_digest(const kd_hash_rec *h, int w);
 
 /* The last record before `before` that wrote memory overlapping [lo, hi) on

@@ -1,6 +1,7 @@
 /* kd_trace_digest.c - the per-record digests of a trace (kd_tr_digests), for
- * comparing runs: byte digests, hash-record digests, op-record digests.  The
- * launch digests are folded while kd_trace_read.c decodes a launch.  Python-free. */
+ * comparing runs: byte digests, hash-record digests, op-record digests.  A
+ * launch's digests are kd_launch_digests' (kd_launch_table.c, Note [Launch
+ * table]), computed as kd_trace_read.c validates each launch.  Python-free. */
 #include <string.h>
 
 #include "kd_hash.h"
@@ -55,14 +56,32 @@ uint64_t kd_tr_hash_digest(const kd_hash_rec *h, int w)
     return d | 1;
 }
 
-void kd_tr_op_digests(const kd_tr *r, const kd_tr_op *op, uint64_t out[KD_DG_N])
+uint64_t kd_text_prefix_digest(const uint8_t *s, size_t n)
 {
-    out[KD_DG_KEY] = kd_dg_mix(2, str_digest(r, op->name_id));
+    size_t pl = n;
+    for (size_t k = 0; k + 6 <= n; k++)
+        if (memcmp(s + k, "  ->  ", 6) == 0) {
+            pl = k;
+            break;
+        }
+    return kd_dg_bytes(s, pl);
+}
+
+void kd_op_digests(uint64_t name_dg, uint32_t depth, uint64_t text_pdg, uint32_t flags, const uint8_t *in_tree,
+                   size_t in_len, const uint8_t *out_tree, size_t out_len, uint64_t out[KD_DG_N])
+{
+    out[KD_DG_KEY] = kd_dg_mix(2, name_dg);
     out[KD_DG_CONFIG] = 0;
     /* the call's text up to its output ("  ->  "): an .item()'s output is a value */
-    out[KD_DG_SHAPE] = kd_dg_mix(op->depth, r->str_pdg[op->text_id]);
-    out[KD_DG_PRE] = (op->flags & KD_OPF_IN_HASH) ? kd_dg_bytes(op->in_tree, op->in_len) : 0;
-    out[KD_DG_POST] = (op->flags & KD_OPF_OUT_HASH) ? kd_dg_bytes(op->out_tree, op->out_len) : 0;
+    out[KD_DG_SHAPE] = kd_dg_mix(depth, text_pdg);
+    out[KD_DG_PRE] = (flags & KD_OPF_IN_HASH) ? kd_dg_bytes(in_tree, in_len) : 0;
+    out[KD_DG_POST] = (flags & KD_OPF_OUT_HASH) ? kd_dg_bytes(out_tree, out_len) : 0;
+}
+
+void kd_tr_op_digests(const kd_tr *r, const kd_tr_op *op, uint64_t out[KD_DG_N])
+{
+    kd_op_digests(str_digest(r, op->name_id), op->depth, r->str_pdg[op->text_id], op->flags, op->in_tree,
+                  op->in_len, op->out_tree, op->out_len, out);
 }
 
 void kd_tr_digests(const kd_tr *r, uint64_t i, uint64_t out[KD_DG_N])

@@ -20,6 +20,16 @@ static inline uint64_t kd_dg_mix(uint64_t h, uint64_t v)
 /* Digest of the bytes p[0..n), never 0 (0 means "absent"). */
 uint64_t kd_dg_bytes(const uint8_t *p, size_t n);
 
+/* Digest of an op's rendered text up to its output ("  ->  "), or of all of it. */
+uint64_t kd_text_prefix_digest(const uint8_t *s, size_t n);
+
+/* The KD_DG_N digests of an op record from its parts: the digest of its name's
+ * bytes, its depth, kd_text_prefix_digest of its text, its KD_OPF_* flags and
+ * its encoded input / output hash trees.  A live op and its trace record
+ * digest alike (Note [Launch table]). */
+void kd_op_digests(uint64_t name_dg, uint32_t depth, uint64_t text_pdg, uint32_t flags, const uint8_t *in_tree,
+                   size_t in_len, const uint8_t *out_tree, size_t out_len, uint64_t out[KD_DG_N]);
+
 /* The KD_DG_N digests of a decoded op record (kd_tr_digests), computed once by kd_tr_open. */
 void kd_tr_op_digests(const kd_tr *r, const kd_tr_op *op, uint64_t out[KD_DG_N]);
 

@@ -8,6 +8,7 @@
 #include "kd_cursor.h"
 #include "kd_grow.h"
 #include "kd_hash.h"
+#include "kd_launch_table.h"
 #include "kd_trace.h"
 #include "kd_trace_digest.h"
 #include "kd_trace_tree.h"
@@ -60,48 +61,9 @@ static void read_hash_side(kd_cur *c, kd_hash_rec *h, int s)
     }
 }
 
-/* The digests of a launch (kd_tr_digests), folded field by field while it is
- * decoded, so kd_tr_open digests every launch without materializing it. */
-typedef struct launch_fold {
-    uint64_t *dg; /* KD_DG_N digests to fill, or NULL: not wanted */
-    uint64_t shape, pre, post;
-    int any_pre, any_post;
-} launch_fold;
-
-static void fold_header(launch_fold *f, const kd_tr *r, const kd_launch *l)
-{
-    f->dg[KD_DG_KEY] = kd_dg_mix(l->kind, r->str_dg[l->name_id]);
-    uint64_t cf = kd_dg_mix(kd_dg_mix(l->flags & KD_LF_GRID, l->grid[0]), l->grid[1]);
-    cf = kd_dg_mix(kd_dg_mix(cf, l->grid[2]), r->str_dg[l->config_id]);
-    f->dg[KD_DG_CONFIG] = kd_dg_mix(kd_dg_mix(cf, l->num_warps), l->num_stages);
-    f->shape = kd_dg_mix(7, l->nargs);
-    f->pre = f->post = 0;
-    f->any_pre = f->any_post = 0;
-}
-
-static void fold_hash(launch_fold *f, uint64_t arg, const kd_hash_rec *h)
-{
-    uint64_t d0 = kd_tr_hash_digest(h, 0), d1 = kd_tr_hash_digest(h, 1);
-    if (d0) {
-        f->pre = kd_dg_mix(kd_dg_mix(f->pre, arg), d0);
-        f->any_pre = 1;
-    }
-    if (d1) {
-        f->post = kd_dg_mix(kd_dg_mix(f->post, arg), d1);
-        f->any_post = 1;
-    }
-}
-
-static void fold_end(launch_fold *f)
-{
-    f->dg[KD_DG_SHAPE] = f->shape;
-    f->dg[KD_DG_PRE] = f->any_pre ? kd_fmix64(f->pre) | 1 : 0;
-    f->dg[KD_DG_POST] = f->any_post ? kd_fmix64(f->post) | 1 : 0;
-}
-
 /* The fields of decode_launch, on the caller's cursor copy. */
 static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, kd_payload *out,
-                              uint32_t cap, launch_fold *f, uint64_t *tensor_args)
+                              uint32_t cap, uint64_t *tensor_args)
 {
     kd_launch l;
     memset(&l, 0, sizeof l);
@@ -139,8 +101,6 @@ static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
         return 0;
     }
     l.nargs = (uint16_t)nargs;
-    if (f)
-        fold_header(f, r, &l);
     uint32_t k = 1;
     uint64_t prev_ptr = 0;
     for (uint64_t a = 0; a < nargs && !c->bad; a++) {
@@ -149,8 +109,6 @@ static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
         uint32_t name_id = get_str_id(c, r);
         if (c->bad)
             return 0;
-        if (f)
-            f->shape = kd_dg_mix(kd_dg_mix(kd_dg_mix(f->shape, tag), role), r->str_dg[name_id]);
         if (tag == KD_TAG_TENSOR) {
             uint8_t tflags = kd_cur_u8(c);
             uint8_t dt = l.device_type;
@@ -173,8 +131,6 @@ static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
                 kd_cur_fail(c, "launch needs too many payloads");
                 return 0;
             }
-            if (f)
-                f->shape = kd_dg_mix(kd_dg_mix(f->shape, dtype), ndim);
             if (k + need > cap)
                 cap = 0; /* does not fit: keep validating, store nothing more */
             kd_payload *q = cap ? &out[k] : NULL;
@@ -198,8 +154,6 @@ static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
             for (uint32_t d = 0; d < ndim && !c->bad; d++) {
                 int64_t size = (int64_t)kd_cur_varint(c);
                 int64_t stride = kd_cur_svarint(c);
-                if (f)
-                    f->shape = kd_dg_mix(kd_dg_mix(f->shape, (uint64_t)size), (uint64_t)stride);
                 if (q == NULL)
                     continue;
                 if (d < KD_INLINE_DIMS) {
@@ -231,8 +185,6 @@ static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
                     read_hash_side(c, h, 0);
                 if (h->flags & KD_HF_POST)
                     read_hash_side(c, h, 1);
-                if (f && !c->bad)
-                    fold_hash(f, a, h);
             }
             (*tensor_args)++;
             k += need;
@@ -267,8 +219,6 @@ static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
             kd_cur_fail(c, "launch needs too many payloads");
             return 0;
         }
-        if (f && (tag == KD_TAG_INT || tag == KD_TAG_FLOAT || tag == KD_TAG_BOOL))
-            f->shape = kd_dg_mix(f->shape, (uint64_t)q->value.i);
         if (k + 1 > cap)
             cap = 0;
         if (cap)
@@ -280,24 +230,53 @@ static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
     l.nslots = (uint16_t)(k - 1);
     if (cap)
         out[0].launch = l;
-    if (f)
-        fold_end(f);
     return k;
 }
 
 /* Decodes and validates the launch record at c->pos: stores its payloads in
- * out[0..cap) (cap 0: none) and, when dg is not NULL, its KD_DG_N digests.
- * Returns the payload count (header included; more than cap: not stored), or
- * 0 with c->bad set.  It works on a local copy of the cursor, which stores
- * into out (byte-typed, so aliasing anything) cannot touch. */
+ * out[0..cap) (cap 0: none).  Returns the payload count (header included;
+ * more than cap: not stored), or 0 with c->bad set.  It works on a local copy
+ * of the cursor, which stores into out (byte-typed, so aliasing anything)
+ * cannot touch. */
 static uint32_t decode_launch(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, kd_payload *out,
-                              uint32_t cap, uint64_t *dg, uint64_t *tensor_args)
+                              uint32_t cap, uint64_t *tensor_args)
 {
     kd_cur cur = *c;
-    launch_fold fold = {dg, 0, 0, 0, 0, 0};
-    uint32_t k = launch_fields(&cur, r, ch, out, cap, dg ? &fold : NULL, tensor_args);
+    uint32_t k = launch_fields(&cur, r, ch, out, cap, tensor_args);
     *c = cur;
     return k;
+}
+
+/* kd_str_digest_fn over a file's strings (ctx: the reader). */
+static uint64_t file_str_digest(const void *ctx, uint32_t id)
+{
+    const kd_tr *r = ctx;
+    return id <= r->nstr ? r->str_dg[id] : 0;
+}
+
+/* Validates the launch record at c->pos and digests it (kd_launch_digests,
+ * Note [Launch table]) through the scratch buffer *buf (grown as needed).
+ * Returns the payload count, or 0 with c->bad set (or out of memory: *oom). */
+static uint32_t digest_launch(kd_cur *c, kd_tr *r, const kd_tr_chunk *ch, kd_payload **buf, uint64_t *cap,
+                              uint64_t *dg, int *oom)
+{
+    size_t at = c->pos;
+    uint64_t ta = 0;
+    uint32_t got = decode_launch(c, r, ch, *buf, (uint32_t)*cap, &ta);
+    if (got > *cap) { /* too big for the scratch buffer: grow it, decode again */
+        if (kd_grow((void **)buf, cap, got, sizeof **buf) != 0) {
+            *oom = 1;
+            return 0;
+        }
+        c->pos = at;
+        ta = 0;
+        got = decode_launch(c, r, ch, *buf, (uint32_t)*cap, &ta);
+    }
+    if (got == 0 || c->bad)
+        return 0;
+    r->tensor_args += ta;
+    kd_launch_digests(*buf, got, file_str_digest, r, dg);
+    return got;
 }
 
 static int decode_op(kd_cur *c, const kd_tr *r, kd_tr_op *op)
@@ -373,7 +352,8 @@ static int ends_with_end_chunk(const uint8_t *data, size_t from, size_t size)
     return 0;
 }
 
-int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
+/* kd_tr_open's work; *scratch (*scratch_cap payloads) decodes launches to digest them. */
+static int read_file(kd_tr *r, const uint8_t *data, size_t size, kd_payload **scratch, uint64_t *scratch_cap)
 {
     memset(r, 0, sizeof *r);
     r->data = data;
@@ -447,13 +427,7 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
                 r->str_len[r->nstr] = (uint32_t)sl;
                 const uint8_t *sp = data + c.pos;
                 r->str_dg[r->nstr] = kd_dg_bytes(sp, sl);
-                size_t pl = sl;
-                for (size_t k = 0; k + 6 <= sl; k++)
-                    if (memcmp(sp + k, "  ->  ", 6) == 0) {
-                        pl = k;
-                        break;
-                    }
-                r->str_pdg[r->nstr] = pl == sl ? r->str_dg[r->nstr] : kd_dg_bytes(sp, pl);
+                r->str_pdg[r->nstr] = kd_text_prefix_digest(sp, sl);
                 c.pos += sl;
             }
         } else if (type == KD_CHUNK_RECORDS) {
@@ -480,8 +454,10 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
                 uint8_t t = c.pos < c.end ? data[c.pos] : 0;
                 uint64_t *dg = &r->dg[r->nrec * KD_DG_N];
                 if (t == KD_REC_LAUNCH) {
-                    /* validated and digested in one pass, nothing materialized */
-                    uint32_t got = decode_launch(&c, r, &ch, NULL, 0, dg, &r->tensor_args);
+                    int oom = 0;
+                    uint32_t got = digest_launch(&c, r, &ch, scratch, scratch_cap, dg, &oom);
+                    if (oom)
+                        return set_err(r, pos, "out of memory");
                     if (got > r->max_nslots)
                         r->max_nslots = got;
                 } else if (t == KD_REC_OP) {
@@ -525,6 +501,15 @@ int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
     return 0;
 }
 
+int kd_tr_open(kd_tr *r, const uint8_t *data, size_t size)
+{
+    kd_payload *scratch = NULL;
+    uint64_t scratch_cap = 0;
+    int rc = read_file(r, data, size, &scratch, &scratch_cap);
+    free(scratch);
+    return rc;
+}
+
 void kd_tr_free(kd_tr *r)
 {
     free(r->str_off);
@@ -555,7 +540,7 @@ uint32_t kd_tr_launch(const kd_tr *r, uint64_t i, kd_payload *out, uint32_t cap)
         return 0;
     kd_cur c = rec_cursor(r, i);
     uint64_t ta = 0;
-    uint32_t got = decode_launch(&c, r, &r->chunks[r->rec_chunk[i]], out, cap, NULL, &ta);
+    uint32_t got = decode_launch(&c, r, &r->chunks[r->rec_chunk[i]], out, cap, &ta);
     return (c.bad || got > cap) ? 0 : got;
 }
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/kd_launch_table.h"
 #include "../core/kd_record.h"
 #include "../core/kd_strtab.h"
 #include "../core/kd_trace.h"
@@ -455,11 +456,72 @@ static void test_length_flips(void)
     kd_strtab_free(g);
 }
 
+/* Note [Launch table]: launches put in a table as a drain does and the same
+ * launches written, read back and filled into a table of another string id
+ * space digest alike, and alike to the reader's own digests; a GPU-pending
+ * hash side counts as absent; clearing starts a new generation. */
+static void test_launch_table(void)
+{
+    kd_strtab *g = kd_strtab_new(1024), *g2 = kd_strtab_new(1024);
+    kd_strtab_intern(g2, "another", 7); /* g2's ids differ from g's */
+    kd_strtab_intern(g2, "out_ptr0", 8);
+    kd_ltab live, loaded;
+    kd_ltab_init(&live);
+    kd_ltab_init(&loaded);
+    kd_tw w;
+    CHECK(kd_tw_init(&w) == 0);
+    enum { N = 12 };
+    kd_payload p[8];
+    for (int i = 0; i < N; i++) {
+        uint32_t np = make_launch(g, p, (uint64_t)i, 0xfeedull * (uint64_t)(i % 3)); /* repeats: equal rows */
+        p[2].hash.spec = 1;
+        if (i == 5) { /* its post side is still on the GPU */
+            p[2].hash.flags |= KD_HF_POST | KD_HF_PENDING_POST;
+            p[2].hash.bitwise[1] = 77;
+        }
+        CHECK(kd_store_append(&live.store, p, np) == 0);
+        CHECK(kd_tw_launch(&w, p, np, g) == 0);
+        CHECK(kd_tw_op(&w, 0, KD_OPF_OUT_HASH, "aten::mul.Tensor", 16, "aten::mul.Tensor(t: f32[4], 2)", 30, NULL, 0,
+                       TREE, sizeof TREE, NULL, 0) == 0);
+    }
+    CHECK(kd_tw_end(&w) == 0);
+    kd_tr r;
+    CHECK(kd_tr_open(&r, w.out.p, w.out.len) == 0 && r.nrec == 2 * N);
+    uint32_t *map = calloc(r.nstr + 1, sizeof *map);
+    uint16_t spec[2] = {0, 7};
+    kd_ltab_ids ids = {g2, map, spec, 2};
+    uint64_t idx[2 * N];
+    CHECK(kd_ltab_fill_trace(&loaded, &r, 0, r.nrec, &ids, idx) == N);
+    CHECK(idx[0] == 0 && idx[N - 1] == 2 * (N - 1));
+    CHECK(kd_store_launch(&loaded.store, 0)[2].hash.spec == 7);
+    CHECK(kd_store_launch(&loaded.store, 0)[0].launch.name_id != kd_store_launch(&live.store, 0)[0].launch.name_id);
+    uint64_t a[N * KD_DG_N], b[N * KD_DG_N];
+    CHECK(kd_ltab_digests(&live, 0, N, g, a) == N);
+    CHECK(kd_ltab_digests(&loaded, 0, N, g2, b) == N);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    for (int i = 0; i < N; i++)
+        CHECK(memcmp(&a[i * KD_DG_N], &r.dg[2 * i * KD_DG_N], KD_DG_N * sizeof a[0]) == 0);
+    CHECK(a[5 * KD_DG_N + KD_DG_POST] == 0 && a[5 * KD_DG_N + KD_DG_PRE] != 0); /* pending: absent */
+    CHECK(a[0 * KD_DG_N + KD_DG_PRE] == a[6 * KD_DG_N + KD_DG_PRE]);            /* same hash, same digest */
+    CHECK(a[0 * KD_DG_N + KD_DG_PRE] != a[1 * KD_DG_N + KD_DG_PRE]);
+    CHECK(a[0 * KD_DG_N + KD_DG_KEY] == a[1 * KD_DG_N + KD_DG_KEY]);
+    kd_ltab_clear(&live);
+    CHECK(live.generation == 1 && live.store.nlaunches == 0 && kd_ltab_digests(&live, 0, N, g, a) == 0);
+    free(map);
+    kd_tr_free(&r);
+    kd_tw_free(&w);
+    kd_ltab_free(&live);
+    kd_ltab_free(&loaded);
+    kd_strtab_free(g);
+    kd_strtab_free(g2);
+}
+
 int main(void)
 {
     test_crc();
     test_roundtrip();
     test_table();
+    test_launch_table();
     test_truncation();
     test_length_flips();
     test_fuzz();

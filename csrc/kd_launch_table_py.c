@@ -1,0 +1,242 @@
+/* kd_launch_table_py.c - the Python face of the launch table (Note [Launch
+ * table] in core/kd_launch_table.h): LaunchTable (a table a trace reader
+ * fills, for a kdebug.Run), the launch digests of a table or a recorder's,
+ * and a live aten op's digests. */
+#include "kd_launch_table_py.h"
+
+#include "kd_hash_tree.h"
+#include "kd_launch_table.h"
+#include "kd_module.h"
+#include "kd_recorder.h"
+#include "kd_trace.h"
+#include "kd_trace_digest.h"
+#include "kd_trace_py.h"
+#include "kd_view.h"
+
+/* ---------------- LaunchTable ---------------- */
+
+typedef struct {
+    PyObject_HEAD
+    kd_ltab table;
+    struct kd_launch_view *views; /* GIL; live Launch views of it */
+} kd_launch_table;
+
+PyTypeObject kd_LaunchTableType;
+
+static PyObject *lt_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    if (!PyArg_ParseTuple(args, ":LaunchTable") || (kw != NULL && PyDict_GET_SIZE(kw) != 0)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "LaunchTable() takes no arguments");
+        return NULL;
+    }
+    kd_launch_table *self = (kd_launch_table *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    kd_ltab_init(&self->table);
+    self->views = NULL;
+    return (PyObject *)self;
+}
+
+/* Frees the table (its views hold references to it: none is left). */
+static void lt_dealloc(kd_launch_table *self)
+{
+    kd_ltab_free(&self->table);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t lt_len(kd_launch_table *self) { return (Py_ssize_t)self->table.store.nlaunches; }
+
+/* launch(i) -> a Launch view of launch i. */
+static PyObject *lt_launch(kd_launch_table *self, PyObject *arg)
+{
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (i < 0)
+        i += (Py_ssize_t)self->table.store.nlaunches;
+    if (i < 0 || (uint64_t)i >= self->table.store.nlaunches) {
+        PyErr_SetString(PyExc_IndexError, "launch index out of range");
+        return NULL;
+    }
+    return kd_table_view_new((PyObject *)self, &self->table, &self->views, (uint64_t)i);
+}
+
+static PyMethodDef lt_methods[] = {
+    {"launch", (PyCFunction)lt_launch, METH_O, "launch(i): a view of launch i."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods lt_as_sequence = {
+    .sq_length = (lenfunc)lt_len,
+};
+
+PyTypeObject kd_LaunchTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kdebug._C.LaunchTable",
+    .tp_basicsize = sizeof(kd_launch_table),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "LaunchTable(): the launches of a run read from a trace (table_fill), with no ring and no hooks: "
+              "what a kdebug.Run's kernel records are views of (Note [Launch table]).",
+    .tp_new = lt_new,
+    .tp_dealloc = (destructor)lt_dealloc,
+    .tp_methods = lt_methods,
+    .tp_as_sequence = &lt_as_sequence,
+};
+
+/* The launch table of a Recorder or a LaunchTable, or NULL with a TypeError. */
+static kd_ltab *table_of(PyObject *o, const char *fn)
+{
+    if (PyObject_TypeCheck(o, &kd_RecorderType))
+        return &((kd_recorder *)o)->table;
+    if (PyObject_TypeCheck(o, &kd_LaunchTableType))
+        return &((kd_launch_table *)o)->table;
+    PyErr_Format(PyExc_TypeError, "%s() takes a Recorder or a LaunchTable, not %.100s", fn, Py_TYPE(o)->tp_name);
+    return NULL;
+}
+
+/* ---------------- functions ---------------- */
+
+/* launch_digests(table) -> bytes: nlaunches x KD_DG_N native u64, the
+ * digests of the launches of a LaunchTable or of a Recorder's table (its
+ * drained launches), in table order. */
+static PyObject *launch_digests(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const kd_ltab *t = table_of(arg, "launch_digests");
+    if (t == NULL)
+        return NULL;
+    uint64_t n = t->store.nlaunches;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * KD_DG_N * sizeof(uint64_t)));
+    if (out == NULL)
+        return NULL;
+    kd_ltab_digests(t, 0, n, kd_strings, (uint64_t *)(void *)PyBytes_AS_STRING(out));
+    return out;
+}
+
+/* op_digests(depth, flags, name, text, in_tree, out_tree) -> bytes: the
+ * KD_DG_N native u64 digests of a live aten op, equal to those of its trace
+ * record (the same arguments as TraceWriter.op). */
+static PyObject *op_digests(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned int depth, flags;
+    const char *name, *text;
+    Py_ssize_t nl, tl;
+    PyObject *in_tree, *out_tree;
+    if (!PyArg_ParseTuple(args, "IIs#s#OO", &depth, &flags, &name, &nl, &text, &tl, &in_tree, &out_tree))
+        return NULL;
+    PyObject *ib = NULL, *ob = NULL;
+    if (((flags & KD_OPF_IN_HASH) && (ib = kd_hash_tree_bytes(in_tree)) == NULL) ||
+        ((flags & KD_OPF_OUT_HASH) && (ob = kd_hash_tree_bytes(out_tree)) == NULL)) {
+        Py_XDECREF(ib);
+        return NULL;
+    }
+    uint64_t dg[KD_DG_N];
+#define KD_BYTES(o) (o) ? (const uint8_t *)PyBytes_AS_STRING(o) : NULL, (o) ? (size_t)PyBytes_GET_SIZE(o) : 0
+    kd_op_digests(kd_dg_bytes((const uint8_t *)name, (size_t)nl), depth,
+                  kd_text_prefix_digest((const uint8_t *)text, (size_t)tl), flags, KD_BYTES(ib), KD_BYTES(ob), dg);
+#undef KD_BYTES
+    Py_XDECREF(ib);
+    Py_XDECREF(ob);
+    return PyBytes_FromStringAndSize((const char *)dg, sizeof dg);
+}
+
+/* The written-spec -> this process's spec map of dict d as an array (*n entries). */
+static uint16_t *spec_array(PyObject *d, uint32_t *n)
+{
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    long top = -1;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        long x = PyLong_AsLong(k);
+        if (x == -1 && PyErr_Occurred())
+            return NULL;
+        if (x < 0 || x > 0xffff) {
+            PyErr_SetString(PyExc_ValueError, "table_fill: hash spec ids are 0 to 65535");
+            return NULL;
+        }
+        top = x > top ? x : top;
+    }
+    *n = (uint32_t)(top + 1);
+    uint16_t *a = PyMem_Calloc(*n ? *n : 1, sizeof *a);
+    if (a == NULL)
+        return (uint16_t *)PyErr_NoMemory();
+    pos = 0;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        long s = PyLong_AsLong(v);
+        if (s == -1 && PyErr_Occurred()) {
+            PyMem_Free(a);
+            return NULL;
+        }
+        a[PyLong_AsLong(k)] = (uint16_t)s;
+    }
+    return a;
+}
+
+/* table_fill(table, reader, spec_map, start, stop) -> list of the record
+ * indices of the launches among records [start, stop), appended to the
+ * LaunchTable with global string ids and this process's hash spec ids
+ * (spec_map: written id -> this process's; others become 0). */
+static PyObject *table_fill(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *to, *reader, *spec_map;
+    unsigned long long start, stop;
+    if (!PyArg_ParseTuple(args, "O!O!O!KK", &kd_LaunchTableType, &to, &kd_TraceReaderType, &reader, &PyDict_Type,
+                          &spec_map, &start, &stop))
+        return NULL;
+    uint32_t *map;
+    const kd_tr *r = kd_trace_reader_ids(reader, &map);
+    if (r == NULL)
+        return NULL;
+    if (stop > r->nrec)
+        stop = r->nrec;
+    if (start > stop)
+        start = stop;
+    kd_ltab_ids ids = {kd_strings, map, NULL, 0};
+    uint16_t *spec = spec_array(spec_map, &ids.nspec);
+    uint64_t *idx = PyMem_Malloc((size_t)(stop - start + 1) * sizeof *idx);
+    if (spec == NULL || idx == NULL) {
+        PyMem_Free(spec);
+        PyMem_Free(idx);
+        return spec == NULL ? NULL : PyErr_NoMemory();
+    }
+    ids.spec = spec;
+    int64_t n = kd_ltab_fill_trace(&((kd_launch_table *)to)->table, r, start, stop, &ids, idx);
+    PyMem_Free(spec);
+    PyObject *out = NULL;
+    if (n == -1) {
+        PyErr_NoMemory();
+    } else if (n == -2) {
+        PyErr_SetString(PyExc_ValueError, "table_fill: a launch record could not be decoded");
+    } else if ((out = PyList_New((Py_ssize_t)n)) != NULL) {
+        for (int64_t k = 0; k < n; k++) {
+            PyObject *x = PyLong_FromUnsignedLongLong(idx[k]);
+            if (x == NULL) {
+                Py_CLEAR(out);
+                break;
+            }
+            PyList_SET_ITEM(out, (Py_ssize_t)k, x);
+        }
+    }
+    PyMem_Free(idx);
+    return out;
+}
+
+static PyMethodDef table_methods[] = {
+    {"launch_digests", launch_digests, METH_O,
+     "launch_digests(table) -> bytes: a LaunchTable's or Recorder's launch digests, nlaunches x 5 native u64"},
+    {"op_digests", op_digests, METH_VARARGS,
+     "op_digests(depth, flags, name, text, in_tree, out_tree) -> bytes: an aten op's 5 native u64 digests"},
+    {"table_fill", table_fill, METH_VARARGS,
+     "table_fill(table, reader, spec_map, start, stop) -> record indices of the launches appended"},
+    {NULL, NULL, 0, NULL},
+};
+
+int kd_launch_table_module_init(PyObject *m)
+{
+    if (PyType_Ready(&kd_LaunchTableType) != 0 ||
+        PyModule_AddObjectRef(m, "LaunchTable", (PyObject *)&kd_LaunchTableType) != 0)
+        return -1;
+    return PyModule_AddFunctions(m, table_methods);
+}
