@@ -198,7 +198,7 @@ def _live_digests(ops: list, dm) -> tuple[torch.Tensor, int]:
             rows.append(op._launch.store_index)
         else:
             rows.append(nl + len(op_rows))
-            op_rows.append(_C.op_digests(*_op_record(op, attributes)[:6]))
+            op_rows.append(_op_digests(_op_record(op, attributes)))
     if op_rows:
         launch = torch.cat([launch, torch.frombuffer(bytearray(b"".join(op_rows)), dtype=torch.int64).view(-1, 5)])
     dig = launch[torch.tensor(rows, dtype=torch.int64)] if rows else torch.zeros((0, 5), dtype=torch.int64)
@@ -695,6 +695,12 @@ def _record(fn, args, kwargs, hash_fn):
             out = fn(*args, **kwargs)  # noqa: F841  (held at exit: part of the final state)
     dm.operators  # noqa: B018  (drain and resolve while the mode's objects are alive)
     return dm
+
+
+def _op_digests(rec: dict) -> bytes:
+    """An aten op's digests from TraceWriter.op's keyword arguments (trace._op_record)."""
+    return _C.op_digests(rec["depth"], rec["flags"], rec["name"], rec["text"], rec["input_hashes"],
+                         rec["output_hashes"])
 
 
 def _recorded_reports(fn, args, kwargs, runs: int, hash_fn) -> list[Report]:

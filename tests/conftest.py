@@ -89,6 +89,21 @@ def generated_modules_with(name: str) -> list[str]:
     return out
 
 
+def generated_module_running(kernels) -> str:
+    """The source of the generated module whose call() launched `kernels`
+    (recorded C++ kernel calls, in order): other tests' modules may define
+    kernels of the same names, so the one whose kernel calls are these, in
+    this order and with these argument counts."""
+    names = [k.kernel_name for k in kernels]
+    found = []
+    for src in generated_modules_with(names[0]):
+        calls = [c for c in kernel_calls_in(src) if c[0].startswith("cpp_fused")]
+        if [n for n, _ in calls] == names and all(len(a) == len(k.args) for (_, a), k in zip(calls, kernels)):
+            found.append(src)
+    assert found, f"no generated module launches {names}"
+    return found[-1]
+
+
 CALL_RE = re.compile(r"^\s+((?:cpp_fused|triton_)\w*)(?:\.run)?\((.*)\)\s*$", re.M)
 
 

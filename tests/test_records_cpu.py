@@ -10,7 +10,7 @@ import torch.utils._debug_mode as upstream
 import kdebug
 from kdebug import DebugMode, TensorInfo, _CppKernelCall, _KernelCall, _TritonKernelCall
 
-from conftest import generated_modules_with, kernel_calls_in
+from conftest import generated_module_running, kernel_calls_in
 
 
 def _stored_params(kernel_src: str) -> set[str]:
@@ -56,7 +56,7 @@ def test_kernels_match_generated_code(compiled_cpu, cpu_inputs):
     assert all(isinstance(k, _CppKernelCall) and not isinstance(k, _TritonKernelCall) for k in kernels)
     assert not any(isinstance(k, upstream._TritonKernelCall) for k in kernels)
 
-    (src,) = generated_modules_with(kernels[0].kernel_name)
+    src = generated_module_running(kernels)
     expected = [c for c in kernel_calls_in(src) if c[0].startswith("cpp_fused")]
     assert [k.kernel_name for k in kernels] == [name for name, _ in expected]
     sources = _kernel_sources(src)
@@ -100,7 +100,7 @@ def test_interleaved_with_aten_ops_in_launch_order(compiled_cpu, cpu_inputs):
     mm = next(i for i, n in enumerate(names) if "aten::mm" in n)
     first_kernel = next(i for i, op in enumerate(dm.operators) if isinstance(op, _KernelCall))
     assert mm < first_kernel  # the matmul feeds the fused kernel
-    (src,) = generated_modules_with(dm.kernels[0].kernel_name)
+    src = generated_module_running(dm.kernels)
     body = src[src.index("def call("):]
     assert body.index("extern_kernels.mm") < body.index(dm.kernels[0].kernel_name + "(")
     # the launch indices increase along operators
