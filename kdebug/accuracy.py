@@ -403,13 +403,13 @@ def _original(fn):
 
 
 def _float64_copy(fn, args, kwargs):
-    """(fn, args, kwargs) in float64 for the model-level reference, or None
-    when fn is not a module (its weights cannot be reached to convert)."""
-    if not isinstance(fn, torch.nn.Module):
-        return None
-    m = copy.deepcopy(fn).to(torch.float64)
+    """(fn, args, kwargs) in float64 for the model-level reference: a module
+    is deep-copied and converted; a plain function gets float64 arguments
+    (weights it closes over are not reached: it may then refuse to run)."""
     conv = (lambda x: x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x)
-    return m, torch.utils._pytree.tree_map(conv, args), torch.utils._pytree.tree_map(conv, kwargs)
+    if isinstance(fn, torch.nn.Module):
+        fn = copy.deepcopy(fn).to(torch.float64)
+    return fn, torch.utils._pytree.tree_map(conv, args), torch.utils._pytree.tree_map(conv, kwargs)
 
 
 def compare_eager(fn, *args, reference: str = "float64", rtol: float | None = None, atol: float | None = None,
@@ -440,11 +440,14 @@ def compare_eager(fn, *args, reference: str = "float64", rtol: float | None = No
     reset_rng()
     a, k = copy_args()
     eager_out = eager_fn(*a, **k)
-    ref_out = None
-    conv = _float64_copy(orig, *copy_args())
-    if conv is not None:
-        reset_rng()
-        ref_out = conv[0](*conv[1], **conv[2])
+    ref_out, ref_why = None, None
+    f64, a64, k64 = _float64_copy(orig, *copy_args())
+    reset_rng()
+    try:
+        with torch.no_grad():
+            ref_out = f64(*a64, **k64)
+    except Exception as e:  # e.g. a function whose closed-over weights stay float32
+        ref_why = f"{type(e).__name__}: {e}".splitlines()[0][:200]
     compiled = torch.compile(orig)
     reset_rng()
     got: list = []
@@ -454,9 +457,9 @@ def compare_eager(fn, *args, reference: str = "float64", rtol: float | None = No
     c_leaves = dict(_tree_leaves(out))
     e_leaves = dict(_tree_leaves(eager_out))
     r_leaves = dict(_tree_leaves(ref_out)) if ref_out is not None else {}
-    if conv is None:
-        report.notes.append("model-level float64 reference skipped: fn is not an nn.Module (its weights "
-                            "cannot be converted); kernels are still judged against float64")
+    if ref_why is not None:
+        report.notes.append(f"model-level float64 reference skipped: fn did not run in float64 ({ref_why}); "
+                            "kernels are still judged against float64")
     for path, c in c_leaves.items():
         e = e_leaves.get(path)
         if e is None:
