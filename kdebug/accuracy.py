@@ -225,6 +225,16 @@ class Session:
 
     # -- hooks called by kdebug/inductor.py around a compiled graph's call --
     def before(self, compiled, inputs):
+        from . import inductor
+
+        reason = inductor.graph_bypass_reason(compiled)
+        if reason is not None:  # its launches never reach Python: nothing to compare
+            self.report.graph_calls_unchecked += 1
+            note = (f"graph calls launched through {reason} are not checked (their kernels bypass Python); "
+                    "compile without it (mode='default', cpp_wrapper=False) to check them")
+            if note not in self.report.notes:
+                self.report.notes.append(note)
+            return None
         g = provenance.graph_for(compiled, self.graphs)
         if g is None:
             self.report.graph_calls_unchecked += 1

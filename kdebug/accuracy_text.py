@@ -91,7 +91,10 @@ def summary(report) -> str:
              + (f" ({report.graph_calls_unchecked} more run, not checked)" if report.graph_calls_unchecked else "")
              + f", {n_calls} kernel/extern call(s), {report.compared()} buffer(s) compared with eager and float64"]
     c = report.culprit
-    if c is not None:
+    if report.graph_calls_checked == 0:
+        lines.append("NOTHING CHECKED: no compiled graph call could be checked (see the notes below); "
+                     "this is not a verdict")
+    elif c is not None:
         lines += culprit_lines(report)
         later = [k for k in report.kernels if k.status == "inherited"]
         if later:

@@ -299,3 +299,14 @@ def test_html_page_shows_source_heatmap_and_escapes(tmp_path):
     with pytest.raises(Exception, match="link"):
         rep.write_html(str(link))
     assert not (tmp_path / "elsewhere.html").exists()
+
+
+def test_graphs_that_bypass_python_are_reported_not_judged():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+    with pytest.warns(kdebug.KdebugWarning):
+        rep = accuracy.check(lambda: torch.compile(m, options={"cpp_wrapper": True})(torch.randn(4, 8)))
+    assert rep.graph_calls_checked == 0 and rep.graph_calls_unchecked == 1
+    text = rep.summary()
+    assert "NOTHING CHECKED" in text and "cpp_wrapper" in text
+    assert "no kernel computes worse" not in text
