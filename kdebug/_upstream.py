@@ -330,3 +330,13 @@ def inductor_lowerings() -> dict:
     import torch._inductor.lowering
 
     return torch._inductor.lowering.lowerings
+
+
+def empty_device_cache() -> None:
+    """Gives cached, unused device memory back (torch.cuda.empty_cache where
+    CUDA is available; 2.11, 2.13)."""
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -142,6 +142,11 @@ def _clone_inputs(inputs) -> list:
     return out
 
 
+def _on_device(xs) -> bool:
+    """Whether any tensor in xs lives off the host (a spill copy is worth it)."""
+    return any(isinstance(x, torch.Tensor) and x.device.type != "cpu" for x in xs)
+
+
 def _written(call) -> dict:
     """{param name: recorded value} of what a recorded call wrote."""
     rec = getattr(call, "record", None)
@@ -270,10 +275,22 @@ class Session:
         rep.unmatched_launches += unmatched
         need = {node for site, _ in pairs for node in site.writes.values() if node}
         rnd = reference.random_nodes(g.gm)
+        keep = need - rnd
         with _upstream.disable_torch_dispatch(), torch.no_grad():
+            spill = [x.to("cpu") if isinstance(x, torch.Tensor) else x for x in clones] if _on_device(clones) else None
             e_in, r_in = _clone_inputs(clones), clones
-        eager = reference.run_graph(g.gm, e_in, need - rnd, float64=False)
-        ref = reference.run_graph(g.gm, r_in, need - rnd, float64=True)
+        try:
+            eager = reference.run_graph(g.gm, e_in, keep, float64=False)
+            del e_in
+            ref = reference.run_graph(g.gm, r_in, keep, float64=True)
+        except torch.OutOfMemoryError:  # Note [Reference runs]: again, on the host
+            if spill is None:
+                raise
+            e_in = r_in = eager = ref = None
+            _upstream.empty_device_cache()
+            rep.notes.append(f"{g.name}: the reference runs ran out of device memory and ran on the host")
+            eager = reference.run_graph(g.gm, _clone_inputs(spill), keep, float64=False, host=True)
+            ref = reference.run_graph(g.gm, spill, keep, float64=True, host=True)
         for where, why in list(eager.failed.items()) + list(ref.failed.items()):
             rep.notes.append(f"{g.name}: the reference run stopped at node {where}: {why}")
         if ref.approximated:

@@ -18,6 +18,9 @@ between compiled and eager by construction (Inductor's own RNG); they are
 listed in `random` and never compared.
 The runs must not change the user's program: they run with no grad, with
 torch dispatch modes (a recording DebugMode) disabled, and on a forked RNG.
+Device memory: the inputs of a GPU graph are also copied to the host first;
+a run that runs out of device memory is run again on the host from that
+copy (kdebug/accuracy.py), so the check slows down instead of failing.
 Only the nodes asked for are kept (cloned: a later in-place node could
 change them); the interpreter frees everything else after its last use.
 """
@@ -90,24 +93,46 @@ def _meta_dtype(node: torch.fx.Node):
     return v.dtype if isinstance(v, torch.Tensor) else None
 
 
+def _host(x):
+    """x with every tensor on the CPU and every device argument the CPU."""
+    if isinstance(x, torch.Tensor):
+        return x.cpu()
+    if isinstance(x, torch.device):
+        return torch.device("cpu")
+    if isinstance(x, (list, tuple)):
+        return type(x)(_host(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _host(v) for k, v in x.items()}
+    return x
+
+
 class _Run(torch.fx.Interpreter):
-    def __init__(self, gm, keep: set, float64: bool):
+    def __init__(self, gm, keep: set, float64: bool, host: bool = False):
         super().__init__(gm, garbage_collect_values=True)
         self.keep = keep
         self.float64 = float64
+        self.host = host
         self.out = GraphValues({}, {}, set())
         self.current = None
 
     def run_node(self, n):
         self.current = n.name
-        if not self.float64 or n.op != "call_function":
+        if n.op != "call_function" or not (self.float64 or self.host):
             value = super().run_node(n)
+            if self.host:
+                value = _host(value)
         else:
             with self._set_current_node(n):
                 args, kwargs = self.fetch_args_kwargs_from_env(n)
+                if self.host:
+                    args, kwargs = _host(args), _host(kwargs)
                 try:
-                    value = n.target(*_to64(args), **_to64(kwargs))
+                    value = n.target(*_to64(args), **_to64(kwargs)) if self.float64 else n.target(*args, **kwargs)
+                except torch.OutOfMemoryError:
+                    raise
                 except Exception:  # an op without float64 support: its own dtype
+                    if not self.float64:
+                        raise
                     dtype = _meta_dtype(n)
                     down = (lambda x: x.to(dtype) if isinstance(x, torch.Tensor) and x.dtype == torch.float64
                             and dtype is not None and dtype.is_floating_point else x)
@@ -120,15 +145,20 @@ class _Run(torch.fx.Interpreter):
         return value
 
 
-def run_graph(gm: torch.fx.GraphModule, inputs: list, keep: set, float64: bool = False) -> GraphValues:
+def run_graph(gm: torch.fx.GraphModule, inputs: list, keep: set, float64: bool = False,
+              host: bool = False) -> GraphValues:
     """Interprets gm on inputs (which it may change: pass copies), keeping
-    the values of the nodes named in keep (Note [Reference runs])."""
-    run = _Run(gm, set(keep), float64)
-    args = [_to64(x) if float64 else x for x in inputs]
+    the values of the nodes named in keep (Note [Reference runs]); with
+    host=True on the CPU, whatever device the graph was compiled for.
+    torch.OutOfMemoryError propagates (the caller retries on the host)."""
+    run = _Run(gm, set(keep), float64, host)
+    args = [_to64(x) if float64 else x for x in (_host(inputs) if host else inputs)]
     devices = sorted({x.device.index or 0 for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda})
     with torch.no_grad(), _upstream.disable_torch_dispatch(), torch.random.fork_rng(devices=devices):
         try:
             run.run(*args)
+        except torch.OutOfMemoryError:
+            raise
         except Exception as e:  # a node failed: what was kept before it stays valid
             run.out.failed[run.current or "<graph>"] = f"{type(e).__name__}: {e}"[:500]
     return run.out

@@ -310,3 +310,28 @@ def test_graphs_that_bypass_python_are_reported_not_judged():
     text = rep.summary()
     assert "NOTHING CHECKED" in text and "cpp_wrapper" in text
     assert "no kernel computes worse" not in text
+
+
+def test_reference_runs_that_run_out_of_device_memory_run_on_the_host(monkeypatch):
+    # planted: the first reference run on the "device" raises OutOfMemoryError
+    # (CPU here: the inputs count as on a device through the patched check)
+    from kdebug import reference
+
+    real = reference.run_graph
+    calls = []
+
+    def oom_once(gm, inputs, keep, float64=False, host=False):
+        calls.append(host)
+        if not host and len(calls) == 1:
+            raise torch.OutOfMemoryError("planted")
+        return real(gm, inputs, keep, float64=float64, host=host)
+
+    monkeypatch.setattr(reference, "run_graph", oom_once)
+    monkeypatch.setattr(accuracy, "_on_device", lambda xs: True)
+    torch.manual_seed(0)
+    m, x = MLP(), torch.randn(8, 16)
+    with wrong_lowering(aten.tanh.default, scale=1.001):
+        rep = accuracy.check(lambda: torch.compile(m)(x))
+    assert calls == [False, True, True]
+    assert any("ran on the host" in n for n in rep.notes)
+    assert rep.culprit is not None and _planted_op_in(rep.culprit, "tanh"), rep.summary()
