@@ -240,6 +240,9 @@ class DebugMode(_upstream.DebugMode):
     trace: a file path: the run is streamed to this trace file while it is
         recorded (whole chunks, at most every second while aten ops run, and
         at exit), so it survives a process that dies; ``kdebug.load`` reads it.
+    check_finite: True takes the stats hash of what every kernel and aten op
+        writes, for ``first_nonfinite()`` (Note [First non-finite value] in
+        kdebug/finite.py); "inputs" also of what they read, before they run.
     """
 
     def __init__(
