@@ -260,6 +260,9 @@ def check(run) -> FiniteReport:
                 reads.append((s, src.stats, f"written by {src.step}", owners))
             else:
                 reads.append((s, None, "outside the recording" if not owners else "written without stats", owners))
+        if st.kind == "aten" and not st.flow_known:  # recorded without extents: its reads are unknown
+            reads.append((dataflow.Slot("in/?", "its inputs (no extents recorded)", ("?", -1), 0, 0), None,
+                          "not recorded", []))
         for s, x, where, owners in reads:
             if x is not None and x.nonfinite and not any(w.stats is not None and w.stats.nonfinite for w in owners):
                 if where == "before the step":

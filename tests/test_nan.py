@@ -191,3 +191,19 @@ def test_cli(tmp_path):
     p2 = subprocess.run([sys.executable, "-m", "kdebug", "nan", str(tmp_path / "missing.py")],
                         capture_output=True, text=True, env=env, timeout=120)
     assert p2.returncode == 2 and "no such script" in p2.stderr
+
+
+def test_verdict_from_a_trace_file(tmp_path):
+    torch.manual_seed(0)
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    f = torch.compile(lambda x, w: (torch.log(x @ w - 1.0) * 2).sum(-1))
+    f(x, w)
+    path = tmp_path / "run.kdt"
+    with DebugMode(check_finite=True, trace=str(path)) as dm:
+        f(x, w)
+    live = dm.first_nonfinite()
+    rep = kdebug.finite.check(str(path))
+    assert rep.first is not None and live.first is not None
+    assert (rep.first.index, rep.first.name) == (live.first.index, live.first.name)
+    assert [t.stats for t in rep.first.outputs] == [t.stats for t in live.first.outputs]
+    assert "log" in rep.first.name
