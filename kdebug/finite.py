@@ -281,6 +281,11 @@ def check(run) -> FiniteReport:
                     first = nf
         for s, x in writes:
             mm.paint(_Painted(s, x, st.label()))
+    writers = sum(1 for st in steps if st.writes)
+    if writers and unchecked == writers:
+        raise ValueError(f"none of the {writers} recorded steps that wrote tensors has stats, so nothing can be "
+                         "said about NaN or inf: record with DebugMode(check_finite=True) (or "
+                         "log_tensor_hashes with a 'stats' hash kind)")
     return FiniteReport(first, entered, inherited, len(steps), unchecked, inputs_checked, found)
 
 

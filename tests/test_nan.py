@@ -207,3 +207,13 @@ def test_verdict_from_a_trace_file(tmp_path):
     assert (rep.first.index, rep.first.name) == (live.first.index, live.first.name)
     assert [t.stats for t in rep.first.outputs] == [t.stats for t in live.first.outputs]
     assert "log" in rep.first.name
+
+
+def test_a_recording_without_stats_is_a_clear_error():
+    f = torch.compile(lambda x: torch.log(x))
+    x = torch.randn(8)
+    f(x)
+    with DebugMode() as dm, DebugMode.log_tensor_hashes("bitwise"):
+        f(x)
+    with pytest.raises(ValueError, match="check_finite=True"):
+        dm.first_nonfinite()
