@@ -66,6 +66,11 @@ def debug_mode(kdebug_flags: dict[str, Any], upstream_flags: dict[str, Any],
                                    " slots (128 bytes each)")
     out["overflow"] = choice(w, "overflow", kdebug_flags["overflow"], OVERFLOW_POLICIES,
                              " ('overwrite' keeps the newest launches, 'drop_new' the oldest)")
+    cf = kdebug_flags.get("check_finite", False)
+    if cf not in (False, True, "inputs") or (type(cf) is not bool and cf != "inputs"):
+        raise ValueError(f"DebugMode: check_finite must be False, True (the stats of what steps write) or "
+                         f"'inputs' (also of what they read), not {cf!r}")
+    out["check_finite"] = cf
     trace = kdebug_flags["trace"]
     if trace is not None and not isinstance(trace, (str, os.PathLike)):
         raise TypeError(f"DebugMode: trace must be a file path (str or os.PathLike) or None, not {type(trace).__name__}")

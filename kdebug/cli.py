@@ -555,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     from .accuracy_cli import add_parser as add_accuracy  # (not `from . import`: that imports torch)
 
     add_accuracy(sub)
+    from .nan_cli import add_parser as add_nan  # (likewise)
+    add_nan(sub)
     args = p.parse_args(argv)
     if getattr(args, "module_name", None):  # kdebug hunt -m MODULE args...
         args.command = ["-m", args.module_name] + list(args.command)

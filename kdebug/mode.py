@@ -240,6 +240,9 @@ class DebugMode(_upstream.DebugMode):
     trace: a file path: the run is streamed to this trace file while it is
         recorded (whole chunks, at most every second while aten ops run, and
         at exit), so it survives a process that dies; ``kdebug.load`` reads it.
+    check_finite: True takes the stats hash of what every kernel and aten op
+        writes, for ``first_nonfinite()`` (Note [First non-finite value] in
+        kdebug/finite.py); "inputs" also of what they read, before they run.
     """
 
     def __init__(
@@ -253,6 +256,7 @@ class DebugMode(_upstream.DebugMode):
         batch_gpu_work: bool = True,
         trace: str | None = None,
         record_final_state: bool = False,
+        check_finite: bool | str = False,
         **upstream_flags: Any,
     ) -> None:
         unknown = sorted(set(upstream_flags) - set(_UPSTREAM_FLAGS))
@@ -261,13 +265,14 @@ class DebugMode(_upstream.DebugMode):
                 f"DebugMode got unknown flag(s) {', '.join(unknown)}. kdebug accepts upstream "
                 f"DebugMode's flags ({', '.join(_UPSTREAM_FLAGS)}) and record_triton_kernels, "
                 "kernels_only, record_all_threads, ring_capacity, overflow, batch_gpu_work, trace, "
-                "record_final_state."
+                "record_final_state, check_finite."
             )
         # Note [Flag validation] (kdebug/_flags.py)
         f = _flags.debug_mode(
             dict(record_triton_kernels=record_triton_kernels, kernels_only=kernels_only,
                  record_all_threads=record_all_threads, ring_capacity=ring_capacity, overflow=overflow,
-                 batch_gpu_work=batch_gpu_work, trace=trace, record_final_state=record_final_state),
+                 batch_gpu_work=batch_gpu_work, trace=trace, record_final_state=record_final_state,
+                 check_finite=check_finite),
             upstream_flags, _UPSTREAM_DEFAULTS)
         self._recorder = None
         self._stream = None
@@ -289,6 +294,10 @@ class DebugMode(_upstream.DebugMode):
         self._defer_failures = 0
         self.record_final_state = f["record_final_state"]
         self.final_state: dict | None = None  # Note [Final state], taken at exit when asked for
+        # Note [First non-finite value] (kdebug/finite.py): the stats hash of what
+        # every step writes ("inputs": and reads), entered with the mode
+        self.check_finite = f["check_finite"]
+        self._finite_ctx = None
         try:
             self._recorder = _C.Recorder(f["ring_capacity"], f["overflow"],
                                          store_objects=bool(self.store_original_args))
@@ -525,6 +534,11 @@ class DebugMode(_upstream.DebugMode):
                     self._stream = Stream(self, self._trace_path)
                 else:
                     self._stream.reopen()  # entered again: append to the same trace
+            if self.check_finite:
+                ctx = DebugMode.log_tensor_hashes("stats", hash_inputs=self.check_finite == "inputs")
+                ctx.__enter__()
+                self._finite_ctx = ctx
+                undo.callback(self._leave_finite)
             self._prev_defer = prev_defer
             self._entered = True
             self._enter_thread = threading.get_ident()
@@ -543,6 +557,7 @@ class DebugMode(_upstream.DebugMode):
                                "innermost first")
         self._entered = False
         try:
+            self._leave_finite()
             if self._prev_defer is not None:
                 _C._set_defer(self._prev_defer)  # flushes what this mode deferred
                 self._prev_defer = None
@@ -565,6 +580,21 @@ class DebugMode(_upstream.DebugMode):
         if self._stream is not None:
             self._stream.close()
         self._report_problems()
+
+    def _leave_finite(self) -> None:
+        ctx, self._finite_ctx = self._finite_ctx, None
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+
+    def first_nonfinite(self):
+        """Note [First non-finite value]: the first kernel launch or aten op
+        that wrote NaN or inf from finite inputs, as a kdebug.finite.FiniteReport
+        (``.first`` is None when there is none).  Needs check_finite (or a
+        'stats' hash kind in log_tensor_hashes); reading it synchronizes the
+        device once, to collect the stats."""
+        from . import finite
+
+        return finite.check(self)
 
     def _note_shadowed(self) -> None:
         """Note [Nested DebugModes]: launches this mode recorded while it was
