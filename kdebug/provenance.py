@@ -65,7 +65,10 @@ Kernel names are unique within one graph only: two graphs may each have a
 cpp_fused_add_0.  kernel_provenance() and the trace's META key
 "kernel_provenance" keep, per name, each distinct provenance seen (at most
 _PER_NAME); kdebug's launch records carry the name, not the graph, so a name
-with several entries is shown with all of them.
+with several entries is shown with all of them.  Each entry also names the
+kernel's generated source, by sha256, and its generated module (Note [Kernel
+code] in kdebug/kernel_code.py); entries differing only in their source are
+kept apart too.
 """
 from __future__ import annotations
 
@@ -330,7 +333,7 @@ def _patched_compile_to_module(orig):
             rec.cache_key = key if isinstance(key, str) and key else None
             path = getattr(self, "cache_path", None)
             if isinstance(path, str) and path:
-                _set_module(rec.name, path)
+                _set_module(rec, self.__dict__.get("_kdebug_wrapper_digest"), path)
         return result
 
     compile_to_module.__wrapped__ = orig
@@ -338,17 +341,21 @@ def _patched_compile_to_module(orig):
     return compile_to_module
 
 
-def _set_module(graph: str, path: str) -> None:
-    """Names the generated module of the kernels lowered in ``graph`` (known
-    only once compile_to_module has written it: Note [Kernel code])."""
+def _set_module(rec: GraphRecord, digest: str | None, path: str) -> None:
+    """Names the generated module of the kernels lowered in graph ``rec``
+    (known only once compile_to_module has written it: Note [Kernel code])."""
+    def named(p):
+        return dataclasses.replace(p, module=path) if p.graph == rec.name and not p.module else p
+
     with _lock:
-        for table in (_by_name, *_by_wrapper.values()):
-            for name, v in table.items():
-                if isinstance(v, list):
-                    v[:] = [dataclasses.replace(p, module=path) if p.graph == graph and not p.module else p
-                            for p in v]
-                elif v.graph == graph and not v.module:
-                    table[name] = dataclasses.replace(v, module=path)
+        for name in {c.kernel for c in rec.calls}:
+            entries = _by_name.get(name)
+            if entries:
+                entries[:] = [named(p) for p in entries]
+        same = _by_wrapper.get(digest) if digest else None
+        if same is not None:
+            for name, p in same.items():
+                same[name] = named(p)
 
 
 def install() -> None:
@@ -530,6 +537,7 @@ def _graph_done(lowering, result, events: list) -> None:
     rec = GraphRecord(_graph_name(lowering), gm, out_calls, inputs, outs, problems)
     lowering.__dict__["_kdebug_graph_record"] = rec  # compile_to_module adds the cache key
     digest = hashlib.sha256(source.encode()).hexdigest() if source else None
+    lowering.__dict__["_kdebug_wrapper_digest"] = digest  # and the module's path (Note [Kernel code])
     per_kernel = _per_kernel(rec, kernel_code.of_module(source))  # Note [Kernel code]
     if digest is not None:
         _save_file(digest, per_kernel)
