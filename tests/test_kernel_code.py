@@ -207,6 +207,8 @@ import sys, torch, kdebug
 from kdebug import DebugMode
 f = torch.compile(lambda x: torch.sigmoid(x * 1.41421) + 0.25)
 x = torch.randn(8, 8)
+if sys.argv[1] == "warm+provenance":
+    kdebug.provenance.install()  # the lowering leaves its provenance file beside the cache
 if sys.argv[1] == "record":
     with DebugMode(trace=sys.argv[2]):
         f(x)
@@ -215,19 +217,22 @@ else:
 '''
 
 
-def test_a_cache_hit_in_a_new_process_still_stores_the_source(tmp_path):
+@pytest.mark.parametrize("warm, origin", [("warm", "generated module comments"),
+                                          ("warm+provenance", "provenance file")])
+def test_a_cache_hit_in_a_new_process_still_stores_the_source(tmp_path, warm, origin):
     """The second process's compile is an FX graph cache hit (nothing is
-    lowered there): the source comes from the generated module it loads."""
+    lowered there): the source comes from the generated module it loads,
+    whether or not the warming process left a provenance file."""
     script = tmp_path / "prog.py"
     script.write_text(_CACHE_HIT_SCRIPT)
     env = {**os.environ, "PYTHONPATH": ROOT, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
-    for args in (["warm"], ["record", str(tmp_path / "hit.kdt")]):
+    for args in ([warm], ["record", str(tmp_path / "hit.kdt")]):
         p = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env, timeout=600)
         assert p.returncode == 0, p.stderr
     run = kdebug.load(str(tmp_path / "hit.kdt"))
     (k,) = run.kernels
     (e,) = run.provenance(k.kernel_name)
-    assert e.origin == "provenance file", e  # not lowered in the recording process: a cache hit
+    assert e.origin == origin, e  # not lowered in the recording process: a cache hit
     text = run.kernel_code(e.code_sha256)
     assert text is not None and "1.41421" in text and 'extern "C"' in text
     assert e.module.startswith(str(tmp_path / "cache")) and text in open(e.module).read()
