@@ -236,3 +236,55 @@ def test_a_cache_hit_in_a_new_process_still_stores_the_source(tmp_path, warm, or
     text = run.kernel_code(e.code_sha256)
     assert text is not None and "1.41421" in text and 'extern "C"' in text
     assert e.module.startswith(str(tmp_path / "cache")) and text in open(e.module).read()
+
+
+def test_of_module_reads_triton_and_cpp_definitions():
+    """The two forms a generated module defines kernels in (Inductor 2.13's
+    wrapper text): the source is the long string, not the name or device."""
+    from kdebug import kernel_code
+
+    tri = "\nimport triton\n@triton.jit\ndef triton_poi_fused_0(in_ptr0, xnumel, XBLOCK: tl.constexpr):\n    pass\n"
+    cpp = '#include <x.h>\nextern "C" void kernel(const float* in_ptr0) {}\n'
+    module = (f"async_compile = AsyncCompile()\n"
+              f"triton_poi_fused_0 = async_compile.triton('triton_poi_fused_0', {tri!r}, device_str='cuda')\n"
+              f"cpp_fused_1 = async_compile.cpp_pybinding(['const float*'], {cpp!r})\n"
+              f"async_compile.wait(globals())\n")
+    got = kernel_code.of_module(module)
+    assert got == {"triton_poi_fused_0": hashlib.sha256(tri.encode()).hexdigest(),
+                   "cpp_fused_1": hashlib.sha256(cpp.encode()).hexdigest()}
+    assert kernel_code.text(got["triton_poi_fused_0"]) == tri and kernel_code.text(got["cpp_fused_1"]) == cpp
+    assert kernel_code.of_module("def broken(:") == {} and kernel_code.of_module(None) == {}
+
+
+@pytest.mark.gpu
+def test_triton_source_round_trips_on_cuda(tmp_path):
+    """GPU machine: each launched Triton kernel's stored source is exactly a
+    source Inductor passed to async_compile.triton, and names the kernel."""
+    inductor.install()
+    AC = torch._inductor.async_compile.AsyncCompile
+    seen: list[str] = []
+    orig = AC.triton
+
+    def spy(self, kernel_name, source_code, *args, **kwargs):
+        seen.append(source_code)
+        return orig(self, kernel_name, source_code, *args, **kwargs)
+
+    AC.triton = spy
+    try:
+        f = torch.compile(lambda x: torch.relu(x * 1.73205 + 1.0).sum(0))
+        x = torch.randn(64, 64, device="cuda")
+        path = tmp_path / "gpu.kdt"
+        with torch._inductor.config.patch(fx_graph_cache=False):
+            with DebugMode(trace=str(path)) as dm:
+                f(x)
+    finally:
+        AC.triton = orig
+    run = kdebug.load(str(path))
+    assert dm.kernels and run.kernels
+    for k in run.kernels:
+        (e,) = run.provenance(k.kernel_name)
+        text = run.kernel_code(e.code_sha256)
+        assert text in seen and f"def {k.kernel_name}(" in text and "@triton" in text
+        assert os.path.isfile(e.module)
+    out = _show(str(path), "--source", str(run.kernels[0].launch_index))
+    assert out.returncode == 0 and f"def {run.kernels[0].kernel_name}(" in out.stdout
