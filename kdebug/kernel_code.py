@@ -27,7 +27,7 @@ kernel's name, so a launch of a name with several entries is shown with all
 of them, each labelled by its hash.
 
 The texts live in this process in a bounded registry (_TEXTS_MAX texts,
-_BYTES_MAX bytes); a trace's META keeps at most _BYTES_MAX bytes of them,
+_BYTES_MAX characters); a trace's META keeps at most _BYTES_MAX characters of them,
 and what does not fit is left out and counted in META "kernel_code_dropped"
 (the entries still name the hash).  On reading, every text is checked: the
 key must be the sha256 of its text, or the file is refused.
@@ -42,7 +42,7 @@ import threading
 _lock = threading.Lock()
 _texts: dict[str, str] = {}  # sha256 -> source text
 _TEXTS_MAX = 100_000
-_BYTES_MAX = 32 << 20  # of text kept in this process, and in one trace's META
+_BYTES_MAX = 32 << 20  # characters of text kept in this process, and in one trace's META
 _bytes = 0
 dropped = 0  # texts not kept in this process (limits above)
 
@@ -102,7 +102,7 @@ def of_module(module_source: str | None) -> dict[str, str]:
 
 def meta_for(hashes) -> tuple[dict[str, str], int]:
     """The META key "kernel_code" for these source hashes ({sha256: text}),
-    at most _BYTES_MAX bytes of text, and how many were left out (too large,
+    at most _BYTES_MAX characters of text, and how many were left out (too large,
     or not seen in this process)."""
     out: dict[str, str] = {}
     left, size = 0, 0
