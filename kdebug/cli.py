@@ -121,9 +121,11 @@ def _show(args: argparse.Namespace) -> int:
     run = _load_or_fail(args.trace)
     if run is None:
         return 2
+    if args.source is not None:
+        return _show_source(run, args.source)
     print(run.debug_string(verbose=args.verbose))
     prov = run.meta.get("kernel_provenance")
-    if prov:  # Note [Kernel provenance]: once per kernel, not per launch
+    if prov and not args.verbose:  # Note [Kernel provenance]: once per kernel (verbose: in the debug string)
         print("\n# kernel provenance: the post-grad FX nodes each kernel computes")
         for name in prov:
             entries = run.provenance(name)
@@ -132,6 +134,41 @@ def _show(args: argparse.Namespace) -> int:
                 print(f"# {name}{more}")
                 for line in e.describe():
                     print(f"#   {line}")
+    return 0
+
+
+def _show_source(run, n: int) -> int:
+    """kdebug show --source N: launch N's kernel, its fused FX nodes, user
+    source lines, module and generated source (Note [Kernel code])."""
+    k = next((k for k in run.kernels if k.launch_index == n), None)
+    if k is None:
+        launches = [k.launch_index for k in run.kernels]
+        span = f"launches {min(launches)} to {max(launches)}" if launches else "no kernel launches"
+        print(f"kdebug show: no launch {n} in {run.path} (it holds {span}); kernel #N in kdebug diff and the "
+              "report is launch N", file=sys.stderr)
+        return 2
+    entries = run.provenance(k.kernel_name)
+    print(f"# launch {n}: {k.kernel_name}")
+    if not entries:
+        print("# the trace holds no provenance or source for this kernel (recorded before kdebug kept them, "
+              "or the kernel was not compiled by Inductor in the recording process)")
+        return 0
+    if len(entries) > 1:
+        print(f"# {len(entries)} different kernels of this name were compiled (names are unique within one "
+              "graph only); launch records carry the name, so each is shown")
+    for j, e in enumerate(entries):
+        if len(entries) > 1:
+            print(f"\n# kernel {j + 1} of {len(entries)} of this name")
+        for line in e.describe():
+            print(f"# {line}")
+        text = run.kernel_code(e.code_sha256) if e.code_sha256 else None
+        if text is not None:
+            print(f"# generated source ({len(text)} characters):")
+            print(text.strip("\n"))
+        elif e.code_sha256:
+            print("# generated source: not kept in this trace (META kernel_code_dropped counts these)")
+        else:
+            print("# generated source: unknown (the kernel is not defined in a generated module kdebug read)")
     return 0
 
 
@@ -512,7 +549,10 @@ def main(argv: list[str] | None = None) -> int:
     r.set_defaults(fn=_record)
     s_ = sub.add_parser("show", help="print a trace's debug string")
     s_.add_argument("trace")
-    s_.add_argument("--verbose", action="store_true")
+    s_.add_argument("--verbose", action="store_true",
+                    help="also roles, strides, pointers, configs, and each kernel's module, nodes and user lines")
+    s_.add_argument("--source", type=int, metavar="N", default=None,
+                    help="print launch N's kernel: its generated source, fused FX nodes and user source lines")
     s_.set_defaults(fn=_show)
     df = sub.add_parser("diff", help="compare two traces: the first divergence (exit 0 same, 1 differ, 2 error)")
     df.add_argument("a")

@@ -295,6 +295,9 @@ class Divergence:
     outside: bool = False
     inherited: list = field(default_factory=list)  # (step_a, step_b) pairs that differ later
     hints: list = field(default_factory=list)
+    # a kernel's identity as run a's recording knew it: the FX nodes it
+    # fuses, the user's source lines, its module (Note [Kernel provenance])
+    identity: list = field(default_factory=list)
 
 
 @dataclass
@@ -580,6 +583,7 @@ def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
             if inherited_pos.get(top.position) is not None else _Pairs(A, B, pa[:0], pb[:0])
         div.hints = _hints(a, div.kind, bool(len(cfg)) and int(cfg[0]) <= root)
         top.writer, top.writer_args = div.writer, div.writer_args
+        div.identity = _identity(A, a)
     heirs = sorted({k for x in roots for k in inherited_pos[x.position].tolist()})
     alignment = {"opcodes": ops, "aligned": aligned, "pa": pa, "pb": pb, "diff": diff, "config": cfg,
                  "shape": shp, "root": root, "roots": torch.tensor([x.position for x in roots], dtype=torch.int64),
@@ -622,6 +626,7 @@ def format_report(r: Report) -> str:
     more = f" (root 1 of {len(r.roots)})" if len(r.roots) > 1 else ""
     lines.append(f"  FIRST DIVERGENCE{more}: {where}")
     lines += [f"    {x}" for x in _root_lines(top, a, b)]
+    lines += [f"    {x}" for x in d.identity]
     for h in d.hints:
         lines.append(f"    hint: {h}")
     if len(r.roots) > 1:
@@ -633,6 +638,29 @@ def format_report(r: Report) -> str:
             lines.append(f"    ... {len(r.roots) - 10} more roots")
     lines += _benign_lines(r)
     return "\n".join(lines)
+
+
+def _identity(side: _Side, step: Step) -> list[str]:
+    """What a kernel step computes, from its run's provenance (a trace's META,
+    or this process's for a live run): one block per distinct kernel of the
+    name, each its fused FX nodes, user source lines and module."""
+    if step.kind != "kernel":
+        return []
+    if side._trace is not None:
+        entries = side._trace.provenance(step.name)
+    else:
+        from . import provenance
+
+        entries = provenance.provenances(step.name)
+    out = []
+    for k, e in enumerate(entries):
+        which = (f" (kernel {k + 1} of {len(entries)} of this name"
+                 + (f", code {e.code_sha256[:12]})" if e.code_sha256 else ")")) if len(entries) > 1 else ""
+        out.append("fuses: " + (", ".join(e.nodes) if e.nodes else "(FX nodes unknown)") + which)
+        out += [f"from: {s}" for s in e.source]
+        if e.module:
+            out.append(f"module: {e.module}")
+    return out
 
 
 def _diff_text(outs: list, a: int, b: int, limit: int = 3) -> str:

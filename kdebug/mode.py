@@ -745,7 +745,8 @@ class DebugMode(_upstream.DebugMode):
     def debug_string(self, show_stack_trace: bool | None = None, verbose: bool = False) -> str:
         """Upstream's debug string, with kernel lines rendered by kdebug's C core.
         ``verbose=True`` adds each kernel argument's role, strides, storage offset and
-        pointer, and the launch config.  An incomplete recording starts with a
+        pointer, and the launch config, and ends with each kernel's generated
+        module, source hash, fused FX nodes and user source lines.  An incomplete recording starts with a
         '# kdebug: INCOMPLETE' line saying what is missing."""
         unrecorded = [a for a in self.record_tensor_attributes or () if a not in RECORDED_ATTRIBUTES]
         if unrecorded and not self.store_original_args and self.kernels:
@@ -759,6 +760,11 @@ class DebugMode(_upstream.DebugMode):
             out = super().debug_string(show_stack_trace)
         finally:
             _VERBOSE.reset(token)
+        if verbose:  # Note [Kernel code]: what each kernel is, once per kernel
+            from . import kernel_code, provenance
+
+            more = kernel_code.section((k.kernel_name for k in self.kernels), provenance.provenances)
+            out = out + "\n" + more if more else out
         header = self._incomplete_header()
         return header + out if header else out
 

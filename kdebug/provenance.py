@@ -65,7 +65,10 @@ Kernel names are unique within one graph only: two graphs may each have a
 cpp_fused_add_0.  kernel_provenance() and the trace's META key
 "kernel_provenance" keep, per name, each distinct provenance seen (at most
 _PER_NAME); kdebug's launch records carry the name, not the graph, so a name
-with several entries is shown with all of them.
+with several entries is shown with all of them.  Each entry also names the
+kernel's generated source, by sha256, and its generated module (Note [Kernel
+code] in kdebug/kernel_code.py); entries differing only in their source are
+kept apart too.
 """
 from __future__ import annotations
 
@@ -79,7 +82,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _upstream
+from . import _upstream, kernel_code
 
 
 @dataclass(frozen=True)
@@ -120,17 +123,24 @@ class KernelProvenance:
     graph: str  # GraphRecord.name, or '' when not lowered here
     origin: str  # 'lowering' | 'same wrapper source' | 'generated module comments'
     unknown: tuple = ()  # what this answer lacks: 'nodes', 'writes', 'source'
+    code_sha256: str = ""  # sha256 of the kernel's generated source, '' unknown (Note [Kernel code])
+    module: str = ""  # path of the generated module defining it, '' unknown
 
     def to_json(self) -> dict:
         return {"kernel": self.kernel, "kind": self.kind, "nodes": list(self.nodes),
                 "source": list(self.source), "writes": dict(self.writes), "graph": self.graph,
-                "origin": self.origin, "unknown": list(self.unknown)}
+                "origin": self.origin, "unknown": list(self.unknown),
+                "code_sha256": self.code_sha256, "module": self.module}
 
     def describe(self) -> list[str]:
         """Lines for kdebug show and the HTML report."""
         out = []
         if self.graph:
             out.append(f"graph: {self.graph}")
+        if self.module:
+            out.append(f"module: {self.module}")
+        if self.code_sha256:
+            out.append(f"code: sha256 {self.code_sha256}")
         out.append("nodes: " + (", ".join(self.nodes) if self.nodes else "(unknown)"))
         if self.writes:
             out.append("writes: " + ", ".join(f"{b} = {n if n is not None else '?'}"
@@ -167,7 +177,7 @@ def _remember(p: KernelProvenance) -> None:
             return
         entries = _by_name[p.kernel] = []
     for i, e in enumerate(entries):
-        if (e.nodes, e.writes, e.source) == (p.nodes, p.writes, p.source):
+        if (e.nodes, e.writes, e.source, e.code_sha256) == (p.nodes, p.writes, p.source, p.code_sha256):
             entries[i] = p  # the same again (a recompile): the newest graph name
             return
     if len(entries) >= _PER_NAME:
@@ -321,11 +331,31 @@ def _patched_compile_to_module(orig):
         if rec is not None:  # set by codegen(), which runs inside; the key exists only now
             key = getattr(self, "cache_key", None)
             rec.cache_key = key if isinstance(key, str) and key else None
+            path = getattr(self, "cache_path", None)
+            if isinstance(path, str) and path:
+                _set_module(rec, self.__dict__.get("_kdebug_wrapper_digest"), path)
         return result
 
     compile_to_module.__wrapped__ = orig
     compile_to_module._kdebug = True
     return compile_to_module
+
+
+def _set_module(rec: GraphRecord, digest: str | None, path: str) -> None:
+    """Names the generated module of the kernels lowered in graph ``rec``
+    (known only once compile_to_module has written it: Note [Kernel code])."""
+    def named(p):
+        return dataclasses.replace(p, module=path) if p.graph == rec.name and not p.module else p
+
+    with _lock:
+        for name in {c.kernel for c in rec.calls}:
+            entries = _by_name.get(name)
+            if entries:
+                entries[:] = [named(p) for p in entries]
+        same = _by_wrapper.get(digest) if digest else None
+        if same is not None:
+            for name, p in same.items():
+                same[name] = named(p)
 
 
 def install() -> None:
@@ -507,7 +537,8 @@ def _graph_done(lowering, result, events: list) -> None:
     rec = GraphRecord(_graph_name(lowering), gm, out_calls, inputs, outs, problems)
     lowering.__dict__["_kdebug_graph_record"] = rec  # compile_to_module adds the cache key
     digest = hashlib.sha256(source.encode()).hexdigest() if source else None
-    per_kernel = _per_kernel(rec)
+    lowering.__dict__["_kdebug_wrapper_digest"] = digest  # and the module's path (Note [Kernel code])
+    per_kernel = _per_kernel(rec, kernel_code.of_module(source))  # Note [Kernel code]
     if digest is not None:
         _save_file(digest, per_kernel)
     with _lock:
@@ -519,8 +550,9 @@ def _graph_done(lowering, result, events: list) -> None:
             sink.append(rec)
 
 
-def _per_kernel(rec: GraphRecord) -> dict[str, KernelProvenance]:
-    """One KernelProvenance per kernel name of a graph (its call sites together)."""
+def _per_kernel(rec: GraphRecord, codes: dict | None = None) -> dict[str, KernelProvenance]:
+    """One KernelProvenance per kernel name of a graph (its call sites
+    together); ``codes``: kernel name -> sha256 of its source (kernel_code.of_module)."""
     acc: dict[str, tuple[str, list, list, dict]] = {}
     for c in rec.calls:
         kind, nodes, lines, writes = acc.setdefault(c.kernel, (c.kind, [], [], {}))
@@ -530,7 +562,8 @@ def _per_kernel(rec: GraphRecord) -> dict[str, KernelProvenance]:
     out = {}
     for name, (kind, nodes, lines, writes) in acc.items():
         unknown = () if nodes else ("nodes",)
-        out[name] = KernelProvenance(name, kind, tuple(nodes), tuple(lines), writes, rec.name, "lowering", unknown)
+        out[name] = KernelProvenance(name, kind, tuple(nodes), tuple(lines), writes, rec.name, "lowering", unknown,
+                                     (codes or {}).get(name, ""))
     return out
 
 
@@ -595,18 +628,25 @@ def _load_file(digest: str) -> dict[str, KernelProvenance] | None:
         return None
 
 
-def module_provenance(source: str) -> dict[str, KernelProvenance]:
+def module_provenance(source: str, module: str = "") -> dict[str, KernelProvenance]:
     """Per kernel called in a generated module, what the module itself says:
     the node names of the '# Topologically Sorted Source Nodes: [...]' comment
     right above its call (Inductor writes none above C++ kernel calls).  The
     names are Inductor's origins, which may include nodes of earlier graphs;
-    writes and source lines are unknown."""
+    writes and source lines are unknown.  Each answer names its generated
+    source and ``module`` (Note [Kernel code])."""
+    codes = kernel_code.of_module(source)
+    got = _module_provenance(source)
+    return {k: dataclasses.replace(p, code_sha256=codes.get(k, p.code_sha256), module=module or p.module)
+            for k, p in got.items()}
+
+
+def _module_provenance(source: str) -> dict[str, KernelProvenance]:
     digest = hashlib.sha256(source.encode()).hexdigest()
     with _lock:
         same = _by_wrapper.get(digest)
     if same is not None:
-        return {k: KernelProvenance(p.kernel, p.kind, p.nodes, p.source, p.writes, p.graph,
-                                    "same wrapper source", p.unknown) for k, p in same.items()}
+        return {k: dataclasses.replace(p, origin="same wrapper source") for k, p in same.items()}
     saved = _load_file(digest)
     if saved is not None:
         return saved
@@ -651,7 +691,7 @@ def _from_generated_modules(kernel_name: str) -> KernelProvenance | None:
         if got is None:
             try:
                 with open(path) as f:
-                    got = module_provenance(f.read())
+                    got = module_provenance(f.read(), path)
             except (OSError, UnicodeDecodeError):
                 continue
             if len(_module_cache) < _WRAPPERS_MAX:
@@ -728,6 +768,11 @@ def check_meta(v, key: str, bad) -> dict:
             raise bad(f"META key {where!r} must be a list of strings")
         return [text(s, where) for s in x]
 
+    def code_hash(x, where):
+        if x != "" and not kernel_code.is_hash(x):
+            raise bad(f"META key {where!r} must be '' or a sha256 in lowercase hex")
+        return x
+
     if not isinstance(v, dict) or len(v) > _NAMES_MAX:
         raise bad(f"META key {key!r} must be an object of at most {_NAMES_MAX} kernel names")
     out = {}
@@ -751,7 +796,10 @@ def check_meta(v, key: str, bad) -> dict:
                            for b, n in writes.items()},
                 "graph": text(e.get("graph", ""), where + ".graph"),
                 "origin": text(e.get("origin", ""), where + ".origin"),
-                "unknown": texts(e.get("unknown", []), where + ".unknown")})
+                "unknown": texts(e.get("unknown", []), where + ".unknown"),
+                # Note [Kernel code]: absent in traces written before it
+                "code_sha256": code_hash(e.get("code_sha256", ""), where + ".code_sha256"),
+                "module": text(e.get("module", ""), where + ".module")})
         out[text(name, key)] = got
     return out
 
@@ -759,4 +807,5 @@ def check_meta(v, key: str, bad) -> dict:
 def from_json(e: dict) -> KernelProvenance:
     """The KernelProvenance of one entry check_meta() returned."""
     return KernelProvenance(e["kernel"], e["kind"], tuple(e["nodes"]), tuple(e["source"]), dict(e["writes"]),
-                            e["graph"], e["origin"], tuple(e["unknown"]))
+                            e["graph"], e["origin"], tuple(e["unknown"]), e.get("code_sha256", ""),
+                            e.get("module", ""))

@@ -339,6 +339,7 @@ def build(runs: Sequence, *, hunt: dict | None = None, title: str | None = None)
         return [at, len(b)]
 
     run_meta = []
+    code: dict[str, str] = {}
     for i, (s, t, (flags, peer, spread)) in enumerate(zip(sides, tables, cols)):
         run = s.trace
         st = run.meta.get("stats", {})
@@ -352,7 +353,12 @@ def build(runs: Sequence, *, hunt: dict | None = None, title: str | None = None)
             # Note [Kernel provenance]: per kernel name, each distinct kernel's lines (escaped by the page)
             "provenance": {name: [e.describe() for e in run.provenance(name)]
                            for name in run.meta.get("kernel_provenance", {})},
+            # Note [Kernel code]: per kernel name, each entry's source hash ('' unknown), and each
+            # distinct source once in META "code", for all runs (shown escaped, collapsed, by the launch detail)
+            "provenance_code": {name: [e.code_sha256 for e in run.provenance(name)]
+                                for name in run.meta.get("kernel_provenance", {})},
         })
+        code.update(run.meta.get("kernel_code", {}))
     first = sides[0].trace.meta
     workload = (hunt or {}).get("what") or " ".join(first.get("argv") or []) or sides[0].trace.path
     meta = {
@@ -360,7 +366,7 @@ def build(runs: Sequence, *, hunt: dict | None = None, title: str | None = None)
         "kdebug": __version__, "generated": datetime.datetime.now().isoformat(timespec="seconds"),
         "workload": workload, "hunt": hunt or None, "runs": run_meta,
         "comparisons": [_comparison_json(r) for r in reports], "primary": primary,
-        "strings": list(strings), "dtypes": _dtype_names(),
+        "strings": list(strings), "dtypes": _dtype_names(), "code": code,
         "layout": {"rec": REC_BYTES, "arg": ARG_BYTES},
         "flags": {"DIFF": DIFF, "ROOT": ROOT, "WRITER": WRITER, "UNALIGNED": UNALIGNED, "CONFIG": CONFIG,
                   "SHAPE": SHAPE, "HASHED": HASHED},

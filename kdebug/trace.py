@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _files, _upstream, hashing, provenance
+from . import _C, _files, _upstream, hashing, kernel_code, provenance
 from .calls import _KernelCall, make_call
 
 TraceError = _C.TraceError
@@ -178,6 +178,12 @@ def _final_meta(dm) -> dict:
     prov = provenance.meta_for(sorted(names))  # Note [Kernel provenance]: once per kernel
     if prov:
         meta["kernel_provenance"] = prov
+        # Note [Kernel code]: each distinct source once, named by its sha256
+        code, left = kernel_code.meta_for(e["code_sha256"] for es in prov.values() for e in es if e["code_sha256"])
+        if code:
+            meta["kernel_code"] = code
+        if left:
+            meta["kernel_code_dropped"] = left
     return meta
 
 
@@ -413,7 +419,8 @@ _MAX_RANGES = 1 << 22
 META_SCHEMA = {"kdebug": _text, "torch": _text, "python": _text, "argv": _texts, "pid": _count,
                "time": _seconds, "hash_specs": _hash_specs, "stats": _stats, "custom_hashes_not_saved": _count,
                "final_state": _final_state,
-               "kernel_provenance": lambda v, key: provenance.check_meta(v, key, _Bad)}
+               "kernel_provenance": lambda v, key: provenance.check_meta(v, key, _Bad),
+               "kernel_code": lambda v, key: kernel_code.check_meta(v, key, _Bad), "kernel_code_dropped": _count}
 
 
 def _refuse_constant(name: str):
@@ -499,6 +506,9 @@ class Run:
             out.append(f"{self.path}: {n} graph call(s) through {reason} were not recorded")
         if st.get("nested_unrecorded"):
             out.append(f"{self.path}: {st['nested_unrecorded']} launch(es) were recorded only by a nested DebugMode")
+        if self.meta.get("kernel_code_dropped"):
+            out.append(f"{self.path}: the generated source of {self.meta['kernel_code_dropped']} kernel(s) "
+                       "was not kept (over the size limit, or not seen by the recording process)")
         if self.meta.get("custom_hashes_not_saved"):
             out.append(f"{self.path}: {self.meta['custom_hashes_not_saved']} custom hash value(s) were not saved")
         return out
@@ -509,6 +519,11 @@ class Run:
         kernel of that name the recording process compiled or loaded
         (Note [Kernel provenance]); [] when the trace has none."""
         return [provenance.from_json(e) for e in self.meta.get("kernel_provenance", {}).get(kernel_name, ())]
+
+    def kernel_code(self, sha256: str) -> str | None:
+        """The generated source with this sha256 (a provenance entry's
+        code_sha256) as the trace keeps it, or None (Note [Kernel code])."""
+        return self.meta.get("kernel_code", {}).get(sha256)
 
     def _load_range(self, start: int, stop: int) -> None:
         """Decodes the launch records among [start, stop) into the launch table
@@ -563,6 +578,10 @@ class Run:
         finally:
             _VERBOSE.reset(token)
         head = "".join(f"# kdebug: INCOMPLETE: {p}\n" for p in self.problems())
+        if verbose:  # Note [Kernel code]: what each kernel is, once per kernel
+            more = kernel_code.section((k.kernel_name for k in self.kernels), self.provenance)
+            if more:
+                lines.append(more)
         return head + "\n".join(lines)
 
     def table(self, start: int = 0, stop: int | None = None) -> tuple[bytes, bytes, bytes]:

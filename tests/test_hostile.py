@@ -3,6 +3,7 @@ malformed META, a flipped chunk length, and payloads in every META field
 opened in Chromium.  Real Inductor C++ kernels."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -90,6 +91,8 @@ def test_reports_and_exports_never_write_through_planted_links(trace_bytes, tmp_
 # ---------------------------------------------------------------- malformed META
 
 
+_SHA = hashlib.sha256(b"// a kernel\n").hexdigest()  # a kernel_code key whose text is "// a kernel\n"
+
 BAD_META = {
     "a list": "[1, 2]",
     "null": "null",
@@ -121,6 +124,16 @@ BAD_META = {
     "provenance write a number": '{"kernel_provenance": {"k": [{"writes": {"buf0": 7}}]}}',
     "provenance source null": '{"kernel_provenance": {"k": [{"source": null}]}}',
     "provenance too many": '{"kernel_provenance": {"k": [' + ", ".join(["{}"] * 9) + "]}}",
+    # Note [Kernel code]
+    "provenance code hash short": '{"kernel_provenance": {"k": [{"code_sha256": "abc"}]}}',
+    "provenance code hash upper": '{"kernel_provenance": {"k": [{"code_sha256": "%s"}]}}' % _SHA.upper(),
+    "provenance code hash a number": '{"kernel_provenance": {"k": [{"code_sha256": 7}]}}',
+    "provenance module a list": '{"kernel_provenance": {"k": [{"module": ["/x.py"]}]}}',
+    "kernel code a list": '{"kernel_code": ["int x;"]}',
+    "kernel code key not a hash": '{"kernel_code": {"cpp_fused_0": "int x;"}}',
+    "kernel code text a number": '{"kernel_code": {"%s": 1}}' % _SHA,
+    "kernel code text altered": '{"kernel_code": {"%s": "// a kernel\\n<script>x</script>"}}' % _SHA,
+    "kernel code dropped negative": '{"kernel_code_dropped": -1}',
 }
 
 
@@ -174,6 +187,7 @@ def _read_everything(data: bytes, good, tmp_path) -> str:
         return "error"
     run.problems()
     run.debug_string()
+    run.debug_string(verbose=True)  # Note [Kernel code]: each kernel's module, nodes, lines
     kdebug.compare(good, run)
     perfetto_events(run)
     meta, blob = report.build([good, run])
@@ -215,6 +229,9 @@ def _payload_metas() -> dict[str, dict]:
     out["kernel_provenance"] = {"kernel_provenance": {p: [{"kernel": p, "kind": p, "nodes": [p], "source": [p],
                                                           "writes": {p: p}, "graph": p, "origin": p,
                                                           "unknown": [p]}]}}
+    code_key = hashlib.sha256(p.encode()).hexdigest()  # Note [Kernel code]: a source that is the payload
+    out["kernel_code"] = {"kernel_provenance": {p: [{"kernel": p, "nodes": [p], "code_sha256": code_key,
+                                                     "module": p}]}, "kernel_code": {code_key: p}}
     out["stats.bypassed_graph_calls key"] = {"stats": {"bypassed_graph_calls": {p: 2}, "complete": False}}
     return out
 

@@ -72,7 +72,8 @@ def hostile_meta(rng: random.Random, base: dict) -> str:
                            '{"a":' * 50000 + "1" + "}" * 50000, "NaN", '{"time": Infinity}', "{", "\udcff"])
     d = json.loads(json.dumps(base))
     for _ in range(rng.randint(1, 3)):
-        key = rng.choice(list(d) + ["stats", "hash_specs", "argv", "custom_hashes_not_saved", "unknown"])
+        key = rng.choice(list(d) + ["stats", "hash_specs", "argv", "custom_hashes_not_saved", "unknown",
+                                    "kernel_provenance", "kernel_code", "kernel_code_dropped"])
         v = d.get(key)
         if isinstance(v, dict) and v and rng.randrange(2):
             sub = rng.choice(list(v))

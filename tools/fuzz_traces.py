@@ -67,6 +67,7 @@ def main() -> int:
                 continue
             run.problems()
             run.debug_string()
+            run.debug_string(verbose=True)  # Note [Kernel code]: each kernel's module, nodes, lines
             kdebug.compare(good, run)
             perfetto_events(run)
             meta, blob = report.build([good, run])
