@@ -597,7 +597,15 @@ def main(argv: list[str] | None = None) -> int:
     add_accuracy(sub)
     from .nan_cli import add_parser as add_nan  # (likewise)
     add_nan(sub)
+    from .repro_cli import add_parser as add_repro  # (likewise)
+    add_repro(sub)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    tail = None
+    if argv and argv[0] in ("repro", "rerun") and "--" in argv:  # the program after --: not parsed here
+        argv, tail = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     args = p.parse_args(argv)
+    if tail is not None:
+        args.command = tail
     if getattr(args, "module_name", None):  # kdebug hunt -m MODULE args...
         args.command = ["-m", args.module_name] + list(args.command)
     return args.fn(args)

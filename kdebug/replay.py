@@ -25,6 +25,8 @@ the ops a dispatch mode above kdebug's own sees, their outputs named by the
 path of the differing hash ("out/1": output[1]).  A mode "sample" serves
 Note [Element-level differences]: at the launch it keeps what the kernel
 wrote and launches it again on copies of its arguments as they were before.
+A mode "io" serves Note [Standalone repro] (kdebug/repro.py): it saves every
+argument of the launch before and after it, with the kernel's definition.
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ class Spec:
     name: str
     occurrence: int
     positions: list
-    mode: str          # "capture", "replay" or "sample"
+    mode: str          # "capture", "replay", "sample" or "io"
     path: str          # the file of captured tensors
     hits: int = 0
     op: bool = False   # an aten op, not a kernel
@@ -112,18 +114,26 @@ def _before_launch(name: str, args) -> tuple[Spec | None, list | None]:
     k = _calls.get(name, 0)
     _calls[name] = k + 1
     sp = next((x for x in _specs.get(name, ()) if x.occurrence == k), None)
-    if sp is None or sp.mode != "sample":
+    if sp is None or sp.mode not in ("sample", "io"):
         return sp, None
     with disable_torch_dispatch(), torch.no_grad():
+        if sp.mode == "io":
+            try:
+                return sp, snapshot(args)
+            except TypeError as e:  # said in the saved file, never raised into the program
+                return sp, {"error": str(e)}
         return sp, [_clone(a) for a in args]
 
 
-def _after_launch(sp: Spec | None, args, pre, relaunch) -> None:
+def _after_launch(sp: Spec | None, args, pre, relaunch, kwargs=None) -> None:
     """Right after the launch ``_before_launch`` picked: capture, replay or sample."""
     if sp is None:
         return
     with disable_torch_dispatch(), torch.no_grad():
-        _act(sp, [args[i] for i in sp.positions], pre, relaunch)
+        if sp.mode == "io":
+            _save_io(sp, args, pre, kwargs)
+        else:
+            _act(sp, [args[i] for i in sp.positions], pre, relaunch)
     sp.hits += 1
 
 
@@ -189,6 +199,8 @@ def attach(scope: dict) -> None:
     from . import _C
 
     CachingAutotuner = caching_autotuner()
+    if any(sp.mode == "io" for sp in specs()):
+        _definitions(scope)
 
     for key, obj in list(scope.items()):
         if isinstance(obj, _C.CppKernel) and obj.info.name in _specs \
@@ -201,10 +213,93 @@ def attach(scope: dict) -> None:
             def run(*args, _bound=bound, _name=name, **kwargs):
                 sp, pre = _before_launch(_name, args)
                 r = _bound(*args, **kwargs)
-                _after_launch(sp, args, pre, lambda a: _bound(*a, **kwargs))
+                _after_launch(sp, args, pre, lambda a: _bound(*a, **kwargs), kwargs)
                 return r
 
             obj.run = run
+
+
+# ---------------------------------------------------------------- mode "io"
+
+_defs: dict[str, dict] = {}  # kernel name -> its async_compile call (mode "io")
+
+
+def _definitions(scope: dict) -> None:
+    """Reads, from the generated module that defines ``scope``, the
+    async_compile call of each kernel an "io" spec names: {"method":
+    "cpp_pybinding" or "triton", "args": [...], "kwargs": {...}}, the
+    arguments as the module wrote them (Note [Kernel code])."""
+    import ast
+
+    path = scope.get("__file__")
+    names = {sp.name for sp in specs() if sp.mode == "io"}
+    if not path or not names:
+        return
+    try:
+        with open(path) as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id in names
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
+                and isinstance(node.value.func.value, ast.Name) and node.value.func.value.id == "async_compile"):
+            continue
+        try:
+            args = [ast.literal_eval(a) for a in node.value.args]
+            kwargs = {k.arg: ast.literal_eval(k.value) for k in node.value.keywords if k.arg}
+        except ValueError:
+            continue
+        _defs[node.targets[0].id] = {"method": node.value.func.attr, "args": args, "kwargs": kwargs,
+                                     "module": path}
+
+
+def snapshot(args) -> dict:
+    """Every argument of a launch as it is now, for torch.save: each distinct
+    storage the tensors view copied once to the CPU as bytes, each tensor as
+    (storage, dtype, offset, size, stride, device), so views and aliases
+    come back as the kernel saw them (a kernel indexes raw memory: a
+    contiguous clone of a strided view would be another input); other
+    arguments (sizes, flags) as their values."""
+    storages: list = []
+    index: dict = {}
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if a.layout != torch.strided:
+                raise TypeError(f"a {a.layout} tensor argument (only strided tensors are saved)")
+            st = a.untyped_storage()
+            key = (str(a.device), st.data_ptr(), st.nbytes())
+            if key not in index:
+                index[key] = len(storages)
+                copy = st.cpu() if a.device.type != "cpu" else st.clone()
+                storages.append(torch.empty(0, dtype=torch.uint8).set_(copy))
+            out.append({"storage": index[key], "dtype": str(a.dtype).removeprefix("torch."),
+                        "offset": a.storage_offset(), "size": list(a.shape), "stride": list(a.stride()),
+                        "device": str(a.device)})
+        elif a is None or isinstance(a, (bool, int, float, str)):
+            out.append({"value": a})
+        else:
+            raise TypeError(f"an argument of type {type(a).__name__} (tensors, numbers, strings and None "
+                            "are saved)")
+    return {"storages": storages, "args": out}
+
+
+def _save_io(sp: Spec, args, pre, kwargs) -> None:
+    """Mode "io": the launch's arguments before (``pre``) and after it, its
+    keyword arguments but the stream, and the kernel's definition."""
+    kw = {k: v for k, v in (kwargs or {}).items() if k != "stream"}
+    if "error" in pre:
+        torch.save({"name": sp.name, "error": f"cannot save the launch's arguments: {pre['error']}"}, sp.path)
+        return
+    try:
+        data = {"name": sp.name, "definition": _defs.get(sp.name), "before": pre, "after": snapshot(args),
+                "kwargs": {k: v for k, v in kw.items() if v is None or isinstance(v, (bool, int, float, str))},
+                "torch": str(torch.__version__)}
+    except TypeError as e:
+        data = {"name": sp.name, "error": f"cannot save the launch's arguments: {e}"}
+    torch.save(data, sp.path)
 
 
 def _at_path(out, path: str):
