@@ -80,8 +80,8 @@ class Program:
         return cmd + ["--"] + list(self.target)
 
     def text(self) -> str:
-        return ("the built-in workload " if self.builtin else "python -m " if self.module else "python ") \
-            + " ".join(self.target)
+        head = "the built-in workload" if self.builtin else "python -m" if self.module else "python"
+        return " ".join([head] + list(self.target))
 
 
 @dataclass
@@ -128,8 +128,9 @@ def program_of(run) -> Program | None:
     if not argv:
         return None
     head = argv[0].replace("\\", "/")
-    if head.endswith("kdebug/_runner.py") and "--" in argv:
-        opts, target = argv[1:argv.index("--")], argv[argv.index("--") + 1:]
+    if head.endswith("kdebug/_runner.py") and ("--" in argv or "--builtin" in argv):
+        cut = argv.index("--") if "--" in argv else len(argv)
+        opts, target = argv[1:cut], argv[cut + 1:]
         fix = opts[opts.index("--fix") + 1] if "--fix" in opts[:-1] else None
         if "--builtin" in opts:
             return Program(target, builtin=True, fix=fix)
