@@ -244,15 +244,15 @@ class Sink:
         self.lock = threading.Lock()
 
     def wants(self, recorder, name: str, launch_index: int) -> bool:
-        keep = self.filter.kernel(name, launch_index)
         if self.writer is None:
-            return keep
+            return self.filter.kernel(name, launch_index)
         key = id(recorder)
         if key not in self.pending:
             self.pending[key] = (recorder, {})
             self.skipped_at_start[key] = recorder.stats()["outputs_skipped"]
         # CPU clones of earlier launches are complete: write them now
         self.write(recorder, cpu_only=True)
+        keep = self.filter.kernel(name, launch_index)
         if keep:
             self.pending[key][1][launch_index] = name
         return keep
