@@ -267,10 +267,12 @@ class Sink:
             launches = entry[1]
             outputs = recorder.outputs
             ready = []
-            for i in sorted(launches):
+            for i in list(launches):  # launch order: indices only grow
                 outs = outputs.get(i)
+                # none yet (over the budget, or still being cloned on another
+                # thread), or on a device: at the drain, as is everything after it
                 if cpu_only and (outs is None or any(t.device.type != "cpu" for t in outs.values())):
-                    continue  # not cloned yet (this launch), or on a device: at the drain
+                    break
                 ready.append((i, launches.pop(i), outputs.pop(i, None)))
             if not ready:
                 return

@@ -260,3 +260,22 @@ def test_aten_ops_only_when_the_filter_says_so():
         x * 2
     assert all(getattr(c, "record", None) is None for c in dm.operators)
     del b
+
+
+def _other(x):
+    return torch.tanh(x) - 3
+
+
+def test_values_read_against_the_wrong_trace_or_without_a_file(tmp_path, two_graphs):
+    fn, x = two_graphs
+    trace, _, _ = _record(tmp_path, fn, x, filter=range(0, 1))
+    assert kdebug.load(trace).values(0)
+    other = str(tmp_path / "other.kdt")
+    g = torch.compile(_other)
+    g(x)
+    with DebugMode(trace=other):
+        g(x)
+    with pytest.raises(FileNotFoundError, match="record_outputs"):
+        kdebug.load(other).values(0)
+    with pytest.raises(TraceFileError, match="different runs"):
+        kdebug.load(other).values(0, path=trace + ".values")
