@@ -65,7 +65,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import _C, _files
+from . import _C, _files, _upstream
 
 MAGIC = b"KDVALUES"
 VERSION = 1
@@ -263,7 +263,8 @@ class Sink:
         entry = self.pending.get(id(recorder))
         if entry is None or not entry[1] or self.writer is None:
             return
-        with self.lock:
+        # kdebug's own tensor work: not the program's aten ops (no dispatch mode sees it)
+        with self.lock, _upstream.disable_torch_dispatch(), torch.no_grad():
             launches = entry[1]
             outputs = recorder.outputs
             ready = []
@@ -362,8 +363,6 @@ def drain(recorder) -> None:
 def record_hooks(flt: OutputFilter) -> tuple:
     """(pre-log, log, record) hooks: upstream's record_outputs() hook for the
     aten ops the filter lets through."""
-    from . import _upstream
-
     def record(func, types, args, kwargs, result):
         if not flt.op(_upstream.get_op_name(func)):
             return None

@@ -76,6 +76,12 @@ def test_filter_by_pattern_records_exactly_the_matching_launches(tmp_path, two_g
     assert not msgs
     # streamed outputs were released from memory
     assert not dm._recorder.outputs
+    # and writing them added nothing to the recording: the same records as without record_outputs
+    with DebugMode() as plain:
+        for _ in range(CALLS):
+            fn(x)
+    assert [type(op).__name__ for op in dm.operators] == [type(op).__name__ for op in plain.operators]
+    assert dm.debug_string() == plain.debug_string()
 
 
 def test_outputs_are_written_while_the_run_goes_on(tmp_path, two_graphs):
