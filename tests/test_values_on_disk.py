@@ -14,6 +14,7 @@ import torch
 
 import kdebug
 from kdebug import DebugMode, KdebugWarning, TraceFileError
+from kdebug import hashing
 from kdebug import values as kv
 from kdebug._files import LinkRefused
 
@@ -285,3 +286,17 @@ def test_values_read_against_the_wrong_trace_or_without_a_file(tmp_path, two_gra
         kdebug.load(other).values(0)
     with pytest.raises(TraceFileError, match="different runs"):
         kdebug.load(other).values(0, path=trace + ".values")
+
+
+def test_values_match_the_bitwise_hashes_taken_at_launch_time(tmp_path, two_graphs):
+    fn, x = two_graphs
+    trace = str(tmp_path / "run.kdt")
+    with DebugMode(trace=trace) as dm, DebugMode.log_tensor_hashes("bitwise"), \
+            DebugMode.record_outputs(filter=".", to=dm):
+        for _ in range(CALLS):
+            fn(x)
+    run = kdebug.load(trace)
+    for k in dm.kernels:
+        got = run.values(k.launch_index)
+        assert got and set(got) == set(k.post_hashes)
+        assert all(hashing.bitwise(t) == k.post_hashes[a] for a, t in got.items())
