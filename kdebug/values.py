@@ -33,6 +33,9 @@ few kernels, often late in a long run, and often in another process.  So
   launches matched but lost outputs ("skipped" entries, and the summary).
   A write that fails (a full disk) stops the writing, is counted and warned
   about; nothing is dropped silently.
+- outputs written to the file are released from memory, so a streamed
+  launch's ``call.record`` is None: read it with ``Run.values(N)``.
+  Aten-op outputs (``aten=True``) stay in memory only.
 - the file is created anew (never through a symbolic link, nor in a
   directory that is one: kdebug/_files.py) and is versioned and validated
   on reading: a foreign, newer, corrupt or truncated file raises
