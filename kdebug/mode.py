@@ -503,7 +503,7 @@ class DebugMode(_upstream.DebugMode):
 
         def push_filtered() -> _aten_hooks.Frame:
             budget = _flags.max_bytes(max_bytes)
-            sink = values.Sink(flt, values.destination(to, DebugMode))
+            sink = values.Sink(flt, *values.destination(to, DebugMode))
             fid = state["fid"] = values.register(sink)
             try:
                 prev = _C._set_record_outputs(True, budget, fid)

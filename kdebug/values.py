@@ -169,10 +169,14 @@ def _to_host(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 class Writer:
     """A values file being written (Note [Recorded values on disk])."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, append: bool = False) -> None:
         self.path = path
-        self._f = _files.create_replacing(path)
-        self._f.write(_HEADER.pack(MAGIC, VERSION, 0))
+        if append and os.path.exists(path):
+            open(path)  # a whole values file, else TraceFileError: nothing appended after garbage
+            self._f = _files.open_append(path)
+        else:
+            self._f = _files.create_replacing(path)
+            self._f.write(_HEADER.pack(MAGIC, VERSION, 0))
         self._f.flush()
 
     def _entry(self, head: dict, payload: bytes = b"") -> None:
@@ -201,17 +205,23 @@ class Writer:
         self._f.close()
 
 
-def destination(to, dm_type) -> str | None:
+def destination(to, dm_type) -> tuple[str | None, bool]:
     """The values file for record_outputs(to=...): <trace>.values for a
-    DebugMode recording to a trace, <dir>/kdebug.values for a directory."""
+    DebugMode recording to a trace, <dir>/kdebug.values for a directory;
+    and whether to append to it: a DebugMode entered again appends to its
+    trace, and its values file follows (else the first context's values
+    would be lost)."""
     if to is None:
-        return None
+        return None, False
+    append = False
     if isinstance(to, dm_type):
         trace = getattr(to, "_trace_path", None)
         if trace is None:
             raise ValueError("record_outputs(to=debug_mode): that DebugMode has no trace; create it with "
                              "DebugMode(trace='run.kdt'), or pass a directory")
         path = os.fspath(trace) + ".values"
+        append = getattr(to, "_kd_values_path", None) == path
+        to._kd_values_path = path
     else:
         try:
             d = os.fspath(to)
@@ -229,17 +239,17 @@ def destination(to, dm_type) -> str | None:
         if os.path.islink(path):
             raise _files.LinkRefused(path)
         raise ValueError(f"record_outputs: {problem}")
-    return path
+    return path, append
 
 
 class Sink:
     """One entered record_outputs() context with a filter or a destination:
     answers the C hook's filter questions and writes what it kept."""
 
-    def __init__(self, flt: OutputFilter, path: str | None) -> None:
+    def __init__(self, flt: OutputFilter, path: str | None, append: bool = False) -> None:
         self.filter = flt
         self.path = path
-        self.writer = Writer(path) if path is not None else None
+        self.writer = Writer(path, append) if path is not None else None
         self.pending: dict[int, tuple[Any, dict[int, str]]] = {}  # id(recorder) -> (recorder, {launch: kernel})
         self.skipped_at_start: dict[int, int] = {}
         self.launches = self.tensors = self.bytes = self.skipped = self.write_failed = 0
@@ -445,8 +455,12 @@ class Values:
             raise ValueError("entry description is not an object")
         end = start + jlen
         kind = head.get("k")
-        if kind == "summary":
-            self.summary = {k: _int(v, f"summary {k!r}") for k, v in head.items() if k != "k"}
+        if kind == "summary":  # one per record_outputs context that wrote here: summed
+            summary = self.summary or {}
+            for k, v in head.items():
+                if k != "k":
+                    summary[k] = summary.get(k, 0) + _int(v, f"summary {k!r}")
+            self.summary = summary
             return end
         launch = _int(head.get("launch"), "launch")
         kernel = _str(head.get("kernel"), "kernel")

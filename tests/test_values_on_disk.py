@@ -300,3 +300,19 @@ def test_values_match_the_bitwise_hashes_taken_at_launch_time(tmp_path, two_grap
         got = run.values(k.launch_index)
         assert got and set(got) == set(k.post_hashes)
         assert all(hashing.bitwise(t) == k.post_hashes[a] for a, t in got.items())
+
+
+def test_a_debug_mode_entered_again_appends_to_its_values_file(tmp_path, two_graphs):
+    fn, x = two_graphs
+    trace = str(tmp_path / "run.kdt")
+    dm = DebugMode(trace=trace)
+    for _ in range(2):
+        with dm, DebugMode.record_outputs(filter="cos", to=dm):
+            fn(x)
+    want = [k.launch_index for k in dm.kernels if "cos" in k.kernel_name]
+    assert len(want) == 2
+    v = kv.open(trace + ".values")
+    assert v.launches() == want and v.summary["launches"] == 2
+    run = kdebug.load(trace)
+    assert [k.launch_index for k in run.kernels if "cos" in k.kernel_name] == want
+    assert all(run.values(i) for i in want)
