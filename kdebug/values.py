@@ -78,7 +78,20 @@ _HEADER = struct.Struct("<8sII")
 _ENTRY = struct.Struct("<4sI")
 _MAX_JSON = 1 << 20
 _MAX_NDIM = 64
-_DTYPES = {str(d).removeprefix("torch."): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
+
+
+def _viewable(d: torch.dtype) -> bool:
+    """Whether a tensor of dtype d can be rebuilt from its bytes (not quantized ones)."""
+    try:
+        t = torch.frombuffer(bytearray(2 * d.itemsize), dtype=torch.uint8).view(d).reshape([2, 1])
+        t.contiguous().reshape(-1).view(torch.uint8)
+        return d.itemsize > 0
+    except (RuntimeError, TypeError, ValueError):
+        return False
+
+
+_DTYPES = {str(d).removeprefix("torch."): d for d in list(vars(torch).values())
+           if isinstance(d, torch.dtype) and _viewable(d)}
 
 
 class ValuesNotRecorded(LookupError):
@@ -514,10 +527,13 @@ class Values:
             raw = bytes(self._data[off:off + nbytes])
             if zlib.crc32(raw) != crc:
                 raise _error(self.path, off, f"the bytes of {arg!r} of launch {n} do not match their crc32")
-            if nbytes == 0:
-                out[arg] = torch.empty(shape, dtype=dtype)
-            else:
-                out[arg] = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+            try:
+                if nbytes == 0:
+                    out[arg] = torch.empty(shape, dtype=dtype)
+                else:
+                    out[arg] = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+            except (RuntimeError, TypeError, ValueError) as e:
+                raise _error(self.path, off, f"cannot rebuild {arg!r} of launch {n} ({e})") from None
         return out
 
     def problems(self) -> list[str]:

@@ -316,3 +316,52 @@ def test_a_debug_mode_entered_again_appends_to_its_values_file(tmp_path, two_gra
     run = kdebug.load(trace)
     assert [k.launch_index for k in run.kernels if "cos" in k.kernel_name] == want
     assert all(run.values(i) for i in want)
+
+
+def test_mutated_values_files_give_trace_file_error_or_values_never_a_traceback(tmp_path, two_graphs):
+    import random
+
+    path = _good_file(tmp_path, two_graphs)
+    good = open(path, "rb").read()
+    rng = random.Random(18)
+    outcomes = {"read": 0, "refused": 0}
+    for _ in range(400):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randrange(len(data))
+            op = rng.random()
+            if op < 0.6:
+                data[at] = rng.randrange(256)
+            elif op < 0.8:
+                del data[at:at + rng.randint(1, 16)]
+            else:
+                data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        _rewrite(path, bytes(data))
+        try:
+            v = kv.open(path)
+            for i in range(4):
+                got = v.values(i)
+                assert got is None or all(isinstance(t, torch.Tensor) for t in got.values())
+            outcomes["read"] += 1
+        except (TraceFileError, kv.ValuesNotRecorded):
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 0 and sum(outcomes.values()) == 400
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.bool,
+                                   torch.complex64, torch.uint8, torch.float8_e4m3fn])
+def test_every_dtype_and_layout_round_trips(tmp_path, dtype):
+    g = torch.Generator().manual_seed(0)
+    high = 2 if dtype is torch.bool else 256  # a bool's byte is 0 or 1
+    src = torch.randint(0, high, (6, 5 * dtype.itemsize), dtype=torch.uint8, generator=g)
+    t = src.view(dtype).t()  # non-contiguous: written in logical order
+    w = kv.Writer(str(tmp_path / "v.values"))
+    w.tensor(7, "k", "out_ptr0", t)
+    w.tensor(7, "k", "empty", torch.empty(0, 3, dtype=dtype))
+    w.tensor(7, "k", "scalar", t[0, 0].clone())
+    w.close()
+    got = kv.open(tmp_path / "v.values").values(7)
+    assert got["out_ptr0"].shape == t.shape and got["out_ptr0"].dtype == dtype
+    assert torch.equal(got["out_ptr0"].contiguous().view(torch.uint8), t.contiguous().view(torch.uint8))
+    assert got["empty"].shape == (0, 3) and got["scalar"].shape == ()
+    assert torch.equal(got["scalar"].reshape(1).view(torch.uint8), t[0, 0].reshape(1).view(torch.uint8))
