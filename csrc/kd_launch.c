@@ -126,7 +126,7 @@ kd_recorder *kd_active_recorder(void)
 
 /* ---- the launch path (Note [Record layout] in kd_record.h) ---- */
 
-_Thread_local kd_hash_config kd_hcfg = {0, 0, 0, 0, 0, 0};
+_Thread_local kd_hash_config kd_hcfg = {0, 0, 0, 0, 0, 0, 0};
 
 void kd_hcfg_publish(void)
 {
@@ -151,6 +151,7 @@ static kd_hash_config launch_hcfg(const kd_recorder *r)
     if (!c.record_outputs) {
         c.record_outputs = o->record_outputs;
         c.output_budget = o->output_budget;
+        c.output_filter = o->output_filter;
     }
     return c;
 }
@@ -305,6 +306,7 @@ static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *inf
     }
     p->launch_index = r->next_launch_index++;
     p->stream = stream;
+    p->kernel_name_id = info->name_id;
     kd_gpu_batch batch;
     batch.n = 0;
     /* Note [Deferred GPU work]: pre-launch hashes of what the launch only reads
@@ -428,10 +430,49 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
  * its header): hashes of what the kernel wrote, the read-only check's second
  * hash, and clones of the outputs (record_outputs).  CUDA hashes go to batch
  * with their ring tickets; nothing here writes the ring. */
+PyObject *kd_output_filter_fn = NULL;
+
+/* 1 when the launch's outputs are to be recorded: always without a filter,
+ * else what the Python filter (kd_output_filter_fn) answers; a failing filter
+ * is counted as a hook error and records nothing.  Runs Python code. */
+static int output_wanted(kd_recorder *r, const kd_pending *p)
+{
+    if (!p->cfg.output_filter)
+        return 1;
+    if (kd_output_filter_fn == NULL) {
+        kd_recorder_error(r, "record_outputs has a filter but no filter function is configured");
+        return 0;
+    }
+    const char *name = kd_strtab_get(kd_strings, p->kernel_name_id, NULL);
+    PyObject *res = PyObject_CallFunction(kd_output_filter_fn, "iOsK", p->cfg.output_filter, (PyObject *)r,
+                                          name != NULL ? name : "", (unsigned long long)p->launch_index);
+    int keep = res != NULL ? PyObject_IsTrue(res) : -1;
+    Py_XDECREF(res);
+    if (keep < 0) {
+        PyObject *et, *ev, *etb;
+        PyErr_Fetch(&et, &ev, &etb);
+        PyObject *text = ev != NULL ? PyObject_Str(ev) : NULL;
+        const char *t = text != NULL ? PyUnicode_AsUTF8(text) : NULL;
+        char msg[200];
+        snprintf(msg, sizeof msg, "the record_outputs filter raised: %s", t != NULL ? t : "?");
+        PyErr_Clear();
+        Py_XDECREF(text);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(etb);
+        kd_recorder_error(r, msg);
+        return 0;
+    }
+    return keep;
+}
+
 static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssize_t nargs,
                          kd_payload *rec, kd_gpu_batch *batch)
 {
-    const kd_hash_config *cfg = &p->cfg;
+    kd_hash_config cfg_copy = p->cfg;
+    if (cfg_copy.record_outputs && !output_wanted(r, p))
+        cfg_copy.record_outputs = 0;
+    const kd_hash_config *cfg = &cfg_copy;
     PyObject *outs = NULL;
     kd_arg_iter it = kd_args_begin(rec, p->n);
     while (kd_args_next(&it) && (Py_ssize_t)it.index < nargs) {

@@ -36,8 +36,14 @@ typedef struct kd_pending {
     int ok;
     uint64_t launch_index;
     uint64_t stream;
+    uint32_t kernel_name_id; /* the kernel's name in kd_strings */
     kd_hash_config cfg; /* as it was when the launch began */
 } kd_pending;
+
+/* fn(filter_id, recorder, kernel_name, launch_index) -> bool: whether a launch
+ * under a record_outputs filter keeps its outputs (set by _set_output_filter;
+ * Note [Recorded values on disk] in kdebug/values.py). */
+extern PyObject *kd_output_filter_fn;
 
 /* Describes the launch of kernel info with arguments args[0..nargs) into the
  * ring.  Never raises; failures are counted on r. */

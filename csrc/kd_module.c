@@ -149,20 +149,35 @@ static PyObject *mod_set_hash_config(PyObject *m, PyObject *args)
     return prev;
 }
 
-/* _set_record_outputs(on, budget_bytes) -> this thread's previous settings, an OutputConfig */
+/* _set_record_outputs(on, budget_bytes, filter=0) -> this thread's previous settings, an OutputConfig */
 static PyObject *mod_set_record_outputs(PyObject *m, PyObject *args)
 {
     (void)m;
-    int on;
+    int on, filter = 0;
     unsigned long long budget;
-    if (!PyArg_ParseTuple(args, "pK", &on, &budget))
+    if (!PyArg_ParseTuple(args, "pK|i", &on, &budget, &filter))
         return NULL;
     PyObject *prev = KD_RECORD(kd_OutputConfigType, PyBool_FromLong(kd_hcfg.record_outputs),
-                               PyLong_FromUnsignedLongLong((unsigned long long)kd_hcfg.output_budget));
+                               PyLong_FromUnsignedLongLong((unsigned long long)kd_hcfg.output_budget),
+                               PyLong_FromLong(kd_hcfg.output_filter));
     kd_hcfg.record_outputs = on;
     kd_hcfg.output_budget = budget;
+    kd_hcfg.output_filter = filter;
     kd_hcfg_publish();
     return prev;
+}
+
+/* _set_output_filter(fn or None): fn(filter_id, recorder, kernel_name, launch_index) -> bool,
+ * asked after each launch recorded under a record_outputs filter */
+static PyObject *mod_set_output_filter(PyObject *m, PyObject *fn)
+{
+    (void)m;
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "_set_output_filter: a callable or None");
+        return NULL;
+    }
+    Py_XSETREF(kd_output_filter_fn, fn == Py_None ? NULL : Py_NewRef(fn));
+    Py_RETURN_NONE;
 }
 
 PyObject *kd_stats_type = NULL;
@@ -240,7 +255,9 @@ static PyMethodDef module_methods[] = {
     {"_set_hash_config", mod_set_hash_config, METH_VARARGS,
      "Set what launches hash: (kinds, hash_inputs, check_readonly, spec); returns the previous."},
     {"_set_record_outputs", mod_set_record_outputs, METH_VARARGS,
-     "Set output recording: (on, budget_bytes); returns the previous."},
+     "Set output recording: (on, budget_bytes, filter=0); returns the previous."},
+    {"_set_output_filter", mod_set_output_filter, METH_O,
+     "_set_output_filter(fn): fn(filter_id, recorder, kernel_name, launch_index) -> bool."},
     {"_set_hashers", mod_set_hashers, METH_VARARGS, "Set the slow and custom hash callbacks."},
     {"_inject_detach_faults", kd_inject_detach_faults, METH_O,
      "Tests only: the next n copies of kept launch records (Recorder.clear) fail, as out of memory would."},

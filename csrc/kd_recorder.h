@@ -33,6 +33,7 @@ typedef struct kd_hash_config {
     int spec;             /* Python-side id of the hash_fn spec */
     int record_outputs;   /* clone what the kernel writes */
     uint64_t output_budget; /* bytes of clones kept at most */
+    int output_filter;    /* 0: every launch; else the id of a Python filter (Note [Recorded values on disk]) */
 } kd_hash_config;
 
 /* A Recorder owns one ring and the launches drained from it.

@@ -104,6 +104,7 @@ static PyStructSequence_Field hash_config_fields[] = {
 static PyStructSequence_Field output_config_fields[] = {
     FIELD("on", "record kernel outputs"),
     FIELD("budget", "bytes of outputs to keep at most"),
+    FIELD("filter", "0, or the id of the Python filter choosing launches (kdebug/values.py)"),
     END,
 };
 

@@ -102,11 +102,14 @@ class ThreadHooks:
 
     def _summarize(self) -> None:
         hashes = [f for f in self.frames if f.part == "hash"]
-        records = [f for f in self.frames if f.part == "record"]
+        # a record frame without an aten-op hook (a filter that leaves aten ops
+        # out) records kernels only; one with an entry (a filter: kdebug/values.py)
+        # goes through upstream's code
+        records = [f for f in self.frames if f.part == "record" and f.hooks[RECORD] is not None]
         one = len(hashes) == 1 and hashes[0].entry is not None
         self.hash_code = 0 if not hashes else 1 if one else 2
         self.hash_entry = hashes[0].entry if one else None
-        self.record_code = 0 if not records else 1 if len(records) == 1 else 2
+        self.record_code = 0 if not records else 1 if len(records) == 1 and records[0].entry is None else 2
 
     def has(self, part: str) -> bool:
         return any(f.part == part for f in self.frames)

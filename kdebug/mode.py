@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _active, _argtext, _aten_hooks, _flags, _upstream, hashing, inductor
+from . import _C, _active, _argtext, _aten_hooks, _flags, _upstream, hashing, inductor, values
 from ._boundary import HashHook, OpInfo
 from .calls import _VERBOSE, RECORDED_ATTRIBUTES, _CppKernelCall, _KernelCall, make_call
 
@@ -28,8 +28,9 @@ class _SettingsContext:
     kdebug/_aten_hooks.py).  Left on another thread it raises and stays
     entered, so it can still be left right."""
 
-    def __init__(self, push) -> None:
+    def __init__(self, push, after_exit=None) -> None:
         self._push = push
+        self._after_exit = after_exit  # called once the context is left (record_outputs(to=...))
         self._frame: _aten_hooks.Frame | None = None
 
     def __enter__(self) -> None:
@@ -49,6 +50,8 @@ class _SettingsContext:
             _aten_hooks.pop(frame, hashing.remove_custom)
         finally:
             _C.defer_flush()
+            if self._after_exit is not None and self._frame is None:
+                self._after_exit()
 
 
 def _op_info(func) -> OpInfo:
@@ -383,6 +386,8 @@ class DebugMode(_upstream.DebugMode):
         if rec is None:
             return
         n = rec.drain()  # collects GPU hashes: one synchronization, only when results are read
+        if values._sinks:  # Note [Recorded values on disk]: stream the kept outputs
+            values.drain(rec)
         self._resolve_aten_hashes()
         if n > self._materialized:
             new = []
@@ -469,18 +474,50 @@ class DebugMode(_upstream.DebugMode):
         return _SettingsContext(push)
 
     @staticmethod
-    def record_outputs(max_bytes: int = 4 << 30):
+    def record_outputs(max_bytes: int = 4 << 30, *, filter=None, to=None, aten: bool | None = None):
         """Keep clones of what every kernel writes (call.record["output"]) and of
         aten-op outputs (as upstream).  Kernel outputs are cloned on the
         kernel's stream without synchronizing; at most ``max_bytes`` of them are
-        kept, the rest are counted and reported instead of running out of memory."""
+        kept, the rest are counted and reported instead of running out of memory.
 
-        def push() -> _aten_hooks.Frame:
+        filter: only these launches keep outputs: a regular expression searched
+            in the kernel name, a range of launch indices, or a callable
+            (kernel_name, launch_index) -> bool.  Aten ops keep theirs only
+            with aten=True (then a pattern or callable is asked about the op
+            name, the callable with launch_index None).
+        to: a DebugMode recording to a trace, or a directory: the kept outputs
+            are streamed to <trace>.values (<dir>/kdebug.values) as they are
+            produced and released from memory; ``kdebug.load(trace).values(N)``
+            reads launch N's back (Note [Recorded values on disk],
+            kdebug/values.py)."""
+        if filter is None and to is None and aten is None:
+            def push() -> _aten_hooks.Frame:
+                budget = _flags.max_bytes(max_bytes)
+                prev = _C._set_record_outputs(True, budget)
+                return _aten_hooks.push("record", None, _aten_hooks.record_hooks(), prev, _C._set_record_outputs)
+
+            return _SettingsContext(push)
+
+        flt = values.OutputFilter(filter, aten)  # bad filters fail here, before anything is entered
+        state: dict = {}
+
+        def push_filtered() -> _aten_hooks.Frame:
             budget = _flags.max_bytes(max_bytes)
-            prev = _C._set_record_outputs(True, budget)
-            return _aten_hooks.push("record", None, _aten_hooks.record_hooks(), prev, _C._set_record_outputs)
+            sink = values.Sink(flt, *values.destination(to, DebugMode))
+            fid = state["fid"] = values.register(sink)
+            try:
+                prev = _C._set_record_outputs(True, budget, fid)
+            except BaseException:
+                values.unregister(fid)
+                raise
+            hooks = values.record_hooks(flt) if flt.aten else (None, None, None)
+            return _aten_hooks.push("record", "filtered", hooks, prev, _C._set_record_outputs)
 
-        return _SettingsContext(push)
+        def after_exit() -> None:
+            for msg in values.unregister(state.pop("fid", 0)):
+                inductor.warn(msg, stacklevel=3)
+
+        return _SettingsContext(push_filtered, after_exit)
 
     # -- entering and leaving --
     def __enter__(self):

@@ -525,6 +525,15 @@ class Run:
         code_sha256) as the trace keeps it, or None (Note [Kernel code])."""
         return self.meta.get("kernel_code", {}).get(sha256)
 
+    def values(self, n: int, path: str | None = None):
+        """{argument name: tensor} of what launch n wrote, from the values file
+        DebugMode.record_outputs(to=...) streamed next to this trace
+        (<trace>.values, or ``path``); None when launch n was not recorded
+        (Note [Recorded values on disk] in kdebug/values.py)."""
+        from . import values
+
+        return values.for_run(self, n, path)
+
     def _load_range(self, start: int, stop: int) -> None:
         """Decodes the launch records among [start, stop) into the launch table
         (Note [Launch table]), with this process's string and hash spec ids."""
