@@ -66,6 +66,7 @@ C_SOURCES = [
     # the Python-facing C
     "csrc/kd_recorder.c",
     "csrc/kd_launch.c",
+        "csrc/kd_launch_ctx.c",
     "csrc/kd_launch_hash.c",
     "csrc/kd_cuda_describe.c",
     "csrc/kd_kernel_info.c",

@@ -1,7 +1,7 @@
 /* kd_launch.c - the launch hot path: which recorder a launch goes to, this
  * thread's launch context (Note [Per-thread launch context]), and writing a
  * launch into the ring before the kernel runs (kd_launch_begin) and after it
- * (kd_launch_end).  Hashing the launch's tensors: kd_launch_hash.c. */
+ * (kd_launch_end).  The thread's launch context: kd_launch_ctx.c.  Hashing the launch's tensors: kd_launch_hash.c. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +13,7 @@
 #include "kd_launch_hash.h"
 #include "kd_hook.h"
 #include "kd_launch.h"
+#include "kd_launch_ctx.h"
 #include "kd_module.h"
 #include "kd_recorder.h"
 #include "kd_shim.h"
@@ -22,78 +23,6 @@ kd_recorder *kd_global_recorder = NULL; /* GIL */
 long kd_started_recorders = 0;           /* GIL */
 _Thread_local int kd_tls_compiling = 0;
 long kd_injected_faults = 0; /* GIL; tests: make the next N launch descriptions fail */
-
-/* Note [Per-thread launch context]
- * A launch is described in a buffer of its own thread (kd_launch_ctx), not in
- * one the recorder shares between threads: Python code runs in the middle of
- * describing a launch (custom and slow hashers, output clones), and a hasher
- * that releases the GIL lets another thread's launch in.  The rules:
- *  - Python callbacks write only into this thread's context, never into ring
- *    slots.  Before the launch they fill the build buffer, which is copied
- *    into the ring after they are done; after the launch they work on a copy
- *    of the launch's record whose post-launch hash values are then merged
- *    back (merge_post).
- *  - Ring slots are written only in stretches of C that hold the GIL (every
- *    writer holds it) and run no Python code, each starting right after
- *    kd_ring_reserve or after a check that the ring has not lapped the launch:
- *    no other writer can come in between.  Objects a stretch lets go of are
- *    released after it (ctx->released), since releasing one can run Python.
- *  - A thread inside kd_launch_begin / kd_launch_end is `busy`, as
- *    tracemalloc's reentrant flag: a launch it makes meanwhile (a kernel run
- *    by a hash_fn) is the hash's own work, like the aten ops a hash_fn runs,
- *    and is counted as suppressed instead of recorded.  That also keeps a
- *    hash_fn that calls a compiled function from hashing its own launches
- *    without end.  Launches made by the kernel itself, between begin and end,
- *    are recorded as before: the build buffer is free by then.
- *  - The buffers are allocated on a thread's first recorded launch and freed
- *    when the thread exits (a pthread key's destructor): no allocation per
- *    launch.
- */
-typedef struct kd_launch_ctx {
-    int busy;             /* inside kd_launch_begin / kd_launch_end */
-    kd_payload *build;    /* [KD_BUILD_SLOTS] the launch being described */
-    PyObject **released;  /* [KD_BUILD_SLOTS] references to drop after a ring stretch */
-} kd_launch_ctx;
-
-static _Thread_local kd_launch_ctx *tls_ctx;
-static pthread_key_t ctx_key;
-static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
-static int ctx_key_ok;
-
-/* Frees a thread's launch context (the pthread key's destructor, at thread exit). */
-static void ctx_free(void *p)
-{
-    kd_launch_ctx *c = p;
-    if (c == NULL)
-        return;
-    free(c->build);
-    free(c->released);
-    free(c);
-}
-
-static void ctx_key_init(void) { ctx_key_ok = pthread_key_create(&ctx_key, ctx_free) == 0; }
-
-/* This thread's launch context, allocated on its first use; NULL when out of
- * memory (the caller counts the launch as unrecorded). */
-static kd_launch_ctx *launch_ctx(void)
-{
-    kd_launch_ctx *c = tls_ctx;
-    if (c != NULL)
-        return c;
-    pthread_once(&ctx_once, ctx_key_init);
-    c = calloc(1, sizeof *c);
-    if (c != NULL) {
-        c->build = calloc(KD_BUILD_SLOTS, sizeof(kd_payload));
-        c->released = calloc(KD_BUILD_SLOTS, sizeof(PyObject *));
-    }
-    if (c == NULL || c->build == NULL || c->released == NULL || !ctx_key_ok ||
-        pthread_setspecific(ctx_key, c) != 0) {
-        ctx_free(c);
-        return NULL;
-    }
-    tls_ctx = c;
-    return c;
-}
 
 uint64_t kd_now_ns(void)
 {
@@ -117,7 +46,7 @@ kd_recorder *kd_active_recorder(void)
     }
     if (r == NULL)
         return NULL;
-    if ((tls_ctx != NULL && tls_ctx->busy) || kd_tls_compiling || kd_in_benchmark()) {
+    if ((kd_tls_launch_ctx != NULL && kd_tls_launch_ctx->busy) || kd_tls_compiling || kd_in_benchmark()) {
         r->suppressed++;
         return NULL;
     }
@@ -410,7 +339,7 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
 {
     p->ok = 0;
     p->cfg = launch_hcfg(r);
-    kd_launch_ctx *ctx = launch_ctx();
+    kd_launch_ctx *ctx = kd_launch_ctx_get();
     if (ctx == NULL) {
         kd_recorder_error(r, "out of memory for this thread's launch buffer");
         r->unrecorded++;
@@ -583,7 +512,7 @@ void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssiz
 {
     if (!p->ok)
         return;
-    kd_launch_ctx *ctx = tls_ctx; /* kd_launch_begin made it on this thread */
+    kd_launch_ctx *ctx = kd_tls_launch_ctx; /* kd_launch_begin made it on this thread */
     ctx->busy = 1;
     kd_gpu_batch batch;
     batch.n = 0;
