@@ -160,6 +160,12 @@ def _written(call) -> dict:
     return {}
 
 
+def _result(call):
+    """The recorded result of an aten call (a tensor, or a tuple of them)."""
+    rec = getattr(call, "record", None)
+    return rec.get("output") if isinstance(rec, dict) else None
+
+
 def kernel_source(module_source: str | None, kernel: str) -> str | None:
     """The source Inductor generated for `kernel`, read from its graph's
     generated module (`kernel = async_compile.<backend>(..., <source text>)`)."""
@@ -298,6 +304,10 @@ class Session:
                              f"{len(ref.approximated)} node(s) whose ops refuse float64: "
                              + ", ".join(sorted(ref.approximated)[:8]))
         status: dict = {name: "ok" for name in g.inputs}  # identical inputs by construction
+
+        def later_writer(index, buf):  # Note [Last writer] (kdebug/provenance.py)
+            return any(c.index > index and buf in c.writes for c in g.calls)
+
         for site, call in pairs:
             written = _written(call)
             params = list(getattr(call, "arg_names", ()) or ())
@@ -312,10 +322,18 @@ class Session:
             else:
                 out = next(iter(written.values()), None)
                 bufs = list(site.writes)
-                if out is not None and len(bufs) == 1:
+                result = _result(call)
+                if site.pieces and isinstance(result, (tuple, list)):
+                    # a multi-output extern call: the wrapper takes buffers out of its result by index
+                    for buf, i in site.pieces.items():
+                        if 0 <= i < len(result) and isinstance(result[i], torch.Tensor):
+                            by_buffer[buf] = (f"out[{i}]", result[i])
+                elif out is not None and len(bufs) == 1:
                     by_buffer[bufs[0]] = ("out", out)
-            # what the call wrote, as recorded (roles W / RW), else as compiled
-            targets = list(by_buffer) if _is_kernel(call) else list(site.writes)
+            # what the call wrote, as recorded (roles W / RW), else as compiled;
+            # a multi-output extern call's result tuple itself holds no value
+            targets = (list(by_buffer) if _is_kernel(call)
+                       else [b for b in site.writes if not site.pieces or b in site.pieces])
             inputs = [a for a in site.args if isinstance(a, str) and a not in targets]
             tainted = tuple(a for a in inputs if status.get(a) == "diff")
             any_out = False
@@ -323,7 +341,9 @@ class Session:
                 node = site.writes.get(buf)
                 param, value = by_buffer.get(buf, (None, None))
                 bc = BufferCheck(buffer=buf, node=node, param=param)
-                if node is None:
+                if node is None and later_writer(site.index, buf):
+                    bc.why_not = "written again by a later call of the graph: an intermediate value here"
+                elif node is None:
                     bc.why_not = "no FX node is known for this buffer"
                 elif node in rnd:
                     bc.why_not = "computed from random numbers (Inductor's RNG differs from eager's by design)"
