@@ -360,8 +360,10 @@ class Session:
                         bc.why_not = f"buffer shape {tuple(value.shape)} is not the node's {tuple(e.shape)}"
                     else:
                         try:
+                            terms = reference.accumulated_terms(g.gm, node, site.nodes)
                             bc.diff = numerics.difference(v, e.to(v.dtype) if e.dtype != v.dtype else e, r,
-                                                          rtol=rep.rtol, atol=rep.atol, heatmap=True)
+                                                          rtol=rep.rtol, atol=rep.atol, heatmap=True,
+                                                          terms=terms)
                             if bc.diff.within_tolerance:  # keep the error maps of the ones worth a look
                                 bc.diff = dataclasses.replace(bc.diff, heatmap=None)
                         except (RuntimeError, ValueError) as ex:

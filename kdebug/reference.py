@@ -162,3 +162,91 @@ def run_graph(gm: torch.fx.GraphModule, inputs: list, keep: set, float64: bool =
         except Exception as e:  # a node failed: what was kept before it stays valid
             run.out.failed[run.current or "<graph>"] = f"{type(e).__name__}: {e}"[:500]
     return run.out
+
+
+# Note [Accumulation floor]
+# Two correct float32 reductions of K terms that add in different orders
+# (eager's cascade sum, Inductor's vectorized and split reductions) differ by
+# rounding that grows with K: about eps * sqrt(K) relative to the result, not
+# half an eps.  So the error floor of a value computed through a reduction is
+# raised by sqrt(K) (numerics.difference's `terms`), where K is the number of
+# terms reduced into one output element, multiplied along chained reductions
+# inside one kernel (softmax: a sum, then a division by it).  Reductions in
+# other kernels are not counted: their outputs are compared where they are
+# written.
+
+# ops that add up terms (by base name); the value of K is read from the node's
+# meta shapes
+_SUMMING = frozenset({"sum", "mean", "var", "var_mean", "std", "std_mean", "prod", "logsumexp", "norm",
+                      "linalg_vector_norm", "nansum", "_softmax", "_log_softmax", "softmax", "log_softmax",
+                      "cumsum", "cumprod", "logcumsumexp", "mm", "addmm", "bmm", "baddbmm", "matmul",
+                      "convolution", "_weight_norm_interface", "native_layer_norm", "native_group_norm",
+                      "native_batch_norm", "_native_batch_norm_legit_functional", "_native_batch_norm_legit",
+                      "_native_batch_norm_legit_no_training", "scatter_add", "scatter_reduce", "index_add",
+                      "index_put", "embedding_dense_backward", "_scaled_dot_product_flash_attention_for_cpu",
+                      "_scaled_dot_product_flash_attention_for_cpu_backward", "convolution_backward"})
+
+
+def _numel(v) -> int | None:
+    try:
+        return int(v.numel()) if isinstance(v, torch.Tensor) else None
+    except Exception:  # symbolic sizes
+        return None
+
+
+def _terms_of(node) -> int:
+    """How many terms one output element of a summing node adds up (1 when
+    not a summing op or when its shapes are unknown)."""
+    if node.op != "call_function" or op_base(node.target) not in _SUMMING:
+        return 1
+    out = node.meta.get("val")
+    if isinstance(out, (tuple, list)):
+        out = next((v for v in out if isinstance(v, torch.Tensor)), None)
+    n_out = _numel(out)
+    ins = [_numel(a.meta.get("val")) for a in node.all_input_nodes]
+    ins = [n for n in ins if n]
+    if not n_out or not ins:
+        return 1
+    base = op_base(node.target)
+    first = node.all_input_nodes[0].meta.get("val") if node.all_input_nodes else None
+    if base in ("mm", "bmm", "matmul", "addmm", "baddbmm") and isinstance(first, torch.Tensor):
+        a = node.args[1] if base in ("addmm", "baddbmm") and len(node.args) > 1 else node.args[0]
+        v = getattr(a, "meta", {}).get("val") if hasattr(a, "meta") else None
+        try:
+            return max(1, int(v.shape[-1])) if isinstance(v, torch.Tensor) else 1  # the inner dimension
+        except Exception:
+            return 1
+    if base == "convolution" and len(node.args) > 1 and hasattr(node.args[1], "meta"):
+        w = node.args[1].meta.get("val")
+        try:
+            return max(1, int(w.numel()) // max(1, int(w.shape[0])))  # in-channels x kernel size
+        except Exception:
+            return 1
+    k = max(ins) // max(1, n_out)  # reductions: input elements per output element
+    if k <= 1:  # same-size outputs (cumsum, softmax, mm with small inner dim): the largest dimension of the inputs
+        shapes = [a.meta.get("val").shape for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
+        try:
+            k = max((int(d) for sh in shapes for d in sh), default=1)
+        except Exception:
+            k = 1
+    return max(1, k)
+
+
+def accumulated_terms(gm: torch.fx.GraphModule, node_name: str, within) -> int:
+    """Note [Accumulation floor]: terms added up into one element of node
+    `node_name`, along the nodes named in `within` (one kernel's fused
+    nodes; the node itself always counts)."""
+    nodes = {n.name: n for n in gm.graph.nodes}
+    within = set(within) | {node_name}
+    memo: dict = {}
+
+    def terms(n) -> int:
+        if n.name in memo:
+            return memo[n.name]
+        memo[n.name] = 1  # guards a cycle (there is none in an FX graph)
+        up = max((terms(a) for a in n.all_input_nodes if a.name in within), default=1)
+        memo[n.name] = min(up * _terms_of(n), 1 << 62)
+        return memo[n.name]
+
+    n = nodes.get(node_name)
+    return 1 if n is None else terms(n)
