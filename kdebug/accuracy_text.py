@@ -104,9 +104,8 @@ def summary(report) -> str:
             lines.append(f"  {len(others)} other root(s), also worse than eager from matching inputs: "
                          + ", ".join(f"{k.kernel} (graph {k.graph})" for k in others[:5]))
     elif report.compared() == 0:
-        lines.append("NOTHING COMPARED: no buffer a compiled kernel wrote could be compared with eager, so this "
-                     "says nothing about accuracy" + ("" if report.graph_calls_checked else
-                                                      " (no compiled graph was called inside the check)"))
+        lines.append("NOTHING COMPARED: compiled graph calls were checked but no buffer their kernels wrote could "
+                     "be compared with eager (see why below); this is not a verdict")
     else:
         lines.append(f"no kernel computes worse than eager (factor {report.factor:g} against float64)")
         d = report.first_divergent

@@ -321,7 +321,14 @@ def test_a_program_that_raises_midway_and_one_that_compiles_nothing():
     _clean(accuracy.check(lambda: torch.compile(torch.tanh)(torch.randn(4))))
     rep = accuracy.check(lambda: torch.tanh(torch.randn(4)))
     assert rep.compared() == 0 and rep.culprit is None
+    assert "NOTHING CHECKED" in rep.summary() and "no kernel computes worse" not in rep.summary()
+    # a graph that runs but computes only random numbers (never compared): not a pass either
+    rep = accuracy.check(lambda: torch.compile(lambda x: torch.rand_like(x) * 2)(torch.randn(4)))
+    assert rep.graph_calls_checked == 1 and rep.compared() == 0 and rep.culprit is None
     assert "NOTHING COMPARED" in rep.summary() and "no kernel computes worse" not in rep.summary()
+    from kdebug.pytest_plugin import _accuracy_failure
+
+    assert "no buffer" in _accuracy_failure(rep, False)
 
 
 def test_nan_and_inf_already_in_the_inputs_are_not_blamed_and_do_not_hide_a_culprit():
