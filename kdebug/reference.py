@@ -27,6 +27,7 @@ change them); the interpreter frees everything else after its last use.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
 
 import torch
@@ -194,14 +195,32 @@ def _numel(v) -> int | None:
         return None
 
 
-def _terms_of(node) -> int:
+def _val(n):
+    v = n.meta.get("val") if hasattr(n, "meta") else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def _terms_of(node, index: int | None = None) -> int:
     """How many terms one output element of a summing node adds up (1 when
-    not a summing op or when its shapes are unknown)."""
+    not a summing op or when its shapes are unknown); `index` picks one
+    output of a node with several (what a getitem takes)."""
     if node.op != "call_function" or op_base(node.target) not in _SUMMING:
         return 1
     out = node.meta.get("val")
     if isinstance(out, (tuple, list)):
-        out = next((v for v in out if isinstance(v, torch.Tensor)), None)
+        if index is not None and 0 <= index < len(out):
+            out = out[index]
+        else:
+            out = next((v for v in out if isinstance(v, torch.Tensor)), None)
+    if op_base(node.target) == "convolution_backward" and len(node.args) > 2:
+        g, w = _val(node.args[0]), _val(node.args[2])
+        try:
+            if index == 0 and w is not None:  # grad_input: out-channels x kernel size
+                return max(1, int(w.numel()) // max(1, int(w.shape[1])))
+            if index in (1, 2) and g is not None:  # grad_weight, grad_bias: batch x output positions
+                return max(1, int(g.numel()) // max(1, int(g.shape[1])))
+        except Exception:
+            return 1
     n_out = _numel(out)
     ins = [_numel(a.meta.get("val")) for a in node.all_input_nodes]
     ins = [n for n in ins if n]
@@ -232,6 +251,15 @@ def _terms_of(node) -> int:
     return max(1, k)
 
 
+_VIEWS = frozenset({"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "permute", "expand", "t",
+                    "transpose", "select", "slice", "alias", "as_strided"})
+
+
+def _transparent(n) -> bool:
+    """A node that only takes a piece or a view of another node's value."""
+    return n.op == "call_function" and (n.target is operator.getitem or op_base(n.target) in _VIEWS)
+
+
 def accumulated_terms(gm: torch.fx.GraphModule, node_name: str, within) -> int:
     """Note [Accumulation floor]: terms added up into one element of node
     `node_name`, along the nodes named in `within` (one kernel's fused
@@ -240,11 +268,22 @@ def accumulated_terms(gm: torch.fx.GraphModule, node_name: str, within) -> int:
     within = set(within) | {node_name}
     memo: dict = {}
 
+    def inside(a) -> bool:
+        # a getitem or view of a fused node computes nothing: Inductor may
+        # leave it out of the kernel's origins (var_mean's variance)
+        return a.name in within or _transparent(a)
+
     def terms(n) -> int:
         if n.name in memo:
             return memo[n.name]
         memo[n.name] = 1  # guards a cycle (there is none in an FX graph)
-        up = max((terms(a) for a in n.all_input_nodes if a.name in within), default=1)
+        parent = n.args[0] if n.op == "call_function" and n.target is operator.getitem and n.args else None
+        if hasattr(parent, "all_input_nodes") and len(n.args) > 1 and isinstance(n.args[1], int):
+            # one output of a multi-output node: its own count of terms
+            up = max((terms(a) for a in parent.all_input_nodes if inside(a)), default=1)
+            memo[n.name] = min(up * _terms_of(parent, n.args[1]), 1 << 62)
+            return memo[n.name]
+        up = max((terms(a) for a in n.all_input_nodes if inside(a)), default=1)
         memo[n.name] = min(up * _terms_of(n), 1 << 62)
         return memo[n.name]
 
