@@ -43,6 +43,14 @@ class BufferCheck:
     param: str | None
     diff: numerics.Difference | None = None
     why_not: str | None = None
+    # Note [Local reference]: the kernel judged on its own inputs (eager and
+    # float64 computed from what the compiled kernels before it wrote); set
+    # where `diff` alone said worse
+    local: numerics.Difference | None = None
+
+    def worse(self, factor: float) -> bool:
+        judge = self.local if self.local is not None else self.diff
+        return judge is not None and judge.worse(factor)
 
 
 @dataclasses.dataclass
@@ -285,6 +293,8 @@ class Session:
         with _upstream.disable_torch_dispatch(), torch.no_grad():
             spill = [x.to("cpu") if isinstance(x, torch.Tensor) else x for x in clones] if _on_device(clones) else None
             e_in, r_in = _clone_inputs(clones), clones
+            l_in = _clone_inputs(clones) if spill is None else [_clone_inputs([x])[0] for x in spill]
+        on_host = False  # the local reference runs go where the reference runs went
         try:
             eager = reference.run_graph(g.gm, e_in, keep, float64=False)
             del e_in
@@ -295,6 +305,7 @@ class Session:
             e_in = r_in = eager = ref = None
             _upstream.empty_device_cache()
             rep.notes.append(f"{g.name}: the reference runs ran out of device memory and ran on the host")
+            on_host = True
             eager = reference.run_graph(g.gm, _clone_inputs(spill), keep, float64=False, host=True)
             ref = reference.run_graph(g.gm, spill, keep, float64=True, host=True)
         for where, why in list(eager.failed.items()) + list(ref.failed.items()):
@@ -304,10 +315,13 @@ class Session:
                              f"{len(ref.approximated)} node(s) whose ops refuse float64: "
                              + ", ".join(sorted(ref.approximated)[:8]))
         status: dict = {name: "ok" for name in g.inputs}  # identical inputs by construction
+        first = len(rep.kernels)
 
         def later_writer(index, buf):  # Note [Last writer] (kdebug/provenance.py)
             return any(c.index > index and buf in c.writes for c in g.calls)
 
+        given: dict = {}        # node -> the compiled value written for it (Note [Local reference])
+        candidates: list = []   # (KernelCheck, BufferCheck, compiled value, terms): worse against the graph's eager
         for site, call in pairs:
             written = _written(call)
             params = list(getattr(call, "arg_names", ()) or ())
@@ -364,6 +378,9 @@ class Session:
                             bc.diff = numerics.difference(v, e.to(v.dtype) if e.dtype != v.dtype else e, r,
                                                           rtol=rep.rtol, atol=rep.atol, heatmap=True,
                                                           terms=terms)
+                            given[node] = v
+                            if bc.diff.worse(rep.factor):
+                                candidates.append((bc, v, terms))
                             if bc.diff.within_tolerance:  # keep the error maps of the ones worth a look
                                 bc.diff = dataclasses.replace(bc.diff, heatmap=None)
                         except (RuntimeError, ValueError) as ex:
@@ -391,6 +408,40 @@ class Session:
             if kc.status in ("worse", "differs") and kc.kind != "extern":
                 kc.code = kernel_source(self._source.get(id(g)), kc.kernel)
             rep.kernels.append(kc)
+        self._judge_locally(g, rep.kernels[first:], candidates, given, l_in, rnd, on_host)
+
+    def _judge_locally(self, g, kernels, candidates, given, inputs, rnd, host: bool) -> None:
+        """Note [Local reference]: a kernel that looked worse than the graph's
+        eager run is judged again against eager and float64 computed from
+        the compiled values it read; it stays worse only if it is worse
+        there too (differences it was handed, within tolerance but amplified
+        by a reduction or a cancellation, are not its doing)."""
+        rep = self.report
+        worse_roots = [k for k in kernels if k.status == "worse"]
+        if not worse_roots:
+            return
+        keep = {bc.node for bc, _, _ in candidates} - rnd
+        try:
+            eager = reference.run_graph(g.gm, _clone_inputs(inputs), keep, float64=False, host=host, given=given)
+            ref = reference.run_graph(g.gm, inputs, keep, float64=True, host=host, given=given)
+        except torch.OutOfMemoryError:
+            rep.notes.append(f"{g.name}: the local reference runs ran out of device memory: kernels are judged "
+                             "against the graph's eager run only")
+            return
+        for bc, v, terms in candidates:
+            e, r = eager.values.get(bc.node), ref.values.get(bc.node)
+            if e is None or r is None or tuple(e.shape) != tuple(v.shape):
+                continue
+            try:
+                bc.local = numerics.difference(v, e.to(v.dtype), r, rtol=rep.rtol, atol=rep.atol, terms=terms)
+            except (RuntimeError, ValueError):
+                continue
+        for k in worse_roots:
+            if not any(b.worse(rep.factor) for b in k.buffers if b.diff is not None):
+                out = any(b.diff is not None and not b.diff.within_tolerance for b in k.buffers)
+                k.status = "differs" if out else "ok"
+                if k.status == "ok":
+                    k.code = None
 
 
 # ------------------------------------------------------------- entry points

@@ -70,8 +70,11 @@ def culprit_lines(report) -> list[str]:
              "  computes worse than eager from inputs that matched eager within tolerance:"]
     worst = k.worst()
     for b in k.buffers:
-        if b.diff is not None and b.diff.worse(report.factor):
+        if b.diff is not None and b.worse(report.factor):
             lines.append("  " + _buffer_line(b))
+            if b.local is not None:
+                lines.append(f"    judged on its own inputs (eager and float64 from what the compiled kernels "
+                             f"before it wrote): error {_g(b.local.ratio())}x eager's")
     if worst is not None and worst.diff is not None and worst.diff.worst_index is not None:
         c, e, r = worst.diff.worst_values
         lines.append(f"  worst element {worst.buffer}{list(worst.diff.worst_index)}: compiled {c!r}, eager {e!r}, "

@@ -21,6 +21,12 @@ torch dispatch modes (a recording DebugMode) disabled, and on a forked RNG.
 Device memory: the inputs of a GPU graph are also copied to the host first;
 a run that runs out of device memory is run again on the host from that
 copy (kdebug/accuracy.py), so the check slows down instead of failing.
+Note [Local reference]: with `given` (node name -> the value a compiled
+kernel wrote for it), each node is computed from its inputs and kept, and
+then replaced by the given value for the nodes after it: every kept value is
+then what eager (or float64) computes *from the compiled inputs* of that
+node, which judges a kernel on its own arithmetic, not on the (within
+tolerance) differences it was handed.
 Only the nodes asked for are kept (cloned: a later in-place node could
 change them); the interpreter frees everything else after its last use.
 """
@@ -108,9 +114,10 @@ def _host(x):
 
 
 class _Run(torch.fx.Interpreter):
-    def __init__(self, gm, keep: set, float64: bool, host: bool = False):
+    def __init__(self, gm, keep: set, float64: bool, host: bool = False, given: dict | None = None):
         super().__init__(gm, garbage_collect_values=True)
         self.keep = keep
+        self.given = given or {}
         self.float64 = float64
         self.host = host
         self.out = GraphValues({}, {}, set())
@@ -143,16 +150,21 @@ class _Run(torch.fx.Interpreter):
                     self.out.approximated.add(n.name)
         if n.name in self.keep and isinstance(value, torch.Tensor):
             self.out.values[n.name] = value.detach().clone()
+        g = self.given.get(n.name)
+        if g is not None and isinstance(value, torch.Tensor) and g.numel() == value.numel():
+            # Note [Local reference]: later nodes read what the compiled kernel wrote
+            g = g.detach().reshape(value.shape).to(device=value.device, dtype=value.dtype)
+            value = g.clone()
         return value
 
 
 def run_graph(gm: torch.fx.GraphModule, inputs: list, keep: set, float64: bool = False,
-              host: bool = False) -> GraphValues:
+              host: bool = False, given: dict | None = None) -> GraphValues:
     """Interprets gm on inputs (which it may change: pass copies), keeping
     the values of the nodes named in keep (Note [Reference runs]); with
     host=True on the CPU, whatever device the graph was compiled for.
     torch.OutOfMemoryError propagates (the caller retries on the host)."""
-    run = _Run(gm, set(keep), float64, host)
+    run = _Run(gm, set(keep), float64, host, given)
     args = [_to64(x) if float64 else x for x in (_host(inputs) if host else inputs)]
     devices = sorted({x.device.index or 0 for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda})
     with torch.no_grad(), _upstream.disable_torch_dispatch(), torch.random.fork_rng(devices=devices):
