@@ -377,7 +377,7 @@ class Session:
                             terms = reference.accumulated_terms(g.gm, node, site.nodes)
                             bc.diff = numerics.difference(v, e.to(v.dtype) if e.dtype != v.dtype else e, r,
                                                           rtol=rep.rtol, atol=rep.atol, heatmap=True,
-                                                          terms=terms)
+                                                          terms=terms, term_scale=ref.term_scale.get(node))
                             given[node] = v
                             if bc.diff.worse(rep.factor):
                                 candidates.append((bc, v, terms))
@@ -433,7 +433,8 @@ class Session:
             if e is None or r is None or tuple(e.shape) != tuple(v.shape):
                 continue
             try:
-                bc.local = numerics.difference(v, e.to(v.dtype), r, rtol=rep.rtol, atol=rep.atol, terms=terms)
+                bc.local = numerics.difference(v, e.to(v.dtype), r, rtol=rep.rtol, atol=rep.atol, terms=terms,
+                                               term_scale=ref.term_scale.get(bc.node))
             except (RuntimeError, ValueError):
                 continue
         for k in worse_roots:

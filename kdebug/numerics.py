@@ -12,7 +12,8 @@ of the dtype (half an epsilon times the RMS of R): an eager value that is
 exact (error 0) must not make any compiled rounding look infinitely worse.
 A value computed through a reduction of K terms has its floor raised by
 sqrt(K) (`terms`, Note [Accumulation floor] in kdebug/reference.py): two
-correct summation orders differ by that much.
+correct summation orders differ by that much; for a sum that cancels, the
+scale is the size of its terms (`term_scale`), not of the result.
 NaN or Inf where the reference and eager are finite is always worse.
 NaN where eager has NaN too, and the same Inf on both sides, match (a NaN
 already in the graph's inputs is not a kernel's doing): such elements are
@@ -179,7 +180,7 @@ def _rms(x: torch.Tensor) -> float:
 
 def difference(compiled: torch.Tensor, eager: torch.Tensor, reference: torch.Tensor | None = None,
                rtol: float | None = None, atol: float | None = None, heatmap: bool = False,
-               terms: int = 1) -> Difference:
+               terms: int = 1, term_scale: float | None = None) -> Difference:
     """Compares a compiled tensor with eager's and the float64 reference's
     value of the same computation (same logical shape; strides may differ);
     with heatmap=True also keeps the error map of the worst element's 2-D
@@ -232,7 +233,8 @@ def difference(compiled: torch.Tensor, eager: torch.Tensor, reference: torch.Ten
             err_c = math.inf
         if not bool(torch.isfinite(e64[ok]).all()):
             err_e = math.inf
-        floor = 0.5 * _eps(dtype) * math.sqrt(max(1, terms)) * _rms(torch.where(ok, r64, torch.zeros_like(r64)))
+        scale = max(_rms(torch.where(ok, r64, torch.zeros_like(r64))), term_scale or 0.0)
+        floor = 0.5 * _eps(dtype) * math.sqrt(max(1, terms)) * scale
     if n:
         err_f = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
         flat = int(torch.argmax(err_f.reshape(-1)))

@@ -57,6 +57,7 @@ class GraphValues:
     values: dict            # node name -> tensor (clone)
     failed: dict            # node name -> why its value could not be computed
     approximated: set       # float64 run: nodes computed in their own dtype
+    term_scale: dict = dataclasses.field(default_factory=dict)  # float64 run: Note [Accumulation floor]
 
 
 def op_base(target) -> str:
@@ -150,6 +151,10 @@ class _Run(torch.fx.Interpreter):
                     self.out.approximated.add(n.name)
         if n.name in self.keep and isinstance(value, torch.Tensor):
             self.out.values[n.name] = value.detach().clone()
+            if self.float64:
+                scale = _term_scale(n, self.fetch_args_kwargs_from_env(n)[0])
+                if scale is not None:
+                    self.out.term_scale[n.name] = scale
         g = self.given.get(n.name)
         if g is not None and isinstance(value, torch.Tensor) and g.numel() == value.numel():
             # Note [Local reference]: later nodes read what the compiled kernel wrote
@@ -186,7 +191,9 @@ def run_graph(gm: torch.fx.GraphModule, inputs: list, keep: set, float64: bool =
 # terms reduced into one output element, multiplied along chained reductions
 # inside one kernel (softmax: a sum, then a division by it).  Reductions in
 # other kernels are not counted: their outputs are compared where they are
-# written.
+# written.  A sum or mean that cancels has a result much smaller than its
+# terms, and rounds like its terms: its floor follows the L2 norm of the
+# terms (GraphValues.term_scale) where that is larger than the result.
 
 # ops that add up terms (by base name); the value of K is read from the node's
 # meta shapes
@@ -261,6 +268,28 @@ def _terms_of(node, index: int | None = None) -> int:
         except Exception:
             k = 1
     return max(1, k)
+
+
+def _term_scale(node, args) -> float | None:
+    """For a sum or mean over dimensions: the RMS over its outputs of the
+    L2 norm of the terms each one adds up (divided by their count for a
+    mean), else None.  A sum that cancels (batch norm's backward) has a
+    result far smaller than its terms; its rounding follows the terms."""
+    base = op_base(node.target)
+    if base not in ("sum", "mean") or not args or not isinstance(args[0], torch.Tensor):
+        return None
+    x = args[0]
+    if not (x.is_floating_point() and x.numel()):
+        return None
+    dims = args[1] if len(args) > 1 and isinstance(args[1], (list, tuple)) and args[1] else None
+    try:
+        sq = (x.double() * x.double())
+        per_out = sq.sum(dim=list(dims)) if dims is not None else sq.sum()
+        k = max(1, x.numel() // max(1, per_out.numel()))
+        norm = per_out.sqrt() / (k if base == "mean" else 1)
+        return float(torch.sqrt(torch.mean(norm * norm)))
+    except Exception:  # odd arguments: no scale, the floor follows the result
+        return None
 
 
 _VIEWS = frozenset({"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "permute", "expand", "t",
