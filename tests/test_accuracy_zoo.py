@@ -137,7 +137,9 @@ def test_dynamic_shapes():
         cm(torch.randn(5, 8))
         cm(torch.randn(7, 8))
 
-    _clean(accuracy.check(run), at_least=2)
+    rep = accuracy.check(run, calls_per_graph=2)  # one graph (SymInt batch), both shapes checked
+    assert rep.graph_calls_checked == 2
+    _clean(rep, at_least=4)
     with wrong_lowering(aten.tanh.default, scale=1.01):
         rep = accuracy.check(run)
     _planted(rep, "tanh")
