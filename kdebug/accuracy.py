@@ -43,6 +43,14 @@ class BufferCheck:
     param: str | None
     diff: numerics.Difference | None = None
     why_not: str | None = None
+    # Note [Local reference]: the kernel judged on its own inputs (eager and
+    # float64 computed from what the compiled kernels before it wrote); set
+    # where `diff` alone said worse
+    local: numerics.Difference | None = None
+
+    def worse(self, factor: float) -> bool:
+        judge = self.local if self.local is not None else self.diff
+        return judge is not None and judge.worse(factor)
 
 
 @dataclasses.dataclass
@@ -158,6 +166,12 @@ def _written(call) -> dict:
     if isinstance(out, torch.Tensor):
         return {"out": out}
     return {}
+
+
+def _result(call):
+    """The recorded result of an aten call (a tensor, or a tuple of them)."""
+    rec = getattr(call, "record", None)
+    return rec.get("output") if isinstance(rec, dict) else None
 
 
 def kernel_source(module_source: str | None, kernel: str) -> str | None:
@@ -279,6 +293,8 @@ class Session:
         with _upstream.disable_torch_dispatch(), torch.no_grad():
             spill = [x.to("cpu") if isinstance(x, torch.Tensor) else x for x in clones] if _on_device(clones) else None
             e_in, r_in = _clone_inputs(clones), clones
+            l_in = _clone_inputs(clones) if spill is None else [_clone_inputs([x])[0] for x in spill]
+        on_host = False  # the local reference runs go where the reference runs went
         try:
             eager = reference.run_graph(g.gm, e_in, keep, float64=False)
             del e_in
@@ -289,6 +305,7 @@ class Session:
             e_in = r_in = eager = ref = None
             _upstream.empty_device_cache()
             rep.notes.append(f"{g.name}: the reference runs ran out of device memory and ran on the host")
+            on_host = True
             eager = reference.run_graph(g.gm, _clone_inputs(spill), keep, float64=False, host=True)
             ref = reference.run_graph(g.gm, spill, keep, float64=True, host=True)
         for where, why in list(eager.failed.items()) + list(ref.failed.items()):
@@ -298,6 +315,13 @@ class Session:
                              f"{len(ref.approximated)} node(s) whose ops refuse float64: "
                              + ", ".join(sorted(ref.approximated)[:8]))
         status: dict = {name: "ok" for name in g.inputs}  # identical inputs by construction
+        first = len(rep.kernels)
+
+        def later_writer(index, buf):  # Note [Last writer] (kdebug/provenance.py)
+            return any(c.index > index and buf in c.writes for c in g.calls)
+
+        given: dict = {}        # node -> the compiled value written for it (Note [Local reference])
+        candidates: list = []   # (KernelCheck, BufferCheck, compiled value, terms): worse against the graph's eager
         for site, call in pairs:
             written = _written(call)
             params = list(getattr(call, "arg_names", ()) or ())
@@ -312,10 +336,18 @@ class Session:
             else:
                 out = next(iter(written.values()), None)
                 bufs = list(site.writes)
-                if out is not None and len(bufs) == 1:
+                result = _result(call)
+                if site.pieces and isinstance(result, (tuple, list)):
+                    # a multi-output extern call: the wrapper takes buffers out of its result by index
+                    for buf, i in site.pieces.items():
+                        if 0 <= i < len(result) and isinstance(result[i], torch.Tensor):
+                            by_buffer[buf] = (f"out[{i}]", result[i])
+                elif out is not None and len(bufs) == 1:
                     by_buffer[bufs[0]] = ("out", out)
-            # what the call wrote, as recorded (roles W / RW), else as compiled
-            targets = list(by_buffer) if _is_kernel(call) else list(site.writes)
+            # what the call wrote, as recorded (roles W / RW), else as compiled;
+            # a multi-output extern call's result tuple itself holds no value
+            targets = (list(by_buffer) if _is_kernel(call)
+                       else [b for b in site.writes if not site.pieces or b in site.pieces])
             inputs = [a for a in site.args if isinstance(a, str) and a not in targets]
             tainted = tuple(a for a in inputs if status.get(a) == "diff")
             any_out = False
@@ -323,7 +355,9 @@ class Session:
                 node = site.writes.get(buf)
                 param, value = by_buffer.get(buf, (None, None))
                 bc = BufferCheck(buffer=buf, node=node, param=param)
-                if node is None:
+                if node is None and later_writer(site.index, buf):
+                    bc.why_not = "written again by a later call of the graph: an intermediate value here"
+                elif node is None:
                     bc.why_not = "no FX node is known for this buffer"
                 elif node in rnd:
                     bc.why_not = "computed from random numbers (Inductor's RNG differs from eager's by design)"
@@ -340,8 +374,13 @@ class Session:
                         bc.why_not = f"buffer shape {tuple(value.shape)} is not the node's {tuple(e.shape)}"
                     else:
                         try:
+                            terms = reference.accumulated_terms(g.gm, node, site.nodes)
                             bc.diff = numerics.difference(v, e.to(v.dtype) if e.dtype != v.dtype else e, r,
-                                                          rtol=rep.rtol, atol=rep.atol, heatmap=True)
+                                                          rtol=rep.rtol, atol=rep.atol, heatmap=True,
+                                                          terms=terms, term_scale=ref.term_scale.get(node))
+                            given[node] = v
+                            if bc.diff.worse(rep.factor):
+                                candidates.append((bc, v, terms))
                             if bc.diff.within_tolerance:  # keep the error maps of the ones worth a look
                                 bc.diff = dataclasses.replace(bc.diff, heatmap=None)
                         except (RuntimeError, ValueError) as ex:
@@ -369,6 +408,41 @@ class Session:
             if kc.status in ("worse", "differs") and kc.kind != "extern":
                 kc.code = kernel_source(self._source.get(id(g)), kc.kernel)
             rep.kernels.append(kc)
+        self._judge_locally(g, rep.kernels[first:], candidates, given, l_in, rnd, on_host)
+
+    def _judge_locally(self, g, kernels, candidates, given, inputs, rnd, host: bool) -> None:
+        """Note [Local reference]: a kernel that looked worse than the graph's
+        eager run is judged again against eager and float64 computed from
+        the compiled values it read; it stays worse only if it is worse
+        there too (differences it was handed, within tolerance but amplified
+        by a reduction or a cancellation, are not its doing)."""
+        rep = self.report
+        worse_roots = [k for k in kernels if k.status == "worse"]
+        if not worse_roots:
+            return
+        keep = {bc.node for bc, _, _ in candidates} - rnd
+        try:
+            eager = reference.run_graph(g.gm, _clone_inputs(inputs), keep, float64=False, host=host, given=given)
+            ref = reference.run_graph(g.gm, inputs, keep, float64=True, host=host, given=given)
+        except torch.OutOfMemoryError:
+            rep.notes.append(f"{g.name}: the local reference runs ran out of device memory: kernels are judged "
+                             "against the graph's eager run only")
+            return
+        for bc, v, terms in candidates:
+            e, r = eager.values.get(bc.node), ref.values.get(bc.node)
+            if e is None or r is None or tuple(e.shape) != tuple(v.shape):
+                continue
+            try:
+                bc.local = numerics.difference(v, e.to(v.dtype), r, rtol=rep.rtol, atol=rep.atol, terms=terms,
+                                               term_scale=ref.term_scale.get(bc.node))
+            except (RuntimeError, ValueError):
+                continue
+        for k in worse_roots:
+            if not any(b.worse(rep.factor) for b in k.buffers if b.diff is not None):
+                out = any(b.diff is not None and not b.diff.within_tolerance for b in k.buffers)
+                k.status = "differs" if out else "ok"
+                if k.status == "ok":
+                    k.code = None
 
 
 # ------------------------------------------------------------- entry points

@@ -94,4 +94,8 @@ def run(args: argparse.Namespace) -> int:
         print("kdebug accuracy: no compiled graph was called: nothing to check (does the script call a "
               "torch.compile'd function?)", file=sys.stderr)
         return 2
+    if report.compared() == 0:
+        print("kdebug accuracy: compiled graphs ran but no buffer they wrote could be compared with eager "
+              "(the report lists why): nothing was checked", file=sys.stderr)
+        return 2
     return 1 if report.culprit is not None else 0

@@ -70,8 +70,11 @@ def culprit_lines(report) -> list[str]:
              "  computes worse than eager from inputs that matched eager within tolerance:"]
     worst = k.worst()
     for b in k.buffers:
-        if b.diff is not None and b.diff.worse(report.factor):
+        if b.diff is not None and b.worse(report.factor):
             lines.append("  " + _buffer_line(b))
+            if b.local is not None:
+                lines.append(f"    judged on its own inputs (eager and float64 from what the compiled kernels "
+                             f"before it wrote): error {_g(b.local.ratio())}x eager's")
     if worst is not None and worst.diff is not None and worst.diff.worst_index is not None:
         c, e, r = worst.diff.worst_values
         lines.append(f"  worst element {worst.buffer}{list(worst.diff.worst_index)}: compiled {c!r}, eager {e!r}, "
@@ -103,6 +106,9 @@ def summary(report) -> str:
         if others:
             lines.append(f"  {len(others)} other root(s), also worse than eager from matching inputs: "
                          + ", ".join(f"{k.kernel} (graph {k.graph})" for k in others[:5]))
+    elif report.compared() == 0:
+        lines.append("NOTHING COMPARED: compiled graph calls were checked but no buffer their kernels wrote could "
+                     "be compared with eager (see why below); this is not a verdict")
     else:
         lines.append(f"no kernel computes worse than eager (factor {report.factor:g} against float64)")
         d = report.first_divergent

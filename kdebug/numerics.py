@@ -10,7 +10,20 @@ from the same inputs.  The error of a side is the root mean square of
 times eager's, where eager's error is first raised to the rounding floor
 of the dtype (half an epsilon times the RMS of R): an eager value that is
 exact (error 0) must not make any compiled rounding look infinitely worse.
+A value computed through a reduction of K terms has its floor raised by
+sqrt(K) (`terms`, Note [Accumulation floor] in kdebug/reference.py): two
+correct summation orders differ by that much; for a sum that cancels, the
+scale is the size of its terms (`term_scale`), not of the result.
 NaN or Inf where the reference and eager are finite is always worse.
+NaN where eager has NaN too, and the same Inf on both sides, match (a NaN
+already in the graph's inputs is not a kernel's doing): such elements are
+neither mismatches nor errors, and are never the "worst element".
+
+Integer and bool tensors (argmax, topk's indices, masks) are discrete: a
+compiled value that differs by one rounding from eager's may flip an index
+at a near-tie, and the size of an index difference means nothing.  They are
+compared exactly (a mismatch makes them "differ" and passes a difference on),
+but their RMS distance to float64 is not an error: they are never *worse*.
 
 Tolerances (for "mismatch %" and for "inputs still within tolerance")
 default per dtype to the values torch.testing.assert_close documents and
@@ -90,7 +103,15 @@ class Difference:
             return 0.0 if self.err_compiled == 0.0 else math.inf
         return self.err_compiled / base
 
+    @property
+    def discrete(self) -> bool:
+        """Integer or bool values: compared exactly, never judged worse."""
+        return not (self.dtype.startswith("float") or self.dtype.startswith("complex")
+                    or self.dtype.startswith("bfloat"))
+
     def worse(self, factor: float) -> bool:
+        if self.discrete:
+            return False
         if self.nonfinite_introduced:
             return True
         r = self.ratio()
@@ -158,7 +179,8 @@ def _rms(x: torch.Tensor) -> float:
 
 
 def difference(compiled: torch.Tensor, eager: torch.Tensor, reference: torch.Tensor | None = None,
-               rtol: float | None = None, atol: float | None = None, heatmap: bool = False) -> Difference:
+               rtol: float | None = None, atol: float | None = None, heatmap: bool = False,
+               terms: int = 1, term_scale: float | None = None) -> Difference:
     """Compares a compiled tensor with eager's and the float64 reference's
     value of the same computation (same logical shape; strides may differ);
     with heatmap=True also keeps the error map of the worst element's 2-D
@@ -176,16 +198,17 @@ def difference(compiled: torch.Tensor, eager: torch.Tensor, reference: torch.Ten
     diff = (c64 - e64).abs()
     both_nan = torch.isnan(c64) & torch.isnan(e64)
     same_inf = torch.isinf(c64) & (c64 == e64)
-    diff = torch.where(both_nan | same_inf, torch.zeros_like(diff), diff)
+    matched = both_nan | same_inf
+    diff = torch.where(matched, torch.zeros_like(diff), diff)
     n = c.numel()
     finite = torch.isfinite(diff)
     max_abs = float(diff.max()) if n else 0.0
-    nz = (e64 != 0) & finite
+    nz = (e64 != 0) & finite & torch.isfinite(e64)
     max_rel = float((diff[nz] / e64[nz].abs()).max()) if bool(nz.any()) else 0.0
     rmse = _rms(torch.where(finite, diff, torch.zeros_like(diff))) if n else 0.0
     if not bool(finite.all()):
         rmse = math.inf
-    bad = ~(diff <= a_tol + r_tol * e64.abs())
+    bad = ~(diff <= a_tol + r_tol * e64.abs()) & ~matched
     mismatch = 100.0 * float(bad.sum()) / max(1, bad.numel())
     introduced = ~torch.isfinite(c64) & torch.isfinite(e64)
     r64 = None
@@ -200,6 +223,8 @@ def difference(compiled: torch.Tensor, eager: torch.Tensor, reference: torch.Ten
     worst_index = worst_values = per_dim = heat = None
     target = r64 if r64 is not None else e64
     err = (c64 - target).abs()
+    err = torch.where((torch.isnan(c64) & torch.isnan(target)) | (torch.isinf(c64) & (c64 == target)),
+                      torch.zeros_like(err), err)  # agreeing NaN / Inf: no error
     if r64 is not None:
         ok = torch.isfinite(r64)
         err_c = _rms(torch.where(ok, c64 - r64, torch.zeros_like(r64)))
@@ -208,7 +233,8 @@ def difference(compiled: torch.Tensor, eager: torch.Tensor, reference: torch.Ten
             err_c = math.inf
         if not bool(torch.isfinite(e64[ok]).all()):
             err_e = math.inf
-        floor = 0.5 * _eps(dtype) * _rms(torch.where(ok, r64, torch.zeros_like(r64)))
+        scale = max(_rms(torch.where(ok, r64, torch.zeros_like(r64))), term_scale or 0.0)
+        floor = 0.5 * _eps(dtype) * math.sqrt(max(1, terms)) * scale
     if n:
         err_f = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
         flat = int(torch.argmax(err_f.reshape(-1)))

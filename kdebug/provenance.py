@@ -96,6 +96,7 @@ class CallSite:
     writes: dict  # buffer written -> post-grad FX node it materializes, or None
     nodes: tuple  # post-grad FX node names this call computes, topological order
     source: tuple  # "file:line in fn: code" of those nodes, deduplicated
+    pieces: dict = field(default_factory=dict)  # extern call: buffer taken out of its result -> index
 
 
 @dataclass
@@ -439,9 +440,9 @@ def wrapper_calls(source: str) -> list[tuple[str, tuple, str | None]]:
     return out
 
 
-def _pieces(source: str) -> dict[str, list[str]]:
+def _pieces(source: str) -> dict[str, list[tuple[str, int | None]]]:
     """Buffers the wrapper's call() takes out of a multi-output extern call's
-    result: ``buf2 = buf1[0]`` gives {'buf1': ['buf2']}."""
+    result, with their index: ``buf2 = buf1[0]`` gives {'buf1': [('buf2', 0)]}."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -452,7 +453,9 @@ def _pieces(source: str) -> dict[str, list[str]]:
             for st in ast.walk(fn):
                 if (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
                         and isinstance(st.value, ast.Subscript) and isinstance(st.value.value, ast.Name)):
-                    out.setdefault(st.value.value.id, []).append(st.targets[0].id)
+                    sl = st.value.slice
+                    idx = sl.value if isinstance(sl, ast.Constant) and isinstance(sl.value, int) else None
+                    out.setdefault(st.value.value.id, []).append((st.targets[0].id, idx))
     return out
 
 
@@ -501,6 +504,11 @@ def _graph_done(lowering, result, events: list) -> None:
         q = pending.get(name)
         if q:
             placed.append((q.pop(0), args, target))
+        elif _inplace_fallback(name) and args and args[0] is not None:
+            # an in-place aten fallback Inductor emits without provenance
+            # (aten.scatter_reduce_.two(buf0, ...) after a kernel filled buf0):
+            # it writes its first argument (Note [Last writer])
+            placed.append((_Event(name, True, [], {args[0]: None}), args, target))
     left = [ev for q in pending.values() for ev in q]
     if left:
         problems.append(f"{len(left)} kernel(s) emitted but not called from call(): "
@@ -520,11 +528,15 @@ def _graph_done(lowering, result, events: list) -> None:
         passed = {a for a in args if a is not None} | ({target} if target else set())
         writes = {b: (n.name if n is not None and n in order else None)
                   for b, n in ev.writes.items() if not args or b in passed}
-        for piece in pieces.get(target, ()) if ev.extern and target else ():
+        taken = {}
+        for piece, idx in pieces.get(target, ()) if ev.extern and target else ():
             buf = buffers.get(piece)  # a MultiOutput: one element of the extern call's result
             on = getattr(buf, "origin_node", None)
             writes[piece] = on.name if on is not None and on in order else None
-        out_calls.append(CallSite(i, ev.kernel, _kind(ev), args, writes, nodes, tuple(lines)))
+            if idx is not None:
+                taken[piece] = idx
+        out_calls.append(CallSite(i, ev.kernel, _kind(ev), args, writes, nodes, tuple(lines), taken))
+    out_calls = _last_writers(out_calls, graph)
     if foreign:
         problems.append(f"{foreign} origin node(s) not in the post-grad graph were left out")
     inputs = [n.name for n in graph.nodes if n.op == "placeholder"]
@@ -548,6 +560,63 @@ def _graph_done(lowering, result, events: list) -> None:
             _by_wrapper[digest] = per_kernel
         for sink in _sinks:
             sink.append(rec)
+
+
+def _inplace_fallback(callee: str) -> bool:
+    """Whether a wrapper callee names an in-place aten op (aten.index_put_,
+    torch.ops.aten.scatter_reduce_.two): it writes its first argument."""
+    parts = callee.split(".")
+    if "aten" not in parts:
+        return False
+    rest = parts[parts.index("aten") + 1:]
+    return bool(rest) and rest[0].endswith("_") and not rest[0].startswith("_")
+
+
+def _mutating(node) -> bool:
+    """Whether an FX node's op writes its first argument (copy_, index_put_, ...)."""
+    schema = getattr(getattr(node, "target", None), "_schema", None)
+    if schema is None or not schema.arguments:
+        return False
+    alias = schema.arguments[0].alias_info
+    return alias is not None and bool(alias.is_write)
+
+
+def _last_writers(calls: list, graph) -> list:
+    """Note [Last writer]: a buffer several calls write (a kernel fills it,
+    a later one or an in-place fallback scatters into it; a graph input a
+    kernel updates in place) holds its FX node's value only after the last
+    of them.  Earlier writers' writes map to None (an intermediate); the last
+    writer gets the buffer's node, and a graph input written with no node of
+    its own gets the graph's last node that mutates it (the copy_ an in-place
+    update of an input, such as an optimizer step or batch norm's running
+    stats, ends with)."""
+    last: dict = {}
+    node_of: dict = {}
+    for i, c in enumerate(calls):
+        for b, n in c.writes.items():
+            last[b] = i
+            if n is not None:
+                node_of.setdefault(b, n)
+    placeholders = {n.name for n in graph.nodes if n.op == "placeholder"}
+    mutation: dict = {}
+    for n in graph.nodes:
+        if (n.op == "call_function" and n.args and hasattr(n.args[0], "name")
+                and n.args[0].name in placeholders and _mutating(n)):
+            mutation[n.args[0].name] = n.name
+    out = []
+    for i, c in enumerate(calls):
+        writes = {}
+        for b, n in c.writes.items():
+            if last[b] != i:
+                writes[b] = None
+            else:
+                writes[b] = node_of.get(b) or (mutation.get(b) if b in placeholders else None)
+        if writes == c.writes:
+            out.append(c)
+            continue
+        nodes = c.nodes or tuple(n for n in writes.values() if n is not None)  # a fallback without origins
+        out.append(dataclasses.replace(c, writes=writes, nodes=nodes))
+    return out
 
 
 def _per_kernel(rec: GraphRecord, codes: dict | None = None) -> dict[str, KernelProvenance]:

@@ -52,6 +52,8 @@ def _accuracy_failure(report, tolerances_given: bool) -> str | None:
     """Why an accuracy report fails a test, or None."""
     if report.graph_calls_checked == 0:
         return "kdebug: no compiled graph was called: nothing to check"
+    if report.compared() == 0:
+        return "kdebug: compiled graphs ran but no buffer they wrote could be compared with eager"
     if report.culprit is not None:
         return "kdebug: a compiled kernel computes worse than eager"
     if tolerances_given and report.first_divergent is not None:
