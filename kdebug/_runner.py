@@ -57,6 +57,28 @@ def run_program(target: list[str], builtin: bool, module: bool):
     return runpy.run_path(target[0], run_name="__main__")
 
 
+def exit_status(e: SystemExit) -> int:
+    """The status python gives a SystemExit: an int is the status, None is 0,
+    anything else is printed to stderr, status 1."""
+    if e.code is None or isinstance(e.code, int):
+        return int(e.code or 0)
+    print(e.code, file=sys.stderr)
+    return 1
+
+
+def run_for_status(target: list[str], module: bool) -> int:
+    """Runs the program as python would and returns its exit status; an
+    exception it raises is printed, status 1."""
+    try:
+        run_program(target, False, module)
+    except SystemExit as e:
+        return exit_status(e)
+    except Exception:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
 def record(out: str, target: list[str], *, builtin: bool = False, module: bool = False,
            hash_fn=("bitwise", "stats"), fix: str | None = None) -> int:
     """Records the program into ``out``; returns its exit status."""
@@ -73,12 +95,8 @@ def record(out: str, target: list[str], *, builtin: bool = False, module: bool =
         left = None
         try:
             left = run_program(target, builtin, module)  # noqa: F841  (held at exit)
-        except SystemExit as e:  # as python does: an int is the status, anything else is printed, status 1
-            if e.code is None or isinstance(e.code, int):
-                status = int(e.code or 0)
-            else:
-                print(e.code, file=sys.stderr)
-                status = 1
+        except SystemExit as e:  # as python does
+            status = exit_status(e)
             left = e  # its traceback's frames hold the program's globals (and locals where it exited)
         except BaseException as e:
             traceback.print_exc()

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
-import traceback
 
 
 def add_parser(sub) -> None:
@@ -45,16 +43,10 @@ def _finite(x):
 def run(args: argparse.Namespace) -> int:
     from . import _runner, accuracy, cli
 
-    cmd = list(args.command)
-    if args.module_name:
-        cmd = ["-m", args.module_name] + cmd
-    target, module = cli._split_command(cmd)
-    if not target:
-        print("kdebug accuracy: give the script to run, e.g. kdebug accuracy train.py", file=sys.stderr)
+    found = cli.program_target("accuracy", args.command, args.module_name)
+    if found is None:
         return 2
-    if not module and not os.path.exists(target[0]):
-        print(f"kdebug accuracy: no such script: {target[0]}", file=sys.stderr)
-        return 2
+    target, module = found
     from . import _files
 
     for out in (args.json, args.html):
@@ -65,13 +57,7 @@ def run(args: argparse.Namespace) -> int:
     status = [0]
 
     def program():
-        try:
-            _runner.run_program(target, False, module)
-        except SystemExit as e:
-            status[0] = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        except Exception:
-            traceback.print_exc()
-            status[0] = 1
+        status[0] = _runner.run_for_status(target, module)
 
     try:
         report = accuracy.check(program, rtol=args.rtol, atol=args.atol, factor=args.factor,

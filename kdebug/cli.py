@@ -72,6 +72,22 @@ def _split_command(cmd: list[str]) -> tuple[list[str], bool]:
     return cmd, False
 
 
+def program_target(name: str, command: list[str], module_name: str | None = None):
+    """(target, is_module) of a subcommand's program (`script.py args` or
+    `-m MODULE args`), or None after printing why it cannot run (exit 2)."""
+    cmd = list(command)
+    if module_name:
+        cmd = ["-m", module_name] + cmd
+    target, module = _split_command(cmd)
+    if not target:
+        print(f"kdebug {name}: give the script to run, e.g. kdebug {name} train.py", file=sys.stderr)
+        return None
+    if not module and not os.path.exists(target[0]):
+        print(f"kdebug {name}: no such script: {target[0]}", file=sys.stderr)
+        return None
+    return target, module
+
+
 def _runner_cmd(out: str, target: list[str], module: bool, fix: str | None = None, builtin: bool = False) -> list[str]:
     cmd = [sys.executable, "-m", "kdebug._runner", "--out", out]
     if fix:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import traceback
 
 
 def add_parser(sub) -> None:
@@ -26,16 +24,10 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from . import _files, _runner, cli
 
-    cmd = list(args.command)
-    if args.module_name:
-        cmd = ["-m", args.module_name] + cmd
-    target, module = cli._split_command(cmd)
-    if not target:
-        print("kdebug nan: give the script to run, e.g. kdebug nan train.py", file=sys.stderr)
+    found = cli.program_target("nan", args.command, args.module_name)
+    if found is None:
         return 2
-    if not module and not os.path.exists(target[0]):
-        print(f"kdebug nan: no such script: {target[0]}", file=sys.stderr)
-        return 2
+    target, module = found
     problem = args.json and _files.output_problem(args.json)
     if problem:
         print(f"kdebug nan: {problem}", file=sys.stderr)
@@ -44,15 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from . import provenance
 
     provenance.install()  # FX nodes and source lines of every graph the script compiles
-    status = 0
     with kdebug.DebugMode(check_finite="inputs" if args.inputs else True) as dm:
-        try:
-            _runner.run_program(target, False, module)
-        except SystemExit as e:
-            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        except Exception:
-            traceback.print_exc()
-            status = 1
+        status = _runner.run_for_status(target, module)
     try:
         report = dm.first_nonfinite()
     except ValueError as e:  # the program replaced the stats hash with its own log_tensor_hashes everywhere
