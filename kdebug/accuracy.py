@@ -25,13 +25,12 @@ not checked (a training loop would otherwise be checked every step).
 """
 from __future__ import annotations
 
-import ast
 import copy
 import dataclasses
 import math
 import torch
 
-from . import _upstream, numerics, provenance, reference
+from . import _upstream, kernel_code, numerics, provenance, reference
 
 
 @dataclasses.dataclass
@@ -172,24 +171,6 @@ def _result(call):
     """The recorded result of an aten call (a tensor, or a tuple of them)."""
     rec = getattr(call, "record", None)
     return rec.get("output") if isinstance(rec, dict) else None
-
-
-def kernel_source(module_source: str | None, kernel: str) -> str | None:
-    """The source Inductor generated for `kernel`, read from its graph's
-    generated module (`kernel = async_compile.<backend>(..., <source text>)`)."""
-    if not module_source:
-        return None
-    try:
-        tree = ast.parse(module_source)
-    except SyntaxError:
-        return None
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and node.targets[0].id == kernel and isinstance(node.value, ast.Call)):
-            texts = [a.value for a in node.value.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-            if texts:
-                return max(texts, key=len).strip("\n")
-    return None
 
 
 def _is_kernel(call) -> bool:
@@ -406,7 +387,7 @@ class Session:
             elif any_out:
                 kc.status = "differs"
             if kc.status in ("worse", "differs") and kc.kind != "extern":
-                kc.code = kernel_source(self._source.get(id(g)), kc.kernel)
+                kc.code = kernel_code.source_of(self._source.get(id(g)), kc.kernel)
             rep.kernels.append(kc)
         self._judge_locally(g, rep.kernels[first:], candidates, given, l_in, rnd, on_host)
 

@@ -333,7 +333,7 @@ def _code_lines(kernel: str, limit: int = 6) -> tuple:
     """Lines of the kernel's generated source that compute a log, sqrt, exp,
     pow or division (only when one loaded module defines the kernel)."""
     from . import _upstream
-    from .accuracy import kernel_source
+    from .kernel_code import source_of
 
     texts = set()
     for mod in _upstream.generated_modules():
@@ -342,7 +342,7 @@ def _code_lines(kernel: str, limit: int = 6) -> tuple:
             continue
         try:
             with open(path) as f:
-                src = kernel_source(f.read(), kernel)
+                src = source_of(f.read(), kernel)
         except (OSError, UnicodeDecodeError):
             continue
         if src:

@@ -77,10 +77,9 @@ def _async_compile_call(value) -> bool:
             and f.value.id == "async_compile")
 
 
-def of_module(module_source: str | None) -> dict[str, str]:
-    """{kernel name: sha256 of its source} for every kernel a generated
-    module defines with async_compile (Triton, C++), the texts remembered
-    (text() answers them)."""
+def _sources(module_source: str | None) -> dict[str, str]:
+    """{kernel name: its source text} for every kernel a generated module
+    defines with async_compile (Triton, C++): the longest string argument."""
     if not module_source:
         return {}
     try:
@@ -94,8 +93,23 @@ def of_module(module_source: str | None) -> dict[str, str]:
             continue
         consts = [a.value for a in node.value.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         if consts:
-            out[node.targets[0].id] = _remember(max(consts, key=len))
+            out[node.targets[0].id] = max(consts, key=len)
     return out
+
+
+def of_module(module_source: str | None) -> dict[str, str]:
+    """{kernel name: sha256 of its source} for every kernel a generated
+    module defines with async_compile (Triton, C++), the texts remembered
+    (text() answers them)."""
+    return {name: _remember(src) for name, src in _sources(module_source).items()}
+
+
+def source_of(module_source: str | None, kernel: str) -> str | None:
+    """The source Inductor generated for `kernel`, read from its graph's
+    generated module (`kernel = async_compile.<backend>(..., <source text>)`),
+    without its leading and trailing newlines; None when it defines no such kernel."""
+    src = _sources(module_source).get(kernel)
+    return None if src is None else src.strip("\n")
 
 
 # ---------------------------------------------------------------- traces
