@@ -114,6 +114,25 @@ def _host(x):
     return x
 
 
+def _down(value, meta):
+    """value (fetched arguments, floating tensors in float64) with each tensor
+    cast back to the dtype its FX argument node had in the compiled graph:
+    meta is the node's args or kwargs, of the same structure.  Each argument
+    gets its own dtype, so ops with several outputs (attention) or mixed input
+    dtypes fall back correctly."""
+    if isinstance(meta, torch.fx.Node):
+        dtype = _meta_dtype(meta)
+        if (isinstance(value, torch.Tensor) and value.dtype == torch.float64
+                and dtype is not None and dtype.is_floating_point):
+            return value.to(dtype)
+        return value
+    if isinstance(meta, (list, tuple)) and isinstance(value, (list, tuple)) and len(meta) == len(value):
+        return type(value)(_down(v, m) for v, m in zip(value, meta))
+    if isinstance(meta, dict) and isinstance(value, dict):
+        return {k: _down(v, meta.get(k)) for k, v in value.items()}
+    return value
+
+
 class _Run(torch.fx.Interpreter):
     def __init__(self, gm, keep: set, float64: bool, host: bool = False, given: dict | None = None):
         super().__init__(gm, garbage_collect_values=True)
@@ -142,11 +161,7 @@ class _Run(torch.fx.Interpreter):
                 except Exception:  # an op without float64 support: its own dtype
                     if not self.float64:
                         raise
-                    dtype = _meta_dtype(n)
-                    down = (lambda x: x.to(dtype) if isinstance(x, torch.Tensor) and x.dtype == torch.float64
-                            and dtype is not None and dtype.is_floating_point else x)
-                    value = n.target(*torch.utils._pytree.tree_map(down, args),
-                                     **torch.utils._pytree.tree_map(down, kwargs))
+                    value = n.target(*_down(args, n.args), **_down(kwargs, n.kwargs))
                     value = _to64(value)
                     self.out.approximated.add(n.name)
         if n.name in self.keep and isinstance(value, torch.Tensor):

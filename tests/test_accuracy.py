@@ -337,3 +337,47 @@ def test_reference_runs_that_run_out_of_device_memory_run_on_the_host(monkeypatc
     assert calls == [False, True, True, True, True]
     assert any("ran on the host" in n for n in rep.notes)
     assert rep.culprit is not None and _planted_op_in(rep.culprit, "tanh"), rep.summary()
+
+
+def _f32_only_pair():
+    """kdebug_test_acc::f32_pair(x) -> (2x, x+1): a custom op with two outputs
+    that refuses float64, as the H100's memory-efficient attention does."""
+    try:
+        return torch.ops.kdebug_test_acc.f32_pair.default
+    except (AttributeError, RuntimeError):
+        pass
+
+    @torch.library.custom_op("kdebug_test_acc::f32_pair", mutates_args=(), schema="(Tensor x) -> (Tensor, Tensor)")
+    def f32_pair(x):
+        if x.dtype == torch.float64:
+            raise RuntimeError("Only fp32, half & bf16 supported at the moment")
+        return x * 2, x + 1
+
+    @f32_pair.register_fake
+    def _(x):
+        return torch.empty_like(x), torch.empty_like(x)
+
+    return torch.ops.kdebug_test_acc.f32_pair.default
+
+
+def test_a_multi_output_op_that_refuses_float64_runs_in_its_own_dtype():
+    """The float64 run falls back to each argument's own dtype for an op that
+    refuses float64, also when the op has several outputs (no single dtype of
+    its own); the rest of the graph is still checked, and a planted culprit
+    after the op is still named."""
+    op = _f32_only_pair()
+    torch.manual_seed(0)
+    x = torch.randn(64, 32)
+
+    def f(x):
+        a, b = op(torch.tanh(x))
+        return torch.exp(a - b).sum(-1)
+
+    rep = accuracy.check(lambda: torch.compile(f)(x))
+    assert not any("stopped at node" in n for n in rep.notes), rep.summary()
+    assert rep.culprit is None, rep.summary()
+    assert rep.compared() >= 1, rep.summary()
+    with wrong_lowering(aten.exp.default, scale=1.001):
+        rep = accuracy.check(lambda: torch.compile(f)(x))
+    assert not any("stopped at node" in n for n in rep.notes), rep.summary()
+    assert rep.culprit is not None and "exp" in rep.culprit.kernel, rep.summary()
