@@ -17,6 +17,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/ScalarType.h>
+#include <c10/core/TensorOptions.h>
 #include <c10/util/strides.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -170,7 +171,11 @@ extern "C" PyObject *kd_shim_empty_like(PyObject *obj, int *same_strides)
         // strides when it is dense (what clone() gives), else contiguous.
         c10::Allocator *alloc = c10::GetAllocator(t.device().type());
         c10::DeviceGuard device_guard(t.device());
-        const auto ks = c10::DispatchKeySet(t.key_set().highestBackendKey());
+        // The dense backend key of the source's device (CPU, CUDA, ...): a
+        // set holding only a backend *component* bit has no dispatchable
+        // key, and every op on the tensor fails ("no tensor arguments").
+        // TensorImpl adds the autograd keys that go with it.
+        const auto ks = c10::DispatchKeySet(c10::computeDispatchKey(t.scalar_type(), t.layout(), t.device()));
         c10::DimVector strides = c10::contiguous_strides(t.sizes());
         if (t.is_non_overlapping_and_dense())
             strides.assign(t.strides().begin(), t.strides().end());

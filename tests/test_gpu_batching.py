@@ -116,6 +116,8 @@ def test_record_outputs_allocates_through_no_dispatch_mode():
         e = _C._empty_like(t)
     assert e.stride() == t.stride() and e.device == t.device and e.dtype == t.dtype
     assert not [op for op in dm.operators]
+    e.copy_(t)  # an ordinary CUDA tensor: ops dispatch on it
+    assert torch.equal(e, t)
 
 
 def test_other_streams_are_ordered_and_equal(block_step):

@@ -283,3 +283,25 @@ def test_unhashed_warning_comes_once_per_mode():
 
     assert count(one_mode) == 1
     assert count(one_mode) == 1  # a new mode warns again
+
+
+def test_the_copy_destination_is_an_ordinary_tensor_made_through_no_dispatch_mode():
+    """_C._empty_like is what record_outputs copies a deferred GPU output into
+    (kd_defer_clone).  It must be a tensor every op works on (it once had only
+    a backend bit in its key set: copy_ raised 'no tensor arguments'), with
+    the source's strides when dense, contiguous otherwise, and be made
+    without any dispatch mode seeing an op."""
+    from kdebug import _C
+
+    dense = torch.randn(6, 4).t()
+    sparse_view = torch.randn(8, 6)[::2, 1:]
+    with DebugMode() as dm:
+        e = _C._empty_like(dense)
+        g = _C._empty_like(sparse_view)
+    assert not list(dm.operators)
+    assert e.stride() == dense.stride() and e.dtype == dense.dtype and e.device == dense.device
+    assert g.is_contiguous() and g.shape == sparse_view.shape
+    e.copy_(dense)
+    g.copy_(sparse_view)
+    assert torch.equal(e, dense) and torch.equal(g, sparse_view)
+    assert torch.equal((e * 2).cpu(), dense * 2)
