@@ -305,3 +305,5 @@ def test_the_copy_destination_is_an_ordinary_tensor_made_through_no_dispatch_mod
     g.copy_(sparse_view)
     assert torch.equal(e, dense) and torch.equal(g, sparse_view)
     assert torch.equal((e * 2).cpu(), dense * 2)
+    assert torch.equal(e.reshape(-1), dense.reshape(-1)) and torch.equal(g.view(-1), sparse_view.reshape(-1))
+    assert "tensor(" in repr(e) and torch.equal(torch.empty_like(e).copy_(e), dense)
