@@ -24,7 +24,13 @@ A verdict is correct when:
   expected, each containing the expected substring, in the expected order;
   for a case whose root is only possible (``may_match``) a match is correct too;
   and where the traces show which launch with that substring really differed
-  with identical inputs (below), the named root is that launch.
+  with identical inputs (below), the named root is that launch;
+- a case whose expected root is one kind of op that may race in several
+  places at once (``repeats``: cuDNN convolutions under benchmark mode): one
+  or more roots, each of that kind;
+- a natural race that fired but whose difference the traces show absorbed
+  (no step after the roots wrote a differing output): a match is correct when
+  the engine lists each observed root among its benign differences.
 
 Independently of the engine, the table also says what the traces show: the
 launches and aten ops whose recorded inputs are identical and whose outputs
@@ -92,7 +98,7 @@ def observed(path_a: str, path_b: str) -> dict:
     read or wrote differing data at all."""
     a, b = list(kdebug.load(path_a).operators), list(kdebug.load(path_b).operators)
     same = len(a) == len(b) and all(_name(x) == _name(y) for x, y in zip(a, b))
-    roots, differing = [], 0
+    roots, differing, changed = [], 0, 0
     if same:
         for i, (x, y) in enumerate(zip(a, b)):
             (ia, oa), (ib, ob) = _io(x), _io(y)
@@ -100,7 +106,13 @@ def observed(path_a: str, path_b: str) -> dict:
                 differing += 1
             if ia == ib and oa != ob:
                 roots.append((i, _name(x)))
-    return {"same_sequence": same, "steps": len(a), "roots": roots, "differing_steps": differing}
+            elif oa != ob:
+                changed += 1
+    # absorbed: steps differ at their roots only; every step that read a
+    # differing value wrote the same outputs in both runs (a bf16 cast that
+    # rounds an fp32 wobble away, a loss whose rounding hides one ULP)
+    return {"same_sequence": same, "steps": len(a), "roots": roots, "differing_steps": differing,
+            "changed_outputs": changed, "absorbed": bool(same and roots and changed == 0)}
 
 
 def engine_answer(rep) -> dict:
@@ -112,7 +124,8 @@ def engine_answer(rep) -> dict:
                   "consequences": getattr(r, "consequences", None)} for r in roots]
         return {"api": "roots", "ok": bool(rep.ok),
                 "roots": [r["name"] for r in named if not r["benign"]],
-                "benign": [r["name"] for r in named if r["benign"]], "detail": named}
+                "benign": [r["name"] for r in named if r["benign"]]
+                + [b.step_a.name for b in getattr(rep, "benign", None) or []], "detail": named}
     d = rep.divergence
     name = None
     if d is not None:
@@ -132,9 +145,20 @@ def judge(case, ans: dict, obs: dict | None) -> bool:
     if not case.roots:
         return ans["ok"]
     if ans["ok"]:
-        return case.may_match
+        if case.may_match:
+            return True
+        # A natural race whose difference the traces show absorbed (no step
+        # after the roots wrote a differing output): "match, with benign
+        # differences" is the right answer, provided the engine listed each
+        # observed root among its benign differences.
+        return bool(not case.planted and obs and obs.get("absorbed")
+                    and any(exp in n for _, n in obs["roots"] for exp in case.roots)
+                    and {n for _, n in obs["roots"]} <= set(ans["benign"]))
     named = ans["roots"]
-    if len(named) != len(case.roots) or not all(exp in got for exp, got in zip(case.roots, named)):
+    if case.repeats:  # any number of independent roots, each one of the expected kinds
+        if not named or not all(any(exp in got for exp in case.roots) for got in named):
+            return False
+    elif len(named) != len(case.roots) or not all(exp in got for exp, got in zip(case.roots, named)):
         return False
     seen = {n for _, n in obs["roots"]} if obs and obs["same_sequence"] else set()
     for exp, got in zip(case.roots, named):
