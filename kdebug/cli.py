@@ -466,9 +466,9 @@ def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in
         if cpaths is None:
             out.append({"root": root.step_a.label(), "confirmed": None, "why": "the program failed"})
             continue
-        verdict = replay.judge(rep, root, kdebug.compare(*cpaths), replay.read_hits(file))
+        natural, recurred = _natural_pair(spec, root, file)
+        verdict = replay.judge(rep, root, kdebug.compare(*cpaths), replay.read_hits(file), recurred)
         print(f"  root {n} {root.step_a.label()}: {verdict['text']}")
-        natural = _natural_pair(spec, root, file)
         if natural:
             verdict["natural"] = natural
             print(f"    the two re-runs' own outputs: {natural}")
@@ -476,10 +476,10 @@ def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in
     return out
 
 
-def _natural_pair(spec, root, file: str) -> str | None:
+def _natural_pair(spec, root, file: str) -> tuple[str | None, bool | None]:
     """Note [Element-level differences]: what the root wrote by itself in the
-    capture run against the replay run, element by element (None when either
-    is missing)."""
+    capture run against the replay run, element by element, and whether any
+    of it differed (None, None when either is missing)."""
     import torch
 
     from .magnitude import element_diff
@@ -488,10 +488,12 @@ def _natural_pair(spec, root, file: str) -> str | None:
         a = torch.load(file, weights_only=True)
         b = torch.load(file + ".natural", weights_only=True)
     except Exception:
-        return None
+        return None, None
     names = ([root.step_a.arg_names[i] for i in spec.positions] if not spec.op
              else [root.step_a.labels.get(p, p) for p in spec.paths])
-    return "; ".join(f"{n}: {element_diff(x, y).text()}" for n, x, y in zip(names, a, b))
+    diffs = [element_diff(x, y) for x, y in zip(a, b)]
+    recurred = len(a) != len(b) or any(d.differ or d.shape_mismatch for d in diffs)
+    return "; ".join(f"{n}: {d.text()}" for n, d in zip(names, diffs)), recurred
 
 
 def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in_process: bool,

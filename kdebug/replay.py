@@ -17,7 +17,12 @@ root was blamed for differs any more (the root's own post-launch hashes may
 still show its own values, taken inside the launch).  What still differs
 after it is reported.  A kernel is found by its name and occurrence, its
 arguments by position, so the two runs need the same kernels in the same
-order (a structural difference is reported as "not confirmed").
+order (a structural difference is reported as "not confirmed").  The proof
+needs the root to differ again: when it wrote the same outputs by itself in
+runs C and D (a race that did not fire, RNG bookkeeping that happened to
+agree), the replay changed nothing and a clean comparison proves nothing, so
+the verdict is "not proven" (seen on the H100: cuDNN attention's philox
+outputs, equal in both re-runs, were once called CONFIRMED).
 
 Replayable: Inductor C++ kernels (CPU), Triton kernels (a wrapper on the
 autotuner's ``run``), and aten ops, found by their name and occurrence among
@@ -393,7 +398,7 @@ def spec_for(run, root, mode: str, path: str) -> Spec | None:
     return Spec(name, occurrence, [], mode, path, op=True, paths=paths) if paths else None
 
 
-def judge(original, root, replayed, hits: int) -> dict:
+def judge(original, root, replayed, hits: int, recurred: bool | None = None) -> dict:
     """Whether the replayed comparison (run D against run C) clears what
     ``root`` of ``original`` was blamed for: {"confirmed", "text", "still"}.
 
@@ -402,7 +407,21 @@ def judge(original, root, replayed, hits: int) -> dict:
     or steps whose inputs are identical in the replayed runs (the next root,
     which the replayed one had hidden among its heirs, standing alone).  Not
     confirmed when the replayed step still has consequences or a difference
-    comes from outside the recording that the original did not have."""
+    comes from outside the recording that the original did not have.
+
+    ``recurred``: whether the root, left to itself in the replay run, wrote
+    other outputs than in the capture run (None: unknown).  When it did not,
+    the replay replaced its outputs by equal ones and a clean re-run proves
+    nothing: the verdict is "not proven" (confirmed None), never CONFIRMED."""
+    v = _judge(original, root, replayed, hits)
+    if recurred is False and v["confirmed"]:
+        return {"confirmed": None, "still": v["still"],
+                "text": "NOT PROVEN: in the two re-runs it wrote the same outputs by itself (its difference did "
+                        "not recur), so the replay had nothing to replace; run the hunt with --confirm again"}
+    return v
+
+
+def _judge(original, root, replayed, hits: int) -> dict:
     if hits < 1:
         return {"confirmed": False, "still": [],
                 "text": "NOT CONFIRMED: the replay never reached the launch (another kernel order in the re-runs?)"}

@@ -250,3 +250,41 @@ def test_replay_confirms_a_root_whose_heir_is_the_next_root(step, tmp_path):
     verdict = replay.judge(original, original.roots[0], replayed, 1)
     assert verdict["confirmed"] is True, verdict
     assert "next root" in verdict["text"] and second.kernel_name in verdict["text"]
+
+
+@pytest.mark.parametrize("recurs", [True, False], ids=["recurs", "does-not-recur"])
+def test_a_replay_whose_root_did_not_recur_proves_nothing(step, tmp_path, recurs):
+    """The proof needs the root to differ again in the re-runs: when it wrote
+    the same outputs by itself in both (here: the same planted noise), the
+    replay replaced them by equal values and the clean comparison proves
+    nothing -- "NOT PROVEN", never CONFIRMED.  With other noise in each
+    re-run, the same replay confirms."""
+    from kdebug import replay
+    from kdebug.cli import _natural_pair
+    from kdebug.testing import _scopes
+
+    base = record(step)
+    culprit = base.kernels[5]
+    original = kdebug.compare(base, record(step, (culprit.kernel_name, "out_ptr0", 0, 0.5)))
+    root = original.roots[0]
+    assert root.step_a.kernel_number == 5
+    positions = [i for i, t in enumerate(culprit.args) if getattr(t, "writes", False)]
+    file = str(tmp_path / "culprit.pt")
+    runs = []
+    for mode, noise in (("capture", 0.25), ("replay", 0.75 if recurs else 0.25)):
+        spec = replay.Spec(culprit.kernel_name, 0, positions, mode, file)
+        replay.activate(spec)
+        try:
+            for scope in _scopes():
+                replay.attach(scope)
+            runs.append(record(step, (culprit.kernel_name, "out_ptr0", 0, noise)))
+        finally:
+            replay.activate(None)
+        assert spec.hits == 1
+    text, recurred = _natural_pair(spec, root, file)
+    assert recurred is recurs, text
+    verdict = replay.judge(original, root, kdebug.compare(*runs), 1, recurred)
+    if recurs:
+        assert verdict["confirmed"] is True and "CONFIRMED" in verdict["text"], verdict
+    else:
+        assert verdict["confirmed"] is None and verdict["text"].startswith("NOT PROVEN"), verdict
