@@ -26,6 +26,12 @@ void kd_ltab_clear(kd_ltab *t)
     kd_store_clear(&t->store);
 }
 
+void kd_ltab_forget(kd_ltab *t, uint64_t n)
+{
+    t->generation++;
+    kd_store_drop_front(&t->store, n);
+}
+
 uint64_t kd_strtab_digest(const void *strtab, uint32_t id)
 {
     size_t n;

@@ -49,6 +49,9 @@ void kd_ltab_init(kd_ltab *t);
 void kd_ltab_free(kd_ltab *t);
 /* Empties the table and starts a new generation. */
 void kd_ltab_clear(kd_ltab *t);
+/* Drops the oldest n launches and starts a new generation (store indices
+ * shift down by n: Note [Flight recorder] in kdebug/flight.py). */
+void kd_ltab_forget(kd_ltab *t, uint64_t n);
 
 /* The digest of string `id` (kd_dg_bytes of its bytes) in the caller's id space. */
 typedef uint64_t (*kd_str_digest_fn)(const void *ctx, uint32_t id);
