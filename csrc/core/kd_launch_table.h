@@ -68,6 +68,13 @@ uint64_t kd_strtab_digest(const void *strtab, uint32_t id);
 uint64_t kd_ltab_digests(const kd_ltab *t, uint64_t start, uint64_t stop, const kd_strtab *strings,
                          uint64_t *out);
 
+/* One digest of launches [start, stop) of t (clamped to the table): their
+ * count and, for each, its identity, shapes / scalars and hashes after
+ * (KD_DG_KEY, KD_DG_SHAPE, KD_DG_POST), combined in any order (a sum), so
+ * launches from two threads interleaved differently give the same digest
+ * (Note [Flight recorder] in kdebug/flight.py). */
+uint64_t kd_ltab_range_digest(const kd_ltab *t, uint64_t start, uint64_t stop, const kd_strtab *strings);
+
 /* Maps a trace's ids to this process's while it fills a table: file string
  * id -> global id (interned into `strings` on first use; map[nstr + 1] zeroed
  * by the caller) and written hash spec id -> this process's (spec[0..nspec),
