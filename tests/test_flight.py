@@ -208,3 +208,61 @@ def test_two_ranks_gloo(tmp_path):
     diff = subprocess.run([sys.executable, "-m", "kdebug", "diff", str(out / "fault.rank0.kdt"),
                            str(out / "fault.rank1.kdt")], env=_env(), capture_output=True, text=True, timeout=60)
     assert "FIRST DIVERGENCE: kernel #12 cpp_fused_relu_0" in diff.stdout, diff.stdout + diff.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_flight_recorder_adds_no_synchronization(block_step, tmp_path):
+    """Steps of a compiled transformer block recorded by the flight recorder
+    run under torch.cuda.set_sync_debug_mode("error"), kdebug's own sync
+    counter unchanged; the dump holds every Triton launch with its hashes."""
+    step, x = block_step
+    fr = kdebug.FlightRecorder(every=1000, keep_steps=3, trace=str(tmp_path / "g.kdt"))
+    with fr:
+        step(x)
+        fr.step()
+        torch.cuda.synchronize()
+        syncs = fr._rec.stats()["gpu_syncs"]
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(5):
+                step(x)
+                fr.step()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert fr._rec.stats()["gpu_syncs"] == syncs
+    fr.close()
+    run = kdebug.load(fr.dump())
+    steps = run.meta["flight"]["steps"]
+    assert [s["step"] for s in steps] == [3, 4, 5]
+    assert all(s["recorded"] == s["launches"] > 0 and s["digest"] for s in steps)
+    assert len(run.kernels) == sum(s["launches"] for s in steps)
+    assert all(k.kind == "triton" and k.post_hashes for k in run.kernels)
+    assert [d.launches for d in fr.digests] == [steps[0]["launches"]] * 6
+
+
+@pytest.mark.gpu
+def test_gpu_flight_compare_on_a_one_rank_nccl_group(block_step, tmp_path):
+    """The compare's all_gather on an NCCL group (one rank: it runs, and
+    matches itself); the dump path is rank_path(trace, 0)."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        step, x = block_step
+        fr = kdebug.FlightRecorder(every=2, keep_steps=2, trace=str(tmp_path / "n.kdt"))
+        with fr:
+            for _ in range(4):
+                step(x)
+                fr.step()
+        fr.close()
+        assert fr.stats["compares"] == 2 and fr.divergence is None and fr.dumped is None
+        assert fr.path() == str(tmp_path / "n.rank0.kdt")
+        run = kdebug.load(fr.dump())
+        assert run.meta["flight"]["world_size"] == 1 and len(run.kernels) > 0
+    finally:
+        dist.destroy_process_group()
