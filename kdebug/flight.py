@@ -74,7 +74,6 @@ import os
 import signal
 import sys
 import threading
-import warnings
 from array import array
 from bisect import bisect_left
 from typing import Any, Callable

@@ -266,3 +266,24 @@ def test_gpu_flight_compare_on_a_one_rank_nccl_group(block_step, tmp_path):
         assert run.meta["flight"]["world_size"] == 1 and len(run.kernels) > 0
     finally:
         dist.destroy_process_group()
+
+
+def test_flight_meta_is_checked(tmp_path):
+    """META flight of another shape makes the trace unreadable, naming it."""
+    from kdebug import trace
+
+    good = {"rank": 1, "world_size": 2, "every": 3, "keep_steps": 2, "last_step": 6, "reason": "x",
+            "steps": [{"step": 5, "launches": 3, "recorded": 3, "digest": "00000000000000ff"}], "divergence": None}
+    for bad, what in (({**good, "rank": "1"}, "flight.rank"),
+                      ({**good, "steps": [{**good["steps"][0], "digest": "xyz"}]}, "flight.steps[0].digest"),
+                      ({**good, "divergence": {"step": 4, "detected_at": 5, "ranks": [-1]}}, "flight.divergence.ranks")):
+        path = str(tmp_path / "m.kdt")
+        w = trace.Writer(path)
+        w.meta({"flight": bad})
+        w.close()
+        with pytest.raises(kdebug.TraceFileError, match=what.replace("[", r"\[").replace("]", r"\]")):
+            kdebug.load(path)
+    w = trace.Writer(path)
+    w.meta({"flight": good})
+    w.close()
+    assert kdebug.load(path).meta["flight"]["steps"][0]["digest"] == "00000000000000ff"
