@@ -222,6 +222,7 @@ class FlightRecorder:
                       "incomplete_steps": 0, "forgotten_launches": 0, "digests_dropped": 0,
                       "compare_errors": 0}
         self._installed = False
+        self._dumping = False
         self._prev_handlers: dict[int, Any] = {}
         self._warned: set[str] = set()
 
@@ -388,11 +389,14 @@ class FlightRecorder:
         return _rank_path(self.trace, rank) if dist is not None else self.trace
 
     def _dump_once(self, reason: str) -> None:
-        if self.dumped is None:
+        if self.dumped is None and not self._dumping:  # a second signal during the dump: not again
+            self._dumping = True
             try:
                 self.dump(reason=reason)
             except Exception as e:  # a failing dump never replaces the program's own error
                 self._warn_once("dump", f"kdebug FlightRecorder could not write its dump: {e!r}")
+            finally:
+                self._dumping = False
 
     def dump(self, path: str | None = None, reason: str = "requested") -> str:
         """Writes the last keep_steps closed steps and the open one in full
