@@ -113,6 +113,21 @@ static PyObject *launch_digests(PyObject *self, PyObject *arg)
     return out;
 }
 
+/* range_digest(table, start, stop) -> int: kd_ltab_range_digest of launches
+ * [start, stop) of a LaunchTable or a Recorder's table. */
+static PyObject *range_digest(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o;
+    unsigned long long start, stop;
+    if (!PyArg_ParseTuple(args, "OKK", &o, &start, &stop))
+        return NULL;
+    const kd_ltab *t = table_of(o, "range_digest");
+    if (t == NULL)
+        return NULL;
+    return PyLong_FromUnsignedLongLong(kd_ltab_range_digest(t, start, stop, kd_strings));
+}
+
 /* op_digests(depth, flags, name, text, in_tree, out_tree) -> bytes: the
  * KD_DG_N native u64 digests of a live aten op, equal to those of its trace
  * record (the same arguments as TraceWriter.op). */
@@ -226,6 +241,8 @@ static PyObject *table_fill(PyObject *self, PyObject *args)
 static PyMethodDef table_methods[] = {
     {"launch_digests", launch_digests, METH_O,
      "launch_digests(table) -> bytes: a LaunchTable's or Recorder's launch digests, nlaunches x 5 native u64"},
+    {"range_digest", range_digest, METH_VARARGS,
+     "range_digest(table, start, stop) -> int: one order-free digest of launches [start, stop)"},
     {"op_digests", op_digests, METH_VARARGS,
      "op_digests(depth, flags, name, text, in_tree, out_tree) -> bytes: an aten op's 5 native u64 digests"},
     {"table_fill", table_fill, METH_VARARGS,

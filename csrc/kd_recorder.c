@@ -347,6 +347,31 @@ static PyObject *rec_clear(kd_recorder *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* forget(n): drops the oldest n stored launches (all when n >= len); the
+ * rest keep their order at store indices shifted down by n.  Views of the
+ * recorder detach first (they keep their records).  The ring, counters and
+ * launch indices are untouched (Note [Flight recorder] in kdebug/flight.py). */
+static PyObject *rec_forget(kd_recorder *self, PyObject *arg)
+{
+    Py_ssize_t n = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "forget(n) takes n >= 0");
+        return NULL;
+    }
+    if (self->store_objects) {
+        PyErr_SetString(PyExc_ValueError, "forget() is not available on a recorder that keeps argument "
+                                          "objects (store_objects=True)");
+        return NULL;
+    }
+    if (n == 0)
+        Py_RETURN_NONE;
+    kd_launch_views_detach(self); /* kept views keep their records */
+    kd_ltab_forget(&self->table, (uint64_t)n);
+    Py_RETURN_NONE;
+}
+
 static Py_ssize_t rec_len(kd_recorder *self) { return (Py_ssize_t)self->table.store.nlaunches; }
 
 static PyObject *rec_launch(kd_recorder *self, PyObject *arg)
@@ -477,6 +502,8 @@ static PyMethodDef rec_methods[] = {
      "Move complete launches from the ring to the store, with their GPU hashes (collected first: one "
      "device synchronization when any is in flight); returns the stored count."},
     {"clear", (PyCFunction)rec_clear, METH_NOARGS, "Forget every launch and counter."},
+    {"forget", (PyCFunction)rec_forget, METH_O,
+     "forget(n): drop the oldest n stored launches; the rest move down by n (views detach)."},
     {"set_ops", (PyCFunction)rec_set_ops, METH_O,
      "set_ops(ops): while recording, the operators list that launches are placed in."},
     {"splice", (PyCFunction)rec_splice, METH_VARARGS,

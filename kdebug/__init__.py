@@ -22,6 +22,7 @@ _EXPORTS = {
     "DebugMode": "mode", "get_active_debug_mode": "mode", "KdebugWarning": "inductor",
     "Report": "compare", "assert_deterministic": "compare", "compare": "compare",
     "Run": "trace", "TraceFileError": "trace", "load": "trace",
+    "FlightRecorder": "flight",
     "compare_eager": "accuracy", "AccuracyReport": "accuracy",
     "TensorInfo": "calls", "_CppKernelCall": "calls", "_KernelCall": "calls", "_TritonKernelCall": "calls",
 }

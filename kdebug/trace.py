@@ -132,6 +132,19 @@ class Writer:
         self._w.seal()
         self._flush_out()
 
+    def launches(self, recorder, start: int, stop: int) -> None:
+        """Stored launches [start, stop) of a recorder's table, as launch records."""
+        self._w.launches(recorder, start, stop)
+
+    def marker(self, name: str, text: str) -> None:
+        """A record that is no aten op and holds no hashes: only its text
+        (the flight recorder's step boundaries)."""
+        self._w.op(depth=0, flags=0, name=name, text=text, input_hashes=None, output_hashes=None)
+
+    def seal(self) -> None:
+        self._w.seal()
+        self._flush_out()
+
     def meta(self, d: dict) -> None:
         self._w.meta(json.dumps(d, default=str))
         self._flush_out()
@@ -167,6 +180,21 @@ class Writer:
         return self._w.stats()
 
 
+def provenance_meta(names) -> dict:
+    """META kernel_provenance / kernel_code / kernel_code_dropped for these
+    kernel names (Note [Kernel provenance], Note [Kernel code])."""
+    meta: dict = {}
+    prov = provenance.meta_for(sorted(names))
+    if prov:
+        meta["kernel_provenance"] = prov
+        code, left = kernel_code.meta_for(e["code_sha256"] for es in prov.values() for e in es if e["code_sha256"])
+        if code:
+            meta["kernel_code"] = code
+        if left:
+            meta["kernel_code_dropped"] = left
+    return meta
+
+
 def _final_meta(dm) -> dict:
     s = dm.kernel_stats
     keep = ("launches", "dropped", "errors", "unrecorded", "suppressed", "complete", "bypassed_graph_calls",
@@ -175,15 +203,7 @@ def _final_meta(dm) -> dict:
     if dm.final_state is not None:
         meta["final_state"] = dm.final_state  # Note [Final state]
     names = {op.kernel_name for op in dm.operators if isinstance(op, _KernelCall)}
-    prov = provenance.meta_for(sorted(names))  # Note [Kernel provenance]: once per kernel
-    if prov:
-        meta["kernel_provenance"] = prov
-        # Note [Kernel code]: each distinct source once, named by its sha256
-        code, left = kernel_code.meta_for(e["code_sha256"] for es in prov.values() for e in es if e["code_sha256"])
-        if code:
-            meta["kernel_code"] = code
-        if left:
-            meta["kernel_code_dropped"] = left
+    meta.update(provenance_meta(names))  # once per kernel; each distinct source once, by its sha256
     return meta
 
 
@@ -420,7 +440,14 @@ META_SCHEMA = {"kdebug": _text, "torch": _text, "python": _text, "argv": _texts,
                "time": _seconds, "hash_specs": _hash_specs, "stats": _stats, "custom_hashes_not_saved": _count,
                "final_state": _final_state,
                "kernel_provenance": lambda v, key: provenance.check_meta(v, key, _Bad),
-               "kernel_code": lambda v, key: kernel_code.check_meta(v, key, _Bad), "kernel_code_dropped": _count}
+               "kernel_code": lambda v, key: kernel_code.check_meta(v, key, _Bad), "kernel_code_dropped": _count,
+               "flight": lambda v, key: _flight_meta(v, key)}
+
+
+def _flight_meta(v, key):
+    from . import flight  # Note [Flight recorder]
+
+    return flight.check_meta(v, key, _Bad)
 
 
 def _refuse_constant(name: str):

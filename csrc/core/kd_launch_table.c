@@ -26,6 +26,12 @@ void kd_ltab_clear(kd_ltab *t)
     kd_store_clear(&t->store);
 }
 
+void kd_ltab_forget(kd_ltab *t, uint64_t n)
+{
+    t->generation++;
+    kd_store_drop_front(&t->store, n);
+}
+
 uint64_t kd_strtab_digest(const void *strtab, uint32_t id)
 {
     size_t n;
@@ -156,4 +162,17 @@ int64_t kd_ltab_fill_trace(kd_ltab *t, const kd_tr *r, uint64_t start, uint64_t 
     }
     free(p);
     return added;
+}
+
+uint64_t kd_ltab_range_digest(const kd_ltab *t, uint64_t start, uint64_t stop, const kd_strtab *strings)
+{
+    if (stop > t->store.nlaunches)
+        stop = t->store.nlaunches;
+    uint64_t sum = 0, count = 0, dg[KD_DG_N];
+    for (uint64_t i = start; i < stop; i++, count++) {
+        const kd_payload *p = kd_store_launch(&t->store, i);
+        kd_launch_digests(p, (uint32_t)p->launch.nslots + 1, kd_strtab_digest, strings, dg);
+        sum += kd_fmix64(kd_dg_mix(kd_dg_mix(dg[KD_DG_KEY], dg[KD_DG_SHAPE]), dg[KD_DG_POST]));
+    }
+    return kd_fmix64(sum ^ kd_fmix64(count ^ 0x5851F42D4C957F2Dull));
 }

@@ -49,6 +49,9 @@ void kd_ltab_init(kd_ltab *t);
 void kd_ltab_free(kd_ltab *t);
 /* Empties the table and starts a new generation. */
 void kd_ltab_clear(kd_ltab *t);
+/* Drops the oldest n launches and starts a new generation (store indices
+ * shift down by n: Note [Flight recorder] in kdebug/flight.py). */
+void kd_ltab_forget(kd_ltab *t, uint64_t n);
 
 /* The digest of string `id` (kd_dg_bytes of its bytes) in the caller's id space. */
 typedef uint64_t (*kd_str_digest_fn)(const void *ctx, uint32_t id);
@@ -64,6 +67,13 @@ uint64_t kd_strtab_digest(const void *strtab, uint32_t id);
  * strings looked up in `strings`.  Returns the number of launches digested. */
 uint64_t kd_ltab_digests(const kd_ltab *t, uint64_t start, uint64_t stop, const kd_strtab *strings,
                          uint64_t *out);
+
+/* One digest of launches [start, stop) of t (clamped to the table): their
+ * count and, for each, its identity, shapes / scalars and hashes after
+ * (KD_DG_KEY, KD_DG_SHAPE, KD_DG_POST), combined in any order (a sum), so
+ * launches from two threads interleaved differently give the same digest
+ * (Note [Flight recorder] in kdebug/flight.py). */
+uint64_t kd_ltab_range_digest(const kd_ltab *t, uint64_t start, uint64_t stop, const kd_strtab *strings);
 
 /* Maps a trace's ids to this process's while it fills a table: file string
  * id -> global id (interned into `strings` on first use; map[nstr + 1] zeroed

@@ -22,6 +22,22 @@ void kd_store_clear(kd_store *s)
     s->nlaunches = 0;
 }
 
+void kd_store_drop_front(kd_store *s, uint64_t n)
+{
+    if (n >= s->nlaunches) {
+        kd_store_clear(s);
+        return;
+    }
+    if (n == 0)
+        return;
+    uint64_t base = s->launch_off[n];
+    memmove(s->payloads, &s->payloads[base], (size_t)(s->npayloads - base) * sizeof(kd_payload));
+    for (uint64_t i = n; i < s->nlaunches; i++)
+        s->launch_off[i - n] = s->launch_off[i] - base;
+    s->nlaunches -= n;
+    s->npayloads -= base;
+}
+
 int kd_store_append(kd_store *s, const kd_payload *p, uint32_t n)
 {
     if (n == 0 || p[0].tag != KD_TAG_LAUNCH)

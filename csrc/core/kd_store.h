@@ -29,6 +29,11 @@ void kd_store_clear(kd_store *s);
  * of memory (nothing appended). */
 int kd_store_append(kd_store *s, const kd_payload *p, uint32_t n);
 
+/* Drops the first n launches (all of them when n >= nlaunches); the rest
+ * move to the front, in order (launch i becomes launch i - n).  Never
+ * allocates. */
+void kd_store_drop_front(kd_store *s, uint64_t n);
+
 /* Header payload of launch i (i < nlaunches); args follow it. */
 static inline const kd_payload *kd_store_launch(const kd_store *s, uint64_t i)
 {

@@ -519,6 +519,19 @@ static void test_render(void)
     kd_tensor_dim(&l[2], 5, &size, &stride);
     CHECK(size == 6 && stride == 1);
     CHECK(kd_store_append(&s, &p[1], 1) == -1); /* not a launch header */
+    /* drop_front: launch i becomes launch i - n, payloads intact */
+    p[0].launch.launch_index = 1000;
+    CHECK(kd_store_append(&s, p, 7) == 0);
+    kd_store_drop_front(&s, 0);
+    CHECK(s.nlaunches == 1001 && s.npayloads == 7007);
+    kd_store_drop_front(&s, 998);
+    CHECK(s.nlaunches == 3 && s.npayloads == 21);
+    CHECK(kd_store_launch(&s, 2)->launch.launch_index == 1000);
+    CHECK(kd_store_launch(&s, 0)->tag == KD_TAG_LAUNCH && kd_launch_arg_offset(kd_store_launch(&s, 1), 4) == 6);
+    CHECK(s.launch_off[0] == 0 && s.launch_off[2] == 14);
+    kd_store_drop_front(&s, 99);
+    CHECK(s.nlaunches == 0 && s.npayloads == 0);
+    CHECK(kd_store_append(&s, p, 7) == 0 && s.nlaunches == 1);
     kd_store_free(&s);
     kd_strtab_free(t);
 }

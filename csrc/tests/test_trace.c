@@ -456,6 +456,50 @@ static void test_length_flips(void)
     kd_strtab_free(g);
 }
 
+/* Note [Flight recorder]: a range's digest is the same in any launch order,
+ * changes with any post-launch hash and with the launch count, ignores
+ * pre-launch hashes, data pointers and the launch index; forgetting the
+ * oldest launches keeps the rest (and starts a new generation). */
+static void test_range_digest(void)
+{
+    kd_strtab *g = kd_strtab_new(1024);
+    kd_ltab fwd, rev, changed, other_pre;
+    kd_ltab_init(&fwd);
+    kd_ltab_init(&rev);
+    kd_ltab_init(&changed);
+    kd_ltab_init(&other_pre);
+    enum { N = 4 };
+    kd_payload p[8];
+    for (int k = 0; k < N; k++) {
+        int i = N - 1 - k;
+        for (int pass = 0; pass < 4; pass++) {
+            int idx = pass == 1 ? i : k;
+            uint32_t np = make_launch(g, p, (uint64_t)(pass == 3 ? idx + 50 : idx), pass == 3 ? 0x1234 : 0xfeed);
+            p[2].hash.flags |= KD_HF_POST;
+            p[2].hash.bitwise[1] = 100 + (uint64_t)idx + (pass == 2 && idx == 2 ? 899 : 0);
+            kd_ltab *t = pass == 0 ? &fwd : pass == 1 ? &rev : pass == 2 ? &changed : &other_pre;
+            CHECK(kd_store_append(&t->store, p, np) == 0);
+        }
+    }
+    uint64_t d = kd_ltab_range_digest(&fwd, 0, N, g);
+    CHECK(d == kd_ltab_range_digest(&rev, 0, N, g));          /* order-free */
+    CHECK(d == kd_ltab_range_digest(&other_pre, 0, N, g));    /* pre hashes, pointers, indices: not in it */
+    CHECK(d != kd_ltab_range_digest(&changed, 0, N, g));      /* one output hash differs */
+    CHECK(d != kd_ltab_range_digest(&fwd, 0, N - 1, g));      /* one launch fewer */
+    CHECK(kd_ltab_range_digest(&fwd, 0, 0, g) == kd_ltab_range_digest(&fwd, 2, 2, g));
+    CHECK(kd_ltab_range_digest(&fwd, 0, 99, g) == d);         /* clamped */
+    uint64_t tail = kd_ltab_range_digest(&fwd, 1, N, g);
+    kd_ltab_forget(&fwd, 1);
+    CHECK(fwd.generation == 1 && fwd.store.nlaunches == N - 1);
+    CHECK(kd_store_launch(&fwd.store, 0)->launch.launch_index == 1);
+    CHECK(kd_ltab_range_digest(&fwd, 0, N - 1, g) == tail);
+    kd_ltab_free(&fwd);
+    kd_ltab_free(&rev);
+    kd_ltab_free(&changed);
+    kd_ltab_free(&other_pre);
+    kd_strtab_free(g);
+}
+
 /* Note [Launch table]: launches put in a table as a drain does and the same
  * launches written, read back and filled into a table of another string id
  * space digest alike, and alike to the reader's own digests; a GPU-pending
@@ -522,6 +566,7 @@ int main(void)
     test_roundtrip();
     test_table();
     test_launch_table();
+    test_range_digest();
     test_truncation();
     test_length_flips();
     test_fuzz();

@@ -1,0 +1,117 @@
+"""Cost of kdebug.FlightRecorder per training step, side by side with the
+untraced step, in one process (Note [Flight recorder] in kdebug/flight.py).
+
+    python benchmarks/bench_flight.py --device cpu
+    python benchmarks/bench_flight.py --device cuda                       # transformer step (goal <= 1.05x)
+    python benchmarks/bench_flight.py --device cuda --workload gpu-bound  # large step (goal <= 1.02x)
+
+The recorder stays on across a loop of steps as it would in a training job
+(``fr.step()`` after each, a compare every ``--every`` steps: with no process
+group that is a drain and the digests, no collective).  Each round times a
+loop of ``--steps`` steps untraced and the same loop recorded, interleaved;
+the device is synchronized only at the start and end of each loop (as a
+training loop would run).  Reported: the median ms / step over rounds, and
+kdebug's device synchronizations per step while recording (collecting GPU
+hashes at a compare; never per kernel).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+
+def _sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def loop_ms(step, x, device, n, fr=None):
+    """(wall, process CPU) ms per step over a loop of n steps (one sync
+    before and after).  The CPU time is what this process spent, on every
+    thread: on a shared machine it moves less than the wall time."""
+    _sync(device)
+    t0, c0 = time.perf_counter(), time.process_time()
+    if fr is None:
+        for _ in range(n):
+            step(x)
+    else:
+        with fr:
+            for _ in range(n):
+                step(x)
+                fr.step()
+    _sync(device)
+    return (time.perf_counter() - t0) * 1e3 / n, (time.process_time() - c0) * 1e3 / n
+
+
+SIZES = {  # (blocks, d, heads, (batch, tokens))
+    ("cuda", "transformer"): (4, 512, 8, (8, 256)),
+    ("cuda", "gpu-bound"): (4, 1024, 16, (32, 512)),
+    ("cpu", "transformer"): (2, 128, 4, (4, 64)),
+    ("cpu", "gpu-bound"): (2, 256, 4, (8, 128)),  # only a bigger CPU step: nothing is GPU-bound here
+}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--workload", choices=["transformer", "gpu-bound"], default="transformer")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--steps", type=int, default=20, help="steps per loop")
+    p.add_argument("--every", type=int, default=10, help="FlightRecorder(every=...)")
+    p.add_argument("--keep-steps", type=int, default=4)
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    p.add_argument("--json", help="write results here")
+    args = p.parse_args(argv)
+    dev = args.device
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    import kdebug
+    from kdebug.workloads import Transformer, train_step_fn
+
+    blocks, d, heads, shape = SIZES[(dev, args.workload)]
+    torch.manual_seed(0)
+    model = Transformer(blocks, d, heads).to(dev)
+    x = torch.randn(*shape, d, device=dev)
+    step = train_step_fn(model)
+    for _ in range(5):
+        step(x)
+    fr = kdebug.FlightRecorder(every=args.every, keep_steps=args.keep_steps, trace="/tmp/kdebug_bench_flight.kdt")
+    loop_ms(step, x, dev, 2, fr)  # installs the hooks, warms the recorder
+    untraced, flight = [], []
+    syncs = steps_rec = 0
+    for _ in range(args.rounds):
+        untraced.append(loop_ms(step, x, dev, args.steps))
+        s0 = fr._rec.stats()["gpu_syncs"]
+        flight.append(loop_ms(step, x, dev, args.steps, fr))
+        syncs += fr._rec.stats()["gpu_syncs"] - s0
+        steps_rec += args.steps
+    fr.close()
+    launches = fr.digests[-1].launches
+    base, rec = statistics.median(t[0] for t in untraced), statistics.median(t[0] for t in flight)
+    cbase, crec = statistics.median(t[1] for t in untraced), statistics.median(t[1] for t in flight)
+    print(f"\n{dev} {args.workload}: {blocks} blocks d={d} batch {shape}, fwd+bwd, {launches} Inductor "
+          f"launches/step, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s); "
+          f"FlightRecorder(every={args.every}, keep_steps={args.keep_steps}); {args.rounds} rounds x {args.steps} steps")
+    print("| mode | wall ms / step | x untraced | process CPU ms / step | x untraced |")
+    print("|---|---|---|---|---|")
+    print(f"| untraced (hooks installed) | {base:.3f} | 1.000 | {cbase:.3f} | 1.000 |")
+    print(f"| FlightRecorder | {rec:.3f} | {rec / base:.3f} | {crec:.3f} | {crec / cbase:.3f} |")
+    print(f"kdebug device synchronizations per recorded step: {syncs / steps_rec:.3f} "
+          f"({syncs} in {steps_rec} steps, {launches * steps_rec} launches)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": dev, "workload": args.workload, "launches_per_step": launches,
+                       "every": args.every, "keep_steps": args.keep_steps, "threads": torch.get_num_threads(),
+                       "untraced_wall_cpu_ms": untraced, "flight_wall_cpu_ms": flight, "ratio": rec / base,
+                       "cpu_time_ratio": crec / cbase, "syncs": syncs, "steps": steps_rec,
+                       "torch": torch.__version__}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

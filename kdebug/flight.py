@@ -1,0 +1,582 @@
+"""kdebug.FlightRecorder: an always-on recorder for long (data-parallel)
+training jobs.  Kernel output digests per step, compared across replicas every
+K steps with one small collective; the last N steps kept in full and dumped
+to per-rank traces when replicas diverge or the job dies.
+
+    fr = kdebug.FlightRecorder(every=100, keep_steps=4, trace="flight.kdt")
+    with fr:
+        for batch in data:
+            train_step(batch)
+            fr.step()              # or fr.attach(optimizer): a step per optimizer.step()
+
+Note [Flight recorder]
+What one step costs.  The recorder is a kdebug DebugMode(kernels_only=True)
+(no dispatch mode: aten ops are not intercepted) with the bitwise hash of
+what every kernel writes (log_tensor_hashes("bitwise")).  Per kernel that is
+the launch hook and nothing else: the launch is described into the ring
+(Note [Ring protocol]), its CPU outputs are hashed by C code in the hook, its
+CUDA outputs by kdebug's hash kernel queued on the kernel's stream right
+after it, whose results go to the device result ring and are not read back
+(Note [Hashing on the GPU]; batching across launches needs aten interception,
+Note [Deferred GPU work], so it is off here).  ``step()`` reads one counter
+(the recorder's launch index: launches [a, b) are step s) and, every
+``every`` steps, compares.  Nothing is drained, digested or synchronized in
+between, unless the ring is more than half full (then it is drained early:
+one device synchronization, never per kernel).
+
+Digests.  At a compare (and at a dump) the ring is drained into the
+recorder's table (one device synchronization collects the GPU hashes), and
+each closed step gets one 64-bit digest from C (``_C.range_digest``,
+kd_ltab_range_digest): over its launches, each launch's kernel name and kind,
+argument shapes and scalar values, and the bitwise hashes of what it wrote,
+summed, so two threads' launches interleaved differently (autograd's device
+threads) give the same digest; with the launch count.  Launch configs and
+data pointers are not part of it: replicas may autotune or allocate
+differently and still compute the same values.  A step that lost launches
+(ring overwritten, hook errors: ``kernel_stats``' counters) is incomplete:
+its digest is not compared, and it is counted and warned about.
+
+Comparing.  Every ``every`` steps each rank puts its last ``every`` step
+digests into a fixed-size int64 vector (row 0: rank, rows: step, launches,
+lost, digest) and the ranks exchange them with one ``all_gather`` on the
+default process group (gloo: CPU tensors; NCCL: the current CUDA device).
+The first step whose digests differ among ranks where it is complete is the
+first divergence; ranks are grouped by digest, the largest group is taken as
+the reference (a tie goes to the group with the lowest rank) and the others
+are named.  With two ranks that disagree no majority exists: rank 0's side
+is the reference, so rank 1 is named; the summary says so.  Every rank sees
+the same gathered vector, so every rank reaches the same verdict and dumps.
+Without an initialized process group (or with one rank) nothing is compared;
+steps are still recorded and ``dump()`` works.
+
+Memory.  After every drain the table keeps the launches of the last
+``keep_steps`` closed steps and the open one (``Recorder.forget``), so memory
+is the ring (fixed, touched as it fills) plus ``keep_steps + 1`` steps; older
+steps keep only their digest, in a deque of ``keep_digests``.
+
+Dumping.  When replicas diverge, an exception leaves the ``with`` block, a
+SIGTERM / SIGINT arrives (kdebug's handler dumps, then calls the handler that
+was there before, or does what the default would: the process still ends), or
+the interpreter exits after an uncaught exception, each rank writes its kept
+steps to ``rank_path(trace, rank)`` (the plain path without a process group):
+a normal trace (``kdebug.load`` / ``kdebug show`` / ``kdebug diff``) whose
+steps are separated by a ``kdebug::flight_step`` record, with META ``flight``
+(rank, steps kept and their digests, the divergence), and a text summary next
+to it (``<trace>.txt``).  The first automatic dump wins (a later death does
+not overwrite the divergence's evidence); ``dump()`` always writes.
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import dataclasses
+import os
+import signal
+import sys
+import threading
+from array import array
+from bisect import bisect_left
+from typing import Any, Callable
+
+import torch
+
+from . import _C, inductor
+
+_ROW = 4  # step, launches, lost, digest
+
+
+def _rank_path(stem: str, rank: int) -> str:
+    """``run.kdt`` -> ``run.rank{R}.kdt``.  Private fallback: replaced by
+    kdebug.ranks.rank_path (branch ``ranks``) at merge, with the same behaviour."""
+    root, ext = os.path.splitext(stem)
+    return f"{root}.rank{rank}{ext}"
+
+
+@dataclasses.dataclass(frozen=True)
+class StepDigest:
+    """One closed step: its number (from 0), its kernel launches, how many of
+    them were lost (not recorded), and the digest of the recorded ones
+    (Note [Flight recorder]); ``complete`` when none was lost."""
+    step: int
+    launches: int
+    lost: int
+    digest: int
+
+    @property
+    def complete(self) -> bool:
+        return self.lost == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Divergence:
+    """Replicas that disagree: the first step whose digests differ, the step
+    after which the compare that saw it ran, the ranks named as differing and
+    every group of ranks with one digest ({digest: ranks})."""
+    step: int
+    detected_at: int
+    ranks: tuple[int, ...]
+    groups: dict[int, tuple[int, ...]]
+    reference: tuple[int, ...]
+
+    def text(self) -> str:
+        groups = "; ".join(f"rank(s) {', '.join(map(str, r))}: digest 0x{d:016x}" for d, r in self.groups.items())
+        tie = ""
+        if len(self.groups) == 2 and len(set(map(len, self.groups.values()))) == 1:
+            tie = " (no majority: the side of the lowest rank is the reference)"
+        return (f"replicas diverge first at step {self.step} (seen by the compare after step "
+                f"{self.detected_at}); {groups}; differing rank(s): {', '.join(map(str, self.ranks))}{tie}")
+
+
+def _signed(d: int) -> int:
+    return d - (1 << 64) if d >= 1 << 63 else d
+
+
+def _unsigned(d: int) -> int:
+    return d + (1 << 64) if d < 0 else d
+
+
+def compare_rows(gathered: list[list[tuple[int, int, int, int]]]) -> tuple[Divergence | None, int, bool]:
+    """The first divergence among ranks' step rows (rank r's rows:
+    (step, launches, lost, digest)), the number of steps not compared because
+    some rank lost launches in them, and whether the ranks' step numbers
+    disagree (then nothing is compared)."""
+    n = len(gathered[0])
+    if any(len(g) != n for g in gathered) or any(
+            [row[0] for row in g] != [row[0] for row in gathered[0]] for g in gathered):
+        return None, n, True
+    skipped = 0
+    for i in range(n):
+        rows = [g[i] for g in gathered]
+        if any(r[2] for r in rows):
+            skipped += 1
+            continue
+        keyed: dict[tuple[int, int], list[int]] = {}
+        for rank, r in enumerate(rows):  # launch count and digest together
+            keyed.setdefault((r[1], r[3]), []).append(rank)
+        if len(keyed) == 1:
+            continue
+        ordered = sorted(keyed.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+        reference = tuple(ordered[0][1])
+        differing = tuple(sorted(r for k, rs in ordered[1:] for r in rs))
+        by_digest = {k[1]: tuple(rs) for k, rs in ordered}
+        return (Divergence(step=rows[0][0], detected_at=-1, ranks=differing, groups=by_digest,
+                           reference=reference), skipped, False)
+    return None, skipped, False
+
+
+class FlightRecorder:
+    """An always-on recorder for long training jobs (Note [Flight recorder]).
+
+    every: compare step digests across replicas every this many steps (one
+        all_gather of a (every + 1) x 4 int64 vector on the process group).
+    keep_steps: the last this many closed steps are kept in full (every
+        launch record with its output hashes) for a dump; older steps keep
+        only their digest.
+    trace: where dumps go: ``rank_path(trace, rank)`` under an initialized
+        process group (``run.kdt`` -> ``run.rank1.kdt``), else ``trace``;
+        the text summary goes to that path + ``.txt``.
+    keep_digests: how many older steps' digests are kept (``digests``).
+    ring_capacity: the recorder's ring, in 128-byte slots (Note [Ring
+        protocol]); it is drained early when more than half full.
+    group: the process group to compare on (default: the default group).
+    signals: the signals whose arrival dumps (then the previous handler runs).
+
+    Use ``with fr:`` around the training loop and call ``fr.step()`` at the
+    end of each step (or ``fr.attach(optimizer)``), or enter ``with fr:``
+    once per step: leaving it ends the step.  Every rank must make the same
+    number of steps (a compare is a collective).
+    """
+
+    def __init__(self, every: int = 100, keep_steps: int = 4, *, trace: str = "flight.kdt",
+                 keep_digests: int = 1 << 16, ring_capacity: int = 1 << 20, group: Any = None,
+                 signals: tuple = (signal.SIGTERM, signal.SIGINT)) -> None:
+        for name, v, lo in (("every", every, 1), ("keep_steps", keep_steps, 1), ("keep_digests", keep_digests, 0)):
+            if type(v) is not int or v < lo:
+                raise ValueError(f"FlightRecorder({name}={v!r}): give an int >= {lo}")
+        if not isinstance(trace, (str, os.PathLike)):
+            raise TypeError(f"FlightRecorder(trace={trace!r}): give a file path")
+        from .mode import DebugMode
+
+        self.every = every
+        self.keep_steps = keep_steps
+        self.trace = os.fspath(trace)
+        self.group = group
+        self._signals = tuple(signals)
+        self._dm = DebugMode(kernels_only=True, ring_capacity=ring_capacity, overflow="overwrite")
+        self._rec = self._dm._recorder
+        self._hash_ctx = None
+        self._depth = 0
+        self._thread = 0
+        self._step = 0               # the open step's number
+        self._open_from = 0          # the open step's first launch index
+        self._explicit = False       # step() was called in this `with` block
+        self._closed: collections.deque = collections.deque()  # (step, first, end) of closed steps in the table or ring
+        self._lix = array("Q")       # launch index of each stored launch (the table's order)
+        self._lost_total = 0         # launches the recorder lost, as of the last drain
+        self._pending: list[StepDigest] = []  # digested, not compared yet
+        self._digested: dict[int, StepDigest] = {}  # digests of the closed steps still held in full
+        self.digests: collections.deque = collections.deque(maxlen=keep_digests or None)
+        self.divergence: Divergence | None = None
+        self.dumped: str | None = None  # path of the last dump
+        self.stats = {"steps": 0, "compares": 0, "early_drains": 0, "uncompared_steps": 0,
+                      "incomplete_steps": 0, "forgotten_launches": 0, "digests_dropped": 0,
+                      "compare_errors": 0}
+        self._installed = False
+        self._dumping = False
+        self._prev_handlers: dict[int, Any] = {}
+        self._warned: set[str] = set()
+
+    # ---------------------------------------------------------- entering, steps
+    def __enter__(self) -> "FlightRecorder":
+        from .mode import DebugMode
+
+        if self._depth:
+            raise RuntimeError("this FlightRecorder is already entered; enter it once (around the loop, "
+                               "with fr.step() per step) or once per step")
+        self._dm.__enter__()
+        try:
+            self._hash_ctx = DebugMode.log_tensor_hashes("bitwise")
+            self._hash_ctx.__enter__()
+        except BaseException:
+            self._dm.__exit__(None, None, None)
+            raise
+        self._depth = 1
+        self._thread = threading.get_ident()
+        self._explicit = False
+        self._install()
+        return self
+
+    def __exit__(self, et, ev, tb) -> None:
+        if not self._depth:
+            raise RuntimeError("FlightRecorder.__exit__ without a matching __enter__")
+        self._depth = 0
+        ctx, self._hash_ctx = self._hash_ctx, None
+        try:
+            if ctx is not None:
+                ctx.__exit__(None, None, None)
+        finally:
+            self._dm.__exit__(et, ev, tb)
+        if et is not None:
+            if not (et is SystemExit and getattr(ev, "code", None) in (0, None)):
+                self._dump_once(f"{et.__name__} escaped the FlightRecorder block: {ev}")
+            return
+        if not self._explicit or self._seen() > self._open_from:
+            self.step()  # leaving a per-step block ends its step (or the last, partial one)
+
+    def attach(self, optimizer) -> Any:
+        """Ends a step after every ``optimizer.step()`` (a post-step hook);
+        returns the hook's handle (``handle.remove()`` detaches it)."""
+        return optimizer.register_step_post_hook(lambda *_: self.step())
+
+    def _seen(self) -> int:
+        return self._rec.stats()["seen"]
+
+    def step(self) -> None:
+        """Ends the current step; compares across replicas every ``every`` steps."""
+        s = self._rec.stats()
+        seen = s["seen"]
+        self._closed.append((self._step, self._open_from, seen))
+        self._step += 1
+        self._open_from = seen
+        self._explicit = True
+        self.stats["steps"] += 1
+        if self._step % self.every == 0:
+            self._compare()
+        elif s["slots_used"] * 2 > s["capacity"]:
+            self.stats["early_drains"] += 1
+            self._drain()
+
+    # ---------------------------------------------------------- drain, digests, memory
+    def _drain(self) -> None:
+        """Drains the ring into the table, digests every closed step not yet
+        digested, and forgets launches older than the last keep_steps closed steps."""
+        rec = self._rec
+        old = len(self._lix)
+        n = rec.drain()
+        if n > old:
+            first, last = rec.launch(old).launch_index, rec.launch(n - 1).launch_index
+            if last - first + 1 == n - old:
+                self._lix.extend(range(first, last + 1))
+            else:  # some launches lost: read each one's index
+                self._lix.extend(rec.launch(i).launch_index for i in range(old, n))
+        st = rec.stats()
+        lost_now = st["dropped"] + st["unrecorded"]
+        self._lost_total = lost_now
+        for step, a, b in self._closed:
+            if step in self._digested:
+                continue
+            lo, hi = bisect_left(self._lix, a), bisect_left(self._lix, b)
+            d = StepDigest(step=step, launches=b - a, lost=(b - a) - (hi - lo),
+                           digest=_C.range_digest(rec, lo, hi))
+            if not d.complete:
+                self.stats["incomplete_steps"] += 1
+                self._warn_once("incomplete", f"kdebug FlightRecorder: step {step} lost {d.lost} of its "
+                                f"{d.launches} launch record(s) (ring overwritten or hook errors): its digest "
+                                "is not compared. Pass a larger ring_capacity or a smaller every.")
+            self._digested[step] = d
+            self._pending.append(d)
+            if self.digests.maxlen is not None and len(self.digests) == self.digests.maxlen:
+                self.stats["digests_dropped"] += 1
+            self.digests.append(d)
+        while len(self._closed) > self.keep_steps:
+            step, _, _ = self._closed.popleft()
+            self._digested.pop(step, None)
+        keep_from = self._closed[0][1] if self._closed else self._open_from
+        k = bisect_left(self._lix, keep_from)
+        if k:
+            rec.forget(k)
+            del self._lix[:k]
+            self.stats["forgotten_launches"] += k
+
+    @property
+    def kept_launches(self) -> int:
+        """Launch records held in the table (drained, not forgotten)."""
+        return len(self._rec)
+
+    # ---------------------------------------------------------- comparing
+    def _world(self):
+        try:
+            import torch.distributed as dist
+        except ImportError:
+            return None, 0, 1
+        if not (dist.is_available() and dist.is_initialized()):
+            return None, 0, 1
+        return dist, dist.get_rank(self.group), dist.get_world_size(self.group)
+
+    def rank(self) -> int:
+        return self._world()[1]
+
+    def _compare(self) -> None:
+        self._drain()
+        rows, self._pending = self._pending[-self.every:], []
+        dist, rank, world = self._world()
+        if dist is None or self.divergence is not None:  # one rank: the collective still runs (NCCL's path tested alone)
+            return
+        try:
+            vec = torch.full((self.every + 1, _ROW), -1, dtype=torch.int64)
+            vec[0, 0], vec[0, 1] = rank, len(rows)
+            for i, d in enumerate(rows):
+                vec[i + 1] = torch.tensor([d.step, d.launches, d.lost, _signed(d.digest)], dtype=torch.int64)
+            if dist.get_backend(self.group) == "nccl":
+                vec = vec.to(torch.device("cuda", torch.cuda.current_device()))
+            out = [torch.empty_like(vec) for _ in range(world)]
+            dist.all_gather(out, vec, group=self.group)
+            gathered = []
+            for t in out:
+                t = t.cpu().tolist()
+                gathered.append([(r[0], r[1], r[2], _unsigned(r[3])) for r in t[1:1 + t[0][1]]])
+        except Exception as e:  # never the training job's problem: say so, keep the evidence
+            self.stats["compare_errors"] += 1
+            self._warn_once("compare", f"kdebug FlightRecorder: the compare across ranks failed ({e!r}); "
+                            "steps are still recorded")
+            return
+        self.stats["compares"] += 1
+        div, skipped, unaligned = compare_rows(gathered)
+        self.stats["uncompared_steps"] += skipped
+        if unaligned:
+            self._warn_once("unaligned", "kdebug FlightRecorder: ranks are at different step numbers "
+                            "(each rank must call step() as often); nothing was compared")
+            return
+        if div is not None:
+            self.divergence = dataclasses.replace(div, detected_at=self._step - 1)
+            inductor.warn("kdebug FlightRecorder: " + self.divergence.text(), stacklevel=4)
+            self._dump_once("replicas diverged")
+
+    # ---------------------------------------------------------- dumping
+    def path(self) -> str:
+        """This rank's dump path: rank_path(trace, rank) under a process group, else trace."""
+        dist, rank, _ = self._world()
+        return _rank_path(self.trace, rank) if dist is not None else self.trace
+
+    def _dump_once(self, reason: str) -> None:
+        if self.dumped is None and not self._dumping:  # a second signal during the dump: not again
+            self._dumping = True
+            try:
+                self.dump(reason=reason)
+            except Exception as e:  # a failing dump never replaces the program's own error
+                self._warn_once("dump", f"kdebug FlightRecorder could not write its dump: {e!r}")
+            finally:
+                self._dumping = False
+
+    def dump(self, path: str | None = None, reason: str = "requested") -> str:
+        """Writes the last keep_steps closed steps and the open one in full
+        to ``path`` (default: ``self.path()``) and a text summary to path +
+        '.txt'; returns the trace's path."""
+        from . import trace as tr
+
+        path = os.fspath(path) if path is not None else self.path()
+        self._drain()
+        rec = self._rec
+        dist, rank, world = self._world()
+        steps = list(self._closed)
+        if self._seen() > self._open_from:  # the open step, as far as it got
+            steps.append((self._step, self._open_from, self._seen()))
+        w = tr.Writer(path)
+        kept, names = [], set()
+        for step, a, b in steps:
+            lo, hi = bisect_left(self._lix, a), bisect_left(self._lix, b)
+            w.marker("kdebug::flight_step", f"kdebug flight recorder: step {step}")
+            if hi > lo:
+                w.launches(rec, lo, hi)
+                names.update(rec.launch(i).kernel_name for i in range(lo, hi))
+            d = self._digested.get(step)
+            kept.append({"step": step, "launches": b - a, "recorded": hi - lo,
+                         "digest": f"{d.digest:016x}" if d is not None else None})
+        w.seal()
+        flight = {"rank": rank, "world_size": world, "reason": reason, "every": self.every,
+                  "keep_steps": self.keep_steps, "steps": kept, "last_step": self._step,
+                  "divergence": None if self.divergence is None else {
+                      "step": self.divergence.step, "detected_at": self.divergence.detected_at,
+                      "ranks": list(self.divergence.ranks), "reference": list(self.divergence.reference),
+                      "groups": [[f"{d:016x}", list(r)] for d, r in self.divergence.groups.items()]},
+                  "stats": dict(self.stats)}
+        s = rec.stats()
+        lost = sum(k["launches"] - k["recorded"] for k in kept)
+        meta = {"stats": {"launches": sum(k["recorded"] for k in kept), "dropped": lost,
+                          "complete": lost == 0}, "flight": flight}
+        meta.update(tr.provenance_meta(sorted(names)))
+        w.meta(meta)
+        w.close()
+        with open(path + ".txt", "w") as f:
+            f.write(self.summary(reason, path, kept, s))
+        self.dumped = path
+        return path
+
+    def summary(self, reason: str, path: str, kept: list, rstats: dict) -> str:
+        dist, rank, world = self._world()
+        lines = [f"kdebug flight recorder: rank {rank} of {world} (pid {os.getpid()}), {self._step} step(s) "
+                 f"closed; dumped because: {reason}"]
+        if self.divergence is not None:
+            lines.append(self.divergence.text())
+            lines.append(f"compared every {self.every} step(s): the first compare at or after step "
+                         f"{self.divergence.step} saw it")
+        elif dist is None or world == 1:
+            lines.append("no process group (or one rank): nothing was compared")
+        else:
+            lines.append(f"no divergence seen in {self.stats['compares']} compare(s) (every {self.every} steps; "
+                         "steps after the last compare are not compared)")
+        if kept:
+            still = " (the last one still open)" if kept[-1]["step"] == self._step else ""
+            lines.append(f"{path} holds steps {kept[0]['step']}..{kept[-1]['step']} in full{still}; "
+                         f"kdebug show {path}")
+        if world > 1:
+            d = self.divergence
+            if d is None:
+                a, b = 0, rank if rank != 0 else 1
+            else:
+                a, b = (d.reference[0], rank) if rank in d.ranks else (rank, d.ranks[0])
+            lines.append(f"kdebug diff {_rank_path(self.trace, a)} {_rank_path(self.trace, b)}: "
+                         "the first kernel where these ranks differ")
+        lines.append(f"steps not compared (launches lost): {self.stats['uncompared_steps']}; "
+                     f"launch records lost: {rstats['dropped'] + rstats['unrecorded']}")
+        return "\n".join(lines) + "\n"
+
+    # ---------------------------------------------------------- dying
+    def _install(self) -> None:
+        if self._installed:
+            return
+        self._installed = True
+        atexit.register(self._at_exit)
+        if threading.current_thread() is not threading.main_thread():
+            if self._signals:
+                self._warn_once("signals", "kdebug FlightRecorder entered off the main thread: signals "
+                                "cannot be handled there, so a SIGTERM / SIGINT does not dump")
+            return
+        for sig in self._signals:
+            try:
+                self._prev_handlers[sig] = signal.signal(sig, self._on_signal)
+            except (ValueError, OSError) as e:
+                self._warn_once(f"signal{sig}", f"kdebug FlightRecorder cannot handle signal {sig}: {e}")
+
+    def close(self) -> None:
+        """Removes the signal handlers (restoring the previous ones) and the
+        atexit hook.  Recording state stays readable."""
+        if self._depth:
+            raise RuntimeError("leave the FlightRecorder's `with` block before close()")
+        for sig, prev in self._prev_handlers.items():
+            if signal.getsignal(sig) == self._on_signal:
+                signal.signal(sig, prev if prev is not None else signal.SIG_DFL)
+        self._prev_handlers.clear()
+        if self._installed:
+            atexit.unregister(self._at_exit)
+            self._installed = False
+
+    def _on_signal(self, signum, frame) -> None:
+        self._dump_once(f"signal {signal.Signals(signum).name}")
+        prev = self._prev_handlers.get(signum)
+        if callable(prev):
+            prev(signum, frame)
+        elif prev == signal.SIG_IGN:
+            return
+        else:  # the default action (or a handler not set from Python): do it
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    def _at_exit(self) -> None:
+        ev = getattr(sys, "last_value", None)
+        if ev is not None and not (isinstance(ev, SystemExit) and ev.code in (0, None)):
+            self._dump_once(f"the program ended with an uncaught {type(ev).__name__}: {ev}")
+
+    def _warn_once(self, key: str, msg: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            inductor.warn(msg, stacklevel=4)
+
+
+_COUNT = 1 << 63
+
+
+def check_meta(v, key: str, bad: Callable[[str], Exception]) -> dict:
+    """META ``flight`` checked (Note [META schema] in kdebug/trace.py)."""
+    def count(x, where, lo=0):
+        if type(x) is not int or not lo <= x < _COUNT:
+            raise bad(f"META key {where!r} must be an integer from {lo} to 2**63-1, not {x!r:.40}")
+        return x
+
+    def hexdigest(x, where):
+        if x is None:
+            return None
+        if not (isinstance(x, str) and len(x) == 16 and all(c in "0123456789abcdef" for c in x)):
+            raise bad(f"META key {where!r} must be 16 hex digits, not {x!r:.40}")
+        return x
+
+    if not isinstance(v, dict):
+        raise bad(f"META key {key!r} must be an object")
+    out = {"rank": count(v.get("rank", 0), key + ".rank"), "world_size": count(v.get("world_size", 1), key + ".world_size", 1),
+           "every": count(v.get("every", 1), key + ".every", 1), "keep_steps": count(v.get("keep_steps", 1), key + ".keep_steps", 1),
+           "last_step": count(v.get("last_step", 0), key + ".last_step")}
+    reason = v.get("reason", "")
+    if not isinstance(reason, str):
+        raise bad(f"META key {key + '.reason'!r} must be a string")
+    out["reason"] = reason
+    steps = v.get("steps", [])
+    if not isinstance(steps, list) or len(steps) > 1 << 20:
+        raise bad(f"META key {key + '.steps'!r} must be a list of at most 2**20 steps")
+    out["steps"] = []
+    for i, s in enumerate(steps):
+        w = f"{key}.steps[{i}]"
+        if not isinstance(s, dict):
+            raise bad(f"META key {w!r} must be an object")
+        out["steps"].append({"step": count(s.get("step"), w + ".step"), "launches": count(s.get("launches"), w + ".launches"),
+                             "recorded": count(s.get("recorded"), w + ".recorded"),
+                             "digest": hexdigest(s.get("digest"), w + ".digest")})
+    d = v.get("divergence")
+    if d is not None:
+        w = key + ".divergence"
+        if not isinstance(d, dict):
+            raise bad(f"META key {w!r} must be an object or null")
+        ranks = d.get("ranks", [])
+        ref = d.get("reference", [])
+        groups = d.get("groups", [])
+        if not (isinstance(ranks, list) and isinstance(ref, list) and isinstance(groups, list)):
+            raise bad(f"META key {w!r}: ranks, reference and groups must be lists")
+        out["divergence"] = {
+            "step": count(d.get("step"), w + ".step"), "detected_at": count(d.get("detected_at"), w + ".detected_at"),
+            "ranks": [count(r, w + ".ranks") for r in ranks], "reference": [count(r, w + ".reference") for r in ref],
+            "groups": [[hexdigest(g[0], w + ".groups"), [count(r, w + ".groups") for r in g[1]]]
+                       for g in groups if isinstance(g, list) and len(g) == 2 and isinstance(g[1], list)]}
+        if len(out["divergence"]["groups"]) != len(groups):
+            raise bad(f"META key {w + '.groups'!r}: each group is [digest, [ranks]]")
+    else:
+        out["divergence"] = None
+    return out

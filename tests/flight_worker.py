@@ -1,0 +1,119 @@
+"""A training loop under kdebug.FlightRecorder, for tests/test_flight.py.
+
+    python tests/flight_worker.py OUT_DIR MODE [ARGS]
+
+MODE "signal": record steps until killed (prints "ready" after a few);
+"exception": raise inside the FlightRecorder block at step 3;
+"ranks": under torch.distributed.run (gloo), two phases: replicas that match
+(trace OUT_DIR/match.kdt), then rank 1's first ReLU output perturbed at step
+FAULT_STEP (trace OUT_DIR/fault.kdt); each rank writes OUT_DIR/rank{R}.json."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+import torch
+
+import kdebug
+import kdebug.testing
+
+
+def make_step(seed: int = 0):
+    """A compiled MLP training step (forward, backward, SGD), C++ kernels;
+    gradients averaged across ranks when a process group is up."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    cm = torch.compile(model)
+    g = torch.Generator().manual_seed(seed + 1)
+    xs = [torch.randn(8, 16, generator=g) for _ in range(4)]
+
+    def step(i: int) -> None:
+        loss = cm(xs[i % len(xs)]).square().mean()
+        loss.backward()
+        if torch.distributed.is_initialized():
+            for p in model.parameters():
+                torch.distributed.all_reduce(p.grad)
+                p.grad /= torch.distributed.get_world_size()
+        opt.step()
+        opt.zero_grad()
+
+    return step
+
+
+def signal_mode(out: str, previous: str) -> None:
+    step = make_step()
+    step(0)
+    if previous == "handler":  # a handler of the program's own: it must still run
+        def mine(signum, frame):
+            with open(os.path.join(out, "own_handler_ran"), "w") as f:
+                f.write(str(signum))
+            sys.exit(3)
+
+        signal.signal(signal.SIGTERM, mine)
+    fr = kdebug.FlightRecorder(every=1000, keep_steps=2, trace=os.path.join(out, "sig.kdt"))
+    with fr:
+        i = 0
+        while True:
+            step(i)
+            fr.step()
+            i += 1
+            if i == 5:
+                print("ready", flush=True)
+            time.sleep(0.005)
+
+
+def exception_mode(out: str) -> None:
+    step = make_step()
+    step(0)
+    fr = kdebug.FlightRecorder(every=2, keep_steps=2, trace=os.path.join(out, "exc.kdt"))
+    try:
+        with fr:
+            for i in range(10):
+                step(i)
+                if i == 3:
+                    raise RuntimeError("planted failure at step 3")
+                fr.step()
+    except RuntimeError:
+        pass
+
+
+def ranks_mode(out: str, fault_step: int, steps: int, every: int) -> None:
+    torch.distributed.init_process_group("gloo")
+    rank = torch.distributed.get_rank()
+    result = {}
+    for phase in ("match", "fault"):
+        step = make_step()
+        step(0)  # compiled before recording
+        fr = kdebug.FlightRecorder(every=every, keep_steps=3, trace=os.path.join(out, f"{phase}.kdt"))
+        with fr:
+            for i in range(steps):
+                if phase == "fault" and rank == 1 and i == fault_step:
+                    with kdebug.testing.perturb_kernel_output("cpp_fused_relu", "in_out_ptr0", value=0.5) as hit:
+                        step(i)
+                    assert hit["hits"] == 1, hit
+                else:
+                    step(i)
+                fr.step()
+        fr.close()
+        d = fr.divergence
+        result[phase] = {"dumped": fr.dumped, "stats": fr.stats,
+                         "divergence": None if d is None else {"step": d.step, "detected_at": d.detected_at,
+                                                               "ranks": list(d.ranks)},
+                         "digests": [[x.step, x.launches, x.lost, x.digest] for x in fr.digests]}
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(result, f)
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    out, mode = sys.argv[1], sys.argv[2]
+    if mode == "signal":
+        signal_mode(out, sys.argv[3])
+    elif mode == "exception":
+        exception_mode(out)
+    elif mode == "ranks":
+        ranks_mode(out, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

@@ -1,0 +1,289 @@
+"""kdebug.FlightRecorder (Note [Flight recorder] in kdebug/flight.py) on real
+Inductor C++ kernels: per-step digests, bounded memory, dumps on an exception
+and on SIGTERM, and two gloo ranks (torch.distributed.run) that match or where
+rank 1's kernel output is perturbed at one step."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import kdebug
+import kdebug.testing
+from kdebug.flight import Divergence, compare_rows
+
+from flight_worker import make_step
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+WORKER = os.path.join(HERE, "flight_worker.py")
+
+
+def _env():
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    return env
+
+
+def _markers(run) -> list[str]:
+    return [op._text for op in run.operators if not isinstance(op, kdebug._KernelCall)]
+
+
+def test_step_digests_name_the_perturbed_step(tmp_path):
+    """Two recordings of the same steps give the same digests; perturbing one
+    kernel output at step 3 changes the digest from step 3 on, not before."""
+    runs = []
+    for perturb in (False, True):
+        step = make_step()
+        step(0)
+        fr = kdebug.FlightRecorder(every=6, keep_steps=2, trace=str(tmp_path / f"{perturb}.kdt"))
+        with fr:
+            for i in range(6):
+                if perturb and i == 3:
+                    with kdebug.testing.perturb_kernel_output("cpp_fused_relu", "in_out_ptr0") as hit:
+                        step(i)
+                    assert hit["hits"] == 1
+                else:
+                    step(i)
+                fr.step()
+        fr.close()
+        assert fr.divergence is None and fr.stats["compares"] == 0  # no process group: nothing to compare
+        assert fr.dumped is None
+        runs.append(list(fr.digests))
+    a, b = runs
+    assert [d.step for d in a] == list(range(6)) == [d.step for d in b]
+    assert all(d.complete and d.launches == 3 for d in a + b)
+    assert [x.digest for x in a[:3]] == [x.digest for x in b[:3]]
+    assert all(x.digest != y.digest for x, y in zip(a[3:], b[3:]))
+
+
+def test_memory_stays_bounded(tmp_path):
+    """Over 40 steps only the last keep_steps steps' launches stay in the
+    table; older steps keep one digest each (keep_digests of them)."""
+    step = make_step()
+    step(0)
+    fr = kdebug.FlightRecorder(every=5, keep_steps=3, keep_digests=10, trace=str(tmp_path / "b.kdt"))
+    sizes = []
+    with fr:
+        for i in range(40):
+            step(i)
+            fr.step()
+            sizes.append(fr.kept_launches)
+    fr.close()
+    per_step = 3
+    assert max(sizes) == 3 * per_step  # right after each compare: exactly the last 3 steps
+    assert [sizes[i] for i in range(4, 40, 5)] == [3 * per_step] * 8
+    assert fr.stats["forgotten_launches"] == 40 * per_step - 3 * per_step
+    assert [d.step for d in fr.digests] == list(range(30, 40))
+    assert fr.stats["digests_dropped"] == 30
+    run = kdebug.load(fr.dump())
+    assert _markers(run) == [f"kdebug flight recorder: step {s}" for s in (37, 38, 39)]
+    assert len(run.kernels) == 3 * per_step
+    assert [s["step"] for s in run.meta["flight"]["steps"]] == [37, 38, 39]
+    assert [int(s["digest"], 16) for s in run.meta["flight"]["steps"]] == [d.digest for d in list(fr.digests)[-3:]]
+
+
+def test_per_step_context_and_optimizer_hook(tmp_path):
+    """`with fr:` once per step ends a step on leaving it; attach(optimizer)
+    ends one per optimizer.step()."""
+    step = make_step()
+    step(0)
+    fr = kdebug.FlightRecorder(every=100, keep_steps=2, trace=str(tmp_path / "c.kdt"))
+    for i in range(3):
+        with fr:
+            step(i)
+    assert fr.stats["steps"] == 3
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    cm = torch.compile(m)
+    cm(torch.randn(2, 4)).sum().backward()
+    fr2 = kdebug.FlightRecorder(every=100, keep_steps=2, trace=str(tmp_path / "d.kdt"))
+    handle = fr2.attach(opt)
+    with fr2:
+        for _ in range(4):
+            cm(torch.randn(2, 4)).sum().backward()
+            opt.step()
+    handle.remove()
+    fr.close()
+    fr2.close()
+    assert fr2.stats["steps"] == 4
+
+
+def test_dump_on_exception(tmp_path):
+    """An exception leaving the block dumps the kept steps and the open one."""
+    step = make_step()
+    step(0)
+    fr = kdebug.FlightRecorder(every=2, keep_steps=2, trace=str(tmp_path / "e.kdt"))
+    with pytest.raises(RuntimeError, match="planted"):
+        with fr:
+            for i in range(10):
+                step(i)
+                if i == 3:
+                    raise RuntimeError("planted failure at step 3")
+                fr.step()
+    fr.close()
+    assert fr.dumped == str(tmp_path / "e.kdt")
+    run = kdebug.load(fr.dumped)
+    assert _markers(run) == [f"kdebug flight recorder: step {s}" for s in (1, 2, 3)]
+    assert len(run.kernels) == 9
+    assert "RuntimeError" in run.meta["flight"]["reason"]
+    assert "planted failure" in (tmp_path / "e.kdt.txt").read_text()
+
+
+@pytest.mark.parametrize("previous", ["default", "handler"])
+def test_dump_on_sigterm(tmp_path, previous):
+    """SIGTERM to a process recording a loop: it dumps, then the signal does
+    what it did before (the default: the process ends by SIGTERM; a handler of
+    the program's own: it runs)."""
+    p = subprocess.Popen([sys.executable, WORKER, str(tmp_path), "signal", previous], env=_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=60)
+    finally:
+        p.kill()
+    err = p.stderr.read()
+    if previous == "default":
+        assert rc == -signal.SIGTERM, err
+    else:
+        assert rc == 3, err
+        assert (tmp_path / "own_handler_ran").read_text() == str(int(signal.SIGTERM))
+    run = kdebug.load(str(tmp_path / "sig.kdt"))
+    assert run.meta["flight"]["reason"] == "signal SIGTERM"
+    steps = [s["step"] for s in run.meta["flight"]["steps"]]
+    assert len(steps) >= 2 and steps[0] >= 3 and len(run.kernels) >= 6
+    assert all(k.kernel_name.startswith("cpp_fused_") and k.post_hashes for k in run.kernels)
+
+
+def test_compare_rows():
+    """The verdict from gathered rows (step, launches, lost, digest)."""
+    same = [(0, 3, 0, 11), (1, 3, 0, 12), (2, 3, 0, 13)]
+    assert compare_rows([same, same, same]) == (None, 0, False)
+    bad = [(0, 3, 0, 11), (1, 3, 0, 99), (2, 3, 0, 98)]
+    div, skipped, unaligned = compare_rows([same, same, bad])
+    assert div == Divergence(step=1, detected_at=-1, ranks=(2,), groups={12: (0, 1), 99: (2,)}, reference=(0, 1))
+    # a step where some rank lost launches is not compared
+    lossy = [(0, 3, 0, 11), (1, 3, 1, 77), (2, 3, 0, 98)]
+    div, skipped, _ = compare_rows([same, lossy])
+    assert (div.step, div.ranks, skipped) == (2, (1,), 1)
+    # two ranks, no majority: rank 0's side is the reference
+    div, _, _ = compare_rows([bad, same])
+    assert div.ranks == (1,) and div.reference == (0,)
+    assert compare_rows([same, [(5, 3, 0, 11)] + same[1:]])[2] is True
+
+
+def test_two_ranks_gloo(tmp_path):
+    """Two gloo ranks under torch.distributed.run.  Replicas that match: no
+    dump.  Rank 1's ReLU output perturbed at step 4, compares every 3 steps:
+    the compare after step 5 sees step 4 first differ, names rank 1, and both
+    ranks dump traces that kdebug diff reads down to the ReLU kernel."""
+    out = tmp_path
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           WORKER, str(out), "ranks", "4", "8", "3"]
+    r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = [json.loads((out / f"rank{k}.json").read_text()) for k in range(2)]
+    for k in range(2):
+        m, f = res[k]["match"], res[k]["fault"]
+        assert m["divergence"] is None and m["dumped"] is None and m["stats"]["compares"] == 2
+        assert f["divergence"] == {"step": 4, "detected_at": 5, "ranks": [1]}
+        assert f["dumped"] == str(out / f"fault.rank{k}.kdt")
+    assert res[0]["match"]["digests"] == res[1]["match"]["digests"]
+    assert not any(n.startswith("match") for n in os.listdir(out))
+    d0, d1 = res[0]["fault"]["digests"], res[1]["fault"]["digests"]
+    assert d0[:4] == d1[:4] and d0[4][3] != d1[4][3]
+    for k in range(2):
+        run = kdebug.load(str(out / f"fault.rank{k}.kdt"))
+        fm = run.meta["flight"]
+        assert (fm["rank"], fm["world_size"], fm["divergence"]["step"], fm["divergence"]["ranks"]) == (k, 2, 4, [1])
+        assert [s["step"] for s in fm["steps"]] == [3, 4, 5]
+        text = (out / f"fault.rank{k}.kdt.txt").read_text()
+        assert "first at step 4" in text and "differing rank(s): 1" in text
+    diff = subprocess.run([sys.executable, "-m", "kdebug", "diff", str(out / "fault.rank0.kdt"),
+                           str(out / "fault.rank1.kdt")], env=_env(), capture_output=True, text=True, timeout=60)
+    assert "FIRST DIVERGENCE: kernel #12 cpp_fused_relu_0" in diff.stdout, diff.stdout + diff.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_flight_recorder_adds_no_synchronization(block_step, tmp_path):
+    """Steps of a compiled transformer block recorded by the flight recorder
+    run under torch.cuda.set_sync_debug_mode("error"), kdebug's own sync
+    counter unchanged; the dump holds every Triton launch with its hashes."""
+    step, x = block_step
+    fr = kdebug.FlightRecorder(every=1000, keep_steps=3, trace=str(tmp_path / "g.kdt"))
+    with fr:
+        step(x)
+        fr.step()
+        torch.cuda.synchronize()
+        syncs = fr._rec.stats()["gpu_syncs"]
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(5):
+                step(x)
+                fr.step()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert fr._rec.stats()["gpu_syncs"] == syncs
+    fr.close()
+    run = kdebug.load(fr.dump())
+    steps = run.meta["flight"]["steps"]
+    assert [s["step"] for s in steps] == [3, 4, 5]
+    assert all(s["recorded"] == s["launches"] > 0 and s["digest"] for s in steps)
+    assert len(run.kernels) == sum(s["launches"] for s in steps)
+    assert all(k.kind == "triton" and k.post_hashes for k in run.kernels)
+    assert [d.launches for d in fr.digests] == [steps[0]["launches"]] * 6
+
+
+@pytest.mark.gpu
+def test_gpu_flight_compare_on_a_one_rank_nccl_group(block_step, tmp_path):
+    """The compare's all_gather on an NCCL group (one rank: it runs, and
+    matches itself); the dump path is rank_path(trace, 0)."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        step, x = block_step
+        fr = kdebug.FlightRecorder(every=2, keep_steps=2, trace=str(tmp_path / "n.kdt"))
+        with fr:
+            for _ in range(4):
+                step(x)
+                fr.step()
+        fr.close()
+        assert fr.stats["compares"] == 2 and fr.divergence is None and fr.dumped is None
+        assert fr.path() == str(tmp_path / "n.rank0.kdt")
+        run = kdebug.load(fr.dump())
+        assert run.meta["flight"]["world_size"] == 1 and len(run.kernels) > 0
+    finally:
+        dist.destroy_process_group()
+
+
+def test_flight_meta_is_checked(tmp_path):
+    """META flight of another shape makes the trace unreadable, naming it."""
+    from kdebug import trace
+
+    good = {"rank": 1, "world_size": 2, "every": 3, "keep_steps": 2, "last_step": 6, "reason": "x",
+            "steps": [{"step": 5, "launches": 3, "recorded": 3, "digest": "00000000000000ff"}], "divergence": None}
+    for bad, what in (({**good, "rank": "1"}, "flight.rank"),
+                      ({**good, "steps": [{**good["steps"][0], "digest": "xyz"}]}, "flight.steps[0].digest"),
+                      ({**good, "divergence": {"step": 4, "detected_at": 5, "ranks": [-1]}}, "flight.divergence.ranks")):
+        path = str(tmp_path / "m.kdt")
+        w = trace.Writer(path)
+        w.meta({"flight": bad})
+        w.close()
+        with pytest.raises(kdebug.TraceFileError, match=what.replace("[", r"\[").replace("]", r"\]")):
+            kdebug.load(path)
+    w = trace.Writer(path)
+    w.meta({"flight": good})
+    w.close()
+    assert kdebug.load(path).meta["flight"]["steps"][0]["digest"] == "00000000000000ff"
