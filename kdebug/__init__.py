@@ -22,6 +22,7 @@ _EXPORTS = {
     "DebugMode": "mode", "get_active_debug_mode": "mode", "KdebugWarning": "inductor",
     "Report": "compare", "assert_deterministic": "compare", "compare": "compare",
     "Run": "trace", "TraceFileError": "trace", "load": "trace",
+    "RankedRun": "ranks", "compare_ranks": "crossrank", "replicated": "crossrank",
     "compare_eager": "accuracy", "AccuracyReport": "accuracy",
     "TensorInfo": "calls", "_CppKernelCall": "calls", "_KernelCall": "calls", "_TritonKernelCall": "calls",
 }
@@ -80,6 +81,7 @@ __all__ = [
     "DebugMode",
     "KdebugWarning",
     "Report",
+    "RankedRun",
     "Run",
     "TraceFileError",
     "TensorInfo",
@@ -89,6 +91,8 @@ __all__ = [
     "assert_deterministic",
     "compare",
     "compare_eager",
+    "compare_ranks",
     "get_active_debug_mode",
     "load",
+    "replicated",
 ]

@@ -202,6 +202,7 @@ class _State:
         self.by_output: dict[int, tuple] = {}        # functional: data_ptr -> (call, leaf)
         self.issued = 0
         self.failed = 0
+        self.layout: dict | None = None  # ranks.meta() at the first collective
         self.unhashed = 0  # completed, but its Work had no future to hash it from
 
 
@@ -292,6 +293,10 @@ def dispatch(mode, func, types, args, kwargs):
 
 
 def _issue(mode, st: _State, call: CollectiveCall) -> None:
+    if st.layout is None:  # Note [Ranks]: the groups as they were, if they are gone at exit
+        from . import ranks
+
+        st.layout = ranks.meta()
     with st.lock:
         st.pending.append(call)
         st.issued += 1
@@ -321,6 +326,7 @@ def _eager_then(st: _State, call: CollectiveCall, work, writes, spec, name) -> N
         st.unhashed += 1
         _complete(st, call)
         return
+    call._future = fut
     fut.then(finish)
 
 
@@ -339,6 +345,22 @@ def _functional_done(st: _State, t) -> None:
         outs = call._outputs
         call.log["hash"] = list(outs) if call._is_list else outs[0]
         _complete(st, call)
+
+
+def settle(mode, timeout: float = 2.0) -> None:
+    """At the end of a recording: a collective whose future has completed
+    (the program waited for it) but whose callback is still running on the
+    backend's thread gets up to ``timeout`` seconds to finish hashing; one
+    still in flight is left alone (never waited for)."""
+    st = getattr(mode, "_collectives", None)
+    if st is None:
+        return
+    with st.lock:
+        calls = list(st.pending)
+    for c in calls:
+        fut = getattr(c, "_future", None)
+        if fut is not None and fut.done():
+            c.done.wait(timeout)
 
 
 def first_pending(mode, items) -> int | None:

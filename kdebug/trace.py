@@ -175,7 +175,9 @@ def _final_meta(dm) -> dict:
     from . import collectives, ranks
 
     meta["stats"].update(collectives.stats(dm))  # Note [Collective records]
-    meta.update(ranks.meta())  # Note [Ranks]
+    st = getattr(dm, "_collectives", None)
+    layout = ranks.meta()  # Note [Ranks]; the groups seen at the first collective when they are gone now
+    meta.update({**(st.layout or {}), **layout} if st is not None and "groups" not in layout else layout)
     if dm.final_state is not None:
         meta["final_state"] = dm.final_state  # Note [Final state]
     names = {op.kernel_name for op in dm.operators if isinstance(op, _KernelCall)}
@@ -240,7 +242,9 @@ class Stream:
             from . import collectives
 
             items = list.__getitem__(ops, slice(self.written, n))
-            if not final:  # Note [Collective records]: up to the first collective still in flight
+            if final:
+                collectives.settle(self.dm)
+            else:  # Note [Collective records]: up to the first collective still in flight
                 k = collectives.first_pending(self.dm, items)
                 if k is not None:
                     items = items[:k]
