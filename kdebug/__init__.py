@@ -23,6 +23,7 @@ _EXPORTS = {
     "Report": "compare", "assert_deterministic": "compare", "compare": "compare",
     "Run": "trace", "TraceFileError": "trace", "load": "trace",
     "FlightRecorder": "flight",
+    "RankedRun": "ranks", "compare_ranks": "crossrank", "replicated": "crossrank",
     "compare_eager": "accuracy", "AccuracyReport": "accuracy",
     "TensorInfo": "calls", "_CppKernelCall": "calls", "_KernelCall": "calls", "_TritonKernelCall": "calls",
 }
@@ -81,6 +82,7 @@ __all__ = [
     "DebugMode",
     "KdebugWarning",
     "Report",
+    "RankedRun",
     "Run",
     "TraceFileError",
     "TensorInfo",
@@ -90,6 +92,8 @@ __all__ = [
     "assert_deterministic",
     "compare",
     "compare_eager",
+    "compare_ranks",
     "get_active_debug_mode",
     "load",
+    "replicated",
 ]

@@ -49,7 +49,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import _upstream
+from . import _upstream, collectives
 
 PRE, LOG, RECORD = 0, 1, 2  # a Frame's hooks and positions, in this order
 
@@ -283,6 +283,8 @@ def run_hooks(original: Callable, call, func, types, args, kwargs, result) -> No
 def through_upstream(mode, func, types, args, kwargs):
     """Upstream's __torch_dispatch__ for an op of kdebug's ``mode`` (the fast
     path's fallback), with ``mode`` known to the hook runners above."""
+    if collectives.is_collective(func):  # Note [Collective records]
+        return collectives.dispatch(mode, func, types, args, kwargs)
     prev = _local.dispatching
     _local.dispatching = mode
     try:

@@ -340,3 +340,87 @@ def empty_device_cache() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------- torch.distributed
+# Note [Collective records] (kdebug/collectives.py) and Note [Ranks]
+# (kdebug/ranks.py): what kdebug reads of torch.distributed.  Checked on torch
+# 2.13 (CPU, gloo): eager collectives dispatch c10d::<op> with the process
+# group, the reduce op and the Work as TorchScript objects (ScriptObject);
+# Work.unbox / ProcessGroup.unbox give their Python faces.  Compiled graphs
+# call _c10d_functional::<op> and _c10d_functional::wait_tensor.
+
+
+def _dist():
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - torch built without distributed
+        return None
+    return dist if dist.is_available() else None
+
+
+def dist_rank_world() -> tuple[int, int] | None:
+    """(rank, world size) of the initialized default group, or None (2.11, 2.13)."""
+    dist = _dist()
+    if dist is None or not dist.is_initialized():
+        return None
+    return dist.get_rank(), dist.get_world_size()
+
+
+def dist_groups() -> list[dict]:
+    """Every process group this process knows: [{"name", "ranks", "backend"}]
+    (2.13: distributed_c10d._world.pg_names / pg_group_ranks)."""
+    dist = _dist()
+    if dist is None or not dist.is_initialized():
+        return []
+    c = dist.distributed_c10d
+    out = []
+    try:
+        for pg, name in list(c._world.pg_names.items()):
+            ranks = sorted(c._world.pg_group_ranks.get(pg, {}))
+            try:
+                backend = str(dist.get_backend(pg))
+            except Exception:  # a group this rank is not in
+                backend = "?"
+            out.append({"name": str(name), "ranks": ranks, "backend": backend})
+    except AttributeError:  # another torch: no layout, never an error
+        return []
+    return sorted(out, key=lambda g: g["name"])
+
+
+def unbox_work(obj):
+    """The Python Work of a c10d op's Work ScriptObject (2.13: Work.unbox), or None."""
+    try:
+        return torch._C._distributed_c10d.Work.unbox(obj)
+    except Exception:
+        return None
+
+
+def group_of(obj) -> tuple[str, list[int]]:
+    """(group name, global ranks) of a c10d op's process group argument: a
+    ProcessGroup ScriptObject (eager ops) or a group name (functional ops)."""
+    dist = _dist()
+    if dist is None:
+        return "?", []
+    c = dist.distributed_c10d
+    try:
+        if isinstance(obj, str):
+            pg = c._resolve_process_group(obj)
+        elif isinstance(obj, torch.ScriptObject):
+            pg = torch._C._distributed_c10d.ProcessGroup.unbox(obj)
+        else:
+            pg = obj
+        return str(pg.group_name), list(dist.get_process_group_ranks(pg))
+    except Exception:
+        return (obj if isinstance(obj, str) else "?"), []
+
+
+def reduce_op_name(obj) -> str:
+    """'SUM', 'AVG', ... of a c10d ReduceOp ScriptObject or a functional op's string."""
+    if isinstance(obj, str):
+        return obj.upper()
+    try:
+        op = torch._C._distributed_c10d.ReduceOp.unbox(obj)
+        return str(op.op).rsplit(".", 1)[-1]
+    except Exception:
+        return "?"

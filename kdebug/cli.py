@@ -114,6 +114,8 @@ def _record(args: argparse.Namespace) -> int:
     if problem:
         print(f"kdebug record: {problem}", file=sys.stderr)
         return 2
+    if getattr(args, "nproc", None) is not None:
+        return _record_ranks(args.output, target, module, args.nproc)
     from . import _runner
 
     try:
@@ -121,6 +123,26 @@ def _record(args: argparse.Namespace) -> int:
     except OSError as e:  # the trace could not be created or written (the program's own errors are its status)
         print(f"kdebug record: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
         return 2
+
+
+def launcher_cmd(nproc: int, out: str, target: list[str], module: bool, fix: str | None = None,
+                 builtin: bool = False) -> list[str]:
+    """Note [Ranks]: torch's own launcher (python -m torch.distributed.run)
+    starting ``nproc`` ranks of kdebug's runner on one machine; each rank
+    writes <out stem>.rank{R}.kdt."""
+    runner = _runner_cmd(out, target, module, fix, builtin)[3:]  # after `python -m kdebug._runner`
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "--monitor-interval=0.1", "-m", "kdebug._runner"] + runner
+
+
+def _record_ranks(out: str, target: list[str], module: bool, nproc: int) -> int:
+    """kdebug record --nproc N: the ranks' exit status (the launcher's)."""
+    import subprocess
+
+    if nproc < 1:
+        print("kdebug record: --nproc must be at least 1", file=sys.stderr)
+        return 2
+    return subprocess.run(launcher_cmd(nproc, out, target, module)).returncode
 
 
 def _load_or_fail(path: str):
@@ -191,6 +213,11 @@ def _show_source(run, n: int) -> int:
 def _diff(args: argparse.Namespace) -> int:
     import kdebug
 
+    if args.ranks:
+        return _diff_ranks(args)
+    if args.b is None:
+        print("kdebug diff: give two traces (or one job's stem with --ranks)", file=sys.stderr)
+        return 2
     a, b = _load_or_fail(args.a), _load_or_fail(args.b)
     if a is None or b is None:
         return 2
@@ -198,6 +225,30 @@ def _diff(args: argparse.Namespace) -> int:
     print(rep)
     if args.html and _write_report(args.html, [a, b], None) != 0:
         return 2
+    return 0 if rep.ok else 1
+
+
+def _diff_ranks(args: argparse.Namespace) -> int:
+    """kdebug diff run.kdt --ranks: Note [Cross-rank comparison]."""
+    import kdebug
+    from .ranks import RankedRun
+
+    if args.b is not None:
+        print("kdebug diff --ranks: give one job's trace stem (run.kdt for run.rank0.kdt, ...)", file=sys.stderr)
+        return 2
+    run = _load_or_fail(args.a)
+    if run is None:
+        return 2
+    if not isinstance(run, RankedRun):
+        print(f"kdebug diff --ranks: {args.a} is one process's trace; give the stem of a job's per-rank traces "
+              "(kdebug record --nproc N -o run.kdt writes run.rank0.kdt, ...)", file=sys.stderr)
+        return 2
+    try:
+        rep = kdebug.compare_ranks(run, reference=args.reference)
+    except ValueError as e:
+        print(f"kdebug diff --ranks: {e}", file=sys.stderr)
+        return 2
+    print(rep)
     return 0 if rep.ok else 1
 
 
@@ -563,6 +614,8 @@ def main(argv: list[str] | None = None) -> int:
     i.set_defaults(fn=_info)
     r = sub.add_parser("record", help="record a program with no code change: kdebug record -o run.kdt -- python script.py")
     r.add_argument("-o", "--output", required=True, help="trace file to write (streamed while the program runs)")
+    r.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="start N ranks through torch.distributed.run; rank R writes OUTPUT's stem .rank{R}")
     r.add_argument("command", nargs=argparse.REMAINDER, help="-- python script.py [args...]")
     r.set_defaults(fn=_record)
     s_ = sub.add_parser("show", help="print a trace's debug string")
@@ -574,8 +627,12 @@ def main(argv: list[str] | None = None) -> int:
     s_.set_defaults(fn=_show)
     df = sub.add_parser("diff", help="compare two traces: the first divergence (exit 0 same, 1 differ, 2 error)")
     df.add_argument("a")
-    df.add_argument("b")
+    df.add_argument("b", nargs="?", default=None)
     df.add_argument("--html", metavar="PATH", help="also write the HTML report")
+    df.add_argument("--ranks", action="store_true",
+                    help="compare a job's ranks (A: the stem of run.rank{R}.kdt): do replicas agree, which rank "
+                         "and step diverged first")
+    df.add_argument("--reference", type=int, default=0, help="with --ranks: the rank the others are compared with")
     df.set_defaults(fn=_diff)
     rp = sub.add_parser("report", help="write a self-contained HTML report of runs: trace files or a hunt "
                                        "directory (kdebug hunt --keep DIR)")

@@ -81,15 +81,9 @@ from typing import Any, Callable
 import torch
 
 from . import _C, inductor
+from .ranks import rank_path
 
 _ROW = 4  # step, launches, lost, digest
-
-
-def _rank_path(stem: str, rank: int) -> str:
-    """``run.kdt`` -> ``run.rank{R}.kdt``.  Private fallback: replaced by
-    kdebug.ranks.rank_path (branch ``ranks``) at merge, with the same behaviour."""
-    root, ext = os.path.splitext(stem)
-    return f"{root}.rank{rank}{ext}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -386,7 +380,7 @@ class FlightRecorder:
     def path(self) -> str:
         """This rank's dump path: rank_path(trace, rank) under a process group, else trace."""
         dist, rank, _ = self._world()
-        return _rank_path(self.trace, rank) if dist is not None else self.trace
+        return rank_path(self.trace, rank) if dist is not None else self.trace
 
     def _dump_once(self, reason: str) -> None:
         if self.dumped is None and not self._dumping:  # a second signal during the dump: not again
@@ -465,7 +459,7 @@ class FlightRecorder:
                 a, b = 0, rank if rank != 0 else 1
             else:
                 a, b = (d.reference[0], rank) if rank in d.ranks else (rank, d.ranks[0])
-            lines.append(f"kdebug diff {_rank_path(self.trace, a)} {_rank_path(self.trace, b)}: "
+            lines.append(f"kdebug diff {rank_path(self.trace, a)} {rank_path(self.trace, b)}: "
                          "the first kernel where these ranks differ")
         lines.append(f"steps not compared (launches lost): {self.stats['uncompared_steps']}; "
                      f"launch records lost: {rstats['dropped'] + rstats['unrecorded']}")

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _active, _argtext, _aten_hooks, _flags, _upstream, hashing, inductor, values
+from . import _C, _active, _argtext, _aten_hooks, _flags, _upstream, collectives, hashing, inductor, values
 from ._boundary import HashHook, OpInfo
 from .calls import _VERBOSE, RECORDED_ATTRIBUTES, _CppKernelCall, _KernelCall, make_call
 
@@ -62,6 +62,8 @@ def _op_info(func) -> OpInfo:
     empty = "empty" in text
     # profiler contexts and annotations: always through upstream's own code
     special = name.startswith("profiler::_record_function") or name.startswith("debug_mode_ops::")
+    # Note [Collective records]: c10d ops are recorded by kdebug/collectives.py
+    special = special or collectives.is_collective(func)
     pos: tuple | None = ()
     names: tuple | None = ()
     outs: tuple = ()
@@ -566,9 +568,13 @@ class DebugMode(_upstream.DebugMode):
             undo.callback(_C._set_defer, prev_defer)
             if self._trace_path is not None:
                 if self._stream is None:
+                    from . import ranks
                     from .trace import Stream
 
-                    self._stream = Stream(self, self._trace_path)
+                    info = ranks.current()  # Note [Ranks]: a rank of a job writes run.rank{R}.kdt
+                    path = self._trace_path if info is None else ranks.rank_path(self._trace_path, info.rank)
+                    self.trace_path = path
+                    self._stream = Stream(self, path)
                 else:
                     self._stream.reopen()  # entered again: append to the same trace
             if self.check_finite:

@@ -166,3 +166,26 @@ def wrong_lowering(op, scale: float | None = None, nan_above: float | None = Non
     finally:
         for k in keys:
             lowerings[k] = right
+
+
+@contextlib.contextmanager
+def perturb_collective_output(op: str, value: float = 1.0):
+    """Within the block, every collective named ``op`` (``"c10d::allreduce_"``,
+    ``"_c10d_functional::all_reduce"``) recorded by a kdebug DebugMode in this
+    process gets ``value`` added to the first element of its output when it
+    completes, before its output hash is taken: a fault inside the
+    collective, as a faulty transport would make it (Note [Collective
+    records]).  Use it in one rank only."""
+    from . import collectives
+
+    if not isinstance(op, str) or "::" not in op:
+        raise ValueError(f"perturb_collective_output: op is a name such as 'c10d::allreduce_', not {op!r}")
+    prev = collectives._perturb.get(op)
+    collectives._perturb[op] = value
+    try:
+        yield
+    finally:
+        if prev is None:
+            collectives._perturb.pop(op, None)
+        else:
+            collectives._perturb[op] = prev

@@ -200,6 +200,12 @@ def _final_meta(dm) -> dict:
     keep = ("launches", "dropped", "errors", "unrecorded", "suppressed", "complete", "bypassed_graph_calls",
             "outputs_skipped", "readonly_changed", "hash_unsupported", "nested_unrecorded")
     meta = {"stats": {k: s[k] for k in keep if k in s}}
+    from . import collectives, ranks
+
+    meta["stats"].update(collectives.stats(dm))  # Note [Collective records]
+    st = getattr(dm, "_collectives", None)
+    layout = ranks.meta()  # Note [Ranks]; the groups seen at the first collective when they are gone now
+    meta.update({**(st.layout or {}), **layout} if st is not None and "groups" not in layout else layout)
     if dm.final_state is not None:
         meta["final_state"] = dm.final_state  # Note [Final state]
     names = {op.kernel_name for op in dm.operators if isinstance(op, _KernelCall)}
@@ -248,20 +254,29 @@ class Stream:
     def due(self) -> bool:
         return time.monotonic() - self.last >= self.interval
 
-    def write_new(self) -> None:
+    def write_new(self, final: bool = False) -> None:
         self.dm._flush()  # drain the ring, resolve GPU hashes, merge kernels into operators
         ops = self.dm.operators
         n = list.__len__(ops)
         if n > self.written:
-            self.w.write(list.__getitem__(ops, slice(self.written, n)), self.dm.record_tensor_attributes,
-                         self.dm._recorder)
-            self.written = n
+            from . import collectives
+
+            items = list.__getitem__(ops, slice(self.written, n))
+            if final:
+                collectives.settle(self.dm)
+            else:  # Note [Collective records]: up to the first collective still in flight
+                k = collectives.first_pending(self.dm, items)
+                if k is not None:
+                    items = items[:k]
+            collectives.resolve(items)
+            self.w.write(items, self.dm.record_tensor_attributes, self.dm._recorder)
+            self.written += len(items)
         self.last = time.monotonic()
 
     def close(self) -> None:
         if self.closed:
             return
-        self.write_new()
+        self.write_new(final=True)  # collectives still in flight: written without their output hash
         _finish(self.w, self.dm)
         self.closed = True
 
@@ -412,7 +427,8 @@ def _bypassed(v, key):
 
 _STATS = {"launches": _count, "dropped": _count, "errors": _count, "unrecorded": _count, "suppressed": _count,
           "outputs_skipped": _count, "readonly_changed": _count, "hash_unsupported": _count,
-          "nested_unrecorded": _count,
+          "nested_unrecorded": _count, "collectives": _count, "collectives_incomplete": _count,
+          "collectives_failed": _count, "collectives_unhashed": _count,
           "complete": _flag, "bypassed_graph_calls": _bypassed}
 
 def _final_state(v, key):
@@ -435,10 +451,41 @@ def _final_state(v, key):
 
 
 _MAX_RANGES = 1 << 22
+_MAX_RANKS = 1 << 20
+
+
+def _rank(v, key):
+    if type(v) is not int or not 0 <= v < _MAX_RANKS:
+        raise _Bad(f"META key {key!r} must be a rank (an integer from 0 to {_MAX_RANKS - 1}), not {_show(v)}")
+    return v
+
+
+def _world(v, key):
+    if type(v) is not int or not 0 < v <= _MAX_RANKS:
+        raise _Bad(f"META key {key!r} must be a world size (an integer from 1 to {_MAX_RANKS}), not {_show(v)}")
+    return v
+
+
+def _groups(v, key):
+    """Note [Ranks]: [{"name": str, "ranks": [rank, ...], "backend": str}, ...]."""
+    if not isinstance(v, list) or len(v) > _MAX_ENTRIES:
+        raise _Bad(f"META key {key!r} must be a list of at most {_MAX_ENTRIES} process groups, not {_show(v)}")
+    out = []
+    for i, g in enumerate(v):
+        where = f"{key}[{i}]"
+        g = _object(g, where)
+        ranks = g.get("ranks")
+        if not isinstance(ranks, list) or len(ranks) > _MAX_RANKS:
+            raise _Bad(f"META key {where + '.ranks'!r} must be a list of ranks, not {_show(ranks)}")
+        out.append({"name": _text(g.get("name", ""), where + ".name")[:256],
+                    "ranks": [_rank(r, where + ".ranks") for r in ranks],
+                    "backend": _text(g.get("backend", "?"), where + ".backend")[:64]})
+    return out
+
 
 META_SCHEMA = {"kdebug": _text, "torch": _text, "python": _text, "argv": _texts, "pid": _count,
                "time": _seconds, "hash_specs": _hash_specs, "stats": _stats, "custom_hashes_not_saved": _count,
-               "final_state": _final_state,
+               "final_state": _final_state, "rank": _rank, "world_size": _world, "groups": _groups,
                "kernel_provenance": lambda v, key: provenance.check_meta(v, key, _Bad),
                "kernel_code": lambda v, key: kernel_code.check_meta(v, key, _Bad), "kernel_code_dropped": _count,
                "flight": lambda v, key: _flight_meta(v, key)}
@@ -533,6 +580,14 @@ class Run:
             out.append(f"{self.path}: {n} graph call(s) through {reason} were not recorded")
         if st.get("nested_unrecorded"):
             out.append(f"{self.path}: {st['nested_unrecorded']} launch(es) were recorded only by a nested DebugMode")
+        if st.get("collectives_incomplete"):
+            out.append(f"{self.path}: {st['collectives_incomplete']} collective(s) had not completed when the "
+                       "recording ended: their output hashes are missing (Note [Collective records])")
+        if st.get("collectives_failed"):
+            out.append(f"{self.path}: {st['collectives_failed']} collective(s) failed: no output hash")
+        if st.get("collectives_unhashed"):
+            out.append(f"{self.path}: {st['collectives_unhashed']} collective(s) returned a Work without a future "
+                       "(this backend): their outputs were not hashed")
         if self.meta.get("kernel_code_dropped"):
             out.append(f"{self.path}: the generated source of {self.meta['kernel_code_dropped']} kernel(s) "
                        "was not kept (over the size limit, or not seen by the recording process)")
@@ -657,7 +712,7 @@ def _map(path: str):
             return f.read()
 
 
-def load(path: str, *, quiet: bool = False) -> Run:
+def load(path: str, *, quiet: bool = False):
     """Reads a trace written by ``DebugMode.save`` / ``DebugMode(trace=...)`` /
     ``kdebug record``.  A truncated file (the process died) loads up to its last
     complete chunk, with a warning; a corrupt, foreign or newer file raises
@@ -667,7 +722,16 @@ def load(path: str, *, quiet: bool = False) -> Run:
     streamed) is fine, and kdebug's writers replace an existing file rather
     than truncate it, so re-recording to the same path leaves this Run
     reading the old file.  Another program truncating the file in place while
-    the Run is in use would end the process with SIGBUS."""
+    the Run is in use would end the process with SIGBUS.
+
+    A path that does not exist while per-rank traces of it do
+    (``run.rank0.kdt``, ...: a job's ranks, Note [Ranks]) loads them all, as a
+    kdebug.ranks.RankedRun (``.ranks``, ``run[r]``)."""
+    if not os.path.lexists(os.fspath(path)):
+        from . import ranks
+
+        if ranks.rank_files(path):
+            return ranks.load_ranks(path, quiet=quiet)
     try:
         data = _map(path)
     except OSError as e:

@@ -1,0 +1,401 @@
+"""Collectives as first-class records.
+
+Note [Collective records]
+A c10d collective is recorded as one record of its own among the aten ops
+(a trace op record named ``c10d::allreduce_``, ``_c10d_functional::all_reduce``
+...), whose text names the group (name and global ranks), the reduce op and
+every tensor's dtype and shape -- nothing rank-specific, so the records of
+two ranks align -- with the hash of what it reads taken before it is issued
+and the hash of what it writes taken when it has completed, and the byte
+ranges of both (its data flow: Note [Data flow] in dataflow.py).
+
+kdebug's DebugMode sends these ops here (mode._op_info marks them special;
+_aten_hooks.through_upstream calls ``dispatch``).  The output is never hashed
+when the op returns: the transfer may still be running.  Instead:
+
+- eager ops (``dist.all_reduce`` and friends dispatch ``c10d::<op>``, which
+  returns a Work): a callback on the Work's future (``Future.then``) hashes
+  the outputs when the work completes.  For gloo it runs on gloo's thread
+  after the output is written and before ``Work.wait()`` returns (gloo
+  completes the future, running its callbacks, before it marks the work
+  done).  For NCCL the future's callbacks run with current CUDA streams that
+  wait on the collective's end events, so the hash kernel is queued after
+  the collective, on the device, with no host synchronization.
+- functional ops (``_c10d_functional.*`` in compiled graphs): their output is
+  hashed by ``wait_tensor`` on that output, on the current stream after the
+  wait, as Inductor's own code orders its readers.
+
+No hash waits for anything: a collective that never completes (or is still
+running when the recording ends) keeps no output hash, and the trace counts
+it (META stats ``collectives_incomplete``).  The record stays at the place
+the collective was issued; the trace stream writes records only up to the
+first collective still in flight, so its record is written complete.
+
+Where no log_tensor_hashes() is entered, collectives are still hashed, with
+the bitwise hash: they are few, and comparing replicas needs them.
+
+Limit: a program that waits on the Work's *future* only (DDP's Reducer)
+is woken by gloo just before the callbacks run; the output is hashed in
+that window.  The next write into a collective's output in such programs
+comes after later collectives and kernels (the next backward), not in it.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import _C, _upstream, hashing
+
+NAMESPACES = ("c10d", "_c10d_functional")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Where an eager c10d op's tensors are (argument positions) and what is true of them."""
+
+    reads: tuple      # positions of the tensor arguments it reads
+    writes: tuple     # positions of the tensor arguments it writes
+    group: int        # position of the process group
+    reduce: int | None  # position of the reduce op
+    agree: bool       # every rank of the group ends with the same output
+
+
+EAGER = {
+    "allreduce_": Kind((0,), (0,), 1, 2, True),
+    "allreduce_coalesced_": Kind((0,), (0,), 1, 2, True),
+    "broadcast_": Kind((0,), (0,), 1, None, True),
+    "reduce_": Kind((0,), (0,), 1, 2, False),
+    "_allgather_base_": Kind((1,), (0,), 2, None, True),
+    "allgather_": Kind((1,), (0,), 2, None, True),
+    "allgather_coalesced_": Kind((1,), (0,), 2, None, True),
+    "allgather_into_tensor_coalesced_": Kind((1,), (0,), 2, None, True),
+    "_reduce_scatter_base_": Kind((1,), (0,), 2, 3, False),
+    "reduce_scatter_": Kind((1,), (0,), 2, 3, False),
+    "reduce_scatter_tensor_coalesced_": Kind((1,), (0,), 2, 3, False),
+    "alltoall_base_": Kind((1,), (0,), 2, None, False),
+    "alltoall_": Kind((1,), (0,), 2, None, False),
+    "gather_": Kind((1,), (0,), 2, None, False),
+    "scatter_": Kind((1,), (0,), 2, None, False),
+    "send": Kind((0,), (), 1, None, False),
+    "recv_": Kind((), (0,), 1, None, False),
+    "recv_any_source_": Kind((), (0,), 1, None, False),
+    "barrier": Kind((), (), 1, None, False),
+}
+
+# functional ops: (position of the group name, position of the reduce op or None, agree)
+FUNCTIONAL = {
+    "all_reduce": (2, 1, True), "all_reduce_": (2, 1, True),
+    "all_reduce_coalesced": (2, 1, True), "all_reduce_coalesced_": (2, 1, True),
+    "all_gather_into_tensor": (2, None, True), "all_gather_into_tensor_out": (2, None, True),
+    "all_gather_into_tensor_coalesced": (2, None, True),
+    "reduce_scatter_tensor": (3, 1, False), "reduce_scatter_tensor_coalesced": (3, 1, False),
+    "broadcast": (2, None, True), "broadcast_": (2, None, True),
+    "all_to_all_single": (3, None, False),
+}
+
+# output agreement by record name, for records read back from traces
+AGREE = {f"c10d::{k}": v.agree for k, v in EAGER.items()}
+AGREE.update({f"_c10d_functional::{k}": v[2] for k, v in FUNCTIONAL.items()})
+
+
+def is_collective(func) -> bool:
+    """True for the ops this module records (c10d and _c10d_functional)."""
+    return getattr(func, "namespace", None) in NAMESPACES
+
+
+def is_collective_name(name: str) -> bool:
+    return name.split("::", 1)[0] in NAMESPACES and name.split("::", 1)[-1].split(".")[0] != "wait_tensor"
+
+
+def outputs_agree(name: str) -> bool:
+    """Every rank of the group must end with the same output (all-reduce,
+    broadcast, all-gather), by record name ('c10d::allreduce_.default')."""
+    return AGREE.get(name.rsplit(".", 1)[0] if name.count(".") else name, False) or AGREE.get(name, False)
+
+
+# -------------------------------------------------------------- the records
+
+
+class CollectiveCall(_upstream._OpCall):
+    """A collective's record in ``DebugMode.operators`` (an _OpCall: its name
+    is its op's).  ``log`` holds ``input_hash`` from the start and ``hash``
+    once it completed; ``done`` says whether it did."""
+
+    def __init__(self, func, text: str, depth: int, agree: bool):
+        self.op = func
+        self.call_depth = depth
+        self.args_str = self.kwargs_str = ""
+        self.output_str = None
+        self.record = None
+        self.log: dict = {}
+        self.stack_trace = self.fwd_stack_trace = None
+        self.text = text
+        self.agree = agree
+        self.done = threading.Event()
+        self.error: str | None = None
+
+    def render(self, attributes) -> str:
+        return self.text + (f"  # {self.log}" if self.log else "")
+
+    def stringify_args(self, *a, **k) -> None:  # the text is made once, at issue
+        pass
+
+    def stringify_output(self, *a, **k) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _shape_text(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"{_upstream.dtype_abbrs.get(x.dtype, str(x.dtype))}{list(x.shape)}"
+    if isinstance(x, (list, tuple)):
+        return "[" + ", ".join(_shape_text(y) for y in x) + "]"
+    return "-"
+
+
+def _text(name: str, reads: list, writes: list | None, group, reduce) -> str:
+    gname, granks = _upstream.group_of(group)
+    parts = [f"in={', '.join(_shape_text(t) for t in reads)}"]
+    if writes is not None:
+        parts.append(f"out={', '.join(_shape_text(t) for t in writes)}")
+    parts.append(f"group={gname} ranks={granks}")
+    op = _upstream.reduce_op_name(reduce) if reduce is not None else "?"
+    if op != "?":  # eager ops' ReduceOp objects do not say which (torch 2.13)
+        parts.append(f"op={op}")
+    return f"{name}({' '.join(parts)})"
+
+
+def _spec():
+    """The hash spec of this thread's log_tensor_hashes(), else bitwise."""
+    from . import _aten_hooks
+
+    entry = _aten_hooks.this_thread().hash_entry
+    if entry is not None:
+        return entry.spec
+    return hashing.parse("bitwise")[1]
+
+
+def _hash_tree(obj, spec):
+    if isinstance(obj, torch.Tensor):
+        with _upstream.disable_torch_dispatch():
+            return hashing.start_value(obj, spec)
+    if isinstance(obj, (list, tuple)):
+        return [_hash_tree(x, spec) for x in obj]
+    return None
+
+
+def _at(args, positions) -> tuple:
+    return tuple(args[p] if p < len(args) else None for p in positions)
+
+
+class _State:
+    """One DebugMode's collectives: those still in flight, counters."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.pending: list[CollectiveCall] = []      # issued, not completed
+        self.by_output: dict[int, tuple] = {}        # functional: data_ptr -> (call, leaf)
+        self.issued = 0
+        self.failed = 0
+        self.layout: dict | None = None  # ranks.meta() at the first collective
+        self.unhashed = 0  # completed, but its Work had no future to hash it from
+
+
+def state(mode) -> _State:
+    st = getattr(mode, "_collectives", None)
+    if st is None:
+        st = mode._collectives = _State()
+    return st
+
+
+def _complete(st: _State, call: CollectiveCall) -> None:
+    with st.lock:
+        if call in st.pending:
+            st.pending.remove(call)
+    call.done.set()
+
+
+_perturb: dict = {}  # kdebug.testing.perturb_collective_output: {op name: value}
+
+
+def _planted(name: str, outs) -> None:
+    v = _perturb.get(name)
+    if v is None:
+        return
+    for t in outs:
+        if isinstance(t, torch.Tensor) and t.numel():
+            with _upstream.disable_torch_dispatch(), torch.no_grad():
+                t.view(-1)[0] += v
+            return
+
+
+def dispatch(mode, func, types, args, kwargs):
+    """Runs collective ``func`` for kdebug DebugMode ``mode``, recording it
+    (Note [Collective records]); wait_tensor completes a functional record."""
+    kwargs = kwargs or {}
+    base = func._schema.name.split("::", 1)[1]
+    st = state(mode)
+    if func.namespace == "_c10d_functional" and base == "wait_tensor":
+        out = func(*args, **kwargs)
+        _functional_done(st, args[0] if args else kwargs.get("tensor"))
+        return out
+    spec = _spec()
+    name = f"{func.namespace}::{base}"
+    depth = getattr(mode, "call_depth", 0)
+    if func.namespace == "c10d":
+        kind = EAGER.get(base)
+        if kind is None:  # a c10d op kdebug does not know: run it, record nothing about its data
+            return func(*args, **kwargs)
+        reads, writes = _at(args, kind.reads), _at(args, kind.writes)
+        group = args[kind.group] if kind.group < len(args) else None
+        reduce = args[kind.reduce] if kind.reduce is not None and kind.reduce < len(args) else None
+        call = CollectiveCall(func, _text(name, list(reads), list(writes), group, reduce), depth, kind.agree)
+        pre = [None] * len(args)
+        for p in kind.reads:
+            if p < len(args):
+                pre[p] = _hash_tree(args[p], spec)
+        call.log["input_hash"] = (tuple(pre), {})
+        in_ext = _C.tree_extents((tuple(args[p] if p in kind.reads else None for p in range(len(args))), {}))
+        out_ext = _C.tree_extents(tuple(writes))
+        call._kd_extents = _C.OpExtents((None if in_ext is NotImplemented else in_ext,
+                                         None if out_ext is NotImplemented else out_ext))
+        _issue(mode, st, call)
+        result = func(*args, **kwargs)
+        work = result[-1] if isinstance(result, tuple) else result
+        _eager_then(st, call, work, writes, spec, name)
+        return result
+    gpos, rpos, agree = FUNCTIONAL.get(base, (None, None, False))
+    group = args[gpos] if gpos is not None and gpos < len(args) else kwargs.get("group_name")
+    reduce = args[rpos] if rpos is not None and rpos < len(args) else None
+    first = args[0] if args else None
+    call = CollectiveCall(func, _text(name, [first], None, group, reduce), depth, agree)
+    call.log["input_hash"] = ((_hash_tree(first, spec),) + (None,) * (len(args) - 1), {})
+    in_ext = _C.tree_extents(((first,) + (None,) * (len(args) - 1), {}))
+    _issue(mode, st, call)
+    out = func(*args, **kwargs)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    out_ext = _C.tree_extents(out)
+    call._kd_extents = _C.OpExtents((None if in_ext is NotImplemented else in_ext,
+                                     None if out_ext is NotImplemented else out_ext))
+    call._outputs = [None] * len(outs)
+    call._spec = spec
+    call._is_list = isinstance(out, (list, tuple))
+    with st.lock:
+        for i, t in enumerate(outs):
+            if isinstance(t, torch.Tensor):
+                st.by_output[t.data_ptr()] = (call, i)
+    return out
+
+
+def _issue(mode, st: _State, call: CollectiveCall) -> None:
+    if st.layout is None:  # Note [Ranks]: the groups as they were, if they are gone at exit
+        from . import ranks
+
+        st.layout = ranks.meta()
+    with st.lock:
+        st.pending.append(call)
+        st.issued += 1
+    list.append(mode._ops, call)  # as upstream records an op (Note [Launch order])
+
+
+def _eager_then(st: _State, call: CollectiveCall, work, writes, spec, name) -> None:
+    """Hashes ``writes`` when ``work`` completes (a callback on its future)."""
+
+    def finish(fut) -> None:
+        try:
+            fut.value()  # raises when the collective failed
+            _planted(name, [t for w in writes for t in (w if isinstance(w, (list, tuple)) else [w])
+                            if isinstance(t, torch.Tensor)] if _perturb else [])
+            call.log["hash"] = tuple(_hash_tree(w, spec) for w in writes)
+        except Exception as e:  # never the program's problem: the record says why it has no output hash
+            call.error = f"{type(e).__name__}: {e}"
+            st.failed += 1
+        finally:
+            _complete(st, call)
+
+    w = _upstream.unbox_work(work) if isinstance(work, torch.ScriptObject) else work
+    try:
+        fut = w.get_future()
+    except Exception as e:  # a Work without a future: no output hash, said so
+        call.error = f"no future on its Work ({type(e).__name__})"
+        st.unhashed += 1
+        _complete(st, call)
+        return
+    call._future = fut
+    fut.then(finish)
+
+
+def _functional_done(st: _State, t) -> None:
+    if not isinstance(t, torch.Tensor):
+        return
+    with st.lock:
+        got = st.by_output.pop(t.data_ptr(), None)
+    if got is None:
+        return
+    call, i = got
+    if _perturb:
+        _planted(f"{call.op.namespace}::{call.op._schema.name.split('::', 1)[1]}", [t])
+    call._outputs[i] = _hash_tree(t, call._spec)
+    if all(x is not None for x in call._outputs):
+        outs = call._outputs
+        call.log["hash"] = list(outs) if call._is_list else outs[0]
+        _complete(st, call)
+
+
+def settle(mode, timeout: float = 2.0) -> None:
+    """At the end of a recording: a collective whose future has completed
+    (the program waited for it) but whose callback is still running on the
+    backend's thread gets up to ``timeout`` seconds to finish hashing; one
+    still in flight is left alone (never waited for)."""
+    st = getattr(mode, "_collectives", None)
+    if st is None:
+        return
+    with st.lock:
+        calls = list(st.pending)
+    for c in calls:
+        fut = getattr(c, "_future", None)
+        if fut is not None and fut.done():
+            c.done.wait(timeout)
+
+
+def first_pending(mode, items) -> int | None:
+    """Index in ``items`` of the first collective still in flight, or None."""
+    st = getattr(mode, "_collectives", None)
+    if st is None or not st.pending:
+        return None
+    with st.lock:
+        pending = {id(c) for c in st.pending}
+    return next((i for i, x in enumerate(items) if id(x) in pending), None)
+
+
+def resolve(items) -> None:
+    """Replaces GPU hash values still queued in collective records by their values."""
+    def value(x):
+        if isinstance(x, hashing.Pending):
+            return x.value()
+        if isinstance(x, list):
+            return [value(y) for y in x]
+        if isinstance(x, tuple):
+            return tuple(value(y) for y in x)
+        if isinstance(x, dict):
+            return {k: value(v) for k, v in x.items()}
+        return x
+
+    for c in items:
+        if isinstance(c, CollectiveCall) and c.log:
+            c.log = {k: value(v) for k, v in c.log.items()}
+
+
+def stats(mode) -> dict[str, Any]:
+    """{'collectives', 'collectives_incomplete', 'collectives_failed', 'collectives_unhashed'} of a mode."""
+    st = getattr(mode, "_collectives", None)
+    if st is None:
+        return {}
+    with st.lock:
+        return {"collectives": st.issued, "collectives_incomplete": len(st.pending),
+                "collectives_failed": st.failed, "collectives_unhashed": st.unhashed}

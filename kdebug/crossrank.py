@@ -1,0 +1,208 @@
+"""Cross-rank comparison: do a job's replicas agree, and if not, where did one
+start to differ?
+
+Note [Cross-rank comparison]
+Ranks of a data-parallel job compute on different data, so most of their
+steps differ for a good reason.  What must agree is known:
+
+- the outputs of collectives that leave every rank of the group with the same
+  value (all-reduce, broadcast, all-gather: collectives.outputs_agree), which
+  is where DDP's gradients are after the reduction;
+- tensors the program marks with ``kdebug.replicated(t, name)`` (parameters
+  after the optimizer step, a loss that is all-reduced, ...).
+
+Each rank R is compared with rank 0 by the run-to-run engine (kdebug/compare.py:
+aligned records, data flow, Note [Data flow]).  By its rules a *root* is a
+step whose inputs were identical on both ranks and whose outputs differ: a
+step that computed differently on rank R from the same inputs (a bad kernel,
+a faulty device) -- a rank-local root, reported whatever its inputs' origin.
+An *outside* root is a difference that entered from outside the recording
+(each rank's own data): expected, counted, not a divergence by itself.  A
+collective whose outputs must agree and differ is a root itself, whatever
+its inputs (they are meant to differ).  A marked replica that differs is
+reported with the first root (rank-local or collective) before it, or as
+coming from each rank's own inputs when there is none.
+
+Ranks' replicas DIVERGE when any rank has a consequential rank-local root, a
+disagreeing collective or a differing mark.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from . import collectives
+from .compare import Report, Step, _diff_text, _root_lines, _Side
+from .compare import compare as compare_runs
+
+MARK = "kdebug::replicated"
+
+
+@dataclass
+class RankFinding:
+    """One reason a rank's replicas differ from the reference rank's."""
+
+    what: str          # "rank-local root", "collective", "replica"
+    step: Step
+    position: int      # aligned position
+    text: str
+
+
+@dataclass
+class RankComparison:
+    rank: int
+    reference: int
+    report: Report
+    findings: list = field(default_factory=list)  # RankFinding, in record order
+    outside: int = 0                              # differences from each rank's own inputs
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings and not self.report.structural
+
+
+@dataclass
+class RanksReport:
+    stem: str
+    reference: int
+    ranks: list
+    comparisons: list
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.comparisons)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        return format_ranks(self)
+
+
+def _differs(a: Step, b: Step) -> list:
+    keys = sorted(set(a.post) | set(b.post))
+    return [(a.labels.get(k, k), a.post.get(k), b.post.get(k)) for k in keys if a.post.get(k) != b.post.get(k)]
+
+
+def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
+    """Rank ``rank``'s run against the reference rank's (Note [Cross-rank comparison])."""
+    rep = compare_runs(run_ref, run_r, runs=(reference, rank))
+    out = RankComparison(rank, reference, rep)
+    al = rep.alignment
+    pa, pb = al["pa"], al["pb"]
+    A, B = _Side.of(run_ref), _Side.of(run_r)
+    roots_at = []
+    for x in rep.roots:
+        if x.kind == "root":
+            lines = _root_lines(x, reference, rank)
+            out.findings.append(RankFinding("rank-local root", x.step_a, x.position,
+                                            f"{x.step_a.label()} on rank {rank}: " + "; ".join(lines)))
+            roots_at.append((x.position, x.step_a.label()))
+        else:
+            out.outside += 1
+    for k in al["diff"].tolist():
+        a, b = A.step(int(pa[k])), B.step(int(pb[k]))
+        if a.kind != "aten":
+            continue
+        if collectives.is_collective_name(a.name) and collectives.outputs_agree(a.name):
+            d = _differs(a, b)
+            if d and not any(f.position == k for f in out.findings):
+                out.findings.append(RankFinding(
+                    "collective", a, k,
+                    f"{a.label()} on rank {rank}: its output must be the same on every rank of the group, and "
+                    f"{_diff_text(d, reference, rank)} -> the collective itself (or its transport) "
+                    f"gave rank {rank} another result"))
+                roots_at.append((k, a.label()))
+    for k in al["diff"].tolist():
+        a, b = A.step(int(pa[k])), B.step(int(pb[k]))
+        if a.kind == "aten" and a.name.startswith(MARK):
+            keys = sorted(set(a.pre) | set(b.pre))
+            d = [(a.labels.get(x, x), a.pre.get(x), b.pre.get(x)) for x in keys if a.pre.get(x) != b.pre.get(x)]
+            if not d:
+                continue
+            before = [lab for pos, lab in sorted(roots_at) if pos < k]
+            cause = (f"first root before it: {before[0]}" if before else
+                     "no rank-local root or collective before it: the difference came from each rank's own "
+                     "inputs (data, RNG), recorded outside")
+            text = getattr(A._call(int(pa[k])), "_text", None) or a.name
+            out.findings.append(RankFinding("replica", a, k, f"{text} differs on rank {rank} "
+                                            f"({_diff_text(d, reference, rank)}); {cause}"))
+    out.findings.sort(key=lambda f: f.position)
+    return out
+
+
+def compare_ranks(run, reference: int = 0) -> RanksReport:
+    """Every rank of a kdebug.ranks.RankedRun (or its stem path) against
+    ``reference`` (Note [Cross-rank comparison])."""
+    from . import ranks, trace
+
+    if not isinstance(run, ranks.RankedRun):
+        run = trace.load(run)
+        if not isinstance(run, ranks.RankedRun):
+            raise ValueError(f"{run.path} is one process's trace, not a job's per-rank traces (run.rank0.kdt, ...)")
+    if reference not in run.ranks:
+        raise ValueError(f"{run.stem}: no trace of reference rank {reference} (ranks {run.ranks})")
+    ref = _Side.of(run[reference])
+    comps = [compare_rank(ref, run[r], reference, r) for r in run.ranks if r != reference]
+    return RanksReport(run.stem, reference, run.ranks, comps)
+
+
+def format_ranks(r: RanksReport) -> str:
+    lines = [f"kdebug ranks: {len(r.ranks)} rank(s) of {r.stem}, each compared with rank {r.reference}"]
+    for c in r.comparisons:
+        rep = c.report
+        head = f"  rank {c.rank}: {rep.compared} records aligned, {rep.hashed} hashed"
+        if c.outside:
+            head += (f"; {c.outside} difference(s) entered from outside the recording (each rank's own data "
+                     "or RNG: expected in data parallelism)")
+        lines.append(head)
+        for s in rep.structural[:5]:
+            lines.append(f"    STRUCTURE: {s}")
+        if not c.findings:
+            if rep.hashed == 0:
+                lines.append("    nothing to compare: record with log_tensor_hashes (kdebug record does)")
+            else:
+                lines.append("    replicas MATCH: every collective that must agree did, no step computed "
+                             "differently from identical inputs" + (", no marked replica differs"))
+            continue
+        f = c.findings[0]
+        lines.append(f"    REPLICAS DIVERGE: first at {f.what} {f.text}")
+        for g in c.findings[1:6]:
+            lines.append(f"    also: {g.what} {g.text}")
+        if len(c.findings) > 6:
+            lines.append(f"    ... {len(c.findings) - 6} more")
+    lines.append(f"kdebug ranks: replicas {'match' if r.ok else 'DIVERGE'}")
+    return "\n".join(lines)
+
+
+def replicated(t: torch.Tensor, name: str) -> torch.Tensor:
+    """Marks ``t`` as a value every rank must hold identically (parameters
+    after the optimizer step, an all-reduced loss): the active kdebug
+    DebugMode records its hash under ``name``, and the cross-rank comparison
+    reports the first mark that differs, with its root.  Returns ``t``;
+    outside a recording it does nothing."""
+    from . import _active, _aten_hooks, _upstream, hashing
+    from .mode import DebugMode
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"kdebug.replicated takes a tensor, not {type(t).__name__}")
+    if not isinstance(name, str) or not name:
+        raise TypeError("kdebug.replicated needs a name (a non-empty string) for the value")
+    dm = _active.debug_mode()
+    if not isinstance(dm, DebugMode) or dm._recorder is None or not dm._entered:
+        return t
+    entry = _aten_hooks.this_thread().hash_entry
+    spec = entry.spec if entry is not None else hashing.parse("bitwise")[1]
+    with _upstream.disable_torch_dispatch():
+        h = hashing.start_value(t.detach(), spec)
+    from . import _C
+
+    call = collectives.CollectiveCall(MARK, f"{MARK}({name!r}, {collectives._shape_text(t)})",
+                                      getattr(dm, "call_depth", 0), True)
+    call.log["input_hash"] = ((h,), {})
+    ext = _C.tree_extents(((t,), {}))
+    call._kd_extents = _C.OpExtents((None if ext is NotImplemented else ext, None))
+    call.done.set()
+    list.append(dm._ops, call)
+    return t
