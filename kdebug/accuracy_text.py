@@ -109,6 +109,12 @@ def summary(report) -> str:
     elif report.compared() == 0:
         lines.append("NOTHING COMPARED: compiled graph calls were checked but no buffer their kernels wrote could "
                      "be compared with eager (see why below); this is not a verdict")
+    elif report.unverified:
+        u = report.unverified
+        lines.append(f"NO VERDICT: {len(u)} call(s) outside tolerance of eager read buffers whose values were not "
+                     f"recorded, over every budget (first: {u[0].kernel}, graph {u[0].graph}); the kernel that "
+                     "introduced the difference may be one whose outputs were not kept: raise the budgets "
+                     "(--max-disk-bytes) to judge them")
     else:
         lines.append(f"no kernel computes worse than eager (factor {report.factor:g} against float64)")
         d = report.first_divergent
@@ -137,5 +143,8 @@ def summary(report) -> str:
                     reasons[b.why_not] = reasons.get(b.why_not, 0) + 1
         lines.append(f"{unchecked} written buffer(s) not compared: "
                      + "; ".join(f"{n} {why}" for why, n in sorted(reasons.items(), key=lambda t: -t[1])))
+    sp = getattr(report, "spill", None)
+    if sp is not None and sp.spilled():  # Note [Output spill]
+        lines.append(sp.line())
     lines += ["note: " + n for n in report.notes]
     return "\n".join(lines)

@@ -522,19 +522,28 @@ class Values:
         args = self._tensors.get(n)
         if args is None:
             return None
-        out = {}
-        for arg, (off, dtype, shape, nbytes, crc) in args.items():
-            raw = bytes(self._data[off:off + nbytes])
-            if zlib.crc32(raw) != crc:
-                raise _error(self.path, off, f"the bytes of {arg!r} of launch {n} do not match their crc32")
-            try:
-                if nbytes == 0:
-                    out[arg] = torch.empty(shape, dtype=dtype)
-                else:
-                    out[arg] = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
-            except (RuntimeError, TypeError, ValueError) as e:
-                raise _error(self.path, off, f"cannot rebuild {arg!r} of launch {n} ({e})") from None
-        return out
+        return {arg: self._read(n, arg, entry) for arg, entry in args.items()}
+
+    def value(self, n: int, arg: str) -> torch.Tensor:
+        """One recorded tensor: argument ``arg`` of launch n (read alone, so
+        a caller comparing buffer by buffer holds one at a time); KeyError
+        when the file has none."""
+        entry = self._tensors.get(n, {}).get(arg)
+        if entry is None:
+            raise KeyError(f"{self.path}: no recorded value of {arg!r} of launch {n}")
+        return self._read(n, arg, entry)
+
+    def _read(self, n: int, arg: str, entry: tuple) -> torch.Tensor:
+        off, dtype, shape, nbytes, crc = entry
+        raw = bytes(self._data[off:off + nbytes])
+        if zlib.crc32(raw) != crc:
+            raise _error(self.path, off, f"the bytes of {arg!r} of launch {n} do not match their crc32")
+        try:
+            if nbytes == 0:
+                return torch.empty(shape, dtype=dtype)
+            return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise _error(self.path, off, f"cannot rebuild {arg!r} of launch {n} ({e})") from None
 
     def problems(self) -> list[str]:
         out = []
