@@ -370,6 +370,8 @@ class Session:
             # a multi-output extern call's result tuple itself holds no value
             targets = (list(by_buffer) if _is_kernel(call)
                        else [b for b in site.writes if not site.pieces or b in site.pieces])
+            if refused:  # a launch refused by the full tiers cloned nothing: what its site writes, unknown
+                targets = list(site.writes)
             inputs = [a for a in site.args if isinstance(a, str) and a not in targets]
             tainted = tuple(a for a in inputs if status.get(a) == "diff")
             unknown_in = tuple(a for a in inputs if status.get(a) == "unknown")
