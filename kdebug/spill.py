@@ -10,7 +10,8 @@ fit where they were made.  They are kept in tiers, per graph call:
 - device tier: clones stay on the GPU where the kernel made them, up to
   ``max_device_bytes`` (default: an eighth of the device's free memory when
   the check starts);
-- host tier: when the device tier is over its budget it is drained: all its
+- host tier: when the device tier is over its budget it is drained: the
+  deferred clone copies are queued (Note [Deferred GPU work]), then all its
   clones are copied to pinned host memory without blocking, with the two
   device synchronizations of kdebug/values.py's ``_to_host`` per drain
   (clones finished on their kernels' streams; copies landed), never one per
@@ -51,7 +52,7 @@ import threading
 
 import torch
 
-from . import _files, _flags, _upstream
+from . import _C, _files, _flags, _upstream
 from . import values as _values
 
 # record_outputs' own byte cap, off: the store's tiers decide what is kept
@@ -266,6 +267,8 @@ class SpillStore:
                 self._drop(i, arg)
             return
         batch, self._device, self._device_bytes = self._device, [], 0
+        # a clone may still be a deferred copy (Note [Deferred GPU work], csrc/kd_defer.h): queue it first
+        _C.defer_flush()
         hosts = _values._to_host([t for _, _, t in batch])
         self.stats.drains += 1
         placed = self._place_host([(i, arg, h) for (i, arg, _), h in zip(batch, hosts)], moved=True)
