@@ -48,6 +48,7 @@ class BufferCheck:
     # float64 computed from what the compiled kernels before it wrote); set
     # where `diff` alone said worse
     local: numerics.Difference | None = None
+    lost: bool = False  # its value was not kept: over every budget (Note [Output spill])
 
     def worse(self, factor: float) -> bool:
         judge = self.local if self.local is not None else self.diff
@@ -125,6 +126,17 @@ class AccuracyReport:
         (over every budget, Note [Output spill]): no verdict about them."""
         return [k for k in self.kernels if k.status == "unverified"]
 
+    @property
+    def unrecorded(self) -> list:
+        """Calls with a written buffer over every budget (Note [Output spill]):
+        not judged, so a check without a culprit has no verdict either."""
+        return [k for k in self.kernels if any(b.lost for b in k.buffers)]
+
+    @property
+    def no_verdict(self) -> bool:
+        """No culprit, but values that were not recorded could hide one."""
+        return self.culprit is None and bool(self.unverified or self.unrecorded)
+
     def compared(self) -> int:
         return sum(1 for k in self.kernels for b in k.buffers if b.diff is not None)
 
@@ -165,6 +177,9 @@ def _on_device(xs) -> bool:
     return any(isinstance(x, torch.Tensor) and x.device.type != "cpu" for x in xs)
 
 
+_VALUE = (torch.Tensor, spill.Ref)  # a recorded value, or the store's reference to one (Note [Output spill])
+
+
 def _written(call) -> dict:
     """{param name: recorded value} of what a recorded call wrote."""
     rec = getattr(call, "record", None)
@@ -172,8 +187,8 @@ def _written(call) -> dict:
         return {}
     out = rec.get("output")
     if isinstance(out, dict):
-        return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
-    if isinstance(out, torch.Tensor):
+        return {k: v for k, v in out.items() if isinstance(v, _VALUE)}
+    if isinstance(out, _VALUE):
         return {"out": out}
     return {}
 
@@ -362,7 +377,7 @@ class Session:
                 if site.pieces and isinstance(result, (tuple, list)):
                     # a multi-output extern call: the wrapper takes buffers out of its result by index
                     for buf, i in site.pieces.items():
-                        if 0 <= i < len(result) and isinstance(result[i], torch.Tensor):
+                        if 0 <= i < len(result) and isinstance(result[i], _VALUE):
                             by_buffer[buf] = (f"out[{i}]", result[i])
                 elif out is not None and len(bufs) == 1:
                     by_buffer[bufs[0]] = ("out", out)
@@ -380,6 +395,8 @@ class Session:
             for buf in targets:
                 node = site.writes.get(buf)
                 param, value = by_buffer.get(buf, (None, None))
+                if store is not None:
+                    value = store.slot(value)  # an aten op's Ref: what its slot holds now
                 bc = BufferCheck(buffer=buf, node=node, param=param)
                 if node is None and later_writer(site.index, buf):
                     bc.why_not = "written again by a later call of the graph: an intermediate value here"
@@ -387,12 +404,16 @@ class Session:
                     bc.why_not = "no FX node is known for this buffer"
                 elif node in rnd:
                     bc.why_not = "computed from random numbers (Inductor's RNG differs from eager's by design)"
-                elif value is None:
-                    bc.why_not = refused or "its value was not recorded (over the byte budget, or not matched)"
+                elif value is None and refused:
+                    bc.why_not = refused
                     lost.add(buf)
+                    bc.lost = True
+                elif value is None:
+                    bc.why_not = "its value was not recorded (not matched to the call's result)"
                 elif isinstance(value, spill.Dropped):
                     bc.why_not = value.reason
                     lost.add(buf)
+                    bc.lost = True
                 elif node not in eager.values or node not in ref.values:
                     bc.why_not = "the reference run did not reach this node"
                 else:
@@ -403,6 +424,7 @@ class Session:
                     except LookupError as ex:
                         v, bc.why_not = None, str(ex)
                         lost.add(buf)
+                        bc.lost = True
                     if v is not None:
                         v, e, r = _same_device(v, e, r)
                         shape = tuple(v.shape)
@@ -547,7 +569,7 @@ def check(program, rtol=None, atol=None, factor: float = 4.0, calls_per_graph: i
         session = Session(graphs, mode, rtol=rtol, atol=atol, factor=factor, calls_per_graph=calls_per_graph,
                           store=store)
         # the store decides what is kept (its filter refuses launches once every tier is full): no C cap
-        outputs = DebugMode.record_outputs(max_bytes=spill.NO_CAP, filter=store.wants, aten=True)
+        outputs = DebugMode.record_outputs(max_bytes=spill.NO_CAP, filter=store, aten=True)
         try:
             with inductor.observing_graph_calls(session), mode, outputs:
                 program()

@@ -109,12 +109,16 @@ def summary(report) -> str:
     elif report.compared() == 0:
         lines.append("NOTHING COMPARED: compiled graph calls were checked but no buffer their kernels wrote could "
                      "be compared with eager (see why below); this is not a verdict")
-    elif report.unverified:
-        u = report.unverified
-        lines.append(f"NO VERDICT: {len(u)} call(s) outside tolerance of eager read buffers whose values were not "
-                     f"recorded, over every budget (first: {u[0].kernel}, graph {u[0].graph}); the kernel that "
-                     "introduced the difference may be one whose outputs were not kept: raise the budgets "
-                     "(--max-disk-bytes) to judge them")
+    elif report.no_verdict:  # Note [Output spill]: values over every budget could hide the culprit
+        u, lost = report.unverified, report.unrecorded
+        text = "NO VERDICT: no compared kernel computes worse than eager, but"
+        if lost:
+            text += (f" {len(lost)} call(s) wrote buffers over every budget, not recorded nor judged "
+                     f"(first: {lost[0].kernel}, graph {lost[0].graph})")
+        if u:
+            text += (f"{' and' if lost else ''} {len(u)} call(s) outside tolerance of eager read such buffers "
+                     f"(first: {u[0].kernel}), so whether they introduced the difference is unknown")
+        lines.append(text + "; raise the budgets (--max-disk-bytes) to judge them")
     else:
         lines.append(f"no kernel computes worse than eager (factor {report.factor:g} against float64)")
         d = report.first_divergent

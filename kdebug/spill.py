@@ -49,6 +49,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 
 import torch
 
@@ -154,6 +155,7 @@ class SpillStats:
     launches_refused: int = 0  # launches that kept nothing: every tier was full
     drains: int = 0            # device -> host drains
     write_errors: int = 0
+    seconds: float = 0.0       # spent placing, draining, writing and reading back (not in the tiers' absence)
 
     def spilled(self) -> bool:
         return bool(self.to_host or self.to_disk or self.dropped or self.launches_refused)
@@ -163,7 +165,7 @@ class SpillStats:
         def size(n):
             return f"{n / 2**20:.3g} MiB" if n >= 2**20 else f"{n} B"
 
-        text = (f"kernel outputs: {self.kept_in_place} buffer(s) kept where they were made, {self.to_host} "
+        text = (f"kernel/extern outputs: {self.kept_in_place} buffer(s) kept where they were made, {self.to_host} "
                 f"spilled to host memory ({self.drains} drain(s)), {self.to_disk} to disk "
                 f"({size(self.disk_bytes)}, temporary files under {self.spill_dir}, removed)")
         if self.dropped or self.launches_refused:
@@ -180,11 +182,20 @@ class Dropped:
     reason: str
 
 
+@dataclasses.dataclass(frozen=True)
+class Ref:
+    """What an aten op's call.record holds for each output clone the store
+    took (SpillStore.keep_op): its slot, whichever tier it is in now."""
+
+    key: tuple
+    arg: str
+
+
 @dataclasses.dataclass
 class OnDisk:
     """A recorded output in the spill file: read back by SpillStore.load."""
 
-    launch: int
+    launch: object  # the slot key
     arg: str
 
 
@@ -202,7 +213,10 @@ class SpillStore:
         self._reset()
 
     def _reset(self) -> None:
-        self._slots: dict[int, dict[str, object]] = {}  # launch -> {arg: tensor | OnDisk | Dropped}
+        # launch index (a kernel's) or ("op", n) (an aten op's) -> {arg: tensor | OnDisk | Dropped}
+        self._slots: dict[object, dict[str, object]] = {}
+        self._op_seq = 0
+        self._disk_ids: dict[object, int] = {}  # slot key -> the launch number it has in the spill file
         self._device: list[tuple[int, str, torch.Tensor]] = []  # the device tier, oldest first
         self._device_bytes = 0
         self._host_bytes = 0
@@ -221,14 +235,55 @@ class SpillStore:
         if not self._armed:
             return False
         if launch_index is None:
-            return True  # aten-op outputs: kept on call.record (not in the tiers)
+            return True  # an aten op: its clones come to keep_op, which places them
         with self._lock:
-            self._take()
-            if self._all_full():
-                self._refused.add(launch_index)
-                self.stats.launches_refused += 1
-                return False
-            return True
+            t0 = time.perf_counter()
+            try:
+                self._take()
+                if self._all_full():
+                    self._refused.add(launch_index)
+                    self.stats.launches_refused += 1
+                    return False
+                return True
+            finally:
+                self.stats.seconds += time.perf_counter() - t0
+
+    __call__ = wants  # record_outputs(filter=store): values.OutputFilter calls it, and finds keep_op
+
+    def keep_op(self, tree):
+        """record_outputs' place for an aten op's output clones (values.py
+        record_hooks): each tensor goes into the tiers like a kernel's, and
+        call.record keeps a Ref to it."""
+        if not self._armed:
+            return tree
+        with self._lock, _upstream.disable_torch_dispatch(), torch.no_grad():
+            t0 = time.perf_counter()
+            self._op_seq += 1
+            key = ("op", self._op_seq)
+            n = [0]
+
+            def one(t):
+                if not isinstance(t, torch.Tensor):
+                    return t
+                arg = f"out{n[0]}"
+                n[0] += 1
+                self._put(key, arg, t)
+                return Ref(key, arg)
+
+            out = _upstream.tree_map(one, tree)
+            if self._device_bytes > self.budgets.device:
+                self._drain()
+            self.stats.seconds += time.perf_counter() - t0
+            return out
+
+    def _put(self, key, arg: str, t: torch.Tensor) -> None:
+        slots = self._slots.setdefault(key, {})
+        if t.device.type == "cpu":
+            slots[arg] = self._place_host([(key, arg, t)], moved=False)[0]
+        else:
+            slots[arg] = t
+            self._device.append((key, arg, t))
+            self._device_bytes += _nbytes(t)
 
     def _all_full(self) -> bool:
         b = self.budgets
@@ -244,13 +299,7 @@ class SpillStore:
         with _upstream.disable_torch_dispatch(), torch.no_grad():
             for i in sorted(outs):
                 for arg, t in outs.pop(i).items():
-                    slots = self._slots.setdefault(i, {})
-                    if t.device.type == "cpu":
-                        slots[arg] = self._place_host([(i, arg, t)], moved=False)[0]
-                    else:
-                        slots[arg] = t
-                        self._device.append((i, arg, t))
-                        self._device_bytes += _nbytes(t)
+                    self._put(i, arg, t)
             if self._device_bytes > self.budgets.device:
                 self._drain()
 
@@ -317,7 +366,7 @@ class SpillStore:
             if self._writer is None:
                 self._dir = tempfile.mkdtemp(prefix="kdebug-spill-", dir=self.budgets.spill_dir)
                 self._writer = _values.Writer(os.path.join(self._dir, _values.FILE_NAME))
-            self._writer.tensor(i, "", arg, t)
+            self._writer.tensor(self._disk_ids.setdefault(i, len(self._disk_ids)), "", arg, t)
             return True
         except (OSError, ValueError) as e:  # a full disk: what is left is dropped, with this reason
             self._write_error = str(e)
@@ -335,8 +384,11 @@ class SpillStore:
         """The graph call ended: places the last clones and makes the spill
         file readable."""
         with self._lock:
+            t0 = time.perf_counter()
             self._armed = False
             self._take()
+            if self._device_bytes > self.budgets.device:
+                self._drain()
             if self._writer is not None:
                 try:
                     self._writer.close()
@@ -350,6 +402,7 @@ class SpillStore:
                                 slots[arg] = Dropped(f"not recorded: the spill file could not be read back ({e})")
                 self._writer = None
             self.stats.kept_in_place += len(self._device)
+            self.stats.seconds += time.perf_counter() - t0
 
     def has(self, launch_index: int) -> bool:
         return launch_index in self._slots or launch_index in self._refused
@@ -362,19 +415,34 @@ class SpillStore:
     def refused(self, launch_index: int) -> str | None:
         return self.budgets.full_reason() if launch_index in self._refused else None
 
+    def slot(self, v):
+        """What a Ref's slot holds now (a tensor, OnDisk or Dropped); anything
+        else as it is."""
+        if isinstance(v, Ref):
+            return self._slots.get(v.key, {}).get(v.arg, Dropped("not recorded: its slot is gone"))
+        return v
+
     def load(self, v):
         """The tensor a slot holds (a spilled one read back from disk, one
         buffer at a time); a Dropped raises LookupError."""
+        v = self.slot(v)
         if isinstance(v, torch.Tensor):
             return v
         if isinstance(v, OnDisk):
-            if self._reader is None:
-                raise LookupError("the spill file is not readable")
+            t0 = time.perf_counter()
             try:
-                return self._reader.value(v.launch, v.arg)
-            except Exception as e:  # a corrupt or vanished spill file: not compared, with this reason
-                raise LookupError(f"not recorded: the spilled value could not be read back ({e})") from None
+                return self._load_disk(v)
+            finally:
+                self.stats.seconds += time.perf_counter() - t0
         raise LookupError(v.reason if isinstance(v, Dropped) else f"no value ({v!r})")
+
+    def _load_disk(self, v: OnDisk) -> torch.Tensor:
+        if self._reader is None:
+            raise LookupError("not recorded: the spill file is not readable")
+        try:
+            return self._reader.value(self._disk_ids[v.launch], v.arg)
+        except Exception as e:  # a corrupt or vanished spill file: not compared, with this reason
+            raise LookupError(f"not recorded: the spilled value could not be read back ({e})") from None
 
     def release(self) -> None:
         """Drops this graph call's values and removes its spill file."""

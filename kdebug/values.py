@@ -131,6 +131,9 @@ class OutputFilter:
         if aten is not None and not isinstance(aten, bool):
             raise TypeError(f"record_outputs(aten=...) must be True or False, not {aten!r}")
         self.aten = (spec is None) if aten is None else aten
+        # a callable filter may also say where kept aten-op clones go: spec.keep_op(tree) -> the tree kept on
+        # call.record (the accuracy check's tiers, Note [Output spill]); else the clones themselves
+        self.keep_op = getattr(spec, "keep_op", None) if callable(spec) and not isinstance(spec, (str, range)) else None
 
     def _cached(self, pat, name: str) -> bool:
         hit = self._cache.get(name)
@@ -392,7 +395,8 @@ def record_hooks(flt: OutputFilter) -> tuple:
     def record(func, types, args, kwargs, result):
         if not flt.op(_upstream.get_op_name(func)):
             return None
-        return {"output": _upstream.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, result)}
+        out = _upstream.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, result)
+        return {"output": flt.keep_op(out) if flt.keep_op is not None else out}
 
     return (None, None, record)
 
