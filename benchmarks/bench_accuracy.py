@@ -17,7 +17,9 @@ accuracy.check() of the transformer training step (erf planted, so the
 verdict must name the same kernel) with no budget pressure and with every
 kernel output forced out of memory to the spill file (host budget 0; on a
 GPU also a 1 MiB device tier, so every few launches drain to the host, and
-a host-only run), each repeated --repeat times, the median reported.
+a host-only run), each repeated --repeat times, the median reported, with
+the time spent inside the store (placing, draining, writing, reading back:
+SpillStats.seconds), which compilation noise does not blur.
 Writes benchmarks/results/accuracy_spill_<device>.json.
 """
 from __future__ import annotations
@@ -133,7 +135,7 @@ def spill_cost(device: str, repeat: int) -> int:
     if gpu:
         modes["all outputs spilled to disk"]["max_device_bytes"] = 1 << 20
         modes["device 1 MiB, rest to host"] = {"max_device_bytes": 1 << 20}
-    rows, times = {}, {name: [] for name in modes}
+    rows, times, work = {}, {name: [] for name in modes}, {name: [] for name in modes}
     for _ in range(repeat):
         for name, budgets in modes.items():  # interleaved, so drift hits every mode alike
             model, x = transformer(device)
@@ -149,15 +151,17 @@ def spill_cost(device: str, repeat: int) -> int:
             rows[name] = {"budgets": budgets, "culprit": None if rep.culprit is None else rep.culprit.kernel,
                           "compared": rep.compared(), "to_host": sp.to_host, "to_disk": sp.to_disk,
                           "disk_bytes": sp.disk_bytes, "drains": sp.drains, "dropped": sp.dropped}
+            work[name].append(round(sp.seconds, 4))
     base = statistics.median(times["no budget pressure"])
     for name in modes:
         med = statistics.median(times[name])
         rows[name].update(seconds=[round(t, 3) for t in times[name]], median_s=round(med, 3),
-                          vs_no_pressure=round(med / base, 3))
+                          vs_no_pressure=round(med / base, 3), spill_work_s=work[name])
         r = rows[name]
         print(f"{name:32s} median {med:.2f} s ({r['vs_no_pressure']:.2f}x)  culprit={r['culprit']}  "
               f"{r['compared']} compared, {r['to_host']} to host ({r['drains']} drains), {r['to_disk']} to disk "
-              f"({r['disk_bytes'] / 2**20:.2f} MiB), {r['dropped']} dropped")
+              f"({r['disk_bytes'] / 2**20:.2f} MiB), {r['dropped']} dropped; in the store "
+              f"{statistics.median(r['spill_work_s']):.3f} s")
     same = len({(r["culprit"], r["compared"]) for r in rows.values()}) == 1
     res = {"device": device, "torch": torch.__version__, "host": platform.node(), "repeat": repeat,
            "modes": rows, "same_verdict": same}

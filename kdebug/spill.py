@@ -37,7 +37,11 @@ calls before each launch clones (kdebug/values.py OutputFilter): there it
 takes the clones made since the previous launch out of the recorder's
 ``outputs`` and places them.  So the device tier can exceed its budget by
 the outputs of one launch (the launch that crosses it), until the next
-launch or the end of the graph call drains it.  Launches of graph calls that
+launch or the end of the graph call drains it (and a device budget smaller
+than one launch's outputs means a drain per launch).  Aten ops (extern
+calls: matmuls, attention) are placed the same way: their clones come to
+``keep_op`` from record_outputs' aten hook, and call.record keeps a Ref to
+their slot.  Launches of graph calls that
 are not checked keep nothing (the store is armed only while a checked call
 runs).
 """
@@ -318,7 +322,14 @@ class SpillStore:
         batch, self._device, self._device_bytes = self._device, [], 0
         # a clone may still be a deferred copy (Note [Deferred GPU work], csrc/kd_defer.h): queue it first
         _C.defer_flush()
-        hosts = _values._to_host([t for _, _, t in batch])
+        try:
+            hosts = _values._to_host([t for _, _, t in batch])
+        except (RuntimeError, MemoryError) as e:  # no pinned memory left: counted and explained, not raised
+            for i, arg, _ in batch:
+                self.stats.dropped += 1
+                self._slots[i][arg] = Dropped(f"not recorded: its copy to host memory failed ({e}); lower "
+                                              "--max-host-bytes")
+            return
         self.stats.drains += 1
         placed = self._place_host([(i, arg, h) for (i, arg, _), h in zip(batch, hosts)], moved=True)
         for (i, arg, _), v in zip(batch, placed):
