@@ -1,7 +1,7 @@
 """The accuracy check (Note [Accuracy check]) on planted and clean cases, and
 what it costs on a transformer training step.
 
-    python benchmarks/bench_accuracy.py [--device cpu|cuda]
+    python benchmarks/bench_accuracy.py [--device cpu|cuda] [--spill [--repeat N]]
 
 Planted cases: one aten op lowered wrongly by kdebug.testing.wrong_lowering
 (the true culprit is the kernel computing that op; Inductor names kernels
@@ -11,6 +11,16 @@ step of a transformer encoder layer against one eager step plus the first
 compiled step (which includes compilation, with the FX graph and AOT
 autograd caches off, as in the check); goal <= 5x.
 Writes benchmarks/results/accuracy_<device>.json.
+
+--spill instead measures what the output tiers cost (Note [Output spill]):
+accuracy.check() of the transformer training step (erf planted, so the
+verdict must name the same kernel) with no budget pressure and with every
+kernel output forced out of memory to the spill file (host budget 0; on a
+GPU also a 1 MiB device tier, so every few launches drain to the host, and
+a host-only run), each repeated --repeat times, the median reported, with
+the time spent inside the store (placing, draining, writing, reading back:
+SpillStats.seconds), which compilation noise does not blur.
+Writes benchmarks/results/accuracy_spill_<device>.json.
 """
 from __future__ import annotations
 
@@ -108,10 +118,68 @@ def _named(kernel, names) -> bool:
     return any(n in kernel.kernel or n in bases for n in names)
 
 
+def _tag(device) -> str:
+    return "cuda_" + torch.cuda.get_device_name().split()[-1].lower() if device.startswith("cuda") else "cpu"
+
+
+def spill_cost(device: str, repeat: int) -> int:
+    """accuracy.check of the planted transformer step, with and without the
+    spill tiers forced (see the module docstring)."""
+    import statistics
+
+    from kdebug import accuracy
+    from kdebug.testing import wrong_lowering
+
+    gpu = device.startswith("cuda")
+    modes = {"no budget pressure": {}, "all outputs spilled to disk": {"max_host_bytes": 0}}
+    if gpu:
+        modes["all outputs spilled to disk"]["max_device_bytes"] = 1 << 20
+        modes["device 1 MiB, rest to host"] = {"max_device_bytes": 1 << 20}
+    rows, times, work = {}, {name: [] for name in modes}, {name: [] for name in modes}
+    for _ in range(repeat):
+        for name, budgets in modes.items():  # interleaved, so drift hits every mode alike
+            model, x = transformer(device)
+            with wrong_lowering(aten.erf.default, scale=1.001):
+                if gpu:
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                rep = accuracy.check(_program(torch.compile(model), x, True), **budgets)
+                if gpu:
+                    torch.cuda.synchronize()
+                times[name].append(time.perf_counter() - t0)
+            sp = rep.spill
+            rows[name] = {"budgets": budgets, "culprit": None if rep.culprit is None else rep.culprit.kernel,
+                          "compared": rep.compared(), "to_host": sp.to_host, "to_disk": sp.to_disk,
+                          "disk_bytes": sp.disk_bytes, "drains": sp.drains, "dropped": sp.dropped}
+            work[name].append(round(sp.seconds, 4))
+    base = statistics.median(times["no budget pressure"])
+    for name in modes:
+        med = statistics.median(times[name])
+        rows[name].update(seconds=[round(t, 3) for t in times[name]], median_s=round(med, 3),
+                          vs_no_pressure=round(med / base, 3), spill_work_s=work[name])
+        r = rows[name]
+        print(f"{name:32s} median {med:.2f} s ({r['vs_no_pressure']:.2f}x)  culprit={r['culprit']}  "
+              f"{r['compared']} compared, {r['to_host']} to host ({r['drains']} drains), {r['to_disk']} to disk "
+              f"({r['disk_bytes'] / 2**20:.2f} MiB), {r['dropped']} dropped; in the store "
+              f"{statistics.median(r['spill_work_s']):.3f} s")
+    same = len({(r["culprit"], r["compared"]) for r in rows.values()}) == 1
+    res = {"device": device, "torch": torch.__version__, "host": platform.node(), "repeat": repeat,
+           "modes": rows, "same_verdict": same}
+    path = os.path.join(HERE, "results", f"accuracy_spill_{_tag(device)}.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"same verdict in every mode: {same}; wrote {path}")
+    return 0 if same and rows["no budget pressure"]["culprit"] is not None else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--spill", action="store_true", help="measure the output spill tiers' cost instead")
+    ap.add_argument("--repeat", type=int, default=3, help="with --spill: runs per mode (median)")
     a = ap.parse_args()
+    if a.spill:
+        return spill_cost(a.device, a.repeat)
     from kdebug import accuracy
     from kdebug.testing import wrong_lowering
 
@@ -163,8 +231,7 @@ def main() -> int:
            "correct": sum(r["correct"] for r in rows), "total": len(rows),
            "transformer_step": {"eager_s": t_eager, "compiled_first_s": t_compiled, "accuracy_s": t_acc,
                                 "ratio": ratio}}
-    tag = "cuda_" + torch.cuda.get_device_name().split()[-1].lower() if a.device.startswith("cuda") else "cpu"
-    path = os.path.join(HERE, "results", f"accuracy_{tag}.json")
+    path = os.path.join(HERE, "results", f"accuracy_{_tag(a.device)}.json")
     with open(path, "w") as f:
         json.dump(res, f, indent=1)
     print(f"{res['correct']}/{res['total']} correct; wrote {path}")

@@ -6,7 +6,9 @@ call (kdebug/inductor.py calls `before` / `after` around every compiled
 graph's call while a check is active):
 - before the call, the graph's inputs are copied (the call may change them);
 - during it, a kdebug DebugMode records what every kernel and extern call
-  wrote (record_outputs), within a byte budget;
+  wrote (record_outputs); the kernels' clones are kept in a device, a host
+  and a disk tier, each within its budget (Note [Output spill],
+  kdebug/spill.py), so recording them never runs out of memory;
 - after it, the launches are matched to the graph's call sites in wrapper
   order (kdebug/provenance.py: which buffer each call writes and which
   post-grad FX node that buffer materializes), the graph is interpreted
@@ -30,7 +32,7 @@ import dataclasses
 import math
 import torch
 
-from . import _upstream, kernel_code, numerics, provenance, reference
+from . import _upstream, kernel_code, numerics, provenance, reference, spill
 
 
 @dataclasses.dataclass
@@ -46,6 +48,7 @@ class BufferCheck:
     # float64 computed from what the compiled kernels before it wrote); set
     # where `diff` alone said worse
     local: numerics.Difference | None = None
+    lost: bool = False  # its value was not kept: over every budget (Note [Output spill])
 
     def worse(self, factor: float) -> bool:
         judge = self.local if self.local is not None else self.diff
@@ -64,7 +67,9 @@ class KernelCheck:
     nodes: tuple
     source: tuple
     buffers: list
-    status: str = "ok"       # ok | differs | worse | inherited | unchecked
+    # ok | differs | worse | inherited | unchecked | unverified (outside tolerance, but it read a buffer whose
+    # value was not recorded: over every budget, Note [Output spill]; whether it introduced the difference is unknown)
+    status: str = "ok"
     tainted_inputs: tuple = ()
     code: str | None = None  # the generated kernel's source (kept for roots: worse or differs)
 
@@ -102,6 +107,7 @@ class AccuracyReport:
     graph_calls_checked: int = 0
     graph_calls_unchecked: int = 0
     unmatched_launches: int = 0
+    spill: spill.SpillStats | None = None  # where the kernel outputs were kept (Note [Output spill])
 
     @property
     def culprit(self) -> KernelCheck | None:
@@ -113,6 +119,23 @@ class AccuracyReport:
     def first_divergent(self) -> KernelCheck | None:
         """The first kernel outside tolerance of eager from inputs within it."""
         return next((k for k in self.kernels if k.status in ("differs", "worse")), None)
+
+    @property
+    def unverified(self) -> list:
+        """Calls outside tolerance that read values that were not recorded
+        (over every budget, Note [Output spill]): no verdict about them."""
+        return [k for k in self.kernels if k.status == "unverified"]
+
+    @property
+    def unrecorded(self) -> list:
+        """Calls with a written buffer over every budget (Note [Output spill]):
+        not judged, so a check without a culprit has no verdict either."""
+        return [k for k in self.kernels if any(b.lost for b in k.buffers)]
+
+    @property
+    def no_verdict(self) -> bool:
+        """No culprit, but values that were not recorded could hide one."""
+        return self.culprit is None and bool(self.unverified or self.unrecorded)
 
     def compared(self) -> int:
         return sum(1 for k in self.kernels for b in k.buffers if b.diff is not None)
@@ -154,6 +177,9 @@ def _on_device(xs) -> bool:
     return any(isinstance(x, torch.Tensor) and x.device.type != "cpu" for x in xs)
 
 
+_VALUE = (torch.Tensor, spill.Ref)  # a recorded value, or the store's reference to one (Note [Output spill])
+
+
 def _written(call) -> dict:
     """{param name: recorded value} of what a recorded call wrote."""
     rec = getattr(call, "record", None)
@@ -161,8 +187,8 @@ def _written(call) -> dict:
         return {}
     out = rec.get("output")
     if isinstance(out, dict):
-        return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
-    if isinstance(out, torch.Tensor):
+        return {k: v for k, v in out.items() if isinstance(v, _VALUE)}
+    if isinstance(out, _VALUE):
         return {"out": out}
     return {}
 
@@ -171,6 +197,17 @@ def _result(call):
     """The recorded result of an aten call (a tensor, or a tuple of them)."""
     rec = getattr(call, "record", None)
     return rec.get("output") if isinstance(rec, dict) else None
+
+
+def _same_device(v, e, r):
+    """The compiled value and its references on one device, for comparing
+    them: a GPU one where any is on a GPU (a spilled value, or a reference
+    value kept on the host, is copied back for this one comparison)."""
+    ts = [t for t in (v, e, r) if isinstance(t, torch.Tensor)]
+    dev = next((t.device for t in ts if t.device.type != "cpu"), None)
+    if dev is None:
+        return v, e, r
+    return tuple(t.to(dev) if isinstance(t, torch.Tensor) and t.device != dev else t for t in (v, e, r))
 
 
 def _is_kernel(call) -> bool:
@@ -215,10 +252,12 @@ class Session:
     """A running accuracy check (Note [Accuracy check])."""
 
     def __init__(self, graphs: list, mode, rtol=None, atol=None, factor: float = 4.0,
-                 calls_per_graph: int = 1) -> None:
+                 calls_per_graph: int = 1, store: spill.SpillStore | None = None) -> None:
         self.graphs = graphs  # filled by provenance.capture() as graphs compile
         self.mode = mode
-        self.report = AccuracyReport(factor=factor, rtol=rtol, atol=atol)
+        self.store = store  # Note [Output spill]; None: the outputs stay on call.record
+        self.report = AccuracyReport(factor=factor, rtol=rtol, atol=atol,
+                                     spill=store.stats if store is not None else None)
         self.calls_per_graph = calls_per_graph
         self._seen: dict = {}
         self._source: dict = {}  # id(graph record) -> its generated module's source
@@ -248,6 +287,8 @@ class Session:
             clones = _clone_inputs(inputs)
         self._source.setdefault(id(g), getattr(compiled, "source_code", None))
         self.mode.operators = []  # this graph call's records only
+        if self.store is not None:
+            self.store.arm()
         return (g, n, clones)
 
     def after(self, compiled, token) -> None:
@@ -255,6 +296,8 @@ class Session:
             return
         g, n, clones = token
         calls = list(self.mode.operators)
+        if self.store is not None:
+            self.store.finish()  # the last clones placed, the spill file readable
         self.mode.operators = []
         self.report.graph_calls_checked += 1
         self.report.graphs = len({id(x) for x in self.graphs})
@@ -262,6 +305,8 @@ class Session:
             self._check(g, n, clones, calls)
         finally:
             del calls, clones
+            if self.store is not None:
+                self.store.release()  # this call's values dropped, its spill file removed
 
     # -- one graph call --
     def _check(self, g, n, clones, calls) -> None:
@@ -271,24 +316,32 @@ class Session:
         need = {node for site, _ in pairs for node in site.writes.values() if node}
         rnd = reference.random_nodes(g.gm)
         keep = need - rnd
+        store = self.store
         with _upstream.disable_torch_dispatch(), torch.no_grad():
-            spill = [x.to("cpu") if isinstance(x, torch.Tensor) else x for x in clones] if _on_device(clones) else None
+            on_host_copy = ([x.to("cpu") if isinstance(x, torch.Tensor) else x for x in clones]
+                            if _on_device(clones) else None)
             e_in, r_in = _clone_inputs(clones), clones
-            l_in = _clone_inputs(clones) if spill is None else [_clone_inputs([x])[0] for x in spill]
+            l_in = (_clone_inputs(clones) if on_host_copy is None
+                    else [_clone_inputs([x])[0] for x in on_host_copy])
+
+        def place():  # Note [Output spill]: kept reference values beyond the device budget go to the host
+            return (spill.host_placer(store.budgets.device)
+                    if store is not None and on_host_copy is not None else None)
+
         on_host = False  # the local reference runs go where the reference runs went
         try:
-            eager = reference.run_graph(g.gm, e_in, keep, float64=False)
+            eager = reference.run_graph(g.gm, e_in, keep, float64=False, place=place())
             del e_in
-            ref = reference.run_graph(g.gm, r_in, keep, float64=True)
+            ref = reference.run_graph(g.gm, r_in, keep, float64=True, place=place())
         except torch.OutOfMemoryError:  # Note [Reference runs]: again, on the host
-            if spill is None:
+            if on_host_copy is None:
                 raise
             e_in = r_in = eager = ref = None
             _upstream.empty_device_cache()
             rep.notes.append(f"{g.name}: the reference runs ran out of device memory and ran on the host")
             on_host = True
-            eager = reference.run_graph(g.gm, _clone_inputs(spill), keep, float64=False, host=True)
-            ref = reference.run_graph(g.gm, spill, keep, float64=True, host=True)
+            eager = reference.run_graph(g.gm, _clone_inputs(on_host_copy), keep, float64=False, host=True)
+            ref = reference.run_graph(g.gm, on_host_copy, keep, float64=True, host=True)
         for where, why in list(eager.failed.items()) + list(ref.failed.items()):
             rep.notes.append(f"{g.name}: the reference run stopped at node {where}: {why}")
         if ref.approximated:
@@ -301,10 +354,13 @@ class Session:
         def later_writer(index, buf):  # Note [Last writer] (kdebug/provenance.py)
             return any(c.index > index and buf in c.writes for c in g.calls)
 
-        given: dict = {}        # node -> the compiled value written for it (Note [Local reference])
+        # node -> the compiled value written for it (Note [Local reference]); spilled ones read back when used
+        given = spill.LazyValues(store) if store is not None else {}
         candidates: list = []   # (KernelCheck, BufferCheck, compiled value, terms): worse against the graph's eager
         for site, call in pairs:
-            written = _written(call)
+            from_store = store is not None and _is_kernel(call)
+            written = store.outputs(call.launch_index) if from_store else _written(call)
+            refused = store.refused(call.launch_index) if from_store else None
             params = list(getattr(call, "arg_names", ()) or ())
             checks = []
             by_buffer = {}
@@ -321,7 +377,7 @@ class Session:
                 if site.pieces and isinstance(result, (tuple, list)):
                     # a multi-output extern call: the wrapper takes buffers out of its result by index
                     for buf, i in site.pieces.items():
-                        if 0 <= i < len(result) and isinstance(result[i], torch.Tensor):
+                        if 0 <= i < len(result) and isinstance(result[i], _VALUE):
                             by_buffer[buf] = (f"out[{i}]", result[i])
                 elif out is not None and len(bufs) == 1:
                     by_buffer[bufs[0]] = ("out", out)
@@ -329,12 +385,18 @@ class Session:
             # a multi-output extern call's result tuple itself holds no value
             targets = (list(by_buffer) if _is_kernel(call)
                        else [b for b in site.writes if not site.pieces or b in site.pieces])
+            if refused:  # a launch refused by the full tiers cloned nothing: what its site writes, unknown
+                targets = list(site.writes)
             inputs = [a for a in site.args if isinstance(a, str) and a not in targets]
             tainted = tuple(a for a in inputs if status.get(a) == "diff")
+            unknown_in = tuple(a for a in inputs if status.get(a) == "unknown")
+            lost = set()  # buffers whose value was not kept (Note [Output spill]): unknown, not "ok"
             any_out = False
             for buf in targets:
                 node = site.writes.get(buf)
                 param, value = by_buffer.get(buf, (None, None))
+                if store is not None:
+                    value = store.slot(value)  # an aten op's Ref: what its slot holds now
                 bc = BufferCheck(buffer=buf, node=node, param=param)
                 if node is None and later_writer(site.index, buf):
                     bc.why_not = "written again by a later call of the graph: an intermediate value here"
@@ -342,24 +404,43 @@ class Session:
                     bc.why_not = "no FX node is known for this buffer"
                 elif node in rnd:
                     bc.why_not = "computed from random numbers (Inductor's RNG differs from eager's by design)"
+                elif value is None and refused:
+                    bc.why_not = refused
+                    lost.add(buf)
+                    bc.lost = True
                 elif value is None:
-                    bc.why_not = "its value was not recorded (over the byte budget, or not matched)"
+                    bc.why_not = "its value was not recorded (not matched to the call's result)"
+                elif isinstance(value, spill.Dropped):
+                    bc.why_not = value.reason
+                    lost.add(buf)
+                    bc.lost = True
                 elif node not in eager.values or node not in ref.values:
                     bc.why_not = "the reference run did not reach this node"
                 else:
                     e, r = eager.values[node], ref.values[node]
-                    v = value
-                    if tuple(v.shape) != tuple(e.shape) and v.numel() == e.numel():
-                        v = v.reshape(e.shape)
-                    if tuple(v.shape) != tuple(e.shape):
-                        bc.why_not = f"buffer shape {tuple(value.shape)} is not the node's {tuple(e.shape)}"
+                    handle = value
+                    try:
+                        v = store.load(value) if store is not None else value  # one spilled buffer at a time
+                    except LookupError as ex:
+                        v, bc.why_not = None, str(ex)
+                        lost.add(buf)
+                        bc.lost = True
+                    if v is not None:
+                        v, e, r = _same_device(v, e, r)
+                        shape = tuple(v.shape)
+                        if shape != tuple(e.shape) and v.numel() == e.numel():
+                            v = v.reshape(e.shape)
+                    if v is None:
+                        pass
+                    elif tuple(v.shape) != tuple(e.shape):
+                        bc.why_not = f"buffer shape {shape} is not the node's {tuple(e.shape)}"
                     else:
                         try:
                             terms = reference.accumulated_terms(g.gm, node, site.nodes)
                             bc.diff = numerics.difference(v, e.to(v.dtype) if e.dtype != v.dtype else e, r,
                                                           rtol=rep.rtol, atol=rep.atol, heatmap=True,
                                                           terms=terms, term_scale=ref.term_scale.get(node))
-                            given[node] = v
+                            given[node] = handle if store is not None else v
                             if bc.diff.worse(rep.factor):
                                 candidates.append((bc, v, terms))
                             if bc.diff.within_tolerance:  # keep the error maps of the ones worth a look
@@ -372,8 +453,10 @@ class Session:
             for bc in checks:
                 if bc.diff is not None:
                     status[bc.buffer] = "diff" if not bc.diff.within_tolerance else "ok"
-                else:  # not compared: passes on what its writer got
-                    status[bc.buffer] = "diff" if (tainted or any_out) else "ok"
+                elif tainted or any_out:  # not compared: passes on what its writer got
+                    status[bc.buffer] = "diff"
+                else:  # a value nobody saw, or one computed from such: unknown, never vouched for
+                    status[bc.buffer] = "unknown" if (bc.buffer in lost or unknown_in) else "ok"
             kc = KernelCheck(graph=g.name, graph_call=n, index=site.index, kernel=site.kernel, kind=site.kind,
                              nodes=tuple(site.nodes), source=tuple(site.source), buffers=checks,
                              tainted_inputs=tainted)
@@ -382,6 +465,8 @@ class Session:
                 kc.status = "unchecked"
             elif tainted:
                 kc.status = "inherited" if any_out else "ok"
+            elif unknown_in and (any_out or any(b.diff.worse(rep.factor) for b in compared)):
+                kc.status = "unverified"  # it read a value that was not recorded: never named a root
             elif any(b.diff.worse(rep.factor) for b in compared):
                 kc.status = "worse"
             elif any_out:
@@ -429,13 +514,42 @@ class Session:
 # ------------------------------------------------------------- entry points
 
 
+def _budgets(max_bytes, max_device_bytes, max_host_bytes, max_disk_bytes, spill_dir) -> spill.Budgets:
+    """The output tiers' budgets (Note [Output spill]); the deprecated
+    max_bytes sets the budget of the tier the clones are made in."""
+    if max_bytes is not None:
+        import warnings
+
+        on_gpu = torch.cuda.is_available()
+        tier = "max_device_bytes" if on_gpu else "max_host_bytes"
+        warnings.warn(f"accuracy check: max_bytes (--max-bytes) is deprecated; it now sets {tier} (the tier the "
+                      "kernel outputs are made in), and outputs beyond it spill to host memory and disk instead "
+                      "of going uncompared. Use max_device_bytes / max_host_bytes / max_disk_bytes "
+                      "(--max-device-bytes / --max-host-bytes / --max-disk-bytes).", FutureWarning, stacklevel=3)
+        if on_gpu and max_device_bytes is None:
+            max_device_bytes = max_bytes
+        elif not on_gpu and max_host_bytes is None:
+            max_host_bytes = max_bytes
+    return spill.Budgets.resolve(max_device_bytes, max_host_bytes, max_disk_bytes, spill_dir)
+
+
 def check(program, rtol=None, atol=None, factor: float = 4.0, calls_per_graph: int = 1,
-          max_bytes: int = 4 << 30) -> AccuracyReport:
+          max_bytes: int | None = None, *, max_device_bytes: int | None = None, max_host_bytes: int | None = None,
+          max_disk_bytes: int | None = None, spill_dir: str | None = None) -> AccuracyReport:
     """Runs `program()` (code that compiles and calls compiled functions)
     under an accuracy check (Note [Accuracy check]) and returns the report.
     Dynamo's compiled code is reset first (torch._dynamo.reset()): code
     compiled earlier is compiled again, once, inside the check.  Exceptions
-    of the program propagate, after the check has stopped."""
+    of the program propagate, after the check has stopped.
+
+    The kernel outputs of one graph call are kept on the device up to
+    max_device_bytes (default: 1/8 of the free device memory), then in host
+    memory up to max_host_bytes (default: 1/4 of the available RAM), then in
+    a temporary file under spill_dir (default: the temp directory) up to
+    max_disk_bytes (default: half its free space); only what exceeds all
+    three is not compared, and the report says so (Note [Output spill]).
+    max_bytes is deprecated (it sets the budget of the tier the outputs are
+    made in)."""
     from . import inductor
     from .mode import DebugMode
 
@@ -444,15 +558,23 @@ def check(program, rtol=None, atol=None, factor: float = 4.0, calls_per_graph: i
                          "must exceed eager's by this factor to count as worse")
     if calls_per_graph < 1:
         raise ValueError(f"calls_per_graph must be >= 1 (got {calls_per_graph!r})")
+    budgets = _budgets(max_bytes, max_device_bytes, max_host_bytes, max_disk_bytes, spill_dir)
     inductor.install()
     # Code compiled before the check has no provenance (its post-grad graph is
     # gone) and may have been compiled under other settings: start afresh.
     _upstream.dynamo_reset()
     with provenance.capture() as graphs:
         mode = DebugMode(record_triton_kernels=True)
-        session = Session(graphs, mode, rtol=rtol, atol=atol, factor=factor, calls_per_graph=calls_per_graph)
-        with inductor.observing_graph_calls(session), mode, DebugMode.record_outputs(max_bytes=max_bytes):
-            program()
+        store = spill.SpillStore(budgets, lambda: mode._recorder)
+        session = Session(graphs, mode, rtol=rtol, atol=atol, factor=factor, calls_per_graph=calls_per_graph,
+                          store=store)
+        # the store decides what is kept (its filter refuses launches once every tier is full): no C cap
+        outputs = DebugMode.record_outputs(max_bytes=spill.NO_CAP, filter=store, aten=True)
+        try:
+            with inductor.observing_graph_calls(session), mode, outputs:
+                program()
+        finally:
+            store.release()  # a program that raised mid-call leaves no spill file behind
     session.report.graphs = len(graphs)
     if session.report.unmatched_launches:
         session.report.notes.append(
@@ -495,14 +617,18 @@ def _float64_copy(fn, args, kwargs):
 
 
 def compare_eager(fn, *args, reference: str = "float64", rtol: float | None = None, atol: float | None = None,
-                  factor: float = 4.0, calls_per_graph: int = 1, max_bytes: int = 4 << 30,
+                  factor: float = 4.0, calls_per_graph: int = 1, max_bytes: int | None = None,
+                  max_device_bytes: int | None = None, max_host_bytes: int | None = None,
+                  max_disk_bytes: int | None = None, spill_dir: str | None = None,
                   **kwargs) -> AccuracyReport:
     """Compiles fn (or recompiles the function behind a compiled one), runs it
     on args under the accuracy check (Note [Accuracy check]) and compares its
     output with eager's, leaf by leaf.  A module is deep-copied for the eager
     and float64 runs, so its state is not run three times; a plain function
     runs eagerly on copies of the arguments.  Returns an AccuracyReport whose
-    `culprit` names the first kernel that computes worse than eager."""
+    `culprit` names the first kernel that computes worse than eager.  The
+    budgets (max_device_bytes, max_host_bytes, max_disk_bytes, spill_dir)
+    are check()'s (Note [Output spill])."""
     if reference != "float64":
         raise ValueError(f"reference must be 'float64' (got {reference!r})")
     orig = _original(fn)
@@ -534,7 +660,8 @@ def compare_eager(fn, *args, reference: str = "float64", rtol: float | None = No
     reset_rng()
     got: list = []
     report = check(lambda: got.append(compiled(*args, **kwargs)), rtol=rtol, atol=atol, factor=factor,
-                   calls_per_graph=calls_per_graph, max_bytes=max_bytes)
+                   calls_per_graph=calls_per_graph, max_bytes=max_bytes, max_device_bytes=max_device_bytes,
+                   max_host_bytes=max_host_bytes, max_disk_bytes=max_disk_bytes, spill_dir=spill_dir)
     out = got[0]
     c_leaves = dict(_tree_leaves(out))
     e_leaves = dict(_tree_leaves(eager_out))

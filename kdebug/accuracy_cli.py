@@ -19,8 +19,22 @@ def add_parser(sub) -> None:
                         "(default 4)")
     a.add_argument("--calls-per-graph", type=int, default=1, metavar="N",
                    help="check the first N calls of each compiled graph (default 1); later calls run unchecked")
-    a.add_argument("--max-bytes", type=int, default=4 << 30,
-                   help="budget for the kernel outputs recorded in one graph call (default 4 GiB)")
+    a.add_argument("--max-device-bytes", type=int, default=None, metavar="B",
+                   help="kernel outputs of one graph call kept on the GPU where they were made, at most B bytes "
+                        "(default: 1/8 of the free device memory); beyond it they spill to host memory")
+    a.add_argument("--max-host-bytes", type=int, default=None, metavar="B",
+                   help="kernel outputs kept in host memory (pinned copies of GPU outputs; a CPU run's outputs "
+                        "themselves), at most B bytes per graph call (default: 1/4 of the available RAM); beyond "
+                        "it they spill to a temporary file")
+    a.add_argument("--max-disk-bytes", type=int, default=None, metavar="B",
+                   help="kernel outputs spilled to a temporary file, at most B bytes per graph call (default: half "
+                        "the free space of --spill-dir; 0: no disk spill); only outputs beyond all three budgets "
+                        "are not compared, and the report says so")
+    a.add_argument("--spill-dir", metavar="DIR", default=None,
+                   help="directory for the temporary spill files, removed when each graph call is checked "
+                        "(default: the temp directory; a symbolic link is refused)")
+    a.add_argument("--max-bytes", type=int, default=None, metavar="B",
+                   help="deprecated: sets --max-device-bytes on a GPU machine, --max-host-bytes otherwise")
     a.add_argument("--json", metavar="PATH", help="also write the verdict as JSON")
     a.add_argument("--html", metavar="PATH", help="also write the verdict as an HTML page (culprit source, "
                                                   "FX nodes, user lines, error heatmap)")
@@ -60,8 +74,16 @@ def run(args: argparse.Namespace) -> int:
         status[0] = _runner.run_for_status(target, module)
 
     try:
+        budgets = accuracy._budgets(args.max_bytes, args.max_device_bytes, args.max_host_bytes,
+                                    args.max_disk_bytes, args.spill_dir)
+    except (ValueError, TypeError, OSError) as e:  # a bad budget, a spill dir that is a link or missing
+        print(f"kdebug accuracy: {e}", file=sys.stderr)
+        return 2
+    try:
         report = accuracy.check(program, rtol=args.rtol, atol=args.atol, factor=args.factor,
-                                calls_per_graph=args.calls_per_graph, max_bytes=args.max_bytes)
+                                calls_per_graph=args.calls_per_graph, max_device_bytes=budgets.device,
+                                max_host_bytes=budgets.host, max_disk_bytes=budgets.disk,
+                                spill_dir=budgets.spill_dir)
     except ValueError as e:
         print(f"kdebug accuracy: {e}", file=sys.stderr)
         return 2
@@ -83,5 +105,9 @@ def run(args: argparse.Namespace) -> int:
     if report.compared() == 0:
         print("kdebug accuracy: compiled graphs ran but no buffer they wrote could be compared with eager "
               "(the report lists why): nothing was checked", file=sys.stderr)
+        return 2
+    if report.no_verdict:
+        print("kdebug accuracy: kernel outputs over every budget were not recorded, and no compared kernel is "
+              "worse: no verdict (raise --max-disk-bytes)", file=sys.stderr)
         return 2
     return 1 if report.culprit is not None else 0

@@ -109,6 +109,16 @@ def summary(report) -> str:
     elif report.compared() == 0:
         lines.append("NOTHING COMPARED: compiled graph calls were checked but no buffer their kernels wrote could "
                      "be compared with eager (see why below); this is not a verdict")
+    elif report.no_verdict:  # Note [Output spill]: values over every budget could hide the culprit
+        u, lost = report.unverified, report.unrecorded
+        text = "NO VERDICT: no compared kernel computes worse than eager, but"
+        if lost:
+            text += (f" {len(lost)} call(s) wrote buffers over every budget, not recorded nor judged "
+                     f"(first: {lost[0].kernel}, graph {lost[0].graph})")
+        if u:
+            text += (f"{' and' if lost else ''} {len(u)} call(s) outside tolerance of eager read such buffers "
+                     f"(first: {u[0].kernel}), so whether they introduced the difference is unknown")
+        lines.append(text + "; raise the budgets (--max-disk-bytes) to judge them")
     else:
         lines.append(f"no kernel computes worse than eager (factor {report.factor:g} against float64)")
         d = report.first_divergent
@@ -137,5 +147,8 @@ def summary(report) -> str:
                     reasons[b.why_not] = reasons.get(b.why_not, 0) + 1
         lines.append(f"{unchecked} written buffer(s) not compared: "
                      + "; ".join(f"{n} {why}" for why, n in sorted(reasons.items(), key=lambda t: -t[1])))
+    sp = getattr(report, "spill", None)
+    if sp is not None and sp.spilled():  # Note [Output spill]
+        lines.append(sp.line())
     lines += ["note: " + n for n in report.notes]
     return "\n".join(lines)

@@ -56,6 +56,8 @@ def _accuracy_failure(report, tolerances_given: bool) -> str | None:
         return "kdebug: compiled graphs ran but no buffer they wrote could be compared with eager"
     if report.culprit is not None:
         return "kdebug: a compiled kernel computes worse than eager"
+    if getattr(report, "no_verdict", False):
+        return "kdebug: kernel outputs over every budget of the check were not recorded: no verdict"
     if tolerances_given and report.first_divergent is not None:
         return "kdebug: a compiled kernel's output is outside the given tolerance of eager"
     if tolerances_given and not report.outputs_within_tolerance():

@@ -29,6 +29,10 @@ node, which judges a kernel on its own arithmetic, not on the (within
 tolerance) differences it was handed.
 Only the nodes asked for are kept (cloned: a later in-place node could
 change them); the interpreter frees everything else after its last use.
+The kept values of a GPU graph stay on the device up to the check's device
+budget and go to pinned host memory beyond it (`place`, Note [Output
+spill], kdebug/spill.py), so a long graph's kept values do not fill the
+device.
 """
 from __future__ import annotations
 
@@ -134,9 +138,11 @@ def _down(value, meta):
 
 
 class _Run(torch.fx.Interpreter):
-    def __init__(self, gm, keep: set, float64: bool, host: bool = False, given: dict | None = None):
+    def __init__(self, gm, keep: set, float64: bool, host: bool = False, given: dict | None = None,
+                 place=None):
         super().__init__(gm, garbage_collect_values=True)
         self.keep = keep
+        self.place = place
         self.given = given or {}
         self.float64 = float64
         self.host = host
@@ -165,7 +171,8 @@ class _Run(torch.fx.Interpreter):
                     value = _to64(value)
                     self.out.approximated.add(n.name)
         if n.name in self.keep and isinstance(value, torch.Tensor):
-            self.out.values[n.name] = value.detach().clone()
+            kept = value.detach().clone()
+            self.out.values[n.name] = self.place(kept) if self.place is not None else kept
             if self.float64:
                 scale = _term_scale(n, self.fetch_args_kwargs_from_env(n)[0])
                 if scale is not None:
@@ -179,12 +186,14 @@ class _Run(torch.fx.Interpreter):
 
 
 def run_graph(gm: torch.fx.GraphModule, inputs: list, keep: set, float64: bool = False,
-              host: bool = False, given: dict | None = None) -> GraphValues:
+              host: bool = False, given: dict | None = None, place=None) -> GraphValues:
     """Interprets gm on inputs (which it may change: pass copies), keeping
     the values of the nodes named in keep (Note [Reference runs]); with
     host=True on the CPU, whatever device the graph was compiled for.
+    place(kept clone) -> where it is kept (Note [Output spill]: off the
+    device beyond a budget); place.done() is called when the run ends.
     torch.OutOfMemoryError propagates (the caller retries on the host)."""
-    run = _Run(gm, set(keep), float64, host, given)
+    run = _Run(gm, set(keep), float64, host, given, place)
     args = [_to64(x) if float64 else x for x in (_host(inputs) if host else inputs)]
     devices = sorted({x.device.index or 0 for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda})
     with torch.no_grad(), _upstream.disable_torch_dispatch(), torch.random.fork_rng(devices=devices):
@@ -194,6 +203,9 @@ def run_graph(gm: torch.fx.GraphModule, inputs: list, keep: set, float64: bool =
             raise
         except Exception as e:  # a node failed: what was kept before it stays valid
             run.out.failed[run.current or "<graph>"] = f"{type(e).__name__}: {e}"[:500]
+        finally:
+            if place is not None and hasattr(place, "done"):
+                place.done()
     return run.out
 
 

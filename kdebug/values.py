@@ -131,6 +131,9 @@ class OutputFilter:
         if aten is not None and not isinstance(aten, bool):
             raise TypeError(f"record_outputs(aten=...) must be True or False, not {aten!r}")
         self.aten = (spec is None) if aten is None else aten
+        # a callable filter may also say where kept aten-op clones go: spec.keep_op(tree) -> the tree kept on
+        # call.record (the accuracy check's tiers, Note [Output spill]); else the clones themselves
+        self.keep_op = getattr(spec, "keep_op", None) if callable(spec) and not isinstance(spec, (str, range)) else None
 
     def _cached(self, pat, name: str) -> bool:
         hit = self._cache.get(name)
@@ -392,7 +395,8 @@ def record_hooks(flt: OutputFilter) -> tuple:
     def record(func, types, args, kwargs, result):
         if not flt.op(_upstream.get_op_name(func)):
             return None
-        return {"output": _upstream.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, result)}
+        out = _upstream.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, result)
+        return {"output": flt.keep_op(out) if flt.keep_op is not None else out}
 
     return (None, None, record)
 
@@ -522,19 +526,28 @@ class Values:
         args = self._tensors.get(n)
         if args is None:
             return None
-        out = {}
-        for arg, (off, dtype, shape, nbytes, crc) in args.items():
-            raw = bytes(self._data[off:off + nbytes])
-            if zlib.crc32(raw) != crc:
-                raise _error(self.path, off, f"the bytes of {arg!r} of launch {n} do not match their crc32")
-            try:
-                if nbytes == 0:
-                    out[arg] = torch.empty(shape, dtype=dtype)
-                else:
-                    out[arg] = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
-            except (RuntimeError, TypeError, ValueError) as e:
-                raise _error(self.path, off, f"cannot rebuild {arg!r} of launch {n} ({e})") from None
-        return out
+        return {arg: self._read(n, arg, entry) for arg, entry in args.items()}
+
+    def value(self, n: int, arg: str) -> torch.Tensor:
+        """One recorded tensor: argument ``arg`` of launch n (read alone, so
+        a caller comparing buffer by buffer holds one at a time); KeyError
+        when the file has none."""
+        entry = self._tensors.get(n, {}).get(arg)
+        if entry is None:
+            raise KeyError(f"{self.path}: no recorded value of {arg!r} of launch {n}")
+        return self._read(n, arg, entry)
+
+    def _read(self, n: int, arg: str, entry: tuple) -> torch.Tensor:
+        off, dtype, shape, nbytes, crc = entry
+        raw = bytes(self._data[off:off + nbytes])
+        if zlib.crc32(raw) != crc:
+            raise _error(self.path, off, f"the bytes of {arg!r} of launch {n} do not match their crc32")
+        try:
+            if nbytes == 0:
+                return torch.empty(shape, dtype=dtype)
+            return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise _error(self.path, off, f"cannot rebuild {arg!r} of launch {n} ({e})") from None
 
     def problems(self) -> list[str]:
         out = []

@@ -320,11 +320,11 @@ def test_reference_runs_that_run_out_of_device_memory_run_on_the_host(monkeypatc
     real = reference.run_graph
     calls = []
 
-    def oom_once(gm, inputs, keep, float64=False, host=False, given=None):
+    def oom_once(gm, inputs, keep, float64=False, host=False, given=None, place=None):
         calls.append(host)
         if not host and len(calls) == 1:
             raise torch.OutOfMemoryError("planted")
-        return real(gm, inputs, keep, float64=float64, host=host, given=given)
+        return real(gm, inputs, keep, float64=float64, host=host, given=given, place=place)
 
     monkeypatch.setattr(reference, "run_graph", oom_once)
     monkeypatch.setattr(accuracy, "_on_device", lambda xs: True)

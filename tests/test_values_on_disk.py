@@ -120,9 +120,14 @@ def test_values_round_trip_bitwise_against_in_memory_clones(tmp_path, two_graphs
     assert any(torch.isnan(t).any() for c in clones.values() for t in c.values())
     trace, dm, _ = _record(tmp_path, fn, x, filter=".")  # every kernel, to disk
     run = kdebug.load(trace)
+    v = kv.open(trace + ".values")
     for i, c in clones.items():
         got = run.values(i)
         assert _same_bits(got, c), i
+        # one tensor read alone (the accuracy check's spill reads buffer by buffer) is the same
+        assert all(_same_bits({a: v.value(i, a)}, {a: t}) for a, t in c.items()), i
+    with pytest.raises(KeyError, match="no recorded value"):
+        v.value(0, "no_such_arg")
     # a filter without a destination keeps matching clones in memory only
     with DebugMode() as dm2, DebugMode.record_outputs(filter=range(1, 3)):
         for _ in range(CALLS):
