@@ -495,3 +495,12 @@ def backend_failure_inner(exc: BaseException):
     """The exception a backend raised, from dynamo's BackendCompilerFailed
     (.inner_exception; 2.11, 2.13), or None."""
     return getattr(exc, "inner_exception", None)
+
+
+def autograd_cache_disabled():
+    """torch._functorch.config.patch(enable_autograd_cache=False) (2.11,
+    2.13): AOTAutograd compiles (and calls its compilers) even when its
+    cache holds the result."""
+    import torch._functorch.config
+
+    return torch._functorch.config.patch(enable_autograd_cache=False)

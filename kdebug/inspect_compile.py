@@ -169,9 +169,11 @@ class CompileReport:
         lines.append("\ngraphs:")
         for g in self.graphs:
             where = f"{g.file}:{g.line}" if g.file else "?"
-            status = f"FAILED {g.fail_type}: {g.fail_reason}" if g.fail_type else f"{g.op_count} ops"
-            lines.append(f"  {g.compile_id} {g.function} ({where}): {status}, {g.guard_count} guards"
-                         + (f" ({g.shape_env_guard_count} on shapes)" if g.shape_env_guard_count else ""))
+            if g.fail_type:
+                lines.append(f"  {g.compile_id} {g.function} ({where}): FAILED {g.fail_type}: {_first_line(g.fail_reason)}")
+            else:
+                lines.append(f"  {g.compile_id} {g.function} ({where}): {g.op_count} ops, {g.guard_count} guards"
+                             + (f" ({g.shape_env_guard_count} on shapes)" if g.shape_env_guard_count else ""))
             if guards:
                 for gd in g.guards:
                     lines.append(f"      {gd.kind}: {gd.check}" + (f"  [{gd.where}]" if gd.where else ""))
@@ -181,6 +183,12 @@ class CompileReport:
 
     def __str__(self) -> str:
         return self.summary()
+
+
+def _first_line(reason: str | None) -> str:
+    """A failure's first telling line (after dynamo's "backend=... raised:")."""
+    text = (reason or "").split("raised:", 1)[-1].strip()
+    return text.splitlines()[0] if text else "?"
 
 
 _BREAK_AT = re.compile(r"Graph break[^\n]* in user code at (.+):(\d+)\s*$", re.M)

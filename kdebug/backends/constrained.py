@@ -19,7 +19,9 @@ returns a dynamo backend that checks, with the same rules
    decompositions and graph passes); with then="eager" they are
    AOTAutograd's aten graphs, run as they are (aot_autograd's compilers).
 
-Each graph's values are the fake tensors FX recorded on its nodes
+AOTAutograd's cache is off while the backend compiles (a hit would skip
+the forward and backward checks); Inductor's FX graph cache is consulted
+after the check, as usual.  Each graph's values are the fake tensors FX recorded on its nodes
 (meta['val'] / meta['example_value']), so checking costs no kernel run.
 The rules: dtype and alignment and max bytes on every tensor a node makes
 (and every graph input); layout on graph inputs and on every tensor a
@@ -159,7 +161,10 @@ class ConstrainedBackend:
                 self._check(g, ex, stage, _compile_id() or cid)
                 return compile_fx_inner(g, ex, **kw)
 
-            return compile_fx(gm, example_inputs, inner_compile=inner)
+            # AOTAutograd's cache would hand back a whole compiled forward and
+            # backward without calling inner_compile: every graph must be checked
+            with _upstream.autograd_cache_disabled():
+                return compile_fx(gm, example_inputs, inner_compile=inner)
 
         def stage_compiler(stage):
             def compile_(g, ex):
