@@ -33,6 +33,7 @@ from torch.utils._pytree import tree_all, tree_is_leaf, tree_map  # 2.11, 2.13
 from torch.utils._python_dispatch import TorchDispatchMode  # 2.11, 2.13
 
 OpOverload = torch._ops.OpOverload  # 2.11, 2.13
+OpOverloadPacket = torch._ops.OpOverloadPacket  # 2.11, 2.13
 disable_torch_dispatch = torch._C._DisableTorchDispatch  # 2.11, 2.13: a context manager
 dispatch_stack_depth = torch._C._len_torch_dispatch_stack  # 2.11, 2.13: this thread's dispatch modes
 

@@ -91,11 +91,11 @@ def target_names(node: torch.fx.Node) -> list[str]:
         return [f"torch.Tensor.{t}", str(t)]
     if node.op == "call_module":
         return [f"module.{t}", str(t)]
-    if isinstance(t, torch._ops.OpOverload):
+    if isinstance(t, _upstream.OpOverload):
         ns, rest = str(t).split(".", 1) if "." in str(t) else ("aten", str(t))
         packet = rest.split(".")[0]
         return [f"{ns}.{rest}", f"{ns}.{packet}", f"{ns}::{packet}"]
-    if isinstance(t, torch._ops.OpOverloadPacket):
+    if isinstance(t, _upstream.OpOverloadPacket):
         return [str(t), str(t).replace(".", "::", 1)]
     mod = getattr(t, "__module__", None) or ""
     name = getattr(t, "__qualname__", None) or getattr(t, "__name__", None) or str(t)
@@ -121,7 +121,7 @@ def _matches(names: list[str], patterns) -> str | None:
 
 
 def _is_aten(node: torch.fx.Node) -> bool:
-    return isinstance(node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
+    return isinstance(node.target, (_upstream.OpOverload, _upstream.OpOverloadPacket))
 
 
 def _layout_exempt(node: torch.fx.Node) -> bool:
@@ -129,7 +129,7 @@ def _layout_exempt(node: torch.fx.Node) -> bool:
     t = node.target
     if node.op == "call_method":
         return t in _VIEW_METHODS
-    if isinstance(t, torch._ops.OpOverload):
+    if isinstance(t, _upstream.OpOverload):
         if any(r.alias_info is not None and not r.alias_info.is_write for r in t._schema.returns):
             return True
         return target_names(node)[1] in _COPY_ATEN
