@@ -25,6 +25,7 @@ _EXPORTS = {
     "FlightRecorder": "flight",
     "RankedRun": "ranks", "compare_ranks": "crossrank", "replicated": "crossrank",
     "compare_eager": "accuracy", "AccuracyReport": "accuracy",
+    "inspect_compile": "inspect_compile", "CompileReport": "inspect_compile",
     "TensorInfo": "calls", "_CppKernelCall": "calls", "_KernelCall": "calls", "_TritonKernelCall": "calls",
 }
 # upstream torch.utils._debug_mode's call types and helpers, as the installed
@@ -93,6 +94,8 @@ __all__ = [
     "compare",
     "compare_eager",
     "compare_ranks",
+    "CompileReport",
+    "inspect_compile",
     "get_active_debug_mode",
     "load",
     "replicated",

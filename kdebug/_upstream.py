@@ -33,6 +33,7 @@ from torch.utils._pytree import tree_all, tree_is_leaf, tree_map  # 2.11, 2.13
 from torch.utils._python_dispatch import TorchDispatchMode  # 2.11, 2.13
 
 OpOverload = torch._ops.OpOverload  # 2.11, 2.13
+OpOverloadPacket = torch._ops.OpOverloadPacket  # 2.11, 2.13
 disable_torch_dispatch = torch._C._DisableTorchDispatch  # 2.11, 2.13: a context manager
 dispatch_stack_depth = torch._C._len_torch_dispatch_stack  # 2.11, 2.13: this thread's dispatch modes
 
@@ -424,3 +425,83 @@ def reduce_op_name(obj) -> str:
         return str(op.op).rsplit(".", 1)[-1]
     except Exception:
         return "?"
+
+
+# ---------------------------------------------------------------- bring-up (issue 21)
+# Note [Constraint backend] (kdebug/backends/constrained.py) and Note
+# [Compile inspector] (kdebug/inspect_compile.py) use these.
+
+
+def unset_fake_mode():
+    """torch._subclasses.fake_tensor.unset_fake_temporarily() (2.11, 2.13):
+    a context manager in which tensors are real even inside a compile."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()
+
+
+def size_hint(s) -> int:
+    """An int, or a SymInt's example value (SymInt.node.hint; 2.11, 2.13)."""
+    if isinstance(s, int):
+        return s
+    hint = getattr(getattr(s, "node", None), "hint", None)
+    if hint is None:
+        raise ValueError(f"the symbolic size {s} has no example value")
+    return int(hint)
+
+
+def is_non_overlapping_and_dense(t) -> bool:
+    """torch._prims_common.is_non_overlapping_and_dense (2.11, 2.13)."""
+    return torch._prims_common.is_non_overlapping_and_dense(t)
+
+
+def inductor_compile_fx():
+    """(compile_fx, compile_fx_inner) of torch._inductor.compile_fx (2.11,
+    2.13): compile_fx(gm, example_inputs, inner_compile=...) runs
+    AOTAutograd and calls inner_compile(gm, example_inputs, **kw) once per
+    forward / backward / inference graph with kw['is_backward'] or
+    kw['is_inference'] set (after Inductor's decompositions and graph
+    passes); compile_fx_inner lowers one such graph."""
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    return compile_fx, compile_fx_inner
+
+
+def aot_autograd_backend(fw_compiler, bw_compiler, inference_compiler):
+    """torch._dynamo.backends.common.aot_autograd (2.11, 2.13), the
+    documented way to write a backend that sees the forward and backward
+    graphs; compilers return boxed callables (make_boxed_func)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    def box(fn):
+        return lambda gm, ex: make_boxed_func(fn(gm, ex))
+
+    return aot_autograd(fw_compiler=box(fw_compiler), bw_compiler=box(bw_compiler),
+                        inference_compiler=box(inference_compiler))
+
+
+def structured_trace_logger():
+    """torch._logging._internal.trace_log, the "torch.__trace" logger
+    (2.11, 2.13): trace_structured() emits a record to it only while it
+    has a handler; each record carries .metadata (a dict: the event name
+    -> its metadata, plus frame_id / frame_compile_id / attempt) and
+    .payload (a string or None)."""
+    from torch._logging._internal import trace_log
+
+    return trace_log
+
+
+def backend_failure_inner(exc: BaseException):
+    """The exception a backend raised, from dynamo's BackendCompilerFailed
+    (.inner_exception; 2.11, 2.13), or None."""
+    return getattr(exc, "inner_exception", None)
+
+
+def autograd_cache_disabled():
+    """torch._functorch.config.patch(enable_autograd_cache=False) (2.11,
+    2.13): AOTAutograd compiles (and calls its compilers) even when its
+    cache holds the result."""
+    import torch._functorch.config
+
+    return torch._functorch.config.patch(enable_autograd_cache=False)

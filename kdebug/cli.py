@@ -674,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
     add_nan(sub)
     from .repro_cli import add_parser as add_repro  # (likewise)
     add_repro(sub)
+    from .bringup_cli import add_parser as add_analyze  # (likewise)
+    add_analyze(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
     tail = None
     if argv and argv[0] in ("repro", "rerun") and "--" in argv:  # the program after --: not parsed here

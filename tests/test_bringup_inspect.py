@@ -1,0 +1,139 @@
+"""kdebug.inspect_compile and kdebug analyze (Note [Compile inspector]):
+real torch.compile on the CPU."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import kdebug
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def branchy(x):
+    y = x.sin()
+    if y.sum() > 0:  # data-dependent branch: a graph break
+        return y * 2
+    return y - 1
+
+
+def test_data_dependent_branch_breaks_the_graph_with_its_user_line():
+    rep = kdebug.inspect_compile(branchy, torch.randn(8))
+    assert isinstance(rep, kdebug.CompileReport)
+    assert rep.break_count == 1
+    b = rep.graph_breaks[0]
+    assert b.file == __file__ and b.code == "if y.sum() > 0:  # data-dependent branch: a graph break"
+    assert b.line == branchy.__code__.co_firstlineno + 2
+    assert "data-dependent" in b.reason.lower()
+    # the function before the break and its resumption after it: two graphs
+    assert rep.graph_count == 2
+    assert [g.is_resume for g in rep.graphs] == [False, True]
+    assert rep.recompiles == []
+    assert all(g.guard_count and g.guards for g in rep.graphs)
+    assert any(g.kind == "TENSOR_MATCH" and g.source == "L['x']" for g in rep.graphs[0].guards)
+    json.dumps(rep.to_json())
+
+
+def test_shape_change_recompiles_with_the_failing_guard_named():
+    def f(x):
+        return torch.relu(x) * 3
+    cf = torch.compile(f, backend="eager")
+    with kdebug.inspect_compile() as insp:
+        cf(torch.randn(8))
+        cf(torch.randn(8))  # same shape: guards pass, no compile
+        cf(torch.randn(9))  # size guard fails
+    rep = insp.report()
+    assert [g.compile_id for g in rep.graphs] == ["0/0", "0/1"]
+    assert len(rep.recompiles) == 1
+    r = rep.recompiles[0]
+    assert r.compile_id == "0/1" and r.function == "f"
+    assert r.failed_guards == (("0/0", "tensor 'x' size mismatch at index 0. expected 8, actual 9"),)
+    assert rep.graphs[1].recompile_reason and "size mismatch" in rep.graphs[1].recompile_reason
+    text = rep.summary()
+    assert "cached 0/0: tensor 'x' size mismatch at index 0. expected 8, actual 9" in text
+
+
+def test_inspector_leaves_the_logger_as_it_found_it():
+    from kdebug import _upstream
+
+    log = _upstream.structured_trace_logger()
+    before = list(log.handlers)
+    with kdebug.inspect_compile():
+        assert len(log.handlers) == len(before) + 1
+    assert log.handlers == before
+    with pytest.raises(TypeError, match="takes the function first"):
+        kdebug.inspect_compile(None, 1)
+
+
+SEED3 = """
+import torch
+
+def step(x):
+    y = torch.tanh(x)
+    if y.mean() > 0:
+        y = y * 2
+    return y.sum()
+
+compiled = torch.compile(step, backend="eager")
+compiled(torch.randn(4, 4))
+compiled(torch.randn(5, 4))
+"""
+
+CONSTRAINED = """
+import torch
+import kdebug.backends as kb
+
+caps = kb.AcceleratorCapabilities(name="npu", dtypes={"float32"}, alignment=8)
+m = torch.nn.Linear(16, 12)
+torch.compile(m, backend=kb.constrained(caps, mode="warn", then="eager"))(torch.randn(8, 16))
+"""
+
+
+def _analyze(tmp_path, script: str, *args: str):
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(script))
+    env = {**os.environ, "PYTHONPATH": REPO}
+    return subprocess.run([sys.executable, "-m", "kdebug", "analyze", *args, str(path)], capture_output=True,
+                          text=True, cwd=str(tmp_path), env=env)
+
+
+def test_cli_analyze_guards_explains_breaks_and_recompiles(tmp_path):
+    proc = _analyze(tmp_path, SEED3, "--type", "guards", "--json", str(tmp_path / "g.json"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "graph break(s)" in proc.stdout and "script.py:6: if y.mean() > 0:" in proc.stdout
+    assert "size mismatch at index 0. expected 4, actual 5" in proc.stdout
+    assert "TENSOR_MATCH" in proc.stdout  # --type guards lists each graph's guards
+    data = json.loads((tmp_path / "g.json").read_text())
+    assert data["compile"]["graph_break_count"] >= 1 and data["compile"]["recompile_count"] >= 1
+    assert "constraints" not in data
+
+
+def test_cli_analyze_constraints_json_to_stdout(tmp_path):
+    proc = _analyze(tmp_path, CONSTRAINED, "--type", "constraints", "--json", "-")
+    assert proc.returncode == 1, proc.stderr[-3000:]  # violations found
+    data = json.loads(proc.stdout)
+    vs = data["constraints"]["violations"]
+    assert data["constraints"]["graphs_checked"] >= 2
+    assert {v["constraint"] for v in vs} == {"alignment"}
+    assert any(v["shape"] == [12, 16] for v in vs)  # the weight: 12 rows
+    text = _analyze(tmp_path, CONSTRAINED, "--type", "summary")
+    assert text.returncode == 1 and "kdebug constraints:" in text.stdout and "kdebug compile inspector:" in text.stdout
+
+
+def test_cli_analyze_bad_input(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "kdebug", "analyze", str(tmp_path / "nope.py")],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
+    assert proc.returncode == 2 and "no such script" in proc.stderr
