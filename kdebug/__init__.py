@@ -26,6 +26,7 @@ _EXPORTS = {
     "RankedRun": "ranks", "compare_ranks": "crossrank", "replicated": "crossrank",
     "compare_eager": "accuracy", "AccuracyReport": "accuracy",
     "inspect_compile": "inspect_compile", "CompileReport": "inspect_compile",
+    "capture_artifacts": "artifacts",
     "TensorInfo": "calls", "_CppKernelCall": "calls", "_KernelCall": "calls", "_TritonKernelCall": "calls",
 }
 # upstream torch.utils._debug_mode's call types and helpers, as the installed
@@ -91,6 +92,7 @@ __all__ = [
     "_KernelCall",
     "_TritonKernelCall",
     "assert_deterministic",
+    "capture_artifacts",
     "compare",
     "compare_eager",
     "compare_ranks",

@@ -505,3 +505,38 @@ def autograd_cache_disabled():
     import torch._functorch.config
 
     return torch._functorch.config.patch(enable_autograd_cache=False)
+
+
+# ---------------------------------------------------------------- artifacts (Note [Compile artifacts])
+
+def inductor_ir_loggers() -> list:
+    """[(name, logger)] of Inductor's scheduler-IR artifact loggers
+    torch._inductor.debug.ir_pre_fusion_log / ir_post_fusion_log (2.13;
+    2.11's debug.py defines the same two loggers, not run here): each
+    emits one INFO record per graph lowered ("BEFORE FUSION" / "AFTER
+    FUSION" and the scheduler nodes) while it is enabled for INFO; both
+    have propagate=False, so enabling them prints nothing elsewhere."""
+    import torch._inductor.debug as debug
+
+    out = []
+    for name in ("ir_pre_fusion", "ir_post_fusion"):
+        lg = getattr(debug, f"{name}_log", None)
+        if lg is not None:
+            out.append((name, lg))
+    return out
+
+
+def lowering_stage() -> str | None:
+    """Which AOTAutograd graph Inductor is lowering now: 'forward',
+    'backward' or 'inference', from torch._inductor.virtualized.V.graph
+    (a GraphLowering: is_backward / is_inference; 2.13), or None when no
+    graph is being lowered."""
+    try:
+        from torch._inductor.virtualized import V
+
+        g = V.graph
+        if getattr(g, "is_backward", False):
+            return "backward"
+        return "inference" if getattr(g, "is_inference", False) else "forward"
+    except Exception:  # no graph set (V's NullHandler raises), or a torch without these names
+        return None

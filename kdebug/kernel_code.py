@@ -77,9 +77,10 @@ def _async_compile_call(value) -> bool:
             and f.value.id == "async_compile")
 
 
-def _sources(module_source: str | None) -> dict[str, str]:
-    """{kernel name: its source text} for every kernel a generated module
-    defines with async_compile (Triton, C++): the longest string argument."""
+def sources_by_kind(module_source: str | None) -> dict[str, tuple[str, str]]:
+    """{kernel name: (the async_compile method that builds it, e.g. 'triton'
+    or 'cpp_pybinding', its source text)} for every kernel a generated
+    module defines with async_compile: the longest string argument."""
     if not module_source:
         return {}
     try:
@@ -93,8 +94,14 @@ def _sources(module_source: str | None) -> dict[str, str]:
             continue
         consts = [a.value for a in node.value.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         if consts:
-            out[node.targets[0].id] = max(consts, key=len)
+            out[node.targets[0].id] = (node.value.func.attr, max(consts, key=len))
     return out
+
+
+def _sources(module_source: str | None) -> dict[str, str]:
+    """{kernel name: its source text} for every kernel a generated module
+    defines with async_compile (Triton, C++): the longest string argument."""
+    return {name: src for name, (_, src) in sources_by_kind(module_source).items()}
 
 
 def of_module(module_source: str | None) -> dict[str, str]:
