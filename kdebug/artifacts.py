@@ -100,8 +100,15 @@ def _mkdir(path: str) -> None:
             raise FileExistsError(f"{path} exists and is not a directory") from None
 
 
-def _now_utc() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+def dir_problem(root: str) -> str | None:
+    """Why ``root`` cannot hold artifact runs, or None (checked before any
+    compile, so a bad directory fails at once)."""
+    root = os.fspath(root)
+    if os.path.islink(root):
+        return str(_files.LinkRefused(root))
+    if os.path.exists(root) and not os.path.isdir(root):
+        return f"{root} exists and is not a directory; give a directory for the artifacts"
+    return None
 
 
 class _Compile:
@@ -141,7 +148,9 @@ class ArtifactRun:
 
     def __init__(self, root: str = DEFAULT_DIR, run_id: str | None = None, source: str = "capture_artifacts"):
         root = os.fspath(root)
-        _files.refuse_link(root)
+        problem = dir_problem(root)
+        if problem:
+            raise (_files.LinkRefused(root) if os.path.islink(root) else NotADirectoryError(problem))
         os.makedirs(root, exist_ok=True)
         _files.refuse_link(root)
         if not os.path.isdir(root):

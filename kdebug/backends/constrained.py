@@ -118,7 +118,8 @@ class ConstrainedBackend:
     __name__ = "kdebug_constrained"
 
     def __init__(self, accelerator: AcceleratorCapabilities | AcceleratorAdapter, mode: str = "strict",
-                 then: str = "inductor", repro_dir: str | None = DEFAULT_REPRO_DIR, use_env: bool = True):
+                 then: str = "inductor", repro_dir: str | None = DEFAULT_REPRO_DIR, use_env: bool = True,
+                 artifacts: str | None = None):
         if isinstance(accelerator, AcceleratorCapabilities):
             accelerator = DeclaredAdapter(accelerator)
         if not isinstance(accelerator, AcceleratorAdapter):
@@ -144,6 +145,33 @@ class ConstrainedBackend:
         self.capabilities = caps
         self.mode, self.then, self.repro_dir = mode, then, repro_dir
         self.checks: list[GraphCheck] = []
+        if artifacts is not None:
+            from ..artifacts import dir_problem
+
+            problem = dir_problem(artifacts)
+            if problem:
+                raise ValueError(f"constrained(artifacts=...): {problem}")
+        self.artifacts_dir = artifacts
+        self._artifacts = None  # the ArtifactRun, made at the first compile (kdebug/artifacts.py)
+
+    @property
+    def artifacts(self):
+        """The ArtifactRun this backend writes into (artifacts=dir), or None."""
+        return self._artifacts
+
+    def _artifact_scope(self, stage=None):
+        import contextlib
+
+        if self.artifacts_dir is None:
+            return contextlib.nullcontext()
+        from ..artifacts import ArtifactRun
+
+        if self._artifacts is None:
+            import atexit
+
+            self._artifacts = ArtifactRun(self.artifacts_dir, source="constrained backend")
+            atexit.register(self._artifacts.close)  # the manifest says complete once the process ends
+        return self._artifacts.scope(stage)
 
     @property
     def violations(self) -> list[Violation]:
@@ -152,6 +180,13 @@ class ConstrainedBackend:
 
     def __call__(self, gm, example_inputs):
         cid = _compile_id()
+        with self._artifact_scope():  # dynamo emitted its graph before calling us: written from gm
+            if self._artifacts is not None:
+                self._artifacts.add_graph(cid or "unknown", "dynamo_output_graph",
+                                          gm.print_readable(print_output=False))
+            return self._compile(gm, example_inputs, cid)
+
+    def _compile(self, gm, example_inputs, cid):
         self._check(gm, example_inputs, "dynamo", cid)
         if self.then == "inductor":
             compile_fx, compile_fx_inner = _upstream.inductor_compile_fx()
@@ -159,7 +194,8 @@ class ConstrainedBackend:
             def inner(g, ex, **kw):
                 stage = "backward" if kw.get("is_backward") else "inference" if kw.get("is_inference") else "forward"
                 self._check(g, ex, stage, _compile_id() or cid)
-                return compile_fx_inner(g, ex, **kw)
+                with self._artifact_scope(stage):  # a backward compiled lazily is outside __call__
+                    return compile_fx_inner(g, ex, **kw)
 
             # AOTAutograd's cache would hand back a whole compiled forward and
             # backward without calling inner_compile: every graph must be checked
@@ -249,13 +285,15 @@ def _strict_message(check: GraphCheck, caps: AcceleratorCapabilities, repro: str
 
 def constrained(accelerator: AcceleratorCapabilities | AcceleratorAdapter | None = None, mode: str = "strict",
                 then: str = "inductor", repro_dir: str | None = DEFAULT_REPRO_DIR,
-                use_env: bool = True) -> ConstrainedBackend:
+                use_env: bool = True, artifacts: str | None = None) -> ConstrainedBackend:
     """A torch.compile backend checking every graph against ``accelerator``
     (Note [Constraint backend]).  accelerator: capabilities or an adapter
     (None: no constraint but the environment's).  mode: 'strict' raises
     ConstraintViolationError and writes a repro under ``repro_dir`` (None:
     none); 'warn' records and runs.  then: 'inductor' or 'eager' runs the
     graphs.  use_env: MOCK_STRICT / MOCK_ALIGNMENT / MOCK_MAX_MEMORY
-    override the arguments when set."""
+    override the arguments when set.  artifacts: a directory where each
+    compile's graphs, IR and kernels are saved (kdebug.capture_artifacts's
+    layout; Note [Compile artifacts])."""
     return ConstrainedBackend(AcceleratorCapabilities() if accelerator is None else accelerator, mode, then,
-                              repro_dir, use_env)
+                              repro_dir, use_env, artifacts)
