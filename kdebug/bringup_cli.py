@@ -18,6 +18,11 @@ def add_parser(sub) -> None:
                                        "in brief (summary); exit 1 when violations were found, 2 on error")
     a.add_argument("--type", dest="kind", choices=TYPES, default="summary")
     a.add_argument("--json", metavar="PATH", help="also write the analysis as JSON ('-': to stdout, instead of text)")
+    a.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report (violations by model, "
+                                                  "breaks, recompilations, graphs, benchmark results)")
+    a.add_argument("--bench", metavar="JSON", action="append", default=None,
+                   help="benchmark results to put in the report and JSON (repeatable; default: "
+                        "benchmarks/results/bringup_*.json when present)")
     a.add_argument("-m", dest="module_name", metavar="MODULE", default=None,
                    help="analyze a module, as python -m MODULE [args...] would run it")
     a.add_argument("command", nargs=argparse.REMAINDER, help="script.py [args...]")
@@ -49,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     target, module = found
     to_stdout = args.json == "-"
-    problem = args.json and not to_stdout and _files.output_problem(args.json)
+    problem = (args.json and not to_stdout and _files.output_problem(args.json)
+               or args.html and _files.output_problem(args.html))
     if problem:
         print(f"kdebug analyze: {problem}", file=sys.stderr)
         return 2
@@ -70,6 +76,16 @@ def run(args: argparse.Namespace) -> int:
         out["constraints"] = {"graphs_checked": len(checked), "violations": [v.to_json() for v in vs],
                               "checks": [c.to_json() for c in checked]}
         text.append(constraints_text(vs, checked))
+    from . import bringup_html
+
+    bench = bringup_html.find_bench(args.bench)
+    if bench:
+        out["benchmarks"] = bench
+        text.append("benchmarks: " + ", ".join(f"{b['file']} ({len(b['rows'])} row(s)"
+                                                + (f"; {b['problem']}" if b["problem"] else "") + ")" for b in bench))
+    if args.html:
+        bringup_html.write_html(args.html, out, bench)
+        text.append(f"HTML report: {args.html}")
     if to_stdout:
         json.dump(out, sys.stdout, indent=1)
         print()
