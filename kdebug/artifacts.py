@@ -215,10 +215,11 @@ class ArtifactRun:
             json.dump(m, f, indent=1)
 
     def _failed(self, what: str, e: BaseException) -> None:
-        self.dropped += 1
-        self.errors.append(f"{what}: {type(e).__name__}: {e}")
-        if not self._warned:
-            self._warned = True
+        with self.lock:
+            self.dropped += 1
+            self.errors.append(f"{what}: {type(e).__name__}: {e}")
+            first, self._warned = not self._warned, True
+        if first:
             from .inductor import KdebugWarning
 
             warnings.warn(f"kdebug: an artifact could not be written to {self.run_dir} ({what}: {e}); the "
@@ -362,8 +363,9 @@ class _IRHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             cid = _upstream.current_compile_id()
-            if cid is None:
-                self.run.dropped += 1  # not attributable to a compile
+            if cid is None:  # not attributable to a compile: counted, not written
+                with self.run.lock:
+                    self.run.dropped += 1
                 return
             self.run.add_inductor(str(cid), self.kind, record.getMessage())
         except Exception as e:
