@@ -26,6 +26,7 @@ _EXPORTS = {
     "RankedRun": "ranks", "compare_ranks": "crossrank", "replicated": "crossrank",
     "compare_eager": "accuracy", "AccuracyReport": "accuracy",
     "inspect_compile": "inspect_compile", "CompileReport": "inspect_compile",
+    "minify": "minify", "MinifyResult": "minify",
     "TensorInfo": "calls", "_CppKernelCall": "calls", "_KernelCall": "calls", "_TritonKernelCall": "calls",
 }
 # upstream torch.utils._debug_mode's call types and helpers, as the installed
@@ -98,5 +99,7 @@ __all__ = [
     "inspect_compile",
     "get_active_debug_mode",
     "load",
+    "minify",
+    "MinifyResult",
     "replicated",
 ]

@@ -505,3 +505,16 @@ def autograd_cache_disabled():
     import torch._functorch.config
 
     return torch._functorch.config.patch(enable_autograd_cache=False)
+
+
+def fx_minifier():
+    """torch._functorch.fx_minifier.minifier (2.11, 2.13): minifier(fail_f,
+    inps, module_fails, dump_state) shrinks a GraphModule run on real inputs
+    (truncating suffixes, delta debugging: nodes become inputs holding their
+    concrete values) while module_fails(gm, inps) stays True; it returns
+    (gm, inps) and prints its progress to stderr.  Only these four
+    positional parameters are used: 2.13 adds keyword-only ones (save_dir,
+    offload_to_disk, skip_offload, skip_sanity, max_granularity)."""
+    from torch._functorch.fx_minifier import minifier
+
+    return minifier
