@@ -676,6 +676,8 @@ def main(argv: list[str] | None = None) -> int:
     add_repro(sub)
     from .bringup_cli import add_parser as add_analyze  # (likewise)
     add_analyze(sub)
+    from .minify_cli import add_parser as add_minify  # (likewise)
+    add_minify(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
     tail = None
     if argv and argv[0] in ("repro", "rerun") and "--" in argv:  # the program after --: not parsed here

@@ -111,3 +111,46 @@ def test_genuine_bfloat16_mismatch_reproduces_standalone(tmp_path):
     p = _run_isolated(r.repro)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "REPRODUCED output 0 (torch.bfloat16" in p.stdout
+
+
+_STRICT_SCRIPT = '''
+import torch
+import kdebug.backends as kb
+from kdebug.capabilities import AcceleratorCapabilities
+
+
+class Deep(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(32, 32) for _ in range(6))
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            x = torch.relu(layer(x)) + x * 0.5
+            if i == 3:
+                x = x.double().sin().float()
+        return x.sum(-1)
+
+
+caps = AcceleratorCapabilities(name="npu", dtypes={torch.float32})
+torch.compile(Deep(), backend=kb.constrained(caps, mode="strict"))(torch.randn(16, 32))
+'''
+
+
+def test_cli_minify_writes_a_minimal_repro_beside_the_strict_one(tmp_path):
+    import json
+
+    (tmp_path / "deep.py").write_text(_STRICT_SCRIPT)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(kdebug.__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    p = subprocess.run([sys.executable, "-m", "kdebug", "minify", "--json", "out.json", "deep.py"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stdout + p.stderr
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["violations"] >= 1 and len(out["minified"]) == 1
+    m = out["minified"][0]
+    assert m["nodes_before"] >= 20 and m["nodes_after"] == 1 and m["ops"] == ["torch.Tensor.double"]
+    repro = tmp_path / m["repro"]
+    assert repro.parent.name == "minimal" and (repro.parent.parent / "repro.py").exists()
+    q = _run_isolated(str(repro))
+    assert q.returncode == 1 and "REPRODUCED dtype" in q.stdout, q.stdout + q.stderr
