@@ -27,6 +27,7 @@ _EXPORTS = {
     "compare_eager": "accuracy", "AccuracyReport": "accuracy",
     "inspect_compile": "inspect_compile", "CompileReport": "inspect_compile",
     "capture_artifacts": "artifacts",
+    "minify": "minify", "MinifyResult": "minify",
     "TensorInfo": "calls", "_CppKernelCall": "calls", "_KernelCall": "calls", "_TritonKernelCall": "calls",
 }
 # upstream torch.utils._debug_mode's call types and helpers, as the installed
@@ -100,5 +101,7 @@ __all__ = [
     "inspect_compile",
     "get_active_debug_mode",
     "load",
+    "minify",
+    "MinifyResult",
     "replicated",
 ]

@@ -540,3 +540,16 @@ def lowering_stage() -> str | None:
         return "inference" if getattr(g, "is_inference", False) else "forward"
     except Exception:  # no graph set (V's NullHandler raises), or a torch without these names
         return None
+
+
+def fx_minifier():
+    """torch._functorch.fx_minifier.minifier (2.11, 2.13): minifier(fail_f,
+    inps, module_fails, dump_state) shrinks a GraphModule run on real inputs
+    (truncating suffixes, delta debugging: nodes become inputs holding their
+    concrete values) while module_fails(gm, inps) stays True; it returns
+    (gm, inps) and prints its progress to stderr.  Only these four
+    positional parameters are used: 2.13 adds keyword-only ones (save_dir,
+    offload_to_disk, skip_offload, skip_sanity, max_granularity)."""
+    from torch._functorch.fx_minifier import minifier
+
+    return minifier

@@ -678,6 +678,8 @@ def main(argv: list[str] | None = None) -> int:
     add_analyze(sub)
     from .artifacts_cli import add_parsers as add_artifacts  # (likewise)
     add_artifacts(sub)
+    from .minify_cli import add_parser as add_minify  # (likewise)
+    add_minify(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
     tail = None
     if argv and argv[0] in ("repro", "rerun") and "--" in argv:  # the program after --: not parsed here

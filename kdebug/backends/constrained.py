@@ -41,6 +41,12 @@ backend in its BackendCompilerFailed (its message includes ours;
 KdebugWarning per graph says how many, and the graph runs through `then`:
 the program's results do not change.
 
+minify=True (or kdebug.backends.constrained.MINIFY_DEFAULT, which `kdebug
+minify script.py` sets): in strict mode the violating graph is also shrunk
+by kdebug.minify (Note [Minifier]) to the few nodes that still break the
+first violation's constraint with its op, written beside the repro as
+minimal/; the error names it (ConstraintViolationError.minimal).
+
 The seed's MOCK_STRICT, MOCK_ALIGNMENT and MOCK_MAX_MEMORY override the
 mode and capabilities given in code when set (read when the backend is
 made; a KdebugWarning says what each replaced).
@@ -60,6 +66,8 @@ from ..constraint_check import GraphCheck, Violation, check_graph
 MODES = ("strict", "warn")
 THEN = ("inductor", "eager")
 DEFAULT_REPRO_DIR = os.path.join("kdebug_artifacts", "repros")
+MINIFY_DEFAULT = False
+"""What minify=None means: `kdebug minify script.py` sets it for the run."""
 
 
 class ConstraintViolationError(RuntimeError):
@@ -69,6 +77,7 @@ class ConstraintViolationError(RuntimeError):
         super().__init__(message)
         self.violations = violations
         self.repro = repro
+        self.minimal = None  # the minimal repro's kdebug.minify.MinifyResult (minify=True)
 
 
 class _Log:
@@ -77,6 +86,7 @@ class _Log:
     def __init__(self):
         self.lock = threading.Lock()
         self.checks: list[GraphCheck] = []
+        self.minified: list = []  # MinifyResult of every minimal repro written (minify=True)
         self.backend_names: collections.Counter = collections.Counter()
 
     def add(self, check: GraphCheck) -> None:
@@ -100,9 +110,23 @@ def checks() -> list[GraphCheck]:
         return list(_LOG.checks)
 
 
+def minify_by_default(on: bool) -> bool:
+    """Sets what minify=None means for constrained() backends (MINIFY_DEFAULT); returns the old value."""
+    global MINIFY_DEFAULT
+    old, MINIFY_DEFAULT = MINIFY_DEFAULT, bool(on)
+    return old
+
+
+def minified() -> list:
+    """kdebug.minify.MinifyResult of every minimal repro written since the last clear_violations()."""
+    with _LOG.lock:
+        return list(_LOG.minified)
+
+
 def clear_violations() -> None:
     with _LOG.lock:
         _LOG.checks.clear()
+        _LOG.minified.clear()
 
 
 def _warn(msg: str) -> None:
@@ -119,7 +143,7 @@ class ConstrainedBackend:
 
     def __init__(self, accelerator: AcceleratorCapabilities | AcceleratorAdapter, mode: str = "strict",
                  then: str = "inductor", repro_dir: str | None = DEFAULT_REPRO_DIR, use_env: bool = True,
-                 artifacts: str | None = None):
+                 artifacts: str | None = None, minify: bool | None = None):
         if isinstance(accelerator, AcceleratorCapabilities):
             accelerator = DeclaredAdapter(accelerator)
         if not isinstance(accelerator, AcceleratorAdapter):
@@ -144,6 +168,7 @@ class ConstrainedBackend:
         self.adapter = _Fixed(accelerator, caps)
         self.capabilities = caps
         self.mode, self.then, self.repro_dir = mode, then, repro_dir
+        self.minify = minify
         self.checks: list[GraphCheck] = []
         if artifacts is not None:
             from ..artifacts import dir_problem
@@ -219,8 +244,16 @@ class ConstrainedBackend:
                 check.violations = [dataclasses.replace(v, repro=os.path.dirname(repro)) for v in check.violations]
             self.checks.append(check)
             _LOG.add(check)
-            raise ConstraintViolationError(_strict_message(check, self.capabilities, repro, problem),
-                                           check.violations, repro)
+            minimal, why = self._minified(gm, example_inputs, check, repro)
+            msg = _strict_message(check, self.capabilities, repro, problem)
+            if minimal is not None:
+                msg += (f"\nminimal repro ({minimal.nodes_before} -> {minimal.nodes_after} call nodes, torch only): "
+                        f"python {minimal.repro}")
+            elif why:
+                msg += f"\nno minimal repro: {why}"
+            err = ConstraintViolationError(msg, check.violations, repro)
+            err.minimal = minimal
+            raise err
         self.checks.append(check)
         _LOG.add(check)
         if check.violations:
@@ -229,6 +262,26 @@ class ConstrainedBackend:
                   f"graph {cid or '?'} ({', '.join(f'{k}: {n}' for k, n in kinds.items())}); first: "
                   f"{check.violations[0].message()}. It runs through {self.then}; kdebug.backends.violations() "
                   "lists them")
+
+    def _minified(self, gm, example_inputs, check: GraphCheck, repro: str | None):
+        """(MinifyResult, None), or (None, why not) when minify is on, else (None, None)."""
+        on = MINIFY_DEFAULT if self.minify is None else self.minify
+        if not on or self.repro_dir is None:
+            return None, None
+        from ..minify import minify_violation
+
+        first = next((v for v in check.violations if v.target not in ("placeholder", "get_attr")), None)
+        if first is None:
+            return None, "every violation is on a graph input (nothing to shrink)"
+        base = os.path.dirname(repro) if repro else os.path.join(self.repro_dir, "unnamed")
+        try:
+            with _upstream.unset_fake_mode():
+                result = minify_violation(gm, example_inputs, first, self.adapter, os.path.join(base, "minimal"))
+        except Exception as e:  # the violation is the news: a failed minification must not hide it
+            return None, f"{type(e).__name__}: {e}".splitlines()[0][:300]
+        with _LOG.lock:
+            _LOG.minified.append(result)
+        return result, None
 
     def _repro(self, gm, example_inputs, check: GraphCheck) -> tuple[str | None, str | None]:
         if self.repro_dir is None:
@@ -285,7 +338,8 @@ def _strict_message(check: GraphCheck, caps: AcceleratorCapabilities, repro: str
 
 def constrained(accelerator: AcceleratorCapabilities | AcceleratorAdapter | None = None, mode: str = "strict",
                 then: str = "inductor", repro_dir: str | None = DEFAULT_REPRO_DIR,
-                use_env: bool = True, artifacts: str | None = None) -> ConstrainedBackend:
+                use_env: bool = True, artifacts: str | None = None,
+                minify: bool | None = None) -> ConstrainedBackend:
     """A torch.compile backend checking every graph against ``accelerator``
     (Note [Constraint backend]).  accelerator: capabilities or an adapter
     (None: no constraint but the environment's).  mode: 'strict' raises
@@ -294,6 +348,7 @@ def constrained(accelerator: AcceleratorCapabilities | AcceleratorAdapter | None
     graphs.  use_env: MOCK_STRICT / MOCK_ALIGNMENT / MOCK_MAX_MEMORY
     override the arguments when set.  artifacts: a directory where each
     compile's graphs, IR and kernels are saved (kdebug.capture_artifacts's
-    layout; Note [Compile artifacts])."""
+    layout; Note [Compile artifacts]).  minify: in strict mode also write a
+    minimal repro (Note [Minifier]; None: MINIFY_DEFAULT)."""
     return ConstrainedBackend(AcceleratorCapabilities() if accelerator is None else accelerator, mode, then,
-                              repro_dir, use_env, artifacts)
+                              repro_dir, use_env, artifacts, minify)
