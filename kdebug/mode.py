@@ -262,6 +262,8 @@ class DebugMode(_upstream.DebugMode):
         trace: str | None = None,
         record_final_state: bool = False,
         check_finite: bool | str = False,
+        record_extern_ops: bool = False,
+        op_path: str = "python",
         **upstream_flags: Any,
     ) -> None:
         unknown = sorted(set(upstream_flags) - set(_UPSTREAM_FLAGS))
@@ -270,14 +272,14 @@ class DebugMode(_upstream.DebugMode):
                 f"DebugMode got unknown flag(s) {', '.join(unknown)}. kdebug accepts upstream "
                 f"DebugMode's flags ({', '.join(_UPSTREAM_FLAGS)}) and record_triton_kernels, "
                 "kernels_only, record_all_threads, ring_capacity, overflow, batch_gpu_work, trace, "
-                "record_final_state, check_finite."
+                "record_final_state, check_finite, record_extern_ops, op_path."
             )
         # Note [Flag validation] (kdebug/_flags.py)
         f = _flags.debug_mode(
             dict(record_triton_kernels=record_triton_kernels, kernels_only=kernels_only,
                  record_all_threads=record_all_threads, ring_capacity=ring_capacity, overflow=overflow,
                  batch_gpu_work=batch_gpu_work, trace=trace, record_final_state=record_final_state,
-                 check_finite=check_finite),
+                 check_finite=check_finite, record_extern_ops=record_extern_ops, op_path=op_path),
             upstream_flags, _UPSTREAM_DEFAULTS)
         self._recorder = None
         self._stream = None
@@ -291,7 +293,14 @@ class DebugMode(_upstream.DebugMode):
         self._trace_path = f["trace"]
         super().__init__(**upstream_flags)
         self.record_triton_kernels = f["record_triton_kernels"]
-        self.kernels_only = f["kernels_only"]
+        # Note [C++ op observer] (csrc/kd_op_observer.c): op_path='c++' records every
+        # outermost aten op from C++ and pushes no dispatch mode (kernels_only);
+        # record_extern_ops the ops a compiled graph's call issues (its extern calls)
+        self.op_path = f["op_path"]
+        self.record_extern_ops = f["record_extern_ops"]
+        self.kernels_only = f["kernels_only"] or self.op_path == "c++"
+        self._op_mode = (_C.OPS_ALL if self.op_path == "c++" else _C.OPS_EXTERN if self.record_extern_ops else 0)
+        self._op_handle = None
         self.record_all_threads = f["record_all_threads"]
         # aten ops on other threads are not intercepted: their writes would be unseen
         self.batch_gpu_work = f["batch_gpu_work"] and not self.kernels_only and not self.record_all_threads
@@ -558,6 +567,9 @@ class DebugMode(_upstream.DebugMode):
                 self._recorder.splice(self._ops, held, sum(isinstance(x, _KernelCall) for x in held))
                 _active.start_recording(self, self.record_all_threads)
                 undo.callback(_active.stop_recording, self, self.record_all_threads)
+                if self._op_mode:
+                    self._op_handle = _C._op_observer(self._recorder, self._op_mode, self.record_all_threads)
+                    undo.callback(self._remove_op_observer)
                 # Note [Nested DebugModes]: a thread-local recorder takes this
                 # thread's launches from the one recording before it
                 self._shadowing = outer if outer is not None and not self.record_all_threads else None
@@ -604,6 +616,7 @@ class DebugMode(_upstream.DebugMode):
             if self._prev_defer is not None:
                 _C._set_defer(self._prev_defer)  # flushes what this mode deferred
                 self._prev_defer = None
+            self._remove_op_observer()
             if self.record_triton_kernels:
                 _active.stop_recording(self, self.record_all_threads)
                 self._recorder.stop()
@@ -623,6 +636,11 @@ class DebugMode(_upstream.DebugMode):
         if self._stream is not None:
             self._stream.close()
         self._report_problems()
+
+    def _remove_op_observer(self) -> None:
+        handle, self._op_handle = self._op_handle, None
+        if handle is not None:
+            _C._op_observer_remove(self._recorder, handle)
 
     def _leave_finite(self) -> None:
         ctx, self._finite_ctx = self._finite_ctx, None
