@@ -91,12 +91,15 @@ typedef void (*kd_op_record_fn)(const char *name, PyObject *const *args, const c
                                 const uint8_t *roles, int nargs);
 
 /* Adds the op observer (thread-local to this thread and the threads torch
- * carries its state to, or global: every thread).  Returns its handle, 0 on
- * failure. */
+ * carries its state to, or global: every thread; one of each kind is
+ * registered, counted per add, and while the global one is registered the
+ * thread-local one records nothing, so no op is recorded twice).  Returns its
+ * handle, 0 on failure (kd_shim_last_error() says why).  GIL held. */
 uint64_t kd_shim_op_observer_add(int global, kd_op_want_fn want, kd_op_record_fn record);
 
-/* Removes an observer added by kd_shim_op_observer_add (a thread-local one on
- * the thread that added it).  Returns 0, or -1 on failure. */
+/* Drops one add of an observer (kd_shim_op_observer_add's handle; a
+ * thread-local one on the thread that added it), removing it with the last.
+ * Returns 0, or -1 on failure.  GIL held. */
 int kd_shim_op_observer_remove(uint64_t handle);
 
 /* The message of the last failure in this thread (static storage). */

@@ -5,6 +5,7 @@
 // exception reaches the C code that calls it.
 #include "kd_shim.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -302,37 +303,64 @@ struct OpScratch {
     char namebuf[kMaxOpArgs][kNameBytes];
     char qual[256];
 };
-thread_local int op_depth = 0;
 thread_local OpScratch op_scratch;
-// The outermost op's inputs, taken at its start: RecordFunction's inputs()
-// are the dispatcher's boxed copies, destroyed once the start callbacks ran.
-// Copies of IValues (reference counts, no allocation) in thread storage.
-thread_local c10::IValue op_inputs[kMaxOpArgs];
-thread_local int op_ninputs = -1; // -1: the outermost op is not recorded
+
+// One registered callback's per-thread state: the depth of the dispatcher
+// ops running (only the outermost is recorded) and that op's inputs, taken
+// at its start: RecordFunction's inputs() are the dispatcher's boxed copies,
+// destroyed once the start callbacks ran.  Copies of IValues (reference
+// counts, no allocation) in thread storage.
+struct ObsState {
+    int depth = 0;
+    int ninputs = -1; // -1: the outermost op is not recorded
+    c10::IValue inputs[kMaxOpArgs];
+};
+thread_local ObsState tls_state;   // the thread-local callback's
+thread_local ObsState glob_state;  // the global callback's
+
+// Registrations (GIL): one callback of each kind, reference-counted, so
+// nested recordings never see an op twice.  While the global one is
+// registered it records every thread's ops and the thread-local one
+// records none (Note [C++ op observer]).
+std::atomic<int> global_refs{0};
+uint64_t global_handle = 0;
+thread_local int tls_refs = 0;
+thread_local uint64_t tls_handle = 0;
 
 // Start: an outermost FUNCTION-scope record counts only when it is a
 // dispatcher op (ops inside a non-op RECORD_FUNCTION stay outermost); its
 // inputs are kept when this thread records ops now.
-std::unique_ptr<at::ObserverContext> op_start(const at::RecordFunction &fn)
+void op_start(ObsState &st, const at::RecordFunction &fn, bool records)
 {
     try {
-        if (op_depth > 0) {
-            op_depth++;
-            return nullptr;
+        if (st.depth > 0) {
+            st.depth++;
+            return;
         }
         if (!fn.operator_name().has_value())
-            return nullptr;
-        op_depth = 1;
-        op_ninputs = -1;
-        if (op_want == nullptr || !op_want())
-            return nullptr;
+            return;
+        st.depth = 1;
+        st.ninputs = -1;
+        if (!records || op_want == nullptr || !op_want())
+            return;
         c10::ArrayRef<const c10::IValue> ins = fn.inputs();
         size_t n = ins.size() < static_cast<size_t>(kMaxOpArgs) ? ins.size() : kMaxOpArgs;
         for (size_t i = 0; i < n; i++)
-            op_inputs[i] = ins[i];
-        op_ninputs = static_cast<int>(n);
+            st.inputs[i] = ins[i];
+        st.ninputs = static_cast<int>(n);
     } catch (...) {
     }
+}
+
+std::unique_ptr<at::ObserverContext> op_start_tls(const at::RecordFunction &fn)
+{
+    op_start(tls_state, fn, global_refs.load(std::memory_order_relaxed) == 0);
+    return nullptr;
+}
+
+std::unique_ptr<at::ObserverContext> op_start_global(const at::RecordFunction &fn)
+{
+    op_start(glob_state, fn, true);
     return nullptr;
 }
 
@@ -395,7 +423,7 @@ bool same_tensor(const c10::IValue &a, const c10::IValue &b)
 }
 
 // Describes the finished op (GIL held) and hands it to the C side.
-void record_op(const at::RecordFunction &fn, const c10::OperatorName &opname)
+void record_op(const at::RecordFunction &fn, const c10::OperatorName &opname, const c10::IValue *inputs, int nin)
 {
     OpScratch &s = op_scratch;
     if (opname.overload_name.empty())
@@ -406,7 +434,7 @@ void record_op(const at::RecordFunction &fn, const c10::OperatorName &opname)
     auto handle = c10::Dispatcher::singleton().findOp(opname);
     if (handle.has_value() && handle->hasSchema())
         schema = &handle->schema();
-    c10::ArrayRef<const c10::IValue> ins(op_inputs, static_cast<size_t>(op_ninputs));
+    c10::ArrayRef<const c10::IValue> ins(inputs, static_cast<size_t>(nin));
     const std::vector<c10::IValue> &outs = fn.outputs();
     int n = 0;
     for (size_t i = 0; i < ins.size(); i++) {
@@ -442,37 +470,38 @@ void record_op(const at::RecordFunction &fn, const c10::OperatorName &opname)
         Py_DECREF(s.objs[i]);
 }
 
-void op_end(const at::RecordFunction &fn, at::ObserverContext *)
+void op_end(ObsState &st, const at::RecordFunction &fn)
 {
-    if (op_depth == 0)
+    if (st.depth == 0)
         return; // a non-op record outside any op
-    if (--op_depth > 0)
+    if (--st.depth > 0)
         return; // nested in an op: the outermost op is what is recorded
-    const int nin = op_ninputs;
-    op_ninputs = -1;
+    const int nin = st.ninputs;
+    st.ninputs = -1;
     if (nin < 0 || op_record == nullptr || !Py_IsInitialized())
         return;
     try {
         std::optional<c10::OperatorName> opname = fn.operator_name();
         if (!opname.has_value())
             return;
-        op_ninputs = nin; // for record_op
         PyGILState_STATE g = PyGILState_Ensure();
         PyObject *et, *ev, *etb;
         PyErr_Fetch(&et, &ev, &etb);
         try {
-            record_op(fn, *opname);
+            record_op(fn, *opname, st.inputs, nin);
         } catch (...) {
         }
         PyErr_Clear();
         PyErr_Restore(et, ev, etb);
-        op_ninputs = -1;
         for (int i = 0; i < nin; i++)
-            op_inputs[i] = c10::IValue(); // drop the references (under the GIL: a tensor's last may free its PyObject)
+            st.inputs[i] = c10::IValue(); // drop the references (under the GIL: a tensor's last may free its PyObject)
         PyGILState_Release(g);
     } catch (...) {
     }
 }
+
+void op_end_tls(const at::RecordFunction &fn, at::ObserverContext *) { op_end(tls_state, fn); }
+void op_end_global(const at::RecordFunction &fn, at::ObserverContext *) { op_end(glob_state, fn); }
 
 } // namespace
 
@@ -481,11 +510,20 @@ extern "C" uint64_t kd_shim_op_observer_add(int global, kd_op_want_fn want, kd_o
     try {
         op_want = want;
         op_record = record;
-        auto cb = at::RecordFunctionCallback(op_start, op_end)
-                      .needsInputs(true)
-                      .needsOutputs(true)
-                      .scopes({at::RecordScope::FUNCTION});
-        return global ? at::addGlobalCallback(cb) : at::addThreadLocalCallback(cb);
+        uint64_t &handle = global ? global_handle : tls_handle;
+        if (handle == 0) {
+            auto cb = at::RecordFunctionCallback(global ? op_start_global : op_start_tls,
+                                                 global ? op_end_global : op_end_tls)
+                          .needsInputs(true)
+                          .needsOutputs(true)
+                          .scopes({at::RecordScope::FUNCTION});
+            handle = global ? at::addGlobalCallback(cb) : at::addThreadLocalCallback(cb);
+        }
+        if (global)
+            global_refs++;
+        else
+            tls_refs++;
+        return handle;
     } catch (const std::exception &e) {
         set_error(e.what());
     } catch (...) {
@@ -497,8 +535,21 @@ extern "C" uint64_t kd_shim_op_observer_add(int global, kd_op_want_fn want, kd_o
 extern "C" int kd_shim_op_observer_remove(uint64_t handle)
 {
     try {
-        at::removeCallback(handle);
-        return 0;
+        if (handle != 0 && handle == global_handle && global_refs > 0) {
+            if (--global_refs == 0) {
+                global_handle = 0;
+                at::removeCallback(handle);
+            }
+            return 0;
+        }
+        if (handle != 0 && handle == tls_handle && tls_refs > 0) {
+            if (--tls_refs == 0) {
+                tls_handle = 0;
+                at::removeCallback(handle);
+            }
+            return 0;
+        }
+        set_error("not an op observer of this thread (a thread-local one is removed on the thread that added it)");
     } catch (const std::exception &e) {
         set_error(e.what());
     } catch (...) {

@@ -152,3 +152,33 @@ def test_threads_follow_the_kernel_rules(compiled):
     assert kinds == {"cpp", "aten"}, kinds
     assert len({op.thread_id for op in every.operators}) == 1
     assert every.operators[0].thread_id != threading.get_ident()
+
+
+@pytest.mark.parametrize("outer_all_threads", [False, True])
+def test_nested_modes_record_each_op_once(outer_all_threads):
+    # one callback of each kind is registered, however many modes are entered:
+    # the inner mode takes the op (as it takes kernel launches), once
+    x = torch.randn(3, 3)
+    with DebugMode(op_path="c++", record_all_threads=outer_all_threads) as outer:
+        with DebugMode(op_path="c++") as inner:
+            torch.sin(x)
+        torch.cos(x)
+    assert [op.kernel_name for op in inner.operators] == ["aten::sin"]
+    assert [op.kernel_name for op in outer.operators] == ["aten::cos"]
+    # every registration was undone: nothing is recorded after the modes
+    with DebugMode(kernels_only=True) as after:
+        torch.tan(x)
+    assert after.operators == []
+
+
+def test_backward_ops_are_recorded():
+    w = torch.randn(4, 4, requires_grad=True)
+    x = torch.randn(2, 4)
+    with DebugMode(op_path="c++") as dm, DebugMode.log_tensor_hashes():
+        (x @ w).sum().backward()
+    names = [op.kernel_name for op in dm.operators]
+    assert names[:2] == ["aten::matmul", "aten::sum"], names
+    # the derivative formulas the engine runs: outermost ops of the backward
+    assert any(n.startswith("aten::mm") for n in names[2:]), names
+    (g,) = [op for op in dm.operators if op.kernel_name.startswith("aten::mm")][-1:]
+    assert g.post_hashes[g.written[0]] == pytest.approx(w.grad.abs().sum().item())
