@@ -54,6 +54,14 @@
  *     around the op).  Nothing is allocated by kdebug: the op's description
  *     is built in thread-local scratch (kd_torch.cpp) and the launch path's
  *     per-thread buffer.
+ *   - Threads and the GIL.  The record takes the GIL (torch's bindings
+ *     release it around an op, so it is free unless another thread holds
+ *     it).  Ops inside an intra-op parallel region (at::parallel_for's
+ *     workers, which run part of an op whose caller waits for them) are
+ *     never recorded, so no worker ever waits for the GIL its caller holds.
+ *     The global callback (record_all_threads) is added and removed at run
+ *     time, as torch's own profiler does, although record_function.h asks
+ *     for global callbacks at start-up; the thread-local one is the default.
  *   - Reentrancy.  kdebug's own work (hashing, record_outputs clones, the
  *     launch path) runs with this thread's launch context busy, and compiles
  *     and autotuning with kd_tls_compiling set: the observer's want() says no

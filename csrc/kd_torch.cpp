@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
@@ -341,7 +342,10 @@ void op_start(ObsState &st, const at::RecordFunction &fn, bool records)
             return;
         st.depth = 1;
         st.ninputs = -1;
-        if (!records || op_want == nullptr || !op_want())
+        // not inside an intra-op parallel region: its worker threads run parts
+        // of an op already running, and the thread that waits for them may hold
+        // the GIL the record would take
+        if (!records || op_want == nullptr || at::in_parallel_region() || !op_want())
             return;
         c10::ArrayRef<const c10::IValue> ins = fn.inputs();
         size_t n = ins.size() < static_cast<size_t>(kMaxOpArgs) ? ins.size() : kMaxOpArgs;
