@@ -182,3 +182,39 @@ def test_backward_ops_are_recorded():
     assert any(n.startswith("aten::mm") for n in names[2:]), names
     (g,) = [op for op in dm.operators if op.kernel_name.startswith("aten::mm")][-1:]
     assert g.post_hashes[g.written[0]] == pytest.approx(w.grad.abs().sum().item())
+
+
+def test_report_of_a_planted_extern_difference(compiled, tmp_path):
+    from kdebug import report
+
+    fn, x = compiled
+    a = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    with testing.perturb_extern_output("mm", occurrence=0, value=0.25):
+        b = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    a.save(tmp_path / "a.kdt")
+    b.save(tmp_path / "b.kdt")
+    runs = [kdebug.load(tmp_path / "a.kdt"), kdebug.load(tmp_path / "b.kdt")]
+    meta, _ = report.build(runs)
+    div = meta["comparisons"][0]["divergence"]
+    assert div["a"]["name"] == "aten::mm.out", div
+    out = report.write_html(str(tmp_path / "r.html"), runs)
+    assert out["records"] == 2 * len(a.operators)
+    assert "aten::mm.out" in (tmp_path / "r.html").read_text()
+
+
+@pytest.mark.gpu
+def test_extern_ops_on_the_gpu_hash_as_the_python_mode():
+    torch.manual_seed(0)
+    lin = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).cuda()
+    fn = torch.compile(lin)
+    x = torch.randn(32, 256, device="cuda")
+    with torch.no_grad():
+        fn(x)
+    ext = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    py = _run(fn, x)
+    mine = [(op.kernel_name, op.post_hashes[op.written[0]]) for op in ext.operators if isinstance(op, _AtenOpCall)]
+    theirs = [(kdebug._upstream.get_op_name(op.op), op.log["hash"]) for op in py.operators
+              if isinstance(op, kdebug._upstream._OpCall) and "mm" in kdebug._upstream.get_op_name(op.op)]
+    assert len(mine) >= 2 and [n for n, _ in mine] == [n for n, _ in theirs]
+    assert [h for _, h in mine] == [h for _, h in theirs]
+    assert all(op.stream != 0 for op in ext.operators if isinstance(op, _AtenOpCall))
