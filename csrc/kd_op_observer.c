@@ -48,12 +48,18 @@
  *     call.log["hash"].  Because the record is made after the op ran, read
  *     arguments' input hashes are their values before the op (the op did
  *     not write them), and written arguments get no input hash.
- *   - Cost.  No Python object is made but the wrappers of the op's tensors
- *     (a tensor that came from Python already has one) and small scalars;
- *     the GIL is taken once per recorded op (released by torch's bindings
- *     around the op).  Nothing is allocated by kdebug: the op's description
- *     is built in thread-local scratch (kd_torch.cpp) and the launch path's
- *     per-thread buffer.
+ *   - Cost.  Per op on an observed thread: RecordFunction's own work (it
+ *     boxes the inputs and keeps the outputs for every op, nested ones too,
+ *     since callbacks that need inputs ask for them), one copy of the op's
+ *     OperatorName at each outermost op's start (std::string: an allocation
+ *     for names over 15 characters) and copies of its input IValues into
+ *     thread storage (reference counts).  Per recorded op: the GIL, taken once
+ *     (torch's bindings release it around the op), a Dispatcher::findOp for
+ *     the schema, Python wrappers of the op's tensors (a tensor that came
+ *     from Python already has one; a fresh output gets one, an allocation)
+ *     and of its int and float arguments, and the launch path's work into
+ *     its per-thread buffer and the ring.  No Python object is kept in a
+ *     record.  Measured per eager op: benchmarks/bench_ops.py.
  *   - Threads and the GIL.  The record takes the GIL (torch's bindings
  *     release it around an op, so it is free unless another thread holds
  *     it).  Ops inside an intra-op parallel region (at::parallel_for's
