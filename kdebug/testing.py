@@ -201,8 +201,7 @@ def perturb_extern_output(name: str, occurrence: int = 0, value: float = 1):
     call's would.  The perturbed copy is made where kdebug records nothing
     (as compile-time work), so the recorded op list is unchanged.  Yields a
     dict whose "hits" says how many calls were perturbed."""
-    from torch._inductor.select_algorithm import extern_kernels
-
+    extern_kernels = _upstream.extern_kernels()
     orig = getattr(extern_kernels, name, None)
     if orig is None:
         raise ValueError(f"Inductor has no extern kernel {name!r}")
