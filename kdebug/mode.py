@@ -14,7 +14,7 @@ import torch
 
 from . import _C, _active, _argtext, _aten_hooks, _flags, _upstream, collectives, hashing, inductor, values
 from ._boundary import HashHook, OpInfo
-from .calls import _VERBOSE, RECORDED_ATTRIBUTES, _CppKernelCall, _KernelCall, make_call
+from .calls import _VERBOSE, RECORDED_ATTRIBUTES, _AtenOpCall, _CppKernelCall, _KernelCall, make_call
 
 _UPSTREAM_PARAMS = {n: p for n, p in inspect.signature(_upstream.DebugMode.__init__).parameters.items()
                     if n != "self"}
@@ -679,30 +679,32 @@ class DebugMode(_upstream.DebugMode):
     @staticmethod
     def check_hash_mismatches(logs1: list, logs2: list, compare_inputs: bool = False) -> list[dict]:
         """Upstream's check, which compares aten ops and Triton kernels, extended
-        to C++ kernels (call_type 'cpp kernel'), in log order."""
+        to C++ kernels (call_type 'cpp kernel') and aten ops recorded from C++
+        (call_type 'aten op', Note [C++ op observer]), in log order."""
         if len(logs1) != len(logs2):
             raise ValueError(f"Log lengths don't match: {len(logs1)} vs {len(logs2)}")
         out: list[dict] = []
         start = 0
         for i, (a, b) in enumerate(zip(logs1, logs2)):
-            if not isinstance(a, _CppKernelCall):
+            if not isinstance(a, (_CppKernelCall, _AtenOpCall)):
                 continue
             out += _upstream.DebugMode.check_hash_mismatches(logs1[start:i], logs2[start:i], compare_inputs)
             start = i + 1
-            if not isinstance(b, _CppKernelCall) or a.kernel_name != b.kernel_name:
+            what = "C++ kernel" if isinstance(a, _CppKernelCall) else "aten op"
+            if type(b) is not type(a) or a.kernel_name != b.kernel_name:
                 raise ValueError(f"Operators don't match at index {i}: {a.kernel_name} vs {getattr(b, 'kernel_name', b)}")
             if a.kwargs_str != b.kwargs_str:
-                raise ValueError(f"C++ kernel call args don't match for {a.kernel_name} at index {i}:"
+                raise ValueError(f"{what} call args don't match for {a.kernel_name} at index {i}:"
                                  f"\n\nlog1: {a.kwargs_str}\n\nlog2: {b.kwargs_str}")
             for is_input, h1, h2 in ((False, a.post_hashes, b.post_hashes), (True, a.pre_hashes, b.pre_hashes)):
                 if is_input and not compare_inputs:
                     continue
                 if (h1 is None) != (h2 is None) or (h1 and set(h1) != set(h2)):
-                    raise ValueError(f"C++ kernel {'pre' if is_input else 'post'}-hash presence inconsistent "
+                    raise ValueError(f"{what} {'pre' if is_input else 'post'}-hash presence inconsistent "
                                      f"for {a.kernel_name} at index {i}")
                 for key in h1 or {}:
                     if h1[key] != h2[key]:
-                        out.append({"call_type": "cpp kernel", "call": a.kernel_name, "arg_name": key,
+                        out.append({"call_type": "cpp kernel" if what == "C++ kernel" else "aten op", "call": a.kernel_name, "arg_name": key,
                                     "pytree_path": None, "hash1": h1[key], "hash2": h2[key],
                                     "rel_diff": _upstream.compute_rel_diff(h1[key], h2[key]),
                                     "is_input_hash": is_input})

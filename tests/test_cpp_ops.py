@@ -218,3 +218,14 @@ def test_extern_ops_on_the_gpu_hash_as_the_python_mode():
     assert len(mine) >= 2 and [n for n, _ in mine] == [n for n, _ in theirs]
     assert [h for _, h in mine] == [h for _, h in theirs]
     assert all(op.stream != 0 for op in ext.operators if isinstance(op, _AtenOpCall))
+
+
+def test_check_hash_mismatches_sees_aten_records(compiled):
+    fn, x = compiled
+    a = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    same = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    assert DebugMode.check_hash_mismatches(a.operators, same.operators) == []
+    with testing.perturb_extern_output("mm", value=0.5):
+        b = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    (m,) = [d for d in DebugMode.check_hash_mismatches(a.operators, b.operators) if d["call_type"] == "aten op"]
+    assert m["call"] == "aten::mm.out" and m["arg_name"] == "out" and m["hash1"] != m["hash2"]
