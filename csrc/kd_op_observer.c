@@ -216,6 +216,7 @@ static PyMethodDef op_observer_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* Adds the observer's constants and functions to module m; -1 with an exception. */
 int kd_op_observer_module_init(PyObject *m)
 {
     if (PyModule_AddIntConstant(m, "KIND_ATEN", KD_KIND_ATEN) != 0 ||

@@ -328,9 +328,10 @@ uint64_t global_handle = 0;
 thread_local int tls_refs = 0;
 thread_local uint64_t tls_handle = 0;
 
-// Start: an outermost FUNCTION-scope record counts only when it is a
-// dispatcher op (ops inside a non-op RECORD_FUNCTION stay outermost); its
-// inputs are kept when this thread records ops now.
+// Start: counts the op's depth (an outermost FUNCTION-scope record counts
+// only when it is a dispatcher op: ops inside a non-op RECORD_FUNCTION stay
+// outermost); at an outermost op that this thread records (`records`,
+// want()), keeps its inputs in st.
 void op_start(ObsState &st, const at::RecordFunction &fn, bool records)
 {
     try {
@@ -356,12 +357,14 @@ void op_start(ObsState &st, const at::RecordFunction &fn, bool records)
     }
 }
 
+// The thread-local callback's start: records nothing while the global one is registered.
 std::unique_ptr<at::ObserverContext> op_start_tls(const at::RecordFunction &fn)
 {
     op_start(tls_state, fn, global_refs.load(std::memory_order_relaxed) == 0);
     return nullptr;
 }
 
+// The global callback's start (record_all_threads).
 std::unique_ptr<at::ObserverContext> op_start_global(const at::RecordFunction &fn)
 {
     op_start(glob_state, fn, true);
@@ -420,6 +423,7 @@ int add_value(OpScratch &s, int n, const c10::IValue &v, const char *name, uint8
     return n;
 }
 
+// Whether two IValues are the same defined tensor (one TensorImpl).
 bool same_tensor(const c10::IValue &a, const c10::IValue &b)
 {
     return a.isTensor() && b.isTensor() && a.toTensor().defined() &&
@@ -474,6 +478,8 @@ void record_op(const at::RecordFunction &fn, const c10::OperatorName &opname, co
         Py_DECREF(s.objs[i]);
 }
 
+// End: when the outermost op with kept inputs ends, records it under the GIL
+// (the thread's pending Python error, if any, is kept); never throws.
 void op_end(ObsState &st, const at::RecordFunction &fn)
 {
     if (st.depth == 0)
@@ -504,6 +510,7 @@ void op_end(ObsState &st, const at::RecordFunction &fn)
     }
 }
 
+// The two callbacks' ends, each with its own per-thread state.
 void op_end_tls(const at::RecordFunction &fn, at::ObserverContext *) { op_end(tls_state, fn); }
 void op_end_global(const at::RecordFunction &fn, at::ObserverContext *) { op_end(glob_state, fn); }
 
