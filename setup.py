@@ -75,6 +75,7 @@ C_SOURCES = [
     "csrc/kd_fmt.c",
     "csrc/kd_dispatch.c",
     "csrc/kd_dispatch_method.c",
+    "csrc/kd_op_observer.c",
     "csrc/kd_op_writes.c",
     "csrc/kd_module.c",
     "csrc/kd_hash_py.c",

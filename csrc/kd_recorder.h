@@ -56,6 +56,7 @@ typedef struct kd_recorder {
     PyObject *mode;             /* GIL; strong ref to the DebugMode while started */
     int started;                /* GIL */
     int all_threads;            /* GIL */
+    int op_mode;                /* GIL; KD_OPS_*: what the C++ op observer records into it (kd_op_observer.h) */
     struct kd_recorder *prev;   /* GIL; this thread's recorder before start() */
     PyObject *prev_tls_obj;     /* GIL; ThreadLocalPythonObjects entry before start() */
     uint64_t next_launch_index; /* GIL */

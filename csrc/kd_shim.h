@@ -79,6 +79,29 @@ void kd_shim_storage_release(void *storage);
  * 0 when there is none. */
 uint64_t kd_shim_current_stream(int device_type, int device_index);
 
+/* Note [C++ op observer] (kd_op_observer.c): the C side of kdebug's
+ * RecordFunction callback.  want() is asked, without the GIL, at the end of
+ * every outermost dispatcher op on a thread that has the callback: whether
+ * this thread records ops now (thread-locals only).  record() is then called
+ * with the GIL held: the op's qualified name ("aten::mm.out"), its arguments
+ * and outputs as Python objects (borrowed; tensors wrapped, other values as
+ * placeholders of their type), their names and KD_ROLE_* roles. */
+typedef int (*kd_op_want_fn)(void);
+typedef void (*kd_op_record_fn)(const char *name, PyObject *const *args, const char *const *names,
+                                const uint8_t *roles, int nargs);
+
+/* Adds the op observer (thread-local to this thread and the threads torch
+ * carries its state to, or global: every thread; one of each kind is
+ * registered, counted per add, and while the global one is registered the
+ * thread-local one records nothing, so no op is recorded twice).  Returns its
+ * handle, 0 on failure (kd_shim_last_error() says why).  GIL held. */
+uint64_t kd_shim_op_observer_add(int global, kd_op_want_fn want, kd_op_record_fn record);
+
+/* Drops one add of an observer (kd_shim_op_observer_add's handle; a
+ * thread-local one on the thread that added it), removing it with the last.
+ * Returns 0, or -1 on failure.  GIL held. */
+int kd_shim_op_observer_remove(uint64_t handle);
+
 /* The message of the last failure in this thread (static storage). */
 const char *kd_shim_last_error(void);
 

@@ -5,12 +5,17 @@
 // exception reaches the C code that calls it.
 #include "kd_shim.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <vector>
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/Parallel.h>
+#include <ATen/record_function.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
 #include <ATen/ThreadLocalPythonObjects.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
@@ -278,6 +283,290 @@ extern "C" uint64_t kd_shim_current_stream(int device_type, int device_index)
     } catch (...) {
         return 0;
     }
+}
+
+// ---- the op observer (Note [C++ op observer] in kd_op_observer.c) ----
+namespace {
+
+kd_op_want_fn op_want = nullptr;     // set by kd_shim_op_observer_add (GIL)
+kd_op_record_fn op_record = nullptr;
+
+constexpr int kMaxOpArgs = 128;
+constexpr size_t kNameBytes = 64;
+
+// This thread's observer state: the depth of the dispatcher ops running
+// (only the outermost is recorded) and scratch for describing one op, in
+// static thread storage so the callback allocates nothing of its own.
+struct OpScratch {
+    PyObject *objs[kMaxOpArgs];
+    const char *names[kMaxOpArgs];
+    uint8_t roles[kMaxOpArgs];
+    char namebuf[kMaxOpArgs][kNameBytes];
+    char qual[256];
+};
+thread_local OpScratch op_scratch;
+
+// One registered callback's per-thread state: the depth of the dispatcher
+// ops running (only the outermost is recorded) and that op's inputs, taken
+// at its start: RecordFunction's inputs() are the dispatcher's boxed copies,
+// destroyed once the start callbacks ran.  Copies of IValues (reference
+// counts, no allocation) in thread storage.
+struct ObsState {
+    int depth = 0;
+    int ninputs = -1; // -1: the outermost op is not recorded
+    c10::IValue inputs[kMaxOpArgs];
+};
+thread_local ObsState tls_state;   // the thread-local callback's
+thread_local ObsState glob_state;  // the global callback's
+
+// Registrations (GIL): one callback of each kind, reference-counted, so
+// nested recordings never see an op twice.  While the global one is
+// registered it records every thread's ops and the thread-local one
+// records none (Note [C++ op observer]).
+std::atomic<int> global_refs{0};
+uint64_t global_handle = 0;
+thread_local int tls_refs = 0;
+thread_local uint64_t tls_handle = 0;
+
+// Start: counts the op's depth (an outermost FUNCTION-scope record counts
+// only when it is a dispatcher op: ops inside a non-op RECORD_FUNCTION stay
+// outermost); at an outermost op that this thread records (`records`,
+// want()), keeps its inputs in st.
+void op_start(ObsState &st, const at::RecordFunction &fn, bool records)
+{
+    try {
+        if (st.depth > 0) {
+            st.depth++;
+            return;
+        }
+        if (!fn.operator_name().has_value())
+            return;
+        st.depth = 1;
+        st.ninputs = -1;
+        // not inside an intra-op parallel region: its worker threads run parts
+        // of an op already running, and the thread that waits for them may hold
+        // the GIL the record would take
+        if (!records || op_want == nullptr || at::in_parallel_region() || !op_want())
+            return;
+        c10::ArrayRef<const c10::IValue> ins = fn.inputs();
+        size_t n = ins.size() < static_cast<size_t>(kMaxOpArgs) ? ins.size() : kMaxOpArgs;
+        for (size_t i = 0; i < n; i++)
+            st.inputs[i] = ins[i];
+        st.ninputs = static_cast<int>(n);
+    } catch (...) {
+    }
+}
+
+// The thread-local callback's start: records nothing while the global one is registered.
+std::unique_ptr<at::ObserverContext> op_start_tls(const at::RecordFunction &fn)
+{
+    op_start(tls_state, fn, global_refs.load(std::memory_order_relaxed) == 0);
+    return nullptr;
+}
+
+// The global callback's start (record_all_threads).
+std::unique_ptr<at::ObserverContext> op_start_global(const at::RecordFunction &fn)
+{
+    op_start(glob_state, fn, true);
+    return nullptr;
+}
+
+// A placeholder object of the Python type that stands for an IValue kdebug
+// does not describe by value (a list, a string, a device...): borrowed, made
+// once (the C side records its type name only).
+PyObject *placeholder(const c10::IValue &v)
+{
+    static PyObject *empty_tuple = PyTuple_New(0);
+    static PyObject *empty_str = PyUnicode_InternFromString("");
+    if (v.isList() || v.isTuple() || v.isIntList() || v.isTensorList())
+        return empty_tuple;
+    return empty_str;
+}
+
+// Appends one value (a Tensor, a scalar, None, or a placeholder) as argument
+// `name` with `role`; tensor lists become one argument per tensor.  Returns
+// the new count.  New references land in objs[] (dropped by the caller).
+int add_value(OpScratch &s, int n, const c10::IValue &v, const char *name, uint8_t role)
+{
+    auto put = [&](PyObject *o, const char *nm) {
+        if (n >= kMaxOpArgs || o == nullptr) {
+            Py_XDECREF(o);
+            return;
+        }
+        std::snprintf(s.namebuf[n], kNameBytes, "%s", nm);
+        s.names[n] = s.namebuf[n];
+        s.roles[n] = role;
+        s.objs[n++] = o;
+    };
+    if (v.isTensor()) {
+        const at::Tensor &t = v.toTensor();
+        put(t.defined() ? THPVariable_Wrap(t) : Py_NewRef(Py_None), name);
+    } else if (v.isTensorList()) {
+        auto list = v.toTensorList();
+        for (size_t i = 0; i < list.size(); i++) {
+            char nm[kNameBytes];
+            std::snprintf(nm, sizeof nm, "%s[%zu]", name, i);
+            const at::Tensor t = list.get(i);
+            put(t.defined() ? THPVariable_Wrap(t) : Py_NewRef(Py_None), nm);
+        }
+    } else if (v.isNone()) {
+        put(Py_NewRef(Py_None), name);
+    } else if (v.isBool()) {
+        put(PyBool_FromLong(v.toBool()), name);
+    } else if (v.isInt()) {
+        put(PyLong_FromLongLong(v.toInt()), name);
+    } else if (v.isDouble()) {
+        put(PyFloat_FromDouble(v.toDouble()), name);
+    } else {
+        put(Py_NewRef(placeholder(v)), name);
+    }
+    return n;
+}
+
+// Whether two IValues are the same defined tensor (one TensorImpl).
+bool same_tensor(const c10::IValue &a, const c10::IValue &b)
+{
+    return a.isTensor() && b.isTensor() && a.toTensor().defined() &&
+           a.toTensor().unsafeGetTensorImpl() == b.toTensor().unsafeGetTensorImpl();
+}
+
+// Describes the finished op (GIL held) and hands it to the C side.
+void record_op(const at::RecordFunction &fn, const c10::OperatorName &opname, const c10::IValue *inputs, int nin)
+{
+    OpScratch &s = op_scratch;
+    if (opname.overload_name.empty())
+        std::snprintf(s.qual, sizeof s.qual, "%s", opname.name.c_str());
+    else
+        std::snprintf(s.qual, sizeof s.qual, "%s.%s", opname.name.c_str(), opname.overload_name.c_str());
+    const c10::FunctionSchema *schema = nullptr;
+    auto handle = c10::Dispatcher::singleton().findOp(opname);
+    if (handle.has_value() && handle->hasSchema())
+        schema = &handle->schema();
+    c10::ArrayRef<const c10::IValue> ins(inputs, static_cast<size_t>(nin));
+    const std::vector<c10::IValue> &outs = fn.outputs();
+    int n = 0;
+    for (size_t i = 0; i < ins.size(); i++) {
+        char nm[kNameBytes];
+        uint8_t role = 1; // KD_ROLE_READ
+        if (schema != nullptr && i < schema->arguments().size()) {
+            const c10::Argument &a = schema->arguments()[i];
+            std::snprintf(nm, sizeof nm, "%s", a.name().c_str());
+            if (a.alias_info() != nullptr && a.alias_info()->isWrite())
+                role = 2; // KD_ROLE_WRITE: recorded after the op, so only its result
+        } else {
+            std::snprintf(nm, sizeof nm, "arg%zu", i);
+        }
+        n = add_value(s, n, ins[i], nm, role);
+    }
+    for (size_t j = 0; j < outs.size(); j++) {
+        bool aliased = false; // in-place / out=: already recorded as the written argument
+        for (size_t i = 0; i < ins.size() && !aliased; i++)
+            aliased = same_tensor(outs[j], ins[i]);
+        if (aliased)
+            continue;
+        char nm[kNameBytes];
+        if (schema != nullptr && j < schema->returns().size() && !schema->returns()[j].name().empty())
+            std::snprintf(nm, sizeof nm, "%s", schema->returns()[j].name().c_str());
+        else if (outs.size() == 1)
+            std::snprintf(nm, sizeof nm, "result");
+        else
+            std::snprintf(nm, sizeof nm, "result%zu", j);
+        n = add_value(s, n, outs[j], nm, 2);
+    }
+    op_record(s.qual, s.objs, s.names, s.roles, n);
+    for (int i = 0; i < n; i++)
+        Py_DECREF(s.objs[i]);
+}
+
+// End: when the outermost op with kept inputs ends, records it under the GIL
+// (the thread's pending Python error, if any, is kept); never throws.
+void op_end(ObsState &st, const at::RecordFunction &fn)
+{
+    if (st.depth == 0)
+        return; // a non-op record outside any op
+    if (--st.depth > 0)
+        return; // nested in an op: the outermost op is what is recorded
+    const int nin = st.ninputs;
+    st.ninputs = -1;
+    if (nin < 0 || op_record == nullptr || !Py_IsInitialized())
+        return;
+    try {
+        std::optional<c10::OperatorName> opname = fn.operator_name();
+        if (!opname.has_value())
+            return;
+        PyGILState_STATE g = PyGILState_Ensure();
+        PyObject *et, *ev, *etb;
+        PyErr_Fetch(&et, &ev, &etb);
+        try {
+            record_op(fn, *opname, st.inputs, nin);
+        } catch (...) {
+        }
+        PyErr_Clear();
+        PyErr_Restore(et, ev, etb);
+        for (int i = 0; i < nin; i++)
+            st.inputs[i] = c10::IValue(); // drop the references (under the GIL: a tensor's last may free its PyObject)
+        PyGILState_Release(g);
+    } catch (...) {
+    }
+}
+
+// The two callbacks' ends, each with its own per-thread state.
+void op_end_tls(const at::RecordFunction &fn, at::ObserverContext *) { op_end(tls_state, fn); }
+void op_end_global(const at::RecordFunction &fn, at::ObserverContext *) { op_end(glob_state, fn); }
+
+} // namespace
+
+extern "C" uint64_t kd_shim_op_observer_add(int global, kd_op_want_fn want, kd_op_record_fn record)
+{
+    try {
+        op_want = want;
+        op_record = record;
+        uint64_t &handle = global ? global_handle : tls_handle;
+        if (handle == 0) {
+            auto cb = at::RecordFunctionCallback(global ? op_start_global : op_start_tls,
+                                                 global ? op_end_global : op_end_tls)
+                          .needsInputs(true)
+                          .needsOutputs(true)
+                          .scopes({at::RecordScope::FUNCTION});
+            handle = global ? at::addGlobalCallback(cb) : at::addThreadLocalCallback(cb);
+        }
+        if (global)
+            global_refs++;
+        else
+            tls_refs++;
+        return handle;
+    } catch (const std::exception &e) {
+        set_error(e.what());
+    } catch (...) {
+        set_error("unknown C++ exception adding the op observer");
+    }
+    return 0;
+}
+
+extern "C" int kd_shim_op_observer_remove(uint64_t handle)
+{
+    try {
+        if (handle != 0 && handle == global_handle && global_refs > 0) {
+            if (--global_refs == 0) {
+                global_handle = 0;
+                at::removeCallback(handle);
+            }
+            return 0;
+        }
+        if (handle != 0 && handle == tls_handle && tls_refs > 0) {
+            if (--tls_refs == 0) {
+                tls_handle = 0;
+                at::removeCallback(handle);
+            }
+            return 0;
+        }
+        set_error("not an op observer of this thread (a thread-local one is removed on the thread that added it)");
+    } catch (const std::exception &e) {
+        set_error(e.what());
+    } catch (...) {
+        set_error("unknown C++ exception removing the op observer");
+    }
+    return -1;
 }
 
 extern "C" const char *kd_shim_last_error(void) { return last_error; }

@@ -191,7 +191,7 @@ static PyObject *get_kind(kd_launch_view *v, void *c)
     const kd_payload *h = hdr(v);
     if (h == NULL)
         return NULL;
-    return PyUnicode_FromString(h->launch.kind == KD_KIND_CPP ? "cpp" : "triton");
+    return PyUnicode_FromString(h->launch.kind == KD_KIND_CPP ? "cpp" : h->launch.kind == KD_KIND_ATEN ? "aten" : "triton");
 }
 static PyObject *get_name(kd_launch_view *v, void *c)
 {
@@ -511,7 +511,7 @@ static PyMethodDef view_methods[] = {
 };
 
 static PyGetSetDef view_getset[] = {
-    {"kind", (getter)get_kind, NULL, "'triton' or 'cpp'", NULL},
+    {"kind", (getter)get_kind, NULL, "'triton', 'cpp' or 'aten' (an op recorded by the C++ op observer)", NULL},
     {"kernel_name", (getter)get_name, NULL, "kernel name", NULL},
     {"grid", (getter)get_grid, NULL, "(x, y, z) as launched, or None", NULL},
     {"config", (getter)get_config_field, NULL, "block sizes of the chosen config, or None", (void *)CFG_TEXT},

@@ -60,7 +60,7 @@ def debug_mode(kdebug_flags: dict[str, Any], upstream_flags: dict[str, Any],
     w = "DebugMode"
     out = dict(kdebug_flags)
     for name in ("record_triton_kernels", "kernels_only", "record_all_threads", "batch_gpu_work",
-                 "record_final_state"):
+                 "record_final_state", "record_extern_ops"):
         out[name] = boolean(w, name, kdebug_flags[name])
     out["ring_capacity"] = integer(w, "ring_capacity", kdebug_flags["ring_capacity"], RING_MIN, RING_MAX,
                                    " slots (128 bytes each)")
@@ -85,6 +85,17 @@ def debug_mode(kdebug_flags: dict[str, Any], upstream_flags: dict[str, Any],
             if isinstance(value, str) or not all(isinstance(a, str) for a in value):
                 raise TypeError("DebugMode: record_tensor_attributes must be None or a list of "
                                 f"tensor attribute names (str), not the {_what(value)}")
+    out["op_path"] = choice(w, "op_path", kdebug_flags["op_path"], ("python", "c++"),
+                            " ('python': upstream's dispatch mode, 'c++': the C++ op observer)")
+    if out["record_extern_ops"] and not out["kernels_only"]:
+        raise ValueError("record_extern_ops=True is for kernels_only=True (the dispatch mode already records "
+                         "every aten op, extern calls included); pass kernels_only=True, or use "
+                         "op_path='c++' to record all ops without a dispatch mode")
+    if out["op_path"] == "c++" and out["record_extern_ops"]:
+        raise ValueError("op_path='c++' records every aten op already: drop record_extern_ops=True")
+    if (out["record_extern_ops"] or out["op_path"] == "c++") and not out["record_triton_kernels"]:
+        raise ValueError("record_extern_ops / op_path='c++' record ops into the kernel recorder: they need "
+                         "record_triton_kernels=True")
     if out["kernels_only"] and not out["record_triton_kernels"]:
         raise ValueError("kernels_only=True records nothing unless record_triton_kernels=True")
     return out

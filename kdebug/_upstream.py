@@ -212,6 +212,15 @@ def compiled_fx_graph() -> type:
     return CompiledFxGraph
 
 
+def extern_kernels():
+    """The namespace Inductor's generated code calls its extern kernels
+    through (``extern_kernels.mm(..., out=buf)``), 2.11-2.13: an attribute of
+    torch._inductor.select_algorithm, looked up on each call."""
+    from torch._inductor.select_algorithm import extern_kernels as ek
+
+    return ek
+
+
 def aoti_compiled_model() -> type | None:
     """torch._inductor.package.package.AOTICompiledModel (2.11, 2.13), or None."""
     try:

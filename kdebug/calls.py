@@ -419,5 +419,16 @@ class _CppKernelCall(_KernelCall):
     kind = "cpp"
 
 
+class _AtenOpCall(_KernelCall):
+    """An aten op recorded by the C++ op observer (Note [C++ op observer] in
+    csrc/kd_op_observer.c): ``[aten] aten::mm.out(self=..., mat2=..., out=...)``,
+    its arguments and outputs named by the op's schema, hashes as a kernel's."""
+
+    kind = "aten"
+
+
+_BY_KIND = {"cpp": _CppKernelCall, "aten": _AtenOpCall}
+
+
 def make_call(launch, recorder=None) -> _KernelCall:
-    return (_CppKernelCall if launch.kind == "cpp" else _TritonKernelCall)(launch, recorder)
+    return _BY_KIND.get(launch.kind, _TritonKernelCall)(launch, recorder)

@@ -24,7 +24,7 @@ _REC = struct.Struct("<BBBbHHII3IHBBQQQQQII")
 _ARG = struct.Struct("<8BIIq2Q2d6I2Q2d")  # the 2Q: xor64, or the stats' sum as float64 bits
 assert _REC.size == REC_BYTES and _ARG.size == ARG_BYTES
 
-_KINDS = {1: "triton", 2: "cpp"}
+_KINDS = {1: "triton", 2: "cpp", 3: "aten"}
 
 
 def _hash(kinds: int, w: int, a: tuple) -> str:

@@ -357,6 +357,14 @@ def _patched_graph_call(orig):
                 if mode is not None:
                     mode._note_bypass(reason)
                 _C.defer_flush()  # its launches are unseen writers (Note [Deferred GPU work])
+            # Note [C++ op observer]: the ops this call issues are its extern calls
+            _C._graph_call(True)
+            try:
+                if _graph_observer is not None:
+                    return _observed_call(orig, self, inputs)
+                return orig(self, inputs)
+            finally:
+                _C._graph_call(False)
         if _graph_observer is not None:
             return _observed_call(orig, self, inputs)
         return orig(self, inputs)

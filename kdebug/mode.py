@@ -14,7 +14,7 @@ import torch
 
 from . import _C, _active, _argtext, _aten_hooks, _flags, _upstream, collectives, hashing, inductor, values
 from ._boundary import HashHook, OpInfo
-from .calls import _VERBOSE, RECORDED_ATTRIBUTES, _CppKernelCall, _KernelCall, make_call
+from .calls import _VERBOSE, RECORDED_ATTRIBUTES, _AtenOpCall, _CppKernelCall, _KernelCall, make_call
 
 _UPSTREAM_PARAMS = {n: p for n, p in inspect.signature(_upstream.DebugMode.__init__).parameters.items()
                     if n != "self"}
@@ -262,6 +262,8 @@ class DebugMode(_upstream.DebugMode):
         trace: str | None = None,
         record_final_state: bool = False,
         check_finite: bool | str = False,
+        record_extern_ops: bool = False,
+        op_path: str = "python",
         **upstream_flags: Any,
     ) -> None:
         unknown = sorted(set(upstream_flags) - set(_UPSTREAM_FLAGS))
@@ -270,14 +272,14 @@ class DebugMode(_upstream.DebugMode):
                 f"DebugMode got unknown flag(s) {', '.join(unknown)}. kdebug accepts upstream "
                 f"DebugMode's flags ({', '.join(_UPSTREAM_FLAGS)}) and record_triton_kernels, "
                 "kernels_only, record_all_threads, ring_capacity, overflow, batch_gpu_work, trace, "
-                "record_final_state, check_finite."
+                "record_final_state, check_finite, record_extern_ops, op_path."
             )
         # Note [Flag validation] (kdebug/_flags.py)
         f = _flags.debug_mode(
             dict(record_triton_kernels=record_triton_kernels, kernels_only=kernels_only,
                  record_all_threads=record_all_threads, ring_capacity=ring_capacity, overflow=overflow,
                  batch_gpu_work=batch_gpu_work, trace=trace, record_final_state=record_final_state,
-                 check_finite=check_finite),
+                 check_finite=check_finite, record_extern_ops=record_extern_ops, op_path=op_path),
             upstream_flags, _UPSTREAM_DEFAULTS)
         self._recorder = None
         self._stream = None
@@ -291,7 +293,14 @@ class DebugMode(_upstream.DebugMode):
         self._trace_path = f["trace"]
         super().__init__(**upstream_flags)
         self.record_triton_kernels = f["record_triton_kernels"]
-        self.kernels_only = f["kernels_only"]
+        # Note [C++ op observer] (csrc/kd_op_observer.c): op_path='c++' records every
+        # outermost aten op from C++ and pushes no dispatch mode (kernels_only);
+        # record_extern_ops the ops a compiled graph's call issues (its extern calls)
+        self.op_path = f["op_path"]
+        self.record_extern_ops = f["record_extern_ops"]
+        self.kernels_only = f["kernels_only"] or self.op_path == "c++"
+        self._op_mode = (_C.OPS_ALL if self.op_path == "c++" else _C.OPS_EXTERN if self.record_extern_ops else 0)
+        self._op_handle = None
         self.record_all_threads = f["record_all_threads"]
         # aten ops on other threads are not intercepted: their writes would be unseen
         self.batch_gpu_work = f["batch_gpu_work"] and not self.kernels_only and not self.record_all_threads
@@ -558,6 +567,9 @@ class DebugMode(_upstream.DebugMode):
                 self._recorder.splice(self._ops, held, sum(isinstance(x, _KernelCall) for x in held))
                 _active.start_recording(self, self.record_all_threads)
                 undo.callback(_active.stop_recording, self, self.record_all_threads)
+                if self._op_mode:
+                    self._op_handle = _C._op_observer(self._recorder, self._op_mode, self.record_all_threads)
+                    undo.callback(self._remove_op_observer)
                 # Note [Nested DebugModes]: a thread-local recorder takes this
                 # thread's launches from the one recording before it
                 self._shadowing = outer if outer is not None and not self.record_all_threads else None
@@ -604,6 +616,7 @@ class DebugMode(_upstream.DebugMode):
             if self._prev_defer is not None:
                 _C._set_defer(self._prev_defer)  # flushes what this mode deferred
                 self._prev_defer = None
+            self._remove_op_observer()
             if self.record_triton_kernels:
                 _active.stop_recording(self, self.record_all_threads)
                 self._recorder.stop()
@@ -623,6 +636,11 @@ class DebugMode(_upstream.DebugMode):
         if self._stream is not None:
             self._stream.close()
         self._report_problems()
+
+    def _remove_op_observer(self) -> None:
+        handle, self._op_handle = self._op_handle, None
+        if handle is not None:
+            _C._op_observer_remove(self._recorder, handle)
 
     def _leave_finite(self) -> None:
         ctx, self._finite_ctx = self._finite_ctx, None
@@ -661,30 +679,32 @@ class DebugMode(_upstream.DebugMode):
     @staticmethod
     def check_hash_mismatches(logs1: list, logs2: list, compare_inputs: bool = False) -> list[dict]:
         """Upstream's check, which compares aten ops and Triton kernels, extended
-        to C++ kernels (call_type 'cpp kernel'), in log order."""
+        to C++ kernels (call_type 'cpp kernel') and aten ops recorded from C++
+        (call_type 'aten op', Note [C++ op observer]), in log order."""
         if len(logs1) != len(logs2):
             raise ValueError(f"Log lengths don't match: {len(logs1)} vs {len(logs2)}")
         out: list[dict] = []
         start = 0
         for i, (a, b) in enumerate(zip(logs1, logs2)):
-            if not isinstance(a, _CppKernelCall):
+            if not isinstance(a, (_CppKernelCall, _AtenOpCall)):
                 continue
             out += _upstream.DebugMode.check_hash_mismatches(logs1[start:i], logs2[start:i], compare_inputs)
             start = i + 1
-            if not isinstance(b, _CppKernelCall) or a.kernel_name != b.kernel_name:
+            what = "C++ kernel" if isinstance(a, _CppKernelCall) else "aten op"
+            if type(b) is not type(a) or a.kernel_name != b.kernel_name:
                 raise ValueError(f"Operators don't match at index {i}: {a.kernel_name} vs {getattr(b, 'kernel_name', b)}")
             if a.kwargs_str != b.kwargs_str:
-                raise ValueError(f"C++ kernel call args don't match for {a.kernel_name} at index {i}:"
+                raise ValueError(f"{what} call args don't match for {a.kernel_name} at index {i}:"
                                  f"\n\nlog1: {a.kwargs_str}\n\nlog2: {b.kwargs_str}")
             for is_input, h1, h2 in ((False, a.post_hashes, b.post_hashes), (True, a.pre_hashes, b.pre_hashes)):
                 if is_input and not compare_inputs:
                     continue
                 if (h1 is None) != (h2 is None) or (h1 and set(h1) != set(h2)):
-                    raise ValueError(f"C++ kernel {'pre' if is_input else 'post'}-hash presence inconsistent "
+                    raise ValueError(f"{what} {'pre' if is_input else 'post'}-hash presence inconsistent "
                                      f"for {a.kernel_name} at index {i}")
                 for key in h1 or {}:
                     if h1[key] != h2[key]:
-                        out.append({"call_type": "cpp kernel", "call": a.kernel_name, "arg_name": key,
+                        out.append({"call_type": "cpp kernel" if what == "C++ kernel" else "aten op", "call": a.kernel_name, "arg_name": key,
                                     "pytree_path": None, "hash1": h1[key], "hash2": h2[key],
                                     "rel_diff": _upstream.compute_rel_diff(h1[key], h2[key]),
                                     "is_input_hash": is_input})

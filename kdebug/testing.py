@@ -189,3 +189,39 @@ def perturb_collective_output(op: str, value: float = 1.0):
             collectives._perturb.pop(op, None)
         else:
             collectives._perturb[op] = prev
+
+
+@contextlib.contextmanager
+def perturb_extern_output(name: str, occurrence: int = 0, value: float = 1):
+    """Within the block, the ``occurrence``-th call (from 0) of Inductor's
+    extern kernel ``name`` (``extern_kernels.addmm``, ``.mm``, ``.convolution``
+    ...: what generated code calls for aten ops it does not lower) computes
+    from its first tensor argument with ``value`` added to its first element:
+    an extern op whose output differs, as a nondeterministic cuBLAS / cuDNN
+    call's would.  The perturbed copy is made where kdebug records nothing
+    (as compile-time work), so the recorded op list is unchanged.  Yields a
+    dict whose "hits" says how many calls were perturbed."""
+    extern_kernels = _upstream.extern_kernels()
+    orig = getattr(extern_kernels, name, None)
+    if orig is None:
+        raise ValueError(f"Inductor has no extern kernel {name!r}")
+    state = {"calls": 0, "hits": 0}
+
+    def perturbing(*args, **kwargs):
+        if state["calls"] == occurrence and args and isinstance(args[0], torch.Tensor):
+            _C._set_compiling(True)  # kdebug's own work: not recorded
+            try:
+                first = args[0].clone()
+                _bump(first, value)
+            finally:
+                _C._set_compiling(False)
+            args = (first,) + tuple(args[1:])
+            state["hits"] += 1
+        state["calls"] += 1
+        return orig(*args, **kwargs)
+
+    setattr(extern_kernels, name, perturbing)
+    try:
+        yield state
+    finally:
+        setattr(extern_kernels, name, orig)

@@ -68,7 +68,7 @@ enum kd_hash_flag {
     KD_HF_PENDING_POST = 64,/* post values likewise, in bitwise[1] */
 };
 
-enum kd_kind { KD_KIND_TRITON = 1, KD_KIND_CPP = 2 };
+enum kd_kind { KD_KIND_TRITON = 1, KD_KIND_CPP = 2, KD_KIND_ATEN = 3 /* Note [C++ op observer] */ };
 
 /* Argument roles, a bit mask. */
 enum kd_role { KD_ROLE_READ = 1, KD_ROLE_WRITE = 2 };

@@ -219,10 +219,10 @@ size_t kd_render_launch(const kd_render_ctx *c, const kd_payload *p, int flags,
 {
     w o = {out, cap, 0};
     const kd_launch *l = &p->launch;
-    puts_(&o, l->kind == KD_KIND_CPP ? "[cpp] " : "[triton] ");
+    puts_(&o, l->kind == KD_KIND_CPP ? "[cpp] " : l->kind == KD_KIND_ATEN ? "[aten] " : "[triton] ");
     puts_(&o, kd_strtab_get(c->strings, l->name_id, NULL));
     put(&o, "(", 1);
-    if (l->kind != KD_KIND_CPP && (l->flags & KD_LF_GRID)) {
+    if (l->kind == KD_KIND_TRITON && (l->flags & KD_LF_GRID)) {
         putf(&o, "grid=(%" PRIu32 ", %" PRIu32 ", %" PRIu32 ")", l->grid[0],
              l->grid[1], l->grid[2]);
         if (l->nargs)

@@ -76,7 +76,7 @@ static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
     l.flags = kd_cur_u8(c);
     l.device_type = kd_cur_u8(c);
     l.device_index = (int8_t)kd_cur_u8(c);
-    if (!c->bad && l.kind != KD_KIND_TRITON && l.kind != KD_KIND_CPP)
+    if (!c->bad && l.kind != KD_KIND_TRITON && l.kind != KD_KIND_CPP && l.kind != KD_KIND_ATEN)
         kd_cur_fail(c, "unknown kernel kind");
     l.name_id = get_str_id(c, r);
     l.config_id = get_str_id(c, r);

@@ -1,0 +1,231 @@
+"""Aten ops recorded by the C++ op observer (Note [C++ op observer] in
+csrc/kd_op_observer.c), with real torch.compile'd Inductor code on the CPU:
+its extern calls (addmm / mm / convolution) under kernels_only, and every
+outermost op with op_path='c++'."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import kdebug
+from kdebug import DebugMode, testing
+import importlib
+_cmp = importlib.import_module("kdebug.compare")
+from kdebug.calls import _AtenOpCall
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+        self.fc1 = torch.nn.Linear(8 * 6 * 6, 32)
+        self.fc2 = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        h = torch.relu(self.conv(x))
+        h = torch.relu(self.fc1(h.flatten(1)))
+        return self.fc2(h) @ self.fc2.weight
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    torch.manual_seed(0)
+    net = Net().eval()
+    fn = torch.compile(net)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        fn(x)  # compile outside the recordings
+    return fn, x
+
+
+def _run(fn, x, **flags):
+    with torch.no_grad(), DebugMode(**flags) as dm, DebugMode.log_tensor_hashes():
+        fn(x)
+    return dm
+
+
+def test_extern_ops_recorded_with_the_python_modes_hashes(compiled):
+    fn, x = compiled
+    dm = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    ext = [op for op in dm.operators if isinstance(op, _AtenOpCall)]
+    names = [op.kernel_name for op in ext]
+    assert any("convolution" in n for n in names), names
+    assert sum(n.startswith(("aten::addmm", "aten::mm")) for n in names) >= 3, names
+    # the Python dispatch mode's records of the same ops (upstream parity path)
+    py = _run(fn, x)
+    py_ops = [op for op in py.operators if isinstance(op, kdebug._upstream._OpCall)]
+    by_name = {}
+    for op in py_ops:
+        by_name.setdefault(kdebug._upstream.get_op_name(op.op), []).append(op)
+    for op in ext:
+        (written,) = op.written
+        mine = op.post_hashes[written]
+        theirs = by_name[op.kernel_name].pop(0).log["hash"]
+        assert isinstance(mine, float) and mine == theirs, (op.kernel_name, mine, theirs)
+    # without record_extern_ops, kernels_only sees none of them
+    plain = _run(fn, x, kernels_only=True)
+    assert not [op for op in plain.operators if isinstance(op, _AtenOpCall)]
+    assert len(plain.kernels) == len(dm.kernels) - len(ext)
+
+
+def test_kernels_only_extern_needs_kernels_only():
+    with pytest.raises(ValueError, match="kernels_only=True"):
+        DebugMode(record_extern_ops=True)
+    with pytest.raises(ValueError, match="op_path"):
+        DebugMode(op_path="C")
+
+
+def test_compare_names_a_planted_extern_difference(compiled):
+    fn, x = compiled
+    a = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    with testing.perturb_extern_output("addmm", occurrence=1, value=0.5) as st:
+        b = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    assert st["hits"] == 1
+    assert [op.kernel_name for op in a.kernels] == [op.kernel_name for op in b.kernels]
+    rep = _cmp.compare(a, b)
+    assert rep.divergence is not None
+    first = rep.divergence.step_a
+    assert first.name.startswith("aten::addmm"), _cmp.format_report(rep)
+    # the first addmm (occurrence 0) is the same in both runs: the second is named
+    addmms = [i for i, op in enumerate(a.kernels) if op.kernel_name.startswith("aten::addmm")]
+    assert first.index == addmms[1], _cmp.format_report(rep)
+
+
+def test_trace_round_trip(compiled, tmp_path):
+    fn, x = compiled
+    dm = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    dm.save(tmp_path / "run.kdt")
+    run = kdebug.load(tmp_path / "run.kdt")
+    got = [op for op in run.operators if getattr(op, "kind", None) == "aten"]
+    want = [op for op in dm.operators if isinstance(op, _AtenOpCall)]
+    assert [o.kernel_name for o in got] == [o.kernel_name for o in want]
+    assert [o.post_hashes for o in got] == [o.post_hashes for o in want]
+    assert "[aten] aten::addmm" in run.debug_string()
+
+
+def test_no_recursion_into_kdebugs_own_ops(compiled):
+    fn, x = compiled
+    with torch.no_grad(), DebugMode(op_path="c++") as dm, DebugMode.log_tensor_hashes(), \
+            DebugMode.record_outputs():
+        fn(x)
+    names = [op.kernel_name for op in dm.operators]
+    # record_outputs clones every output through aten::clone: none of them is recorded
+    assert not any(n.startswith("aten::clone") for n in names), names
+    assert any(op.record for op in dm.kernels if op.kind == "cpp")
+    assert any(n.startswith("aten::addmm") for n in names), names
+
+
+def test_full_cpp_path_records_outermost_ops_only():
+    lin = torch.nn.Linear(4, 3)
+    x = torch.randn(2, 4)
+    with DebugMode(op_path="c++") as dm, DebugMode.log_tensor_hashes():
+        y = lin(x)
+        z = y.relu_()
+    names = [op.kernel_name for op in dm.operators]
+    # linear is composite: its decomposition (t, addmm) is nested, not recorded
+    assert names == ["aten::linear", "aten::relu_"], names
+    relu = dm.operators[1]
+    assert relu.roles["self"] == "W"
+    assert relu.post_hashes["self"] == pytest.approx(z.abs().sum().item())
+    # upstream's mode sees the decomposition instead
+    with DebugMode() as up:
+        lin(x)
+    assert [kdebug._upstream.get_op_name(o.op) for o in up.operators] == ["aten::t", "aten::addmm"]
+
+
+def _ops_from_thread(fn, x, **flags):
+    with torch.no_grad(), DebugMode(**flags) as dm:
+        t = threading.Thread(target=fn, args=(x,))
+        t.start()
+        t.join()
+    return dm
+
+
+def test_threads_follow_the_kernel_rules(compiled):
+    fn, x = compiled
+    own = _ops_from_thread(fn, x, kernels_only=True, record_extern_ops=True)
+    assert own.operators == []  # another Python thread: neither its kernels nor its ops
+    every = _ops_from_thread(fn, x, kernels_only=True, record_extern_ops=True, record_all_threads=True)
+    kinds = {op.kind for op in every.operators}
+    assert kinds == {"cpp", "aten"}, kinds
+    assert len({op.thread_id for op in every.operators}) == 1
+    assert every.operators[0].thread_id != threading.get_ident()
+
+
+@pytest.mark.parametrize("outer_all_threads", [False, True])
+def test_nested_modes_record_each_op_once(outer_all_threads):
+    # one callback of each kind is registered, however many modes are entered:
+    # the inner mode takes the op (as it takes kernel launches), once
+    x = torch.randn(3, 3)
+    with DebugMode(op_path="c++", record_all_threads=outer_all_threads) as outer:
+        with DebugMode(op_path="c++") as inner:
+            torch.sin(x)
+        torch.cos(x)
+    assert [op.kernel_name for op in inner.operators] == ["aten::sin"]
+    assert [op.kernel_name for op in outer.operators] == ["aten::cos"]
+    # every registration was undone: nothing is recorded after the modes
+    with DebugMode(kernels_only=True) as after:
+        torch.tan(x)
+    assert after.operators == []
+
+
+def test_backward_ops_are_recorded():
+    w = torch.randn(4, 4, requires_grad=True)
+    x = torch.randn(2, 4)
+    with DebugMode(op_path="c++") as dm, DebugMode.log_tensor_hashes():
+        (x @ w).sum().backward()
+    names = [op.kernel_name for op in dm.operators]
+    assert names[:2] == ["aten::matmul", "aten::sum"], names
+    # the derivative formulas the engine runs: outermost ops of the backward
+    assert any(n.startswith("aten::mm") for n in names[2:]), names
+    (g,) = [op for op in dm.operators if op.kernel_name.startswith("aten::mm")][-1:]
+    assert g.post_hashes[g.written[0]] == pytest.approx(w.grad.abs().sum().item())
+
+
+def test_report_of_a_planted_extern_difference(compiled, tmp_path):
+    from kdebug import report
+
+    fn, x = compiled
+    a = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    with testing.perturb_extern_output("mm", occurrence=0, value=0.25):
+        b = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    a.save(tmp_path / "a.kdt")
+    b.save(tmp_path / "b.kdt")
+    runs = [kdebug.load(tmp_path / "a.kdt"), kdebug.load(tmp_path / "b.kdt")]
+    meta, _ = report.build(runs)
+    div = meta["comparisons"][0]["divergence"]
+    assert div["a"]["name"] == "aten::mm.out", div
+    out = report.write_html(str(tmp_path / "r.html"), runs)
+    assert out["records"] == 2 * len(a.operators)
+    assert "aten::mm.out" in (tmp_path / "r.html").read_text()
+
+
+@pytest.mark.gpu
+def test_extern_ops_on_the_gpu_hash_as_the_python_mode():
+    torch.manual_seed(0)
+    lin = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).cuda()
+    fn = torch.compile(lin)
+    x = torch.randn(32, 256, device="cuda")
+    with torch.no_grad():
+        fn(x)
+    ext = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    py = _run(fn, x)
+    mine = [(op.kernel_name, op.post_hashes[op.written[0]]) for op in ext.operators if isinstance(op, _AtenOpCall)]
+    theirs = [(kdebug._upstream.get_op_name(op.op), op.log["hash"]) for op in py.operators
+              if isinstance(op, kdebug._upstream._OpCall) and "mm" in kdebug._upstream.get_op_name(op.op)]
+    assert len(mine) >= 2 and [n for n, _ in mine] == [n for n, _ in theirs]
+    assert [h for _, h in mine] == [h for _, h in theirs]
+    assert all(op.stream != 0 for op in ext.operators if isinstance(op, _AtenOpCall))
+
+
+def test_check_hash_mismatches_sees_aten_records(compiled):
+    fn, x = compiled
+    a = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    same = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    assert DebugMode.check_hash_mismatches(a.operators, same.operators) == []
+    with testing.perturb_extern_output("mm", value=0.5):
+        b = _run(fn, x, kernels_only=True, record_extern_ops=True)
+    (m,) = [d for d in DebugMode.check_hash_mismatches(a.operators, b.operators) if d["call_type"] == "aten op"]
+    assert m["call"] == "aten::mm.out" and m["arg_name"] == "out" and m["hash1"] != m["hash2"]
