@@ -42,14 +42,15 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float
     flipped instead).  Yields a dict whose "hits" says how many launches were
     perturbed (1 when the launch happened)."""
     state = {"calls": 0, "hits": 0}
-    swapped = []
+    swapped, lacking = [], []
     for scope in _scopes():
         for key, obj in list(scope.items()):
             if not isinstance(obj, _C.CppKernel) or name not in obj.info.name:
                 continue
             names = list(obj.info.arg_names)
-            if arg not in names:
-                raise ValueError(f"{obj.info.name} has no argument {arg!r} (it has {names})")
+            if arg not in names:  # a kernel of another generated module whose name also matches
+                lacking.append(f"{obj.info.name} (it has {names})")
+                continue
             pos = names.index(arg)
             inner = obj.__wrapped__
             # the fault is part of the kernel: under kdebug hunt --confirm it
@@ -68,6 +69,9 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float
 
             scope[key] = _C.CppKernel(replay.wrap(perturbing, obj.info.name) if replaying else perturbing, obj.info)
             swapped.append((scope, key, obj))
+    if not swapped and lacking:
+        raise ValueError(f"no loaded C++ kernel whose name contains {name!r} has an argument {arg!r}: "
+                         + "; ".join(lacking[:4]))
     if not swapped:
         raise ValueError(f"no loaded C++ kernel's name contains {name!r}: compile and run the function first")
     try:
