@@ -50,3 +50,44 @@ def test_replicas_match(tmp_path):
     assert rep.ok, str(rep)
     names = [op._name for op in kdebug.load(out)[1].operators if hasattr(op, "_name")]
     assert sum(n.startswith("c10d::allreduce_") for n in names) >= 2  # DDP's gradient all-reduces, both steps
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("form", ["outer", "inner"])  # torch.compile(DDP(model)), DDP(torch.compile(model))
+def test_planted_rank_local_kernel_fault_named_by_diff_ranks(tmp_path, form):
+    out = _record(tmp_path, KD_FAULT="kernel:1", KD_FORM=form)
+    run = kdebug.load(out)
+    assert all(len(r.kernels) > 0 for r in run), "the compiled DDP program's kernels were not recorded"
+    p = subprocess.run([sys.executable, "-m", "kdebug", "diff", out, "--ranks"], env={**os.environ, "PYTHONPATH": ROOT},
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert p.returncode == 1, p.stdout
+    first = next(line for line in p.stdout.splitlines() if "REPLICAS DIVERGE" in line)
+    assert "rank-local root" in first and "cpp_fused_relu" in first and "on rank 1" in first, p.stdout
+
+
+def test_runner_says_when_torch_compile_captured_no_graph():
+    import torch
+
+    from kdebug import _runner, _upstream
+
+    _upstream.dynamo_reset()
+
+    @torch.compile(backend="eager")
+    def nothing(x):
+        torch._dynamo.graph_break()
+        return x
+
+    nothing(torch.ones(2))
+    got = _upstream.dynamo_frame_counts()
+    assert got is not None and got[0] >= 1 and got[1] == 0
+    hint = _runner.nothing_compiled_hint(0)
+    assert hint is not None and "captured no graph" in hint and "DDP(torch.compile(model))" in hint
+    assert _runner.nothing_compiled_hint(3) is None  # kernels were recorded: nothing to say
+
+    @torch.compile(backend="eager")
+    def something(x):
+        return x * 2
+
+    something(torch.ones(2))
+    assert _runner.nothing_compiled_hint(0) is None  # a graph was captured (eager backend: no kernel)
+    _upstream.dynamo_reset()
