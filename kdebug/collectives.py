@@ -311,7 +311,13 @@ def _eager_then(st: _State, call: CollectiveCall, work, writes, spec, name) -> N
             fut.value()  # raises when the collective failed
             _planted(name, [t for w in writes for t in (w if isinstance(w, (list, tuple)) else [w])
                             if isinstance(t, torch.Tensor)] if _perturb else [])
-            call.log["hash"] = tuple(_hash_tree(w, spec) for w in writes)
+            # a list made first, then the tuple: tuple(<generator>) resizes the
+            # tuple it builds, which raises SystemError when another thread
+            # holds a reference to it meanwhile (the main thread's
+            # gc.get_objects() in final_state.snapshot did, at the end of a
+            # DDP program, whose last all-reduce's callback runs here then)
+            hashes = [_hash_tree(w, spec) for w in writes]
+            call.log["hash"] = tuple(hashes)
         except Exception as e:  # never the program's problem: the record says why it has no output hash
             call.error = f"{type(e).__name__}: {e}"
             st.failed += 1

@@ -81,8 +81,12 @@ class RanksReport:
 
 
 def _differs(a: Step, b: Step) -> list:
+    """Outputs hashed on both ranks whose hashes differ (an output one rank
+    could not hash is unknown there, never a difference: META stats
+    collectives_failed / collectives_incomplete count those)."""
     keys = sorted(set(a.post) | set(b.post))
-    return [(a.labels.get(k, k), a.post.get(k), b.post.get(k)) for k in keys if a.post.get(k) != b.post.get(k)]
+    return [(a.labels.get(k, k), a.post.get(k), b.post.get(k)) for k in keys
+            if a.post.get(k) is not None and b.post.get(k) is not None and a.post.get(k) != b.post.get(k)]
 
 
 def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:

@@ -613,8 +613,9 @@ class DebugMode(_upstream.DebugMode):
                 _active.exit_dispatch()
                 super().__exit__(*exc)
         if self.record_final_state:
-            from . import final_state
+            from . import collectives, final_state
 
+            collectives.settle(self)  # callbacks of completed collectives finish before the heap is walked
             try:
                 self.final_state = final_state.snapshot()
             except Exception as e:  # never the program's problem: the verdict stays conservative
