@@ -91,3 +91,37 @@ def test_runner_says_when_torch_compile_captured_no_graph():
     something(torch.ones(2))
     assert _runner.nothing_compiled_hint(0) is None  # a graph was captured (eager backend: no kernel)
     _upstream.dynamo_reset()
+
+
+def _hunt(tmp_path, *opts, **env):
+    return subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--nproc", "2", *opts, SCRIPT],
+                          env={**os.environ, "PYTHONPATH": ROOT, **env}, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
+
+
+@pytest.mark.distributed
+def test_hunt_nproc_names_the_rank_and_kernel_that_changed_between_runs(tmp_path):
+    # rank 1's fused relu is perturbed in the second run only (the first run leaves the mark)
+    keep = tmp_path / "hunt"
+    p = _hunt(tmp_path, "--keep", str(keep), KD_FAULT="kernel:1", KD_FAULT_FROM_SECOND_RUN=str(tmp_path / "mark"))
+    assert p.returncode == 1, p.stdout[-4000:]
+    import json
+
+    hunt = json.loads((keep / "hunt.json").read_text())
+    assert hunt["nproc"] == 2 and set(hunt["ranks"]) == {"0", "1"}
+    r1 = hunt["ranks"]["1"]
+    assert not r1["match"] and r1["origin"] and "cpp_fused_relu" in r1["roots"][0]["root"]
+    r0 = hunt["ranks"]["0"]  # rank 0 computed nothing differently: the all-reduce brought rank 1's change
+    assert not r0["match"] and not r0["origin"]
+    assert all(x["collective"] for x in r0["roots"] if x["kind"] == "root")
+    assert [x["match"] for x in hunt["replicas"]] == [True, False]  # run 0: no fault; run 1: rank 1 differs
+    assert "cpp_fused_relu" in hunt["replicas"][1]["first"] and "on rank 1" in hunt["replicas"][1]["first"]
+    assert "the difference started on rank(s) [1]" in p.stdout
+
+
+def test_hunt_nproc_refuses_options_it_does_not_support(tmp_path):
+    p = _hunt(tmp_path, "--confirm", "--try-fixes")
+    assert p.returncode == 2 and "--confirm, --try-fixes not supported with --nproc yet" in p.stdout, p.stdout
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--nproc", "2"], env={**os.environ, "PYTHONPATH": ROOT},
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert p.returncode == 2 and "give the script of the distributed job" in p.stdout

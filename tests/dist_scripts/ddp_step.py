@@ -2,7 +2,9 @@
 record --nproc N).  Every rank trains on the same batch, so every step is a
 replica.  KD_FAULT=kernel:R plants a rank-local fault in rank R's first
 compiled C++ kernel (the fused bias + relu); KD_FAULT=collective:R perturbs rank R's all-reduce
-output; KD_DATA=per-rank gives each rank its own batch; KD_FORM=inner
+output; KD_DATA=per-rank gives each rank its own batch;
+KD_FAULT_FROM_SECOND_RUN=PATH plants the fault only when PATH exists (the
+faulty rank's first run creates it): a run-to-run difference for kdebug hunt; KD_FORM=inner
 compiles the module inside DDP (DDP(torch.compile(model))) instead of the
 DDP module (torch.compile(DDP(model)), the default).
 
@@ -47,6 +49,10 @@ g = torch.Generator().manual_seed(1 + (rank if os.environ.get("KD_DATA") == "per
 x = torch.randn(4, 16, generator=g)
 fault = os.environ.get("KD_FAULT", "")
 kind, _, who = fault.partition(":")
+mark = os.environ.get("KD_FAULT_FROM_SECOND_RUN")
+if kind and mark and int(who) == rank and not os.path.exists(mark):
+    open(mark, "w").close()  # the first run of this job leaves the mark and plants nothing
+    kind = ""
 for step in range(2):
     if kind == "kernel" and int(who) == rank and step == 1:
         ctx = testing.perturb_kernel_output("cpp_fused_relu", "in_out_ptr0", value=0.5)
