@@ -385,3 +385,17 @@ def test_empty_tensors_around_a_kernel_are_hashed_not_unsupported():
     assert k.pre_hashes == {"in_ptr0": fmix64(0 ^ fmix64(0 ^ LSALT))}
     assert k.post_hashes == {"out_ptr0": fmix64(0 ^ fmix64(0 ^ LSALT))}
     assert dm.kernel_stats["hash_unsupported"] == 0
+
+
+def test_meta_tensor_ops_are_recorded_unhashed_not_crashed():
+    # Inductor's pattern matcher traces on meta tensors under the active mode
+    # at its first compile (seen in a 1-rank compiled DDP job): no data to hash
+    import kdebug
+
+    with kdebug.DebugMode() as dm, kdebug.DebugMode.log_tensor_hashes(["bitwise", "stats"], hash_inputs=True):
+        torch.ones(2, device="meta") + 1
+        torch.ones(2) + 1
+    logs = [getattr(o, "log", None) or {} for o in dm.operators]
+    assert len(logs) == 4
+    assert "hash" not in logs[1] and "input_hash" not in logs[1]  # meta add: nothing invented
+    assert logs[3]["hash"] is not None and logs[3]["input_hash"] is not None
