@@ -378,6 +378,14 @@ PyObject *kd_dispatch_op(PyObject *mode, PyObject *func, PyObject *types, PyObje
     int writes = kd_op_flag(info, KD_OPI_WRITES);
     if (writes && kd_defer_pending())
         kd_op_guard_writes(info, args, kwargs == Py_None ? NULL : kwargs);
+    if (kd_in_benchmark()) {
+        /* compiling or autotuning (Note [Autotuning is not the program]): not
+         * the program, never recorded, whichever path the op would take.
+         * dynamo disables the modes while it compiles, but not around
+         * DDPOptimizer's compile (torch.compile(DDP(model))), where Inductor
+         * traces on fake and meta tensors under this mode */
+        return PyObject_Call(func, args, kwargs == Py_None ? NULL : kwargs);
+    }
     PyObject *entry;
     int record;
     int hooks = own_hooks(mode, &entry, &record);
