@@ -621,6 +621,17 @@ class DebugMode(_upstream.DebugMode):
             except Exception as e:  # never the program's problem: the verdict stays conservative
                 self._warn_once("final-state", f"kdebug could not take the final state ({e!r}): differing "
                                 "tensors nothing read count as possibly kept")
+        if self._recorder is not None and not self.kernels_only:
+            from . import ranks
+
+            if ranks.current() is not None:  # Note [DDP final parameters]
+                from . import ddp_final
+
+                try:
+                    ddp_final.mark_final_parameters(self)
+                except Exception as e:  # never the program's problem
+                    self._warn_once("ddp-final", f"kdebug could not record the DDP modules' final parameters "
+                                    f"({e!r}); compare them with kdebug.replicated")
         if self._stream is not None:
             self._stream.close()
         self._report_problems()

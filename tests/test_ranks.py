@@ -31,7 +31,7 @@ def _record(tmp_path, KD_NPROC="2", **env):
 
 @pytest.mark.distributed
 def test_planted_collective_output_names_collective_and_rank(tmp_path):
-    out = _record(tmp_path, KD_FAULT="collective:1")
+    out = _record(tmp_path, KD_FAULT="collective:1", KD_MARKS="0")  # no kdebug.replicated in the script
     run = kdebug.load(out)
     assert run.ranks == [0, 1] and run[1].meta["rank"] == 1 and run[1].meta["world_size"] == 2
     assert run[0].meta["groups"][0]["ranks"] == [0, 1]
@@ -41,6 +41,10 @@ def test_planted_collective_output_names_collective_and_rank(tmp_path):
     assert rep.comparisons[0].rank == 1
     assert first.step.name.startswith("c10d::allreduce_")
     assert "on rank 1" in first.text
+    # Note [DDP final parameters]: compared with no mark in the program, blamed on the all-reduce
+    finals = [f for f in rep.comparisons[0].findings if f.what == "replica"]
+    assert finals and all("final DDP0 parameter" in f.text for f in finals), [f.text for f in finals]
+    assert "first root before it: op" in finals[0].text and "c10d::allreduce_" in finals[0].text
 
 
 @pytest.mark.distributed
@@ -50,6 +54,10 @@ def test_replicas_match(tmp_path):
     assert rep.ok, str(rep)
     names = [op._name for op in kdebug.load(out)[1].operators if hasattr(op, "_name")]
     assert sum(n.startswith("c10d::allreduce_") for n in names) >= 2  # DDP's gradient all-reduces, both steps
+    texts = [getattr(op, "_text", "") or "" for op in kdebug.load(out)[1].operators]
+    finals = sorted(t.split("'")[1] for t in texts if "final DDP" in t)
+    assert finals == ["final DDP0 parameter a.bias", "final DDP0 parameter a.weight",
+                      "final DDP0 parameter b.bias", "final DDP0 parameter b.weight"], finals
 
 
 @pytest.mark.distributed
