@@ -447,6 +447,15 @@ static PyObject *dispatch_hooked(PyObject *mode, PyObject *func, PyObject *types
             goto fail;
         }
     }
+    if (entry != NULL && call != NULL && !skipped && kd_op_flag(info, KD_OPI_VIEW)) {
+        /* Note [Fresh buffers]: a view of memory nobody wrote yet is not hashed */
+        PyObject *fr = PyObject_GetAttr(mode, s_fresh);
+        int in = fr == NULL ? -1 : PySet_Check(fr) ? kd_op_reads_fresh(fr, args) : 0;
+        Py_XDECREF(fr);
+        if (in < 0)
+            goto fail;
+        skipped = in;
+    }
     if (hash_inputs && call != NULL && !skipped) {
         PyObject *hargs = writes && PySet_GET_SIZE(fresh) > 0 ? kd_op_without_fresh(fresh, info, args)
                                                                 : Py_NewRef(args);

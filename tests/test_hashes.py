@@ -399,3 +399,24 @@ def test_meta_tensor_ops_are_recorded_unhashed_not_crashed():
     assert len(logs) == 4
     assert "hash" not in logs[1] and "input_hash" not in logs[1]  # meta add: nothing invented
     assert logs[3]["hash"] is not None and logs[3]["input_hash"] is not None
+
+
+def test_views_of_a_fresh_buffer_are_not_hashed_and_keep_it_fresh():
+    # Note [Fresh buffers]: DDP's gradient bucket is empty, then as_strided views per
+    # parameter; hashing those views hashed uninitialized memory, and two runs differed
+    import kdebug
+
+    with kdebug.DebugMode() as dm, kdebug.DebugMode.log_tensor_hashes(["bitwise"], hash_inputs=True):
+        bucket = torch.empty(8)
+        v = bucket.as_strided([4], [1], 0)
+        v.copy_(torch.ones(4))
+        w = bucket.as_strided([4], [1], 0)
+        w.add(1)
+    ops = [(str(o).split("(")[0], getattr(o, "log", None) or {}) for o in dm.operators]
+    names = [n for n, _ in ops]
+    assert names == ["aten::empty.memory_format", "aten::as_strided", "aten::ones", "aten::copy_",
+                     "aten::as_strided", "aten::add.Tensor"], names
+    assert "hash" not in ops[1][1] and "input_hash" not in ops[1][1]  # view of fresh memory
+    assert ops[3][1]["input_hash"][0][0] is None  # copy_ writes the still-fresh bucket: no pre hash
+    assert ops[4][1].get("hash") is not None  # after the write: a view of written memory is hashed
+    assert ops[5][1].get("input_hash") is not None
