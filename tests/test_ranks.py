@@ -31,7 +31,7 @@ def _record(tmp_path, KD_NPROC="2", **env):
 
 @pytest.mark.distributed
 def test_planted_collective_output_names_collective_and_rank(tmp_path):
-    out = _record(tmp_path, KD_FAULT="collective:1", KD_MARKS="0")  # no kdebug.replicated in the script
+    out = _record(tmp_path, KD_FAULT="collective:1")
     run = kdebug.load(out)
     assert run.ranks == [0, 1] and run[1].meta["rank"] == 1 and run[1].meta["world_size"] == 2
     assert run[0].meta["groups"][0]["ranks"] == [0, 1]
@@ -41,10 +41,18 @@ def test_planted_collective_output_names_collective_and_rank(tmp_path):
     assert rep.comparisons[0].rank == 1
     assert first.step.name.startswith("c10d::allreduce_")
     assert "on rank 1" in first.text
-    # Note [DDP final parameters]: compared with no mark in the program, blamed on the all-reduce
+
+
+@pytest.mark.distributed
+def test_final_ddp_parameters_compared_without_marks(tmp_path):
+    # Note [DDP final parameters]: rank 1's a.weight is changed after the optimizer
+    # step (a planted rank-local parameter fault); the script marks nothing
+    out = _record(tmp_path, KD_FAULT="param:1", KD_MARKS="0")
+    rep = kdebug.compare_ranks(kdebug.load(out))
+    assert not rep.ok
     finals = [f for f in rep.comparisons[0].findings if f.what == "replica"]
-    assert finals and all("final DDP0 parameter" in f.text for f in finals), [f.text for f in finals]
-    assert "first root before it: op" in finals[0].text and "c10d::allreduce_" in finals[0].text
+    assert [f.text.split("'")[1] for f in finals] == ["final DDP0 parameter a.weight"], [f.text for f in finals]
+    assert "on rank 1" in finals[0].text
 
 
 @pytest.mark.distributed

@@ -2,7 +2,8 @@
 record --nproc N).  Every rank trains on the same batch, so every step is a
 replica.  KD_FAULT=kernel:R plants a rank-local fault in rank R's first
 compiled C++ kernel (the fused bias + relu); KD_FAULT=collective:R perturbs rank R's all-reduce
-output; KD_DATA=per-rank gives each rank its own batch;
+output; KD_FAULT=param:R changes rank R's a.weight after the last optimizer
+step; KD_DATA=per-rank gives each rank its own batch;
 KD_MARKS=0 leaves out the kdebug.replicated marks of the parameters after
 each step (the final DDP parameters are compared without them);
 KD_FAULT_FROM_SECOND_RUN=PATH plants the fault only when PATH exists (the
@@ -69,6 +70,9 @@ for step in range(2):
         loss.backward()
     opt.step()
     opt.zero_grad()
+    if kind == "param" and int(who) == rank and step == 1:
+        with torch.no_grad():
+            model.a.weight.view(-1)[0] += 0.5
     if os.environ.get("KD_MARKS") != "0":  # KD_MARKS=0: only what kdebug compares by itself
         for name, p in model.named_parameters():
             kdebug.replicated(p, f"step {step} {name}")
