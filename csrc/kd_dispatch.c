@@ -378,6 +378,14 @@ PyObject *kd_dispatch_op(PyObject *mode, PyObject *func, PyObject *types, PyObje
     int writes = kd_op_flag(info, KD_OPI_WRITES);
     if (writes && kd_defer_pending())
         kd_op_guard_writes(info, args, kwargs == Py_None ? NULL : kwargs);
+    if (kd_in_benchmark()) {
+        /* compiling or autotuning (Note [Autotuning is not the program]): not
+         * the program, never recorded, whichever path the op would take.
+         * dynamo disables the modes while it compiles, but not around
+         * DDPOptimizer's compile (torch.compile(DDP(model))), where Inductor
+         * traces on fake and meta tensors under this mode */
+        return PyObject_Call(func, args, kwargs == Py_None ? NULL : kwargs);
+    }
     PyObject *entry;
     int record;
     int hooks = own_hooks(mode, &entry, &record);
@@ -438,6 +446,15 @@ static PyObject *dispatch_hooked(PyObject *mode, PyObject *func, PyObject *types
                 PyErr_SetString(PyExc_TypeError, "kdebug: DebugMode._fresh must be a set");
             goto fail;
         }
+    }
+    if (entry != NULL && call != NULL && !skipped && kd_op_flag(info, KD_OPI_VIEW)) {
+        /* Note [Fresh buffers]: a view of memory nobody wrote yet is not hashed */
+        PyObject *fr = PyObject_GetAttr(mode, s_fresh);
+        int in = fr == NULL ? -1 : PySet_Check(fr) ? kd_op_reads_fresh(fr, args) : 0;
+        Py_XDECREF(fr);
+        if (in < 0)
+            goto fail;
+        skipped = in;
     }
     if (hash_inputs && call != NULL && !skipped) {
         PyObject *hargs = writes && PySet_GET_SIZE(fresh) > 0 ? kd_op_without_fresh(fresh, info, args)

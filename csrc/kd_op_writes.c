@@ -77,7 +77,7 @@ int kd_op_track_fresh(PyObject *fresh, PyObject *info, PyObject *args, PyObject 
     int result_tensor = is_tensor(result);
     if (result_tensor && kd_op_flag(info, KD_OPI_MAKES_EMPTY))
         return set_op(fresh, result, 1);
-    if (PySet_GET_SIZE(fresh) == 0)
+    if (PySet_GET_SIZE(fresh) == 0 || kd_op_flag(info, KD_OPI_VIEW)) /* a view writes nothing */
         return 0;
     if (result_tensor && set_op(fresh, result, 0) < 0) /* new memory written by this op */
         return -1;
@@ -89,6 +89,24 @@ int kd_op_track_fresh(PyObject *fresh, PyObject *info, PyObject *args, PyObject 
         if (i >= 0 && i < PyTuple_GET_SIZE(args) && is_tensor(PyTuple_GET_ITEM(args, i)) &&
             set_op(fresh, PyTuple_GET_ITEM(args, i), 0) < 0)
             return -1;
+    }
+    return 0;
+}
+
+/* Whether a top-level tensor of args is still fresh. */
+int kd_op_reads_fresh(PyObject *fresh, PyObject *args)
+{
+    if (PySet_GET_SIZE(fresh) == 0)
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
+        PyObject *a = PyTuple_GET_ITEM(args, i);
+        if (!is_tensor(a))
+            continue;
+        PyObject *k = storage_key(a);
+        int in = k ? PySet_Contains(fresh, k) : -1;
+        Py_XDECREF(k);
+        if (in != 0)
+            return in;
     }
     return 0;
 }

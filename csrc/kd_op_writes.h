@@ -9,7 +9,7 @@
 /* The fields of an OpInfo (kdebug/_boundary.py, made by mode._op_info), read
  * by index once kd_dispatch.c checked its type (Note [Typed boundaries]). */
 enum { KD_OPI_SPECIAL, KD_OPI_HASH_SKIPPED, KD_OPI_MAKES_EMPTY, KD_OPI_WRITES, KD_OPI_WRITTEN_POS,
-       KD_OPI_WRITTEN_NAMES, KD_OPI_OUT_NAMES, KD_OPI_CALLABLE, KD_OPI_N };
+       KD_OPI_WRITTEN_NAMES, KD_OPI_OUT_NAMES, KD_OPI_CALLABLE, KD_OPI_VIEW, KD_OPI_N };
 
 /* Whether the OpInfo's boolean field i is True. */
 static inline int kd_op_flag(PyObject *info, int i) { return PyTuple_GET_ITEM(info, i) == Py_True; }
@@ -22,6 +22,9 @@ int kd_op_track_fresh(PyObject *fresh, PyObject *info, PyObject *args, PyObject 
 
 /* args with the written arguments that are still fresh replaced by None (new reference), or NULL with an error. */
 PyObject *kd_op_without_fresh(PyObject *fresh, PyObject *info, PyObject *args);
+
+/* 1 when a tensor argument of args (top level) is still fresh, else 0; -1 with an error. */
+int kd_op_reads_fresh(PyObject *fresh, PyObject *args);
 
 /* kwargs with the op's out= arguments as None, or kwargs itself (new reference); NULL with an error. */
 PyObject *kd_op_without_outs(PyObject *info, PyObject *kwargs);

@@ -161,6 +161,7 @@ static const char *const op_info_names[KD_OPI_N] = {
     [KD_OPI_MAKES_EMPTY] = "makes_empty",   [KD_OPI_WRITES] = "writes",
     [KD_OPI_WRITTEN_POS] = "written_pos",   [KD_OPI_WRITTEN_NAMES] = "written_names",
     [KD_OPI_OUT_NAMES] = "out_names",       [KD_OPI_CALLABLE] = "callable",
+    [KD_OPI_VIEW] = "view",
 };
 static const char *const hash_hook_names[KD_HH_N] = {
     [KD_HH_SPEC] = "spec", [KD_HH_HASH_INPUTS] = "hash_inputs", [KD_HH_SPEC_ID] = "spec_id",

@@ -168,7 +168,10 @@ def pop(frame: Frame, remove_custom: Callable) -> None:
 # ---------------------------------------------------------------- kdebug's hooks
 
 def _tree(fn: Callable, obj):
-    return _upstream.tree_map(lambda x: fn(x) if isinstance(x, torch.Tensor) else None, obj)
+    # a meta tensor has no data to hash (Inductor's pattern matcher traces its
+    # patterns on meta tensors, under the active mode, at its first compile):
+    # its hash is None, as for any argument that is no tensor
+    return _upstream.tree_map(lambda x: fn(x) if isinstance(x, torch.Tensor) and not x.is_meta else None, obj)
 
 
 def _hash_skipped(func) -> bool:

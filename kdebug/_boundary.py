@@ -27,6 +27,7 @@ class OpInfo(NamedTuple):
     written_names: tuple[str, ...] | None  # names of written arguments; None: unknown
     out_names: tuple[str, ...]        # out= argument names
     callable: Callable[..., Any]      # what runs the op
+    view: bool                        # its output is a view of an argument: it reads no value (Note [Fresh buffers])
 
 
 class HashHook(NamedTuple):

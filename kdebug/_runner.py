@@ -106,7 +106,28 @@ def record(out: str, target: list[str], *, builtin: bool = False, module: bool =
     st = dm.kernel_stats
     print(f"kdebug: recorded {st['launches']} kernel launch(es) and "
           f"{len(dm.operators) - len(dm.kernels)} aten op(s) into {out}", file=sys.stderr)
+    hint = nothing_compiled_hint(st["launches"])
+    if hint:
+        print(hint, file=sys.stderr)
     return status
+
+
+def nothing_compiled_hint(launches: int) -> str | None:
+    """Why a recording has no kernel launch when torch.compile was called and
+    dynamo captured no graph: the program ran eagerly (with or without
+    kdebug).  The common case is torch.compile(DDP(model)) of a model made
+    only of torch.nn layers: DDP's forward graph-breaks and dynamo does not
+    start a frame in torch.nn's own code (tests/dist_scripts/ddp_step.py)."""
+    from . import _upstream
+
+    got = _upstream.dynamo_frame_counts()
+    if launches or got is None or got[0] == 0 or got[1] != 0:
+        return None
+    return (f"kdebug: note: torch.compile saw {got[0]} frame(s) and captured no graph, so the program ran eagerly "
+            "(no compiled kernel to record). torch.compile(DDP(model)) of a model made only of torch.nn layers "
+            "does this: DDP's forward graph-breaks and dynamo does not compile torch.nn's own forward as a "
+            "frame; compile a module class of your own, or DDP(torch.compile(model)). "
+            "TORCH_LOGS=graph_breaks says where.")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -252,6 +252,22 @@ def dynamo_reset() -> None:
     torch._dynamo.reset()
 
 
+def dynamo_frame_counts() -> tuple[int, int] | None:
+    """(frames dynamo was asked to compile, graphs it captured) in this
+    process so far, from torch._dynamo.utils.counters (2.11, 2.13); None when
+    dynamo was never imported or the counters are not there."""
+    import sys
+
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    if counters is None:
+        return None
+    try:
+        return int(counters["frames"]["total"]), int(counters["stats"]["unique_graphs"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 __all__ = ["DebugMode", "_DebugCall", "_OpCall", "_TritonKernelCall", "get_op_name", "dtype_abbrs", "mode_module",
            "utils_module", "upstream_get_active_debug_mode", "upstream_export", "UPSTREAM_EXPORTS"]
 

@@ -390,6 +390,21 @@ def _hunt(args: argparse.Namespace) -> int:
         print("kdebug hunt: --runs must be at least 2", file=sys.stderr)
         return 2
     builtin = not args.command
+    if args.nproc is not None:
+        from .hunt_ranks import unsupported_options
+
+        if args.nproc < 1:
+            print("kdebug hunt: --nproc must be at least 1", file=sys.stderr)
+            return 2
+        if builtin:
+            print("kdebug hunt --nproc: give the script of the distributed job (it calls "
+                  "torch.distributed.init_process_group), e.g. kdebug hunt --nproc 2 train.py", file=sys.stderr)
+            return 2
+        bad = unsupported_options(args)
+        if bad:
+            print(f"kdebug hunt --nproc: {', '.join(bad)} not supported with --nproc yet; hunt without "
+                  f"{'it' if len(bad) == 1 else 'them'} (docs/distributed.md)", file=sys.stderr)
+            return 2
     target, module = ([], False) if builtin else _split_command(args.command)
     if builtin:
         target = ["--device", args.device] if args.device != "cpu" else []
@@ -413,6 +428,10 @@ def _hunt(args: argparse.Namespace) -> int:
     tmp = args.keep or tempfile.mkdtemp(prefix="kdebug-hunt-")
     try:
         os.makedirs(tmp, exist_ok=True)
+        if args.nproc is not None:
+            from .hunt_ranks import hunt_ranks
+
+            return hunt_ranks(args, tmp, target, module, what)
         return _hunt_in(args, tmp, target, module, builtin, what)
     finally:
         if not args.keep:  # the traces are kept only when asked for (--keep DIR)
@@ -648,6 +667,9 @@ def main(argv: list[str] | None = None) -> int:
     h = sub.add_parser("hunt", help="run a script N times and name the first kernel where runs diverge "
                                     "(exit 0 all match, 1 diverge, 2 error)")
     h.add_argument("--runs", type=int, default=2)
+    h.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="hunt a distributed job: each run starts N ranks through torch.distributed.run; rank R "
+                        "is compared with rank R run to run, and each run's replicas across ranks")
     h.add_argument("--in-process", action="store_true",
                    help="run in this process, resetting dynamo and using a fresh Inductor cache each time")
     h.add_argument("--try-fixes", action="store_true",

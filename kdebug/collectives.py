@@ -223,8 +223,8 @@ def _complete(st: _State, call: CollectiveCall) -> None:
 _perturb: dict = {}  # kdebug.testing.perturb_collective_output: {op name: value}
 
 
-def _planted(name: str, outs) -> None:
-    v = _perturb.get(name)
+def _planted(name: str, outs, v=None) -> None:
+    v = _perturb.get(name) if v is None else v
     if v is None:
         return
     for t in outs:
@@ -306,12 +306,24 @@ def _issue(mode, st: _State, call: CollectiveCall) -> None:
 def _eager_then(st: _State, call: CollectiveCall, work, writes, spec, name) -> None:
     """Hashes ``writes`` when ``work`` completes (a callback on its future)."""
 
+    # kdebug.testing.perturb_collective_output: decided when the collective is
+    # issued (inside the context or not), not when the backend's thread runs
+    # the callback, which may be after the program left the context
+    bump = _perturb.get(name)
+
     def finish(fut) -> None:
         try:
             fut.value()  # raises when the collective failed
-            _planted(name, [t for w in writes for t in (w if isinstance(w, (list, tuple)) else [w])
-                            if isinstance(t, torch.Tensor)] if _perturb else [])
-            call.log["hash"] = tuple(_hash_tree(w, spec) for w in writes)
+            if bump is not None:
+                _planted(name, [t for w in writes for t in (w if isinstance(w, (list, tuple)) else [w])
+                                if isinstance(t, torch.Tensor)], bump)
+            # a list made first, then the tuple: tuple(<generator>) resizes the
+            # tuple it builds, which raises SystemError when another thread
+            # holds a reference to it meanwhile (the main thread's
+            # gc.get_objects() in final_state.snapshot did, at the end of a
+            # DDP program, whose last all-reduce's callback runs here then)
+            hashes = [_hash_tree(w, spec) for w in writes]
+            call.log["hash"] = tuple(hashes)
         except Exception as e:  # never the program's problem: the record says why it has no output hash
             call.error = f"{type(e).__name__}: {e}"
             st.failed += 1

@@ -9,7 +9,10 @@ steps differ for a good reason.  What must agree is known:
   value (all-reduce, broadcast, all-gather: collectives.outputs_agree), which
   is where DDP's gradients are after the reduction;
 - tensors the program marks with ``kdebug.replicated(t, name)`` (parameters
-  after the optimizer step, a loss that is all-reduced, ...).
+  after the optimizer step, a loss that is all-reduced, ...);
+- with no mark and no code change, the parameters (and broadcast buffers) of
+  every DistributedDataParallel module the program still holds when the
+  recording ends (kdebug/ddp_final.py, Note [DDP final parameters]).
 
 Each rank R is compared with rank 0 by the run-to-run engine (kdebug/compare.py:
 aligned records, data flow, Note [Data flow]).  By its rules a *root* is a
@@ -81,8 +84,12 @@ class RanksReport:
 
 
 def _differs(a: Step, b: Step) -> list:
+    """Outputs hashed on both ranks whose hashes differ (an output one rank
+    could not hash is unknown there, never a difference: META stats
+    collectives_failed / collectives_incomplete count those)."""
     keys = sorted(set(a.post) | set(b.post))
-    return [(a.labels.get(k, k), a.post.get(k), b.post.get(k)) for k in keys if a.post.get(k) != b.post.get(k)]
+    return [(a.labels.get(k, k), a.post.get(k), b.post.get(k)) for k in keys
+            if a.post.get(k) is not None and b.post.get(k) is not None and a.post.get(k) != b.post.get(k)]
 
 
 def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
@@ -182,7 +189,7 @@ def replicated(t: torch.Tensor, name: str) -> torch.Tensor:
     DebugMode records its hash under ``name``, and the cross-rank comparison
     reports the first mark that differs, with its root.  Returns ``t``;
     outside a recording it does nothing."""
-    from . import _active, _aten_hooks, _upstream, hashing
+    from . import _active, _aten_hooks, hashing
     from .mode import DebugMode
 
     if not isinstance(t, torch.Tensor):
@@ -193,11 +200,17 @@ def replicated(t: torch.Tensor, name: str) -> torch.Tensor:
     if not isinstance(dm, DebugMode) or dm._recorder is None or not dm._entered:
         return t
     entry = _aten_hooks.this_thread().hash_entry
-    spec = entry.spec if entry is not None else hashing.parse("bitwise")[1]
+    mark(dm, t, name, entry.spec if entry is not None else hashing.parse("bitwise")[1])
+    return t
+
+
+def mark(dm, t: torch.Tensor, name: str, spec) -> None:
+    """Appends the replica record of ``t`` (its hash by ``spec``) named
+    ``name`` to kdebug DebugMode ``dm``'s records."""
+    from . import _C, _upstream, hashing
+
     with _upstream.disable_torch_dispatch():
         h = hashing.start_value(t.detach(), spec)
-    from . import _C
-
     call = collectives.CollectiveCall(MARK, f"{MARK}({name!r}, {collectives._shape_text(t)})",
                                       getattr(dm, "call_depth", 0), True)
     call.log["input_hash"] = ((h,), {})
@@ -205,4 +218,3 @@ def replicated(t: torch.Tensor, name: str) -> torch.Tensor:
     call._kd_extents = _C.OpExtents((None if ext is NotImplemented else ext, None))
     call.done.set()
     list.append(dm._ops, call)
-    return t

@@ -361,7 +361,11 @@ class Pending:
 
 
 def start_value(t: torch.Tensor, spec: "HashSpec"):
-    """The spec's value for t now, or a Pending one queued on the GPU."""
+    """The spec's value for t now, or a Pending one queued on the GPU; None
+    for a meta tensor (no data to hash: Inductor's pattern matcher traces its
+    patterns on meta tensors under the active mode at its first compile)."""
+    if t.is_meta:
+        return None
     r = start(t, spec.kinds)
     if isinstance(r, _C.PendingHash):
         return Pending(r, spec)

@@ -77,6 +77,12 @@ def _op_info(func) -> OpInfo:
         names = tuple(a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write)
         outs = tuple(a.name for a in arguments if a.is_out)
     writes = pos is None or bool(pos) or bool(names)
+    try:  # a view op (as_strided, view, slice, ...): its output aliases an argument, nothing written
+        returns = func._schema.returns
+        view = not writes and bool(returns) and all(
+            r.alias_info is not None and not r.alias_info.is_write for r in returns)
+    except AttributeError:
+        view = False
     # OpOverload.__call__ is `self._op(*args, **kwargs)`: call _op, one Python frame less
     op = func._op if type(func) is _upstream.OpOverload and hasattr(func, "_op") else func
     nb = next(((i, a.kwarg_only) for i, a in enumerate(arguments) if a.name == "non_blocking"), None) \
@@ -86,7 +92,7 @@ def _op_info(func) -> OpInfo:
     return OpInfo(special=special,
                   hash_skipped=empty or "profiler" in text,  # upstream's hash hooks skip these
                   makes_empty=empty,  # its output holds whatever memory it got (Note [Fresh buffers])
-                  writes=writes, written_pos=pos, written_names=names, out_names=outs, callable=op)
+                  writes=writes, written_pos=pos, written_names=names, out_names=outs, callable=op, view=view)
 
 
 def _settling(op, position: int | None):
@@ -433,7 +439,10 @@ class DebugMode(_upstream.DebugMode):
     # empty, then uniform_).  Hashing it before that write would make two runs
     # differ in memory nobody computed, so an op's written arguments that are
     # still fresh get None for input hashes, as out= buffers do.  self._fresh
-    # holds their storages' data pointers (kept by csrc/kd_op_writes.c).
+    # holds their storages' data pointers (kept by csrc/kd_op_writes.c).  A view
+    # op of a fresh buffer (DDP's gradient bucket: empty, then as_strided views
+    # per parameter) reads no value and writes none: it is not hashed, and
+    # the buffer stays fresh until an op writes it.
 
     def _resolve_aten_hashes(self) -> None:
         if not self._pending_calls:
@@ -626,13 +635,25 @@ class DebugMode(_upstream.DebugMode):
                 _active.exit_dispatch()
                 super().__exit__(*exc)
         if self.record_final_state:
-            from . import final_state
+            from . import collectives, final_state
 
+            collectives.settle(self)  # callbacks of completed collectives finish before the heap is walked
             try:
                 self.final_state = final_state.snapshot()
             except Exception as e:  # never the program's problem: the verdict stays conservative
                 self._warn_once("final-state", f"kdebug could not take the final state ({e!r}): differing "
                                 "tensors nothing read count as possibly kept")
+        if self._recorder is not None and not self.kernels_only:
+            from . import ranks
+
+            if ranks.current() is not None:  # Note [DDP final parameters]
+                from . import ddp_final
+
+                try:
+                    ddp_final.mark_final_parameters(self)
+                except Exception as e:  # never the program's problem
+                    self._warn_once("ddp-final", f"kdebug could not record the DDP modules' final parameters "
+                                    f"({e!r}); compare them with kdebug.replicated")
         if self._stream is not None:
             self._stream.close()
         self._report_problems()

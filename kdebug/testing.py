@@ -179,7 +179,12 @@ def perturb_collective_output(op: str, value: float = 1.0):
     process gets ``value`` added to the first element of its output when it
     completes, before its output hash is taken: a fault inside the
     collective, as a faulty transport would make it (Note [Collective
-    records]).  Use it in one rank only."""
+    records]).  Use it in one rank only.  An eager collective is perturbed
+    when it was issued inside the block (its completion may come after the
+    block); the perturbation lands when the backend runs its future's
+    callbacks, which for a program that waits on the future only (DDP's
+    reducer) may be after the program read the output: the recorded hash
+    always shows it, the program's later values may not."""
     from . import collectives
 
     if not isinstance(op, str) or "::" not in op:

@@ -385,3 +385,38 @@ def test_empty_tensors_around_a_kernel_are_hashed_not_unsupported():
     assert k.pre_hashes == {"in_ptr0": fmix64(0 ^ fmix64(0 ^ LSALT))}
     assert k.post_hashes == {"out_ptr0": fmix64(0 ^ fmix64(0 ^ LSALT))}
     assert dm.kernel_stats["hash_unsupported"] == 0
+
+
+def test_meta_tensor_ops_are_recorded_unhashed_not_crashed():
+    # Inductor's pattern matcher traces on meta tensors under the active mode
+    # at its first compile (seen in a 1-rank compiled DDP job): no data to hash
+    import kdebug
+
+    with kdebug.DebugMode() as dm, kdebug.DebugMode.log_tensor_hashes(["bitwise", "stats"], hash_inputs=True):
+        torch.ones(2, device="meta") + 1
+        torch.ones(2) + 1
+    logs = [getattr(o, "log", None) or {} for o in dm.operators]
+    assert len(logs) == 4
+    assert "hash" not in logs[1] and "input_hash" not in logs[1]  # meta add: nothing invented
+    assert logs[3]["hash"] is not None and logs[3]["input_hash"] is not None
+
+
+def test_views_of_a_fresh_buffer_are_not_hashed_and_keep_it_fresh():
+    # Note [Fresh buffers]: DDP's gradient bucket is empty, then as_strided views per
+    # parameter; hashing those views hashed uninitialized memory, and two runs differed
+    import kdebug
+
+    with kdebug.DebugMode() as dm, kdebug.DebugMode.log_tensor_hashes(["bitwise"], hash_inputs=True):
+        bucket = torch.empty(8)
+        v = bucket.as_strided([4], [1], 0)
+        v.copy_(torch.ones(4))
+        w = bucket.as_strided([4], [1], 0)
+        w.add(1)
+    ops = [(str(o).split("(")[0], getattr(o, "log", None) or {}) for o in dm.operators]
+    names = [n for n, _ in ops]
+    assert names == ["aten::empty.memory_format", "aten::as_strided", "aten::ones", "aten::copy_",
+                     "aten::as_strided", "aten::add.Tensor"], names
+    assert "hash" not in ops[1][1] and "input_hash" not in ops[1][1]  # view of fresh memory
+    assert ops[3][1]["input_hash"][0][0] is None  # copy_ writes the still-fresh bucket: no pre hash
+    assert ops[4][1].get("hash") is not None  # after the write: a view of written memory is hashed
+    assert ops[5][1].get("input_hash") is not None

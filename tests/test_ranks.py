@@ -20,9 +20,9 @@ def test_rank_path():
         rank_path("run.kdt", -1)
 
 
-def _record(tmp_path, **env):
+def _record(tmp_path, KD_NPROC="2", **env):
     out = str(tmp_path / "run.kdt")
-    p = subprocess.run([sys.executable, "-m", "kdebug", "record", "--nproc", "2", "-o", out, "--", SCRIPT],
+    p = subprocess.run([sys.executable, "-m", "kdebug", "record", "--nproc", KD_NPROC, "-o", out, "--", SCRIPT],
                        env={**os.environ, "PYTHONPATH": ROOT, **env}, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:]
@@ -44,9 +44,111 @@ def test_planted_collective_output_names_collective_and_rank(tmp_path):
 
 
 @pytest.mark.distributed
+def test_final_ddp_parameters_compared_without_marks(tmp_path):
+    # Note [DDP final parameters]: rank 1's a.weight is changed after the optimizer
+    # step (a planted rank-local parameter fault); the script marks nothing
+    out = _record(tmp_path, KD_FAULT="param:1", KD_MARKS="0")
+    rep = kdebug.compare_ranks(kdebug.load(out))
+    assert not rep.ok
+    finals = [f for f in rep.comparisons[0].findings if f.what == "replica"]
+    assert [f.text.split("'")[1] for f in finals] == ["final DDP0 parameter a.weight"], [f.text for f in finals]
+    assert "on rank 1" in finals[0].text
+
+
+@pytest.mark.distributed
 def test_replicas_match(tmp_path):
     out = _record(tmp_path)
     rep = kdebug.compare_ranks(kdebug.load(out))
     assert rep.ok, str(rep)
     names = [op._name for op in kdebug.load(out)[1].operators if hasattr(op, "_name")]
     assert sum(n.startswith("c10d::allreduce_") for n in names) >= 2  # DDP's gradient all-reduces, both steps
+    texts = [getattr(op, "_text", "") or "" for op in kdebug.load(out)[1].operators]
+    finals = sorted(t.split("'")[1] for t in texts if "final DDP" in t)
+    assert finals == ["final DDP0 parameter a.bias", "final DDP0 parameter a.weight",
+                      "final DDP0 parameter b.bias", "final DDP0 parameter b.weight"], finals
+
+
+@pytest.mark.distributed
+def test_planted_rank_local_kernel_fault_named_by_diff_ranks(tmp_path):
+    # DDP(torch.compile(model)); torch.compile(DDP(model)) is the hunt test's (the script's default)
+    out = _record(tmp_path, KD_FAULT="kernel:1", KD_FORM="inner")
+    run = kdebug.load(out)
+    assert all(len(r.kernels) > 0 for r in run), "the compiled DDP program's kernels were not recorded"
+    p = subprocess.run([sys.executable, "-m", "kdebug", "diff", out, "--ranks"], env={**os.environ, "PYTHONPATH": ROOT},
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert p.returncode == 1, p.stdout
+    first = next(line for line in p.stdout.splitlines() if "REPLICAS DIVERGE" in line)
+    assert "rank-local root" in first and "cpp_fused_relu" in first and "on rank 1" in first, p.stdout
+
+
+def test_runner_says_when_torch_compile_captured_no_graph():
+    import torch
+
+    from kdebug import _runner, _upstream
+
+    _upstream.dynamo_reset()
+
+    @torch.compile(backend="eager")
+    def nothing(x):
+        torch._dynamo.graph_break()
+        return x
+
+    nothing(torch.ones(2))
+    got = _upstream.dynamo_frame_counts()
+    assert got is not None and got[0] >= 1 and got[1] == 0
+    hint = _runner.nothing_compiled_hint(0)
+    assert hint is not None and "captured no graph" in hint and "DDP(torch.compile(model))" in hint
+    assert _runner.nothing_compiled_hint(3) is None  # kernels were recorded: nothing to say
+
+    @torch.compile(backend="eager")
+    def something(x):
+        return x * 2
+
+    something(torch.ones(2))
+    assert _runner.nothing_compiled_hint(0) is None  # a graph was captured (eager backend: no kernel)
+    _upstream.dynamo_reset()
+
+
+def _hunt(tmp_path, *opts, **env):
+    return subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--nproc", "2", *opts, SCRIPT],
+                          env={**os.environ, "PYTHONPATH": ROOT, **env}, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
+
+
+@pytest.mark.distributed
+def test_hunt_nproc_names_the_rank_and_kernel_that_changed_between_runs(tmp_path):
+    # rank 1's fused relu is perturbed in the second run only (the first run leaves the mark)
+    keep = tmp_path / "hunt"
+    p = _hunt(tmp_path, "--keep", str(keep), KD_FAULT="kernel:1", KD_FAULT_FROM_SECOND_RUN=str(tmp_path / "mark"))
+    assert p.returncode == 1, p.stdout[-4000:]
+    import json
+
+    hunt = json.loads((keep / "hunt.json").read_text())
+    assert hunt["nproc"] == 2 and set(hunt["ranks"]) == {"0", "1"}
+    r1 = hunt["ranks"]["1"]
+    assert not r1["match"] and r1["origin"] and "cpp_fused_relu" in r1["roots"][0]["root"]
+    r0 = hunt["ranks"]["0"]  # rank 0 computed nothing differently: the all-reduce brought rank 1's change
+    assert not r0["match"] and not r0["origin"]
+    assert all(x["collective"] for x in r0["roots"] if x["kind"] == "root")
+    assert [x["match"] for x in hunt["replicas"]] == [True, False]  # run 0: no fault; run 1: rank 1 differs
+    assert "cpp_fused_relu" in hunt["replicas"][1]["first"] and "on rank 1" in hunt["replicas"][1]["first"]
+    assert "the difference started on rank(s) [1]" in p.stdout
+
+
+def test_hunt_nproc_refuses_options_it_does_not_support(tmp_path):
+    p = _hunt(tmp_path, "--confirm", "--try-fixes")
+    assert p.returncode == 2 and "--confirm, --try-fixes not supported with --nproc yet" in p.stdout, p.stdout
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--nproc", "2"], env={**os.environ, "PYTHONPATH": ROOT},
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert p.returncode == 2 and "give the script of the distributed job" in p.stdout
+
+
+@pytest.mark.distributed
+def test_compiled_ddp_compiles_inside_the_recording(tmp_path):
+    # a fresh Inductor cache: the compile (DDPOptimizer's, which dynamo runs with
+    # the modes still active: Inductor traces on fake and meta tensors under
+    # kdebug's mode) happens inside the recording; it is not recorded, and the
+    # program's kernels are
+    out = _record(tmp_path, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), KD_NPROC="1")
+    run = kdebug.load(out)
+    assert run.ranks == [0] and len(run[0].kernels) >= 2 and run[0].complete
