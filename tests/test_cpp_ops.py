@@ -217,7 +217,9 @@ def test_extern_ops_on_the_gpu_hash_as_the_python_mode():
               if isinstance(op, kdebug._upstream._OpCall) and "mm" in kdebug._upstream.get_op_name(op.op)]
     assert len(mine) >= 2 and [n for n, _ in mine] == [n for n, _ in theirs]
     assert [h for _, h in mine] == [h for _, h in theirs]
-    assert all(op.stream != 0 for op in ext.operators if isinstance(op, _AtenOpCall))
+    # the stream the op ran on: the current one (the default stream's handle is 0)
+    assert all(op.stream == torch.cuda.current_stream().cuda_stream for op in ext.operators
+               if isinstance(op, _AtenOpCall))
 
 
 def test_check_hash_mismatches_sees_aten_records(compiled):
