@@ -134,7 +134,8 @@ def load_op(data, imports):
         try:
             return getattr(getattr(getattr(torch.ops, ident["namespace"]), ident["op"]), ident["overload"])
         except (AttributeError, RuntimeError):
-            pass
+            if mod is not None:
+                tried.append(f"import {mod}: it did not register {qual}")
     where = (f" (registered by module {ident['module']}"
              + (f", file {ident['file']}" if ident.get("file") else "") + ")") if ident.get("module") else ""
     raise NeedsProgram(

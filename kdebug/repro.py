@@ -172,8 +172,8 @@ class Rerun:
         if self.varies:
             what = "the op itself" if self.kind == "op" else "the kernel itself: atomics, split reductions"
             return head + f" -- INTRINSICALLY NONDETERMINISTIC (its outputs vary on identical inputs: {what})"
-        more = (" (a random op: its generator state, restored each time, is what differed between the runs)"
-                if self.random else "")
+        more = (" (a random op: with its generator state restored it draws the same numbers, so a run-to-run "
+                "difference in it comes from the generator's state: the seed)" if self.random else "")
         return head + (" -- STABLE on its inputs: the run-to-run difference came from elsewhere (its inputs, "
                        "its config or autotuning, the generator seed, or another process)" + more)
 
@@ -366,9 +366,10 @@ def _check(run, again, t: Target, data: dict) -> list:
     same = [s for s in steps_of(again) if s.name == t.name and (s.kind == "kernel") == (t.kind == "kernel")]
     other = same[t.occurrence] if t.occurrence < len(same) else None
     what = "launch" if t.kind == "kernel" else "op"
-    if step is None or other is None or not step.pre or not other.pre:
-        notes.append(f"could not check the captured inputs against the trace's hashes ("
-                     f"{'the op has no tensor inputs' if step is not None and not step.pre else 'none recorded'})")
+    if step is not None and t.kind == "op" and not step.pre and not step.reads:
+        notes.append("the op has no tensor inputs: nothing to check against the trace's hashes")
+    elif step is None or other is None or not step.pre or not other.pre:
+        notes.append("could not check the captured inputs against the trace's hashes (none recorded)")
     elif other.pre == step.pre:
         notes.append(f"the captured inputs are bitwise those of the traced {what} (their hashes match)")
     else:
