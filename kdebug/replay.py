@@ -337,7 +337,9 @@ def snapshot_tree(tree: dict, max_bytes: int = 0) -> dict:
 
 def _error(e: TypeError, before: int = 0) -> dict:
     """Why a snapshot could not be saved, as the saved file says it."""
-    return {"error": str(e), **({"too_big": before + e.nbytes} if isinstance(e, TooBig) else {})}
+    if not isinstance(e, TooBig):
+        return {"error": str(e)}
+    return {"error": str(e), "too_big": before + e.nbytes, "too_big_stage": "after" if before else "before"}
 
 
 def _remaining(sp: Spec, pre: dict) -> int:

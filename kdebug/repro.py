@@ -317,9 +317,14 @@ def _read_capture(t: Target, path: str, max_bytes: int) -> dict:
                          "ran other kernels or ops than the trace")
     data = torch.load(path, weights_only=True)
     if "too_big" in data:
-        raise ReproError(f"{t.label()}: its arguments' storages hold {_size(data['too_big'])} before and after the "
-                         f"launch, more than --max-bytes {max_bytes} ({_size(max_bytes)}); nothing was written. "
-                         f"Raise the limit to write it anyway, e.g. --max-bytes {data['too_big'] + (1 << 20)}")
+        n = data["too_big"]
+        if data.get("too_big_stage") == "before":  # the copy after it was not taken: about as much again
+            held, need = f"{_size(n)} before the launch (and about as much again after it)", 2 * n
+        else:
+            held, need = f"{_size(n)} before and after the launch", n
+        raise ReproError(f"{t.label()}: its arguments' storages hold {held}, more than --max-bytes {max_bytes} "
+                         f"({_size(max_bytes)}); nothing was written. Raise the limit to write it anyway: "
+                         f"--max-bytes {need}")
     if "error" in data:
         raise ReproError(data["error"])
     if t.kind == "kernel" and not data.get("definition"):
