@@ -20,6 +20,9 @@ the rerun verdict (distinct outputs in K launches).  A root reproduces when
 the standalone run matches the recorded outputs bitwise (deterministic), or,
 for one whose re-launches vary, when the rerun verdict says so
 (intrinsically nondeterministic: its bitwise match is then a matter of luck).
+A zoo fault planted with kdebug.testing is added outside the kernel, so the
+kernel alone cannot write it: there the correct outcome is "stable on its
+inputs" and a mismatch in exactly the planted element (column "planted").
 
     python benchmarks/bench_repro.py [--device cpu|cuda] [--cases a,b] [--times K] [--keep DIR]
 
@@ -81,11 +84,15 @@ def standalone(script: str, times: int, cwd: str, with_repo: bool, timeout: int)
             verdict = json.load(f)
     return {"status": p.returncode, "distinct": verdict and verdict["distinct"],
             "matches_recorded": verdict and verdict["matches_recorded"],
+            "mismatched": verdict and [[a["arg"], a["differ"]] for a in verdict["args"] if a["differ"]],
             "tail": (p.stdout + p.stderr)[-800:]}
 
 
 def one_case(case: str | None, device: str, keep_root: str, times: int, timeout: int) -> dict:
     from kdebug import repro
+    from kdebug.zoo import CASES
+
+    plants = CASES[case].plants if case else ()
 
     name = case or "builtin"
     d = os.path.join(keep_root, name)
@@ -126,7 +133,7 @@ def one_case(case: str | None, device: str, keep_root: str, times: int, timeout:
         script = os.path.join(out, "repro.py")
         once = standalone(script, 1, d, False, timeout)
         many = standalone(script, times, d, False, timeout)
-        r.update(standalone_status=once["status"], bitwise=once["status"] == 0,
+        r.update(standalone_status=once["status"], bitwise=once["status"] == 0, mismatched=once["mismatched"],
                  rerun_distinct=many["distinct"], rerun_times=times, rerun_matches=many["matches_recorded"])
         if once["status"] == 2:
             r["standalone_tail"] = once["tail"]
@@ -138,7 +145,15 @@ def one_case(case: str | None, device: str, keep_root: str, times: int, timeout:
         distinct = r["rerun_distinct"]
         r["verdict"] = None if distinct is None else "intrinsic" if distinct > 1 else "stable"
         status = r["with_module_status"] if r["custom_op"] else r["standalone_status"]
-        r["reproduces"] = bool(r["written"] and (status == 0 or (status == 1 and r["verdict"] == "intrinsic")))
+        plant = next((pl for pl in plants if pl.kernel in t.name), None)
+        if plant is not None:
+            # the fault was planted outside the kernel: the kernel alone cannot write it; correct is
+            # "stable on its inputs" and a mismatch in exactly the planted element
+            r["planted"] = plant.arg
+            r["reproduces"] = bool(r["written"] and status == 1 and r["verdict"] == "stable"
+                                   and r["mismatched"] == [[plant.arg, 1]])
+        else:
+            r["reproduces"] = bool(r["written"] and (status == 0 or (status == 1 and r["verdict"] == "intrinsic")))
         row["roots"].append(r)
     return row
 
@@ -177,7 +192,8 @@ def main() -> int:
             print(f"  {r['root']}: written {r['written']}, standalone exit {r.get('standalone_status')}"
                   + (f" (with its module: {r.get('with_module_status')})" if r.get("custom_op") else "")
                   + f", rerun {r.get('rerun_distinct')}/{a.times} distinct -> {r.get('verdict')}, "
-                    f"reproduces {r.get('reproduces')}", flush=True)
+                    f"reproduces {r.get('reproduces')}" + (f" (planted in {r['planted']})" if r.get("planted") else ""),
+                  flush=True)
     roots = [r for row in rows for r in row["roots"]]
     summary = {"roots": len(roots), "written": sum(r["written"] for r in roots),
                "reproduce": sum(bool(r.get("reproduces")) for r in roots),
