@@ -48,7 +48,7 @@ ENV = "KDEBUG_REPLAY"  # JSON list of Specs: set by kdebug hunt for the runner
 
 @dataclass
 class Spec:
-    """Which launch to capture, replay or sample: the ``occurrence``-th launch
+    """Which launch to capture, replay or save (io): the ``occurrence``-th launch
     (from 0) of the kernel or aten op named ``name``, its arguments at
     ``positions`` (kernels) or its outputs at hash ``paths`` (aten ops)."""
 
@@ -553,7 +553,7 @@ def locate(run, step) -> tuple[str, int] | None:
 
 
 def spec_for(run, root, mode: str, path: str) -> Spec | None:
-    """The Spec that captures / replays / samples ``root``'s differing outputs."""
+    """The Spec that captures / replays ``root``'s differing outputs."""
     where = locate(run, root.step_a)
     if where is None:
         return None
