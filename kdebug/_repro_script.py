@@ -229,8 +229,10 @@ def compare(got, want):
 
 
 def count_new(seen, tensors):
-    """Adds a launch's tensors to ``seen`` (the different outputs so far)
-    unless bitwise equal to one of them."""
+    """Adds a launch's outputs (the tensors the recorded launch wrote) to
+    ``seen`` (the different outputs so far) unless bitwise equal to one of
+    them.  An argument the recorded launch left alone and a re-launch wrote
+    shows as a mismatch with the recorded outputs instead."""
     bits = [as_bits(a) for a in tensors if isinstance(a, torch.Tensor)]
     if not any(len(s) == len(bits) and all(x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
                                            for x, y in zip(s, bits)) for s in seen):
@@ -257,17 +259,20 @@ def main():
     launch = launcher(data, a.imports)
     want, before = recorded(data)
     names = info.get("arg_names") or []
+    roles = {i: "output" if i >= len(before) or before[i] is None else
+             "written" if compare(w, before[i])[0] else "unchanged by the recorded launch"
+             for i, w in enumerate(want) if isinstance(w, torch.Tensor)}
+    outs = [i for i, r in roles.items() if r != "unchanged by the recorded launch"]  # what the step writes
     results, seen, matches, other = [], [], 0, None
     for k in range(a.times):
         got = launch()
-        count_new(seen, got)
+        count_new(seen, [got[i] for i in outs])
         this = []
         for i, (g, w) in enumerate(zip(got, want)):
             if not isinstance(g, torch.Tensor):
                 continue
-            b = before[i] if i < len(before) else None
             differ, max_abs = compare(g, w)
-            role = "output" if b is None else "written" if compare(w, b)[0] else "unchanged by the recorded launch"
+            role = roles[i]
             this.append({"arg": names[i] if i < len(names) else f"tensor{i}", "index": i, "role": role,
                          "written": role != "unchanged by the recorded launch", "elements": g.numel(),
                          "differ": differ, "max_abs": max_abs})
