@@ -389,6 +389,10 @@ def _hunt(args: argparse.Namespace) -> int:
     if args.runs < 2:
         print("kdebug hunt: --runs must be at least 2", file=sys.stderr)
         return 2
+    if args.rerun_times < 2:
+        print("kdebug hunt: --rerun-times must be at least 2 (to tell whether a root's outputs vary)",
+              file=sys.stderr)
+        return 2
     builtin = not args.command
     if args.nproc is not None:
         from .hunt_ranks import unsupported_options
@@ -474,7 +478,7 @@ def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool
                 print(f"      (first divergence still at {where})")
     if diverged and not getattr(args, "no_magnitude", False):
         hunt["magnitude"] = _magnitude(next(r for r in reports if not r.ok), paths[0], target, module, builtin,
-                                       tmp, args.in_process)
+                                       tmp, args.in_process, args.rerun_times)
     if args.confirm and diverged:
         hunt["confirm"] = _confirm(next(r for r in reports if not r.ok), paths[0], target, module, builtin, tmp,
                                    args.in_process)
@@ -567,52 +571,82 @@ def _natural_pair(spec, root, file: str) -> tuple[str | None, bool | None]:
 
 
 def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in_process: bool,
-               limit: int = 3) -> list[dict]:
-    """Note [Element-level differences]: one re-run that samples each of the
-    first ``limit`` kernel roots on its pre-launch arguments; prints and
-    returns the element-level difference per differing output."""
+               times: int = 20, limit: int = 3) -> list[dict]:
+    """Note [Element-level differences]: one re-run that captures the inputs
+    of the first ``limit`` roots (kernels and aten ops), then each root's
+    repro launched ``times`` times on them (kdebug rerun's mechanism, Note
+    [Standalone repro]): its verdict (intrinsically nondeterministic or
+    stable on its inputs) and the element-level difference between the
+    recorded outputs and the first launch that differs; printed and
+    returned per root."""
     import torch
 
     import kdebug
 
-    from . import replay
+    from . import repro
     from .magnitude import element_diff
 
-    run_a = kdebug.load(path_a)
-    specs, roots = [], []
-    for n, root in enumerate(rep.roots[:limit], 1):
-        sp = replay.spec_for(run_a, root, "sample", os.path.join(tmp, f"sample{n}.pt"))
-        if root.kind == "root" and sp is not None and not sp.op:
-            specs.append(sp)
-            roots.append(root)
-    if not specs:
+    run_a = kdebug.load(path_a, quiet=True)
+    roots = [r for r in rep.roots[:limit] if r.kind == "root"]
+    if not roots:
         return []
-    print("\nkdebug hunt: how big the difference is (one re-run, each root launched again on its inputs)")
-    paths = _record_runs(1, target, module, builtin, tmp, None, in_process, "sample",
-                         envs=[{replay.ENV: replay.to_env(specs)}],
-                         prefix="sample-")
+    targets = [repro.target_of(run_a, r.step_a.kernel_number) if r.step_a.kind == "kernel"
+               else repro.target_of(run_a, op=r.step_a.index) for r in roots]
+    print(f"\nkdebug hunt: intrinsic or inherited? (one re-run capturing each root's inputs, then each root "
+          f"re-launched {times}x on them)")
+    program = repro.Program(list(target), module=module, builtin=builtin)
+    dirs = [os.path.join(tmp, f"repro-root{n}") for n in range(1, len(roots) + 1)]
+    bar = _Progress(1 + len(roots), "re-launch")
+    bar.show("capturing the roots' inputs")
+    try:
+        made = repro.write_many(path_a, targets, dirs, program, quiet=True, raise_first=False)
+    except repro.ReproError as e:
+        bar.close()
+        print(f"  could not capture the roots' inputs: {e}")
+        return [{"root": r.step_a.label(), "outputs": [], "text": f"not re-launched: {e}"} for r in roots]
+    bar.step("captured")
     out = []
-    for sp, root in zip(specs, roots):
+    for n, (root, rp) in enumerate(zip(roots, made), 1):
         entry = {"root": root.step_a.label(), "outputs": []}
+        if isinstance(rp, repro.ReproError):
+            entry["text"] = f"not re-launched: {rp}"
+            out.append(entry)
+            bar.step(f"root {n}")
+            continue
+        entry["repro"] = os.path.basename(rp.dir)
+        save = os.path.join(tmp, f"repro-root{n}-outputs.pt")
         try:
-            got = torch.load(sp.path, weights_only=True) if paths else None
+            verdict = repro.relaunch(rp, times, save)
+        except repro.ReproError as e:
+            entry["text"] = f"not re-launched: {e}"
+            out.append(entry)
+            bar.step(f"root {n}")
+            continue
+        entry["rerun"] = verdict.to_json()
+        parts = [verdict.summary(), f"{verdict.matches_recorded} of {times} match the outputs recorded in the "
+                                    "capture re-run"]
+        try:
+            got = torch.load(save, weights_only=True)
         except Exception:
             got = None
-        if not got:
-            entry["text"] = "the re-run did not reach the launch"
-        elif got["other"] is None:
-            entry["text"] = (f"launched {got['launches']} times on the same inputs in one re-run, it wrote the same "
-                             "values each time: no element-level difference to show (the difference between the "
-                             "runs came from another process or happens rarely)")
-        else:
-            names = [root.step_a.arg_names[i] for i in sp.positions]
-            for name, a, b in zip(names, got["natural"], got["other"]):
+        if got and got["other"] is not None:
+            for name, a, b in zip(got["names"], got["recorded"], got["other"]):
                 d = element_diff(a, b)
-                entry["outputs"].append({"arg": name, **d.to_json(), "text": d.text()})
-            entry["text"] = (f"launched {got['launches']} times on the same inputs: "
-                             + "; ".join(f"{o['arg']}: {o['text']}" for o in entry["outputs"]))
-        print(f"  root {root.step_a.label()}: {entry['text']}")
+                if d.differ:
+                    entry["outputs"].append({"arg": name, **d.to_json(), "text": d.text()})
+            parts.append("recorded against the first launch that differs: "
+                         + "; ".join(f"{o['arg']}: {o['text']}" for o in entry["outputs"]))
+        elif got:
+            parts.append("every launch wrote the recorded values: no element-level difference to show")
+        entry["text"] = "; ".join(parts)
+        for note in rp.notes:
+            if note.startswith("WARNING"):
+                entry["text"] += f" ({note})"
+        bar.step(f"root {n}")
         out.append(entry)
+    bar.close()
+    for entry in out:
+        print(f"  root {entry['root']}: {entry['text']}")
     return out
 
 
@@ -678,7 +712,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="prove each root by replay: re-run twice, the second with the root's outputs replaced by "
                         "the first's, and check that what it was blamed for no longer differs")
     h.add_argument("--no-magnitude", dest="no_magnitude", action="store_true",
-                   help="skip the re-run that measures how big each root's difference is, element by element")
+                   help="skip the re-run that re-launches each root on its inputs (intrinsic or inherited, and how "
+                        "big its difference is, element by element)")
+    h.add_argument("--rerun-times", dest="rerun_times", type=int, default=20, metavar="K",
+                   help="re-launch each root K times on its recorded inputs (default 20; at least 2)")
     h.add_argument("--device", default="cpu", help="device of the built-in workload (no script given)")
     h.add_argument("--keep", metavar="DIR", default=None,
                    help="write the traces to DIR and keep them (default: a temp dir, removed at the end)")

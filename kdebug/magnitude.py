@@ -2,18 +2,23 @@
 
 Note [Element-level differences]
 Hashes say *that* a tensor differs; a user has to know whether it is a
-last-bit wobble or a blow-up.  After a divergence ``kdebug hunt`` re-runs the
-program once (Note [Proof by replay] has the machinery): at each root launch
-it keeps what the launch wrote, and launches the same kernel again on copies of
-the arguments as they were before the launch (identical inputs: that is what
-makes it a root), up to ``SAMPLES`` times, until a launch writes something
-else.  Two outputs of one kernel on identical inputs are compared element by
-element: how many elements differ, the largest absolute and relative
-difference, the largest distance in units in the last place, and where the
-first differing element is.  ``hunt --confirm`` adds the outputs its two
-re-runs wrote naturally (two processes).  Where every sample is identical,
-nothing is invented: the report says the kernel did not vary in that many
-launches.
+last-bit wobble or a blow-up, and whether the root varies by itself.  After
+a divergence ``kdebug hunt`` re-runs the program once, capturing the inputs
+and outputs of each of its first roots (kernel launches and aten ops alike),
+and writes a standalone repro of each (Note [Standalone repro]: the
+mechanism of ``kdebug rerun``, not a copy of it).  Each repro is launched
+``--rerun-times`` times (default 20) on the recorded pre-launch inputs in a
+fresh process; the distinct outputs (by their bits) give the verdict:
+more than one is *intrinsically nondeterministic* (identical inputs, other
+outputs), one is *stable on its inputs* (the run-to-run difference came from
+elsewhere: a config, the inputs, autotuning, a seed, or a fault outside the
+kernel).  The outputs recorded in the re-run and the first launch that wrote
+something else are compared element by element: how many elements differ,
+the largest absolute and relative difference, the largest distance in units
+in the last place, and where the first differing element is.  ``hunt
+--confirm`` adds the outputs its two re-runs wrote naturally (two
+processes).  Where every launch wrote the recorded values, nothing is
+invented: the report says so.
 
 Relative differences are |a - b| / max(|a|, |b|) over elements where either
 is non-zero.  ULP distances are taken in the tensor's own floating type (the
@@ -25,8 +30,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import torch
-
-SAMPLES = 8  # launches of a root kernel on its pre-launch arguments, at most
 
 _INT_OF = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
            torch.bfloat16: torch.int16}

@@ -27,11 +27,11 @@ outputs, equal in both re-runs, were once called CONFIRMED).
 Replayable: Inductor C++ kernels (CPU), Triton kernels (a wrapper on the
 autotuner's ``run``), and aten ops, found by their name and occurrence among
 the ops a dispatch mode above kdebug's own sees, their outputs named by the
-path of the differing hash ("out/1": output[1]).  A mode "sample" serves
-Note [Element-level differences]: at the launch it keeps what the kernel
-wrote and launches it again on copies of its arguments as they were before.
-A mode "io" serves Note [Standalone repro] (kdebug/repro.py): it saves every
-argument of the launch before and after it, with the kernel's definition.
+path of the differing hash ("out/1": output[1]).  A mode "io" serves Note
+[Standalone repro] (kdebug/repro.py) and, through it, Note [Element-level
+differences]: it saves every argument of the launch (kernel) or call (aten
+op: its arguments, keyword arguments and outputs) before and after it, with
+the kernel's definition or the op's identity.
 """
 from __future__ import annotations
 
@@ -48,18 +48,19 @@ ENV = "KDEBUG_REPLAY"  # JSON list of Specs: set by kdebug hunt for the runner
 
 @dataclass
 class Spec:
-    """Which launch to capture, replay or sample: the ``occurrence``-th launch
+    """Which launch to capture, replay or save (io): the ``occurrence``-th launch
     (from 0) of the kernel or aten op named ``name``, its arguments at
     ``positions`` (kernels) or its outputs at hash ``paths`` (aten ops)."""
 
     name: str
     occurrence: int
     positions: list
-    mode: str          # "capture", "replay", "sample" or "io"
+    mode: str          # "capture", "replay" or "io"
     path: str          # the file of captured tensors
     hits: int = 0
     op: bool = False   # an aten op, not a kernel
     paths: list = field(default_factory=list)
+    max_bytes: int = 0  # mode "io": the most bytes of argument storages to save (0: no limit)
 
     def to_env(self) -> str:
         return to_env([self])
@@ -76,7 +77,7 @@ _saved: dict[int, list] = {}         # id(spec) -> replayed tensors
 
 
 def activate(spec) -> None:
-    """Capture / replay / sample ``spec`` (a Spec or a list of them) in this
+    """Capture / replay / save ``spec`` (a Spec or a list of them) in this
     process (None: stop).  Aten-op specs act only inside ``op_mode()``."""
     specs = [] if spec is None else (list(spec) if isinstance(spec, (list, tuple)) else [spec])
     _specs.clear()
@@ -113,81 +114,50 @@ def _clone(x):
     return x.detach().clone() if isinstance(x, torch.Tensor) else x
 
 
-def _before_launch(name: str, args) -> tuple[Spec | None, list | None]:
+def _before_launch(name: str, args, max_bytes: int = 0) -> tuple[Spec | None, dict | None]:
     """Counts a launch of ``name``; returns its Spec when this launch is the
-    one asked for, with a copy of every argument for a "sample"."""
+    one asked for, with a snapshot of every argument for an "io"."""
     k = _calls.get(name, 0)
     _calls[name] = k + 1
     sp = next((x for x in _specs.get(name, ()) if x.occurrence == k), None)
-    if sp is None or sp.mode not in ("sample", "io"):
+    if sp is None or sp.mode != "io" or sp.op:
         return sp, None
     with disable_torch_dispatch(), torch.no_grad():
-        if sp.mode == "io":
-            try:
-                return sp, snapshot(args)
-            except TypeError as e:  # said in the saved file, never raised into the program
-                return sp, {"error": str(e)}
-        return sp, [_clone(a) for a in args]
+        try:
+            return sp, snapshot(args, sp.max_bytes)
+        except TypeError as e:  # said in the saved file, never raised into the program
+            return sp, _error(e)
 
 
-def _after_launch(sp: Spec | None, args, pre, relaunch, kwargs=None) -> None:
-    """Right after the launch ``_before_launch`` picked: capture, replay or sample."""
+def _after_launch(sp: Spec | None, args, pre, kwargs=None) -> None:
+    """Right after the launch ``_before_launch`` picked: capture, replay or save."""
     if sp is None:
         return
     with disable_torch_dispatch(), torch.no_grad():
         if sp.mode == "io":
             _save_io(sp, args, pre, kwargs)
         else:
-            _act(sp, [args[i] for i in sp.positions], pre, relaunch)
+            _act(sp, [args[i] for i in sp.positions])
     sp.hits += 1
 
 
-def _act(sp: Spec, outs: list, pre=None, relaunch=None) -> None:
+def _act(sp: Spec, outs: list) -> None:
     if sp.mode == "capture":
         torch.save([t.detach().clone().cpu() for t in outs], sp.path)
     elif sp.mode == "replay":
         torch.save([t.detach().clone().cpu() for t in outs], sp.path + ".natural")
         for t, v in zip(outs, _saved.get(id(sp)) or []):
             t.copy_(v.to(t.device))
-    elif sp.mode == "sample":
-        _sample(sp, outs, pre, relaunch)
-
-
-def _sample(sp: Spec, outs: list, pre, relaunch) -> None:
-    """Note [Element-level differences]: launches the kernel again on copies of
-    its pre-launch arguments until it writes something else (at most
-    magnitude.SAMPLES launches in all); saves what it wrote and the first other
-    result, or None."""
-    from . import _C
-    from .magnitude import SAMPLES
-
-    natural = [t.detach().clone().cpu() for t in outs]
-    other, launches = None, 1
-    if pre is not None and relaunch is not None:
-        while launches < SAMPLES and other is None:
-            args = [_clone(a) for a in pre]
-            _C._set_compiling(True)  # not recorded: counted as suppressed
-            try:
-                relaunch(args)
-            finally:
-                _C._set_compiling(False)
-            launches += 1
-            got = [args[i].detach().cpu() for i in sp.positions]
-            if any(not torch.equal(a.view(torch.uint8) if a.dtype.is_floating_point else a,
-                                   b.view(torch.uint8) if b.dtype.is_floating_point else b)
-                   for a, b in zip(got, natural)):
-                other = [g.clone() for g in got]
-    torch.save({"natural": natural, "other": other, "launches": launches}, sp.path)
 
 
 def wrap(inner, name: str):
     """inner (a C++ kernel's function) between the launch's capture / replay /
-    sample; runs inside kdebug's CppKernel, so its post-launch hashes see what
+    save; runs inside kdebug's CppKernel, so its post-launch hashes see what
     this writes."""
     def replaying(*args):
         sp, pre = _before_launch(name, args)
         r = inner(*args)
-        _after_launch(sp, args, pre, lambda a: inner(*a))
+        _after_launch(sp, args, pre)
         return r
 
     replaying._kd_replay = True
@@ -218,7 +188,7 @@ def attach(scope: dict) -> None:
             def run(*args, _bound=bound, _name=name, **kwargs):
                 sp, pre = _before_launch(_name, args)
                 r = _bound(*args, **kwargs)
-                _after_launch(sp, args, pre, lambda a: _bound(*a, **kwargs), kwargs)
+                _after_launch(sp, args, pre, kwargs)
                 return r
 
             obj.run = run
@@ -260,35 +230,125 @@ def _definitions(scope: dict) -> None:
                                      "module": path}
 
 
-def snapshot(args) -> dict:
+class TooBig(TypeError):
+    """The storages of a launch's arguments exceed the byte limit of its Spec
+    (``nbytes``: what they hold in all)."""
+
+    def __init__(self, nbytes: int, limit: int):
+        super().__init__(f"the arguments' storages hold {nbytes} bytes, over the limit of {limit}")
+        self.nbytes = nbytes
+
+
+class _Saver:
+    """Copies tensors' storages once each (bytes, on the CPU) and describes
+    the tensors viewing them (Note [Standalone repro])."""
+
+    def __init__(self, max_bytes: int = 0):
+        self.storages: list = []
+        self.index: dict = {}
+        self.tensors: list = []
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+
+    def tensor(self, a: torch.Tensor) -> dict:
+        if a.layout != torch.strided:
+            raise TypeError(f"a {a.layout} tensor argument (only strided tensors are saved)")
+        st = a.untyped_storage()
+        key = (str(a.device), st.data_ptr(), st.nbytes())
+        if key not in self.index:
+            self.nbytes += st.nbytes()
+            self.index[key] = len(self.storages)
+            if self.max_bytes and self.nbytes > self.max_bytes:  # counted on, copied no more
+                self.storages = [None] * (len(self.storages) + 1)
+            else:
+                copy = st.cpu() if a.device.type != "cpu" else st.clone()
+                self.storages.append(torch.empty(0, dtype=torch.uint8).set_(copy))
+        return {"storage": self.index[key], "dtype": str(a.dtype).removeprefix("torch."),
+                "offset": a.storage_offset(), "size": list(a.shape), "stride": list(a.stride()),
+                "device": str(a.device)}
+
+    def encode(self, x):
+        """A nested argument as torch.save keeps it with weights_only: tensors
+        as {"leaf": i} (i into ``tensors``), containers and values tagged."""
+        if isinstance(x, torch.Tensor):
+            self.tensors.append(self.tensor(x))
+            return {"leaf": len(self.tensors) - 1}
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return {"value": x}
+        if isinstance(x, (list, tuple)):  # torch.Size too
+            return {"list" if isinstance(x, list) else "tuple": [self.encode(v) for v in x]}
+        if isinstance(x, dict):
+            return {"dict": {str(k): self.encode(v) for k, v in x.items()}}
+        if isinstance(x, complex):
+            return {"complex": [x.real, x.imag]}
+        if isinstance(x, torch.dtype):
+            return {"dtype": str(x).removeprefix("torch.")}
+        if isinstance(x, torch.device):
+            return {"device": str(x)}
+        if isinstance(x, torch.layout):
+            return {"layout": str(x).removeprefix("torch.")}
+        if isinstance(x, torch.memory_format):
+            return {"memory_format": str(x).removeprefix("torch.")}
+        if isinstance(x, torch.Generator):  # by its state: the values it will draw
+            return {"generator": {"device": str(x.device), "state": x.get_state()}}
+        if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return {"value": {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(x)](x)}
+        raise TypeError(f"an argument of type {type(x).__name__} (tensors, numbers, strings, dtypes, devices, "
+                        "generators and lists of them are saved)")
+
+    def done(self, out: dict) -> dict:
+        """``out`` with the storages and their size; raises TooBig past the limit."""
+        if self.max_bytes and self.nbytes > self.max_bytes:
+            self.storages = []
+            raise TooBig(self.nbytes, self.max_bytes)
+        return {**out, "storages": self.storages, "nbytes": self.nbytes}
+
+
+def snapshot(args, max_bytes: int = 0) -> dict:
     """Every argument of a launch as it is now, for torch.save: each distinct
     storage the tensors view copied once to the CPU as bytes, each tensor as
     (storage, dtype, offset, size, stride, device), so views and aliases
     come back as the kernel saw them (a kernel indexes raw memory: a
     contiguous clone of a strided view would be another input); other
-    arguments (sizes, flags) as their values."""
-    storages: list = []
-    index: dict = {}
+    arguments (sizes, flags) as their values.  Raises TooBig past
+    ``max_bytes`` (0: no limit) before copying more."""
+    saver = _Saver(max_bytes)
     out = []
     for a in args:
         if isinstance(a, torch.Tensor):
-            if a.layout != torch.strided:
-                raise TypeError(f"a {a.layout} tensor argument (only strided tensors are saved)")
-            st = a.untyped_storage()
-            key = (str(a.device), st.data_ptr(), st.nbytes())
-            if key not in index:
-                index[key] = len(storages)
-                copy = st.cpu() if a.device.type != "cpu" else st.clone()
-                storages.append(torch.empty(0, dtype=torch.uint8).set_(copy))
-            out.append({"storage": index[key], "dtype": str(a.dtype).removeprefix("torch."),
-                        "offset": a.storage_offset(), "size": list(a.shape), "stride": list(a.stride()),
-                        "device": str(a.device)})
+            out.append(saver.tensor(a))
         elif a is None or isinstance(a, (bool, int, float, str)):
             out.append({"value": a})
         else:
             raise TypeError(f"an argument of type {type(a).__name__} (tensors, numbers, strings and None "
                             "are saved)")
-    return {"storages": storages, "args": out}
+    return saver.done({"args": out})
+
+
+def snapshot_tree(tree: dict, max_bytes: int = 0) -> dict:
+    """An aten op's arguments (and outputs) as they are now: ``tree`` is
+    {"args": ..., "kwargs": ..., ["out": ...]}; its tensors are saved as
+    ``snapshot`` saves a launch's, in the order of a depth-first walk
+    ("args" of the result), the structure in "tree"."""
+    saver = _Saver(max_bytes)
+    enc = {k: saver.encode(v) for k, v in tree.items()}
+    return saver.done({"args": saver.tensors, "tree": enc})
+
+
+def _error(e: TypeError, before: int = 0) -> dict:
+    """Why a snapshot could not be saved, as the saved file says it."""
+    if not isinstance(e, TooBig):
+        return {"error": str(e)}
+    return {"error": str(e), "too_big": before + e.nbytes, "too_big_stage": "after" if before else "before"}
+
+
+def _remaining(sp: Spec, pre: dict) -> int:
+    """The byte limit left for the snapshot after the launch (0: none)."""
+    return max(1, sp.max_bytes - pre.get("nbytes", 0)) if sp.max_bytes else 0
+
+
+def _failed(sp: Spec, what: str, err: dict) -> None:
+    torch.save({"name": sp.name, **err, "error": f"cannot save the {what}'s arguments: {err['error']}"}, sp.path)
 
 
 def _save_io(sp: Spec, args, pre, kwargs) -> None:
@@ -296,14 +356,108 @@ def _save_io(sp: Spec, args, pre, kwargs) -> None:
     keyword arguments but the stream, and the kernel's definition."""
     kw = {k: v for k, v in (kwargs or {}).items() if k != "stream"}
     if "error" in pre:
-        torch.save({"name": sp.name, "error": f"cannot save the launch's arguments: {pre['error']}"}, sp.path)
-        return
+        return _failed(sp, "launch", pre)
     try:
-        data = {"name": sp.name, "definition": _defs.get(sp.name), "before": pre, "after": snapshot(args),
+        data = {"kind": "kernel", "name": sp.name, "definition": _defs.get(sp.name), "before": pre,
+                "after": snapshot(args, _remaining(sp, pre)),
                 "kwargs": {k: v for k, v in kw.items() if v is None or isinstance(v, (bool, int, float, str))},
+                "settings": settings(), "torch": str(torch.__version__)}
+    except TypeError as e:
+        return _failed(sp, "launch", _error(e, pre.get("nbytes", 0)))
+    torch.save(data, sp.path)
+
+
+def settings() -> dict:
+    """Global switches that change which algorithm a kernel or op runs: the
+    repro applies them before launching."""
+    return {"cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled())}
+
+
+def _rng_states(random: bool) -> dict:
+    """The default generators' states right before a random op (it draws
+    from them when no generator is passed); {} for other ops."""
+    if not random:
+        return {}
+    out = {"cpu": torch.random.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["cuda"] = torch.cuda.get_rng_state_all()
+    return out
+
+
+def op_identity(func) -> dict:
+    """What a standalone script needs to find ``func`` (an OpOverload) again:
+    namespace, name, overload, whether it draws random numbers, and for an
+    op that is not torch's own, the module that registers it (where known)."""
+    ns, _, name = func._schema.name.partition("::")
+    ident = {"namespace": ns, "op": name, "overload": func._overloadname or "default",
+             "random": torch.Tag.nondeterministic_seeded in func.tags, "module": None, "file": None,
+             "custom": ns not in ("aten", "prims", "quantized", "_quantized", "rngprims", "fbgemm")}
+    if ident["custom"]:
+        try:
+            from torch._library.custom_ops import OPDEFS
+
+            fn = getattr(OPDEFS.get(func._schema.name), "_init_fn", None)
+        except ImportError:
+            fn = None
+        if fn is not None:
+            import inspect
+
+            ident["module"] = getattr(fn, "__module__", None)
+            try:
+                ident["file"] = inspect.getsourcefile(fn)
+            except TypeError:
+                pass
+    return ident
+
+
+def leaf_names(func, args, kwargs, out) -> list[str]:
+    """Names of the tensors a snapshot_tree of {"args", "kwargs", "out"}
+    holds, in its order: schema argument names ("weight", "indices[1]"),
+    outputs as "output[i] name" (issue 15's naming)."""
+    schema = func._schema
+    names = []
+
+    def walk(x, label):
+        if isinstance(x, torch.Tensor):
+            names.append(label)
+        elif isinstance(x, (list, tuple)):
+            for i, v in enumerate(x):
+                walk(v, f"{label}[{i}]")
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, f"{label}.{k}")
+
+    for i, a in enumerate(args):
+        walk(a, schema.arguments[i].name if i < len(schema.arguments) else f"arg{i}")
+    for k, v in kwargs.items():
+        walk(v, k)
+    rets = schema.returns
+    if isinstance(out, (list, tuple)) and len(rets) != 1:
+        for i, v in enumerate(out):
+            name = rets[i].name if i < len(rets) and rets[i].name else ""
+            walk(v, f"output[{i}]" + (f" {name}" if name else ""))
+    else:
+        walk(out, "output" + (f" {rets[0].name}" if rets and rets[0].name else ""))
+    return names
+
+
+def _save_op_io(sp: Spec, func, pre, args, kwargs, out) -> None:
+    """Mode "io" for an aten op: its arguments before (``pre``), arguments
+    and outputs after, the op's identity and the switches it ran under."""
+    if "error" in pre:
+        return _failed(sp, "op", pre)
+    try:
+        data = {"kind": "op", "name": sp.name, "op": op_identity(func), "before": pre,
+                "after": snapshot_tree({"args": list(args), "kwargs": dict(kwargs), "out": out}, _remaining(sp, pre)),
+                "names": leaf_names(func, args, kwargs, out), "settings": settings(),
                 "torch": str(torch.__version__)}
     except TypeError as e:
-        data = {"name": sp.name, "error": f"cannot save the launch's arguments: {e}"}
+        return _failed(sp, "op", _error(e, pre.get("nbytes", 0)))
     torch.save(data, sp.path)
 
 
@@ -333,16 +487,30 @@ class _OpReplay(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         from . import _upstream
 
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
         name = _upstream.get_op_name(func)
-        if name in _specs:
-            sp, _ = _before_launch(name, ())
-            if sp is not None and sp.op:
-                outs = [_at_path(out, p) for p in sp.paths]
-                if all(t is not None for t in outs):
-                    with disable_torch_dispatch(), torch.no_grad():
-                        _act(sp, outs)
+        if name not in _specs:
+            return func(*args, **kwargs)
+        sp, _ = _before_launch(name, ())
+        pre = None
+        if sp is not None and sp.op and sp.mode == "io":
+            with disable_torch_dispatch(), torch.no_grad():
+                try:
+                    pre = snapshot_tree({"args": list(args), "kwargs": dict(kwargs)}, sp.max_bytes)
+                    pre["rng"] = _rng_states(torch.Tag.nondeterministic_seeded in func.tags)
+                except TypeError as e:  # said in the saved file, never raised into the program
+                    pre = _error(e)
+        out = func(*args, **kwargs)
+        if sp is not None and sp.op:
+            with disable_torch_dispatch(), torch.no_grad():
+                if sp.mode == "io":
+                    _save_op_io(sp, func, pre, args, kwargs, out)
                     sp.hits += 1
+                else:
+                    outs = [_at_path(out, p) for p in sp.paths]
+                    if all(t is not None for t in outs):
+                        _act(sp, outs)
+                        sp.hits += 1
         return out
 
 
@@ -385,7 +553,7 @@ def locate(run, step) -> tuple[str, int] | None:
 
 
 def spec_for(run, root, mode: str, path: str) -> Spec | None:
-    """The Spec that captures / replays / samples ``root``'s differing outputs."""
+    """The Spec that captures / replays ``root``'s differing outputs."""
     where = locate(run, root.step_a)
     if where is None:
         return None

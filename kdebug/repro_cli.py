@@ -8,14 +8,14 @@ import sys
 
 
 def add_parser(sub) -> None:
-    r = sub.add_parser("repro", help="write a standalone script that launches one recorded kernel on its recorded "
-                                     "inputs and checks its outputs (exit 0 written, 2 error)")
+    r = sub.add_parser("repro", help="write a standalone script that launches one recorded kernel (or calls one aten "
+                                     "op) on its recorded inputs and checks its outputs (exit 0 written, 2 error)")
     _common(r)
     r.add_argument("-o", "--output", required=True, metavar="DIR", help="directory to write the repro into")
     r.add_argument("--check", action="store_true", help="also run the written repro once and say what it found")
     r.set_defaults(fn=_repro)
-    q = sub.add_parser("rerun", help="re-launch one recorded kernel K times on its recorded inputs: do its outputs "
-                                     "vary? (exit 0 stable, 1 varies, 2 error)")
+    q = sub.add_parser("rerun", help="re-launch one recorded kernel (or aten op) K times on its recorded inputs: do "
+                                     "its outputs vary? (exit 0 stable, 1 varies, 2 error)")
     _common(q)
     q.add_argument("--times", type=int, default=20, metavar="K", help="launches (default 20)")
     q.set_defaults(fn=_rerun)
@@ -24,8 +24,12 @@ def add_parser(sub) -> None:
 def _common(p) -> None:
     p.add_argument("trace", nargs="?", default=None, help="the trace (.kdt) holding the launch")
     p.add_argument("--launch", type=int, metavar="N", default=None, help="launch N (kernel #N in diff and report)")
+    p.add_argument("--op", type=int, metavar="N", default=None, help="aten op N (op #N in diff and report)")
     p.add_argument("--from-hunt", metavar="DIR", default=None,
-                   help="the first kernel root of a kept hunt (kdebug hunt --keep DIR), launch of its run 0")
+                   help="a root of a kept hunt (kdebug hunt --keep DIR), kernel or aten op, in its run 0")
+    p.add_argument("--root", type=int, metavar="N", default=1, help="with --from-hunt: its root N (default 1)")
+    p.add_argument("--max-bytes", type=int, metavar="B", default=None,
+                   help="the most bytes of argument storages to save, before and after (default 2 GiB)")
     p.set_defaults(command=None)
     p.epilog = ("The launch's arguments are captured by re-running the program the trace recorded (kdebug record / "
                 "hunt traces say which); for another trace, end with -- python script.py [args].")
@@ -34,14 +38,17 @@ def _common(p) -> None:
 def _target(args, who: str):
     from . import repro
 
+    if args.max_bytes is not None and args.max_bytes < 1:
+        raise repro.ReproError("--max-bytes must be a positive number of bytes")
     if args.from_hunt:
-        if args.trace or args.launch is not None:
-            raise repro.ReproError("give either --from-hunt DIR or TRACE --launch N, not both")
-        trace, launch = repro.hunt_root(args.from_hunt)
+        if args.trace or args.launch is not None or args.op is not None:
+            raise repro.ReproError("give either --from-hunt DIR or TRACE --launch N / --op N, not both")
+        trace, t = repro.hunt_root(args.from_hunt, args.root)
+        launch, op = (t.index, None) if t.kind == "kernel" else (None, t.index)
     else:
-        if not args.trace or args.launch is None:
-            raise repro.ReproError(f"give the launch: kdebug {who} TRACE --launch N (or --from-hunt DIR)")
-        trace, launch = args.trace, args.launch
+        if not args.trace or (args.launch is None) == (args.op is None):
+            raise repro.ReproError(f"give the launch: kdebug {who} TRACE --launch N or --op N (or --from-hunt DIR)")
+        trace, launch, op = args.trace, args.launch, args.op
         if not os.path.exists(trace):
             raise repro.ReproError(f"no such trace: {trace}")
     program = None
@@ -49,7 +56,7 @@ def _target(args, who: str):
         program = repro.command(args.command)
         if program is None:
             raise repro.ReproError("give the program after --, e.g. -- python script.py args")
-    return trace, launch, program
+    return trace, launch, op, program
 
 
 def _repro(args: argparse.Namespace) -> int:
@@ -58,19 +65,28 @@ def _repro(args: argparse.Namespace) -> int:
     from . import repro
 
     try:
-        trace, launch, program = _target(args, "repro")
-        rep = repro.write(trace, launch, args.output, program)
+        trace, launch, op, program = _target(args, "repro")
+        rep = repro.write(trace, launch, args.output, program, op=op, max_bytes=_max_bytes(args))
     except (repro.ReproError, kdebug.TraceFileError, OSError) as e:
         print(f"kdebug repro: {e}", file=sys.stderr)
         return 2
     for n in rep.notes:
         print(f"kdebug repro: {n}")
-    print(f"kdebug repro: wrote {rep.dir} for launch {launch} ({rep.kernel}); run it with: python {rep.script} "
-          "(needs only torch: copy the directory)")
+    what = f"launch {launch}" if op is None else f"op {op}"
+    needs = (f"needs torch and the program's module {', '.join(rep.imports)} (a custom op)" if rep.imports
+             else "needs only torch: copy the directory")
+    print(f"kdebug repro: wrote {rep.dir} for {what} ({rep.kernel}); run it with: python {rep.script} ({needs})")
     if args.check:
-        status, _, text = repro.run_script(rep.script, 1)
+        status, _, text = repro.run_script(rep.script, 1, repro.script_env())
         print(text.rstrip())
+        print(f"kdebug repro: the repro exited with status {status} (0 reproduced, 1 mismatch, 2 error)")
     return 0
+
+
+def _max_bytes(args) -> int:
+    from . import repro
+
+    return repro.DEFAULT_MAX_BYTES if args.max_bytes is None else args.max_bytes
 
 
 def _rerun(args: argparse.Namespace) -> int:
@@ -79,8 +95,8 @@ def _rerun(args: argparse.Namespace) -> int:
     from . import repro
 
     try:
-        trace, launch, program = _target(args, "rerun")
-        verdict = repro.rerun(trace, launch, args.times, program)
+        trace, launch, op, program = _target(args, "rerun")
+        verdict = repro.rerun(trace, launch, args.times, program, op=op, max_bytes=_max_bytes(args))
     except (repro.ReproError, kdebug.TraceFileError, OSError) as e:
         print(f"kdebug rerun: {e}", file=sys.stderr)
         return 2

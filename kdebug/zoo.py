@@ -688,6 +688,11 @@ CASES: dict[str, Case] = {c.name: c for c in (
 )}
 
 
+# The zoo's custom ops are registered on import, so that a standalone repro of
+# one (kdebug repro, Note [Standalone repro]) registers it by importing kdebug.zoo.
+_workspace_matmul()
+_jitter_matmul()
+
 KEPT = None  # the last case run by main(), with its final tensors
 
 

@@ -121,17 +121,21 @@ def _save(dm, path):
     return str(path)
 
 
-def test_sampling_a_kernel_root_measures_the_planted_difference(tmp_path):
-    """A kernel root sampled in one run: launched again on copies of its
-    pre-launch arguments, it writes without the planted perturbation, so
-    exactly the planted element differs, by the planted amount."""
+def test_relaunching_a_kernel_root_measures_the_planted_difference(tmp_path):
+    """A kernel root captured in one run (mode "io", Note [Standalone
+    repro]) and re-launched by its repro on copies of its pre-launch
+    arguments: the kernel alone writes without the planted perturbation, so
+    every re-launch writes the same values (stable on its inputs), none
+    matches the recorded (perturbed) output, and exactly the planted element
+    differs, by the planted amount."""
+    from kdebug import repro
+
     case = zoo.CASES["backward_planted"]
     step = case.prepare("cpu")
     plant = case.plants[0]
     base = _record(step)
     kern = next(k for k in base.kernels if plant.kernel in k.kernel_name)
-    pos = list(kern.arg_names).index(plant.arg)
-    spec = replay.Spec(kern.kernel_name, 0, [pos], "sample", str(tmp_path / "s.pt"))
+    spec = replay.Spec(kern.kernel_name, 0, [], "io", str(tmp_path / "io.pt"))
     replay.activate(spec)
     try:
         for scope in _scopes():
@@ -141,8 +145,19 @@ def test_sampling_a_kernel_root_measures_the_planted_difference(tmp_path):
         assert st["hits"] == 1 and spec.hits == 1
     finally:
         replay.activate(None)
-    got = torch.load(str(tmp_path / "s.pt"), weights_only=True)
-    assert got["launches"] == 2 and got["other"] is not None
-    d = element_diff(got["natural"][0], got["other"][0])
+    data = torch.load(str(tmp_path / "io.pt"), weights_only=True)
+    assert data["kind"] == "kernel" and data["definition"]["method"] == "cpp_pybinding"
+    t = repro.Target("kernel", kern.launch_index, kern.kernel_name, 0)
+    rp = repro.Repro(str(tmp_path / "r"), repro._write_dir(str(tmp_path / "r"), "planted.kdt", t, data,
+                                                           kern.arg_names), kern.kernel_name, kern.launch_index)
+    verdict = repro.relaunch(rp, 3, save=str(tmp_path / "outs.pt"))
+    assert (verdict.times, verdict.distinct, verdict.matches_recorded, verdict.verdict) == (3, 1, 0, "stable")
+    assert verdict.summary().startswith("re-launched 3x on the recorded inputs: 1 different output -- STABLE")
+    got = torch.load(str(tmp_path / "outs.pt"), weights_only=True)
+    i = got["names"].index(plant.arg)
+    d = element_diff(got["recorded"][i], got["other"][i])
     assert d.differ == 1 and d.max_abs == pytest.approx(0.375, rel=1e-6)
-    assert d.first_index == [0] * got["natural"][0].dim()
+    assert d.first_index == [0] * got["recorded"][i].dim()
+    for name, a, b in zip(got["names"], got["recorded"], got["other"]):  # nothing else was perturbed
+        if name != plant.arg:
+            assert torch.equal(a, b), name

@@ -114,3 +114,149 @@ def test_rerun_of_the_builtin_index_add_kernel_varies(tmp_path):
     assert p.returncode == 1, p.stdout + p.stderr
     assert "cpp_fused_div_index_add_zeros_0 (launch 0) re-launched 5x on the recorded inputs" in p.stdout
     assert "INTRINSICALLY NONDETERMINISTIC" in p.stdout
+
+
+# ---------------------------------------------------------------- aten ops, size cap, the hunt's re-launches
+
+
+def _op_index(trace, name) -> int:
+    import kdebug
+    from kdebug.compare import steps_of
+
+    return next(s.index for s in steps_of(kdebug.load(str(trace), quiet=True)) if s.kind == "aten" and s.name == name)
+
+
+@pytest.fixture(scope="module")
+def zoo_traces(tmp_path_factory):
+    d = tmp_path_factory.mktemp("zoo")
+    for case in ("unseeded_input", "extern_jitter"):
+        p = kdebug_cli("record", "-o", f"{case}.kdt", "--", "python", "-m", "kdebug.zoo", case, cwd=d)
+        assert p.returncode == 0, p.stdout + p.stderr
+    return d
+
+
+def test_repro_of_a_random_aten_op_with_no_inputs_restores_its_generator(zoo_traces, tmp_path):
+    """zoo unseeded_input's root, aten::randn (after torch.seed()): the repro
+    restores the default generator's state captured before the call, so it
+    draws the re-run's numbers, standalone; re-launched it is stable."""
+    n = _op_index(zoo_traces / "unseeded_input.kdt", "aten::randn")
+    p = kdebug_cli("repro", "unseeded_input.kdt", "--op", str(n), "-o", "rn", cwd=zoo_traces)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "draws random numbers" in p.stdout and "nothing to check" in p.stdout
+    data = torch.load(zoo_traces / "rn" / "inputs.pt", weights_only=True)
+    assert data["kind"] == "op" and data["op"]["random"] and data["before"]["rng"]["cpu"].dtype == torch.uint8
+    ok = _standalone(zoo_traces / "rn" / "repro.py", "--times", "3", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "output (output): identical (16384 elements)" in ok.stdout
+    assert "3 different" not in ok.stdout and "1 different output(s); 3 of 3 match" in ok.stdout
+    # without the state restored the op draws other numbers: the check can fail
+    data["before"]["rng"] = {}
+    torch.save(data, zoo_traces / "rn" / "inputs.pt")
+    bad = _standalone(zoo_traces / "rn" / "repro.py", cwd=tmp_path)
+    assert bad.returncode == 1 and "output (output): MISMATCH, 16384 of 16384" in bad.stdout, bad.stdout
+    p = kdebug_cli("rerun", "unseeded_input.kdt", "--op", str(n), "--times", "3", cwd=zoo_traces)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "aten::randn (op %d) re-launched 3x on the recorded inputs: 1 different output -- STABLE" % n in p.stdout
+    assert "a random op" in p.stdout
+
+
+def test_repro_of_a_custom_extern_op_needs_its_module_and_says_so(zoo_traces, tmp_path):
+    """zoo extern_jitter's root, the custom op kdebug_zoo::jitter_matmul:
+    without the program's module the repro exits 2 naming it; with it, the op
+    runs on the recorded x and w, and re-launched it varies (1-8 ULP per call
+    from os.urandom, inside the op)."""
+    n = _op_index(zoo_traces / "extern_jitter.kdt", "kdebug_zoo::jitter_matmul")
+    p = kdebug_cli("repro", "extern_jitter.kdt", "--op", str(n), "-o", "jj", cwd=zoo_traces)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "the captured inputs are bitwise those of the traced op" in p.stdout
+    assert "needs torch and the program's module kdebug.zoo (a custom op)" in p.stdout
+    alone = _standalone(zoo_traces / "jj" / "repro.py", cwd=tmp_path)
+    assert alone.returncode == 2
+    assert "kdebug_zoo::jitter_matmul.default is a custom op of the recorded program" in alone.stderr
+    assert "registered by module kdebug.zoo" in alone.stderr and "import kdebug.zoo" in alone.stderr
+    env = {**os.environ, "PYTHONPATH": REPO}
+    many = subprocess.run([sys.executable, str(zoo_traces / "jj" / "repro.py"), "--times", "20"], capture_output=True,
+                          text=True, cwd=tmp_path, env=env, timeout=600)
+    assert many.returncode in (0, 1), many.stdout + many.stderr
+    assert "x (unchanged by the recorded launch): identical (2048 elements)" in many.stdout
+    distinct = int(many.stdout.split("on the recorded inputs: ")[1].split(" different")[0])
+    assert 2 <= distinct <= 8  # at most 8 jitters: 1 to 8 ULP
+
+
+MULTI = """
+import torch
+torch.manual_seed(0)
+x = torch.randn(16, 40)
+v, i = torch.sort(torch.compile(lambda x: x.sin() * 3)(x), dim=1, descending=True)
+print(float(v.sum()), int(i.sum()))
+"""
+
+
+def test_repro_of_a_multi_output_op_checks_every_output(tmp_path):
+    (tmp_path / "multi.py").write_text(MULTI)
+    p = kdebug_cli("record", "-o", "m.kdt", "--", "python", "multi.py", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    n = _op_index(tmp_path / "m.kdt", "aten::sort")
+    p = kdebug_cli("repro", "m.kdt", "--op", str(n), "-o", "ms", "--check", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "output[0] values (output): identical (640 elements)" in p.stdout
+    assert "output[1] indices (output): identical (640 elements)" in p.stdout
+    assert "REPRODUCED" in p.stdout and "exited with status 0" in p.stdout
+    data = torch.load(tmp_path / "ms" / "inputs.pt", weights_only=True)
+    assert data["before"]["tree"]["args"]["list"][1:] == [{"value": 1}, {"value": True}]  # dim, descending
+
+
+def test_repro_size_cap_refuses_with_the_size_and_the_flag_and_writes_nothing(recorded):
+    before = set(os.listdir(recorded))
+    p = kdebug_cli("repro", "run.kdt", "--launch", "0", "-o", "capped", "--max-bytes", "4096", cwd=recorded)
+    assert p.returncode == 2, p.stdout + p.stderr
+    # x views a 64x33 float storage, y and the first output 64x32, the second 64: 25088 bytes before the launch
+    assert "hold 24.5 KiB before the launch (and about as much again after it), more than --max-bytes 4096" \
+        in p.stderr, p.stderr
+    assert "--max-bytes 50176" in p.stderr  # the value to give: before and after
+    p = kdebug_cli("repro", "run.kdt", "--launch", "0", "-o", "capped", "--max-bytes", "30000", cwd=recorded)
+    assert p.returncode == 2 and "hold 49.0 KiB before and after the launch" in p.stderr, p.stderr
+    assert "--max-bytes 50176" in p.stderr
+    assert set(os.listdir(recorded)) == before  # no directory, no temporary sibling left
+    # an earlier repro in the way stays whole when the new one is refused
+    p = kdebug_cli("repro", "run.kdt", "--launch", "0", "-o", "kept", cwd=recorded)
+    assert p.returncode == 0
+    files = sorted(os.listdir(recorded / "kept"))
+    p = kdebug_cli("repro", "run.kdt", "--launch", "0", "-o", "kept", "--max-bytes", "100", cwd=recorded)
+    assert p.returncode == 2 and sorted(os.listdir(recorded / "kept")) == files
+
+
+def test_hunt_relaunches_a_planted_root_k_times_stable_on_its_inputs(tmp_path):
+    """zoo backward_planted through kdebug hunt: the root's repro, re-launched
+    K times on its recorded inputs, writes one output (the fault was planted
+    outside the kernel), never the recorded one, which differs from it in
+    exactly the planted element; the text report, hunt.json and the HTML
+    report say so."""
+    p = kdebug_cli("hunt", "--keep", "h", "--rerun-times", "4", "--html", "h.html", "--", "-m", "kdebug.zoo",
+                   "backward_planted", cwd=tmp_path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "re-launched 4x on the recorded inputs: 1 different output -- STABLE on its inputs" in p.stdout
+    hunt = __import__("json").loads((tmp_path / "h" / "hunt.json").read_text())
+    m = hunt["magnitude"][0]
+    assert "native_layer_norm_backward_sum_1" in m["root"]
+    assert m["rerun"] == {**m["rerun"], "times": 4, "distinct": 1, "matches_recorded": 0, "verdict": "stable"}
+    assert [(o["arg"], o["differ"], o["first_index"]) for o in m["outputs"]] == [("out_ptr3", 1, [0, 0])]
+    assert (tmp_path / "h" / m["repro"] / "repro.py").exists()
+    html = (tmp_path / "h.html").read_text()
+    assert "re-launched on its inputs" in html and "stable on its inputs" in html
+
+
+@needs_two_cores
+def test_hunt_of_the_builtin_workload_states_the_relaunch_verdict(tmp_path):
+    p = kdebug_cli("hunt", "--keep", "h", "--rerun-times", "5", cwd=tmp_path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    hunt = __import__("json").loads((tmp_path / "h" / "hunt.json").read_text())
+    m = hunt["magnitude"][0]
+    r = m["rerun"]
+    assert m["root"] == "kernel #0 cpp_fused_div_index_add_zeros_0" and r["times"] == 5
+    assert f"re-launched 5x on the recorded inputs: {r['distinct']} different output" in p.stdout
+    assert r["verdict"] == ("intrinsic" if r["distinct"] > 1 else "stable")
+    # the same repro, launched again by kdebug rerun's script: the same kind of verdict on the same inputs
+    again = subprocess.run([sys.executable, str(tmp_path / "h" / m["repro"] / "repro.py"), "--times", "5"],
+                           capture_output=True, text=True, timeout=600)
+    assert "launched 5 time(s) on the recorded inputs" in again.stdout
