@@ -87,6 +87,9 @@ def test_runner_says_when_torch_compile_captured_no_graph():
     from kdebug import _runner, _upstream
 
     _upstream.dynamo_reset()
+    # the hint reads dynamo's process-wide frame counters, as a fresh `kdebug
+    # record` process has them: other tests in this process compiled frames
+    torch._dynamo.utils.counters.clear()
 
     @torch.compile(backend="eager")
     def nothing(x):
