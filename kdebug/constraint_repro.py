@@ -19,6 +19,24 @@ import torch
 from . import _upstream
 from .constraint_check import Violation, node_value
 
+# The generated scripts' module: the graph's parameters and buffers installed
+# at their dotted paths (shared with kdebug/minify_repro.py's script).
+REPRO_MODULE = '''class Repro(torch.nn.Module):
+    def __init__(self, attrs):
+        super().__init__()
+        for path, value in attrs.items():
+            owner = self
+            *parents, leaf = path.split(".")
+            for p in parents:
+                if not hasattr(owner, p):
+                    owner.add_module(p, torch.nn.Module())
+                owner = getattr(owner, p)
+            if isinstance(value, torch.nn.Module):
+                owner.add_module(leaf, value)
+            else:
+                owner.register_buffer(leaf, value)
+'''
+
 _HEADER = '''\
 # Standalone repro of an accelerator constraint violation, written by kdebug.
 # It needs only torch:  python repro.py   (exit 1: reproduced, 0: not, 2: the graph raised first)
@@ -72,21 +90,7 @@ def check_constraint(value, spec):
     return None
 {aliases}
 
-class Repro(torch.nn.Module):
-    def __init__(self, attrs):
-        super().__init__()
-        for path, value in attrs.items():
-            owner = self
-            *parents, leaf = path.split(".")
-            for p in parents:
-                if not hasattr(owner, p):
-                    owner.add_module(p, torch.nn.Module())
-                owner = getattr(owner, p)
-            if isinstance(value, torch.nn.Module):
-                owner.add_module(leaf, value)
-            else:
-                owner.register_buffer(leaf, value)
-
+{repro_module}
 {forward}
 
 
@@ -214,7 +218,7 @@ def write_repro(gm: torch.fx.GraphModule, example_inputs, violations: list[Viola
     with open(os.path.join(directory, "graph.txt"), "w") as f:
         f.write(gm.print_readable(print_output=False, include_stride=True, include_device=True))
     v0 = violations[0]
-    text = _HEADER.format(
+    text = _HEADER.format(repro_module=REPRO_MODULE,
         stage=v0.stage, compile_id=v0.compile_id, caps=caps.name,
         inputs_note=("random values of the shapes, strides and dtypes the compiler saw (it saw fake tensors)"
                      if fake else "the values the compiler was given"),

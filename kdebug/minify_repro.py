@@ -11,6 +11,7 @@ import textwrap
 import torch
 
 from . import numerics
+from .constraint_repro import REPRO_MODULE
 
 _SCRIPT = '''\
 import os
@@ -22,21 +23,7 @@ import torch
 TOLERANCES = {tolerances}  # per output leaf: (rtol, atol), as the minifier judged them
 
 
-class Repro(torch.nn.Module):
-    def __init__(self, attrs):
-        super().__init__()
-        for path, value in attrs.items():
-            owner = self
-            *parents, leaf = path.split(".")
-            for p in parents:
-                if not hasattr(owner, p):
-                    owner.add_module(p, torch.nn.Module())
-                owner = getattr(owner, p)
-            if isinstance(value, torch.nn.Module):
-                owner.add_module(leaf, value)
-            else:
-                owner.register_buffer(leaf, value)
-
+{repro_module}
 {forward}
 
 
@@ -104,7 +91,7 @@ def write_accuracy_repro(gm: torch.fx.GraphModule, inputs, directory: str, rtol:
     torch.save({"args": list(inputs), "attrs": attrs}, os.path.join(directory, "inputs.pt"))
     with open(os.path.join(directory, "graph.txt"), "w") as f:
         f.write(gm.print_readable(print_output=False, include_stride=True, include_device=True))
-    text = _SCRIPT.format(imports="\n".join(imports), tolerances=repr(tols),
+    text = _SCRIPT.format(repro_module=REPRO_MODULE, imports="\n".join(imports), tolerances=repr(tols),
                           forward=textwrap.indent(code.src.strip("\n"), "    "), weights_only=weights_only)
     if missing:
         text = f"# WARNING: not standalone: {', '.join(missing)} could not be imported\n" + text
