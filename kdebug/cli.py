@@ -393,6 +393,9 @@ def _hunt(args: argparse.Namespace) -> int:
         print("kdebug hunt: --rerun-times must be at least 2 (to tell whether a root's outputs vary)",
               file=sys.stderr)
         return 2
+    if args.confirm_tries < 1:
+        print("kdebug hunt: --confirm-tries must be at least 1", file=sys.stderr)
+        return 2
     builtin = not args.command
     if args.nproc is not None:
         from .hunt_ranks import unsupported_options
@@ -481,7 +484,7 @@ def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool
                                        tmp, args.in_process, args.rerun_times)
     if args.confirm and diverged:
         hunt["confirm"] = _confirm(next(r for r in reports if not r.ok), paths[0], target, module, builtin, tmp,
-                                   args.in_process)
+                                   args.in_process, tries=args.confirm_tries)
     import json
 
     from . import _files
@@ -513,9 +516,12 @@ def _warn_hunt_options_after_script(command: list[str], target: list[str], names
 
 
 def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in_process: bool,
-             limit: int = 3) -> list[dict]:
+             limit: int = 3, tries: int = 3) -> list[dict]:
     """Note [Proof by replay] for the first ``limit`` roots of a report; prints
-    and returns one verdict per root."""
+    and returns one verdict per root.  A root whose difference did not recur
+    in the re-run pair (a race that happens now and then) proves nothing
+    either way: the pair is recorded again, up to ``tries`` pairs in all, and
+    the verdict says how many it took (``tries`` in its dict)."""
     import dataclasses
 
     import kdebug
@@ -534,15 +540,24 @@ def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in
             print(f"  root {n} {root.step_a.label()}: not replayable ({why})")
             out.append({"root": root.step_a.label(), "confirmed": None, "why": f"not replayable: {why}"})
             continue
-        specs = [spec, dataclasses.replace(spec, mode="replay", hits=0)]
-        cpaths = _record_runs(2, target, module, builtin, tmp, None, in_process, f"confirm root {n}",
-                              envs=[{replay.ENV: s.to_env()} for s in specs], prefix=f"confirm{n}-")
-        if cpaths is None:
-            out.append({"root": root.step_a.label(), "confirmed": None, "why": "the program failed"})
-            continue
-        natural, recurred = _natural_pair(spec, root, file)
-        verdict = replay.judge(rep, root, kdebug.compare(*cpaths), replay.read_hits(file), recurred)
-        print(f"  root {n} {root.step_a.label()}: {verdict['text']}")
+        for attempt in range(1, max(1, tries) + 1):
+            specs = [spec, dataclasses.replace(spec, mode="replay", hits=0)]
+            label = f"confirm root {n}" + (f" (try {attempt} of {tries})" if attempt > 1 else "")
+            cpaths = _record_runs(2, target, module, builtin, tmp, None, in_process, label,
+                                  envs=[{replay.ENV: s.to_env()} for s in specs], prefix=f"confirm{n}-{attempt}-")
+            if cpaths is None:
+                verdict, natural = {"confirmed": None, "why": "the program failed"}, None
+                break
+            natural, recurred = _natural_pair(spec, root, file)
+            verdict = replay.judge(rep, root, kdebug.compare(*cpaths), replay.read_hits(file), recurred)
+            if recurred is not False or attempt == tries:
+                break
+            print(f"  root {n} {root.step_a.label()}: its difference did not recur in re-run pair {attempt}; "
+                  "recording the pair again")
+        verdict["tries"] = attempt
+        if attempt > 1 and verdict.get("text"):
+            verdict["text"] += f" (re-run pair {attempt} of at most {tries})"
+        print(f"  root {n} {root.step_a.label()}: {verdict.get('text', verdict.get('why'))}")
         if natural:
             verdict["natural"] = natural
             print(f"    the two re-runs' own outputs: {natural}")
@@ -711,6 +726,9 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--confirm", action="store_true",
                    help="prove each root by replay: re-run twice, the second with the root's outputs replaced by "
                         "the first's, and check that what it was blamed for no longer differs")
+    h.add_argument("--confirm-tries", dest="confirm_tries", type=int, default=3, metavar="K",
+                   help="with --confirm: when a root's difference does not recur in the re-run pair (a race that "
+                        "happens now and then), record the pair again, up to K pairs (default 3)")
     h.add_argument("--no-magnitude", dest="no_magnitude", action="store_true",
                    help="skip the re-run that re-launches each root on its inputs (intrinsic or inherited, and how "
                         "big its difference is, element by element)")

@@ -585,7 +585,8 @@ def judge(original, root, replayed, hits: int, recurred: bool | None = None) -> 
     if recurred is False and v["confirmed"]:
         return {"confirmed": None, "still": v["still"],
                 "text": "NOT PROVEN: in the two re-runs it wrote the same outputs by itself (its difference did "
-                        "not recur), so the replay had nothing to replace; run the hunt with --confirm again"}
+                        "not recur), so the replay had nothing to replace; run the hunt with --confirm again, or "
+                        "with a larger --confirm-tries"}
     return v
 
 

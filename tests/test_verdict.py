@@ -288,3 +288,54 @@ def test_a_replay_whose_root_did_not_recur_proves_nothing(step, tmp_path, recurs
         assert verdict["confirmed"] is True and "CONFIRMED" in verdict["text"], verdict
     else:
         assert verdict["confirmed"] is None and verdict["text"].startswith("NOT PROVEN"), verdict
+
+
+_SOMETIMES = '''
+import os, torch
+from kdebug.testing import perturb_kernel_output
+
+# which recording of the hunt this is: 0, 1 (the hunt), 2, 3 (first confirm pair), ...
+counter = os.environ["KD_TEST_COUNTER"]
+k = int(open(counter).read()) if os.path.exists(counter) else 0
+open(counter, "w").write(str(k + 1))
+# the planted "race": other noise in every recording, except that the first
+# confirm pair gets the same noise twice (the race did not happen then)
+noise = 0.25 if k in (2, 3) else 0.125 * (k + 1)
+f = torch.compile(lambda x: (x.sin() * 2).cos() + 1)
+x = torch.linspace(-1, 1, 64)
+f(x)
+with perturb_kernel_output("cpp_fused_", "out_ptr0", 0, noise):
+    f(x)
+'''
+
+
+@pytest.mark.parametrize("tries", [3, 1])
+def test_confirm_records_the_pair_again_when_the_race_did_not_recur(tmp_path, tries):
+    """A root whose difference happens now and then: in the first confirm
+    re-run pair it wrote the same outputs twice, so that pair proves nothing.
+    --confirm records the pair again (up to --confirm-tries pairs) and the
+    second pair, where it differs again, proves it; with one try allowed the
+    verdict stays NOT PROVEN."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "sometimes.py"
+    script.write_text(_SOMETIMES)
+    env = dict(os.environ, KD_TEST_COUNTER=str(tmp_path / "counter"))
+    keep = tmp_path / "keep"
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--runs", "2", "--no-magnitude", "--confirm",
+                        "--confirm-tries", str(tries), "--keep", str(keep), str(script)],
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 1, p.stdout + p.stderr
+    (verdict,) = json.loads((keep / "hunt.json").read_text())["confirm"]
+    assert "cpp_fused_" in verdict["root"], verdict
+    assert ("did not recur in re-run pair 1" in p.stdout) is (tries > 1), p.stdout
+    if tries == 3:
+        assert verdict["confirmed"] is True and verdict["tries"] == 2, verdict
+        assert int((tmp_path / "counter").read_text()) == 6  # two hunt runs, two confirm pairs
+    else:
+        assert verdict["confirmed"] is None and verdict["tries"] == 1, verdict
+        assert verdict["text"].startswith("NOT PROVEN"), verdict
+        assert int((tmp_path / "counter").read_text()) == 4
