@@ -484,7 +484,34 @@ static PyObject *rec_get_owner_thread(kd_recorder *self, void *c)
     return PyLong_FromUnsignedLong(self->owner_thread);
 }
 
+/* Launches seen so far (the next launch index): a counter, O(1), unlike
+ * stats(), whose "dropped" walks the unread ring (kd_ring_lost). */
+static PyObject *rec_get_seen(kd_recorder *self, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLongLong((unsigned long long)self->next_launch_index);
+}
+
+/* Ring slots holding records not yet drained (head - tail): O(1). */
+static PyObject *rec_get_slots_used(kd_recorder *self, void *c)
+{
+    (void)c;
+    kd_ring *g = self->ring;
+    return PyLong_FromUnsignedLongLong((unsigned long long)(atomic_load(&g->head) - atomic_load(&g->tail)));
+}
+
+/* The ring's capacity in slots. */
+static PyObject *rec_get_capacity(kd_recorder *self, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLongLong((unsigned long long)self->ring->capacity);
+}
+
 static PyGetSetDef rec_getset[] = {
+    {"seen", (getter)rec_get_seen, NULL, "launches seen so far (stats()['seen'] without its cost)", NULL},
+    {"slots_used", (getter)rec_get_slots_used, NULL,
+     "ring slots not yet drained (stats()['slots_used'] without its cost)", NULL},
+    {"capacity", (getter)rec_get_capacity, NULL, "the ring's capacity in slots", NULL},
     {"owner_thread", (getter)rec_get_owner_thread, NULL,
      "threading.get_ident() of the thread that last started it", NULL},
     {"outputs", (getter)rec_get_outputs, NULL,

@@ -19,8 +19,10 @@ CUDA outputs by kdebug's hash kernel queued on the kernel's stream right
 after it, whose results go to the device result ring and are not read back
 (Note [Hashing on the GPU]; batching across launches needs aten interception,
 Note [Deferred GPU work], so it is off here).  ``step()`` reads one counter
-(the recorder's launch index: launches [a, b) are step s) and, every
-``every`` steps, compares.  Nothing is drained, digested or synchronized in
+(the recorder's launch index: launches [a, b) are step s; ``Recorder.seen``
+and ``slots_used``, O(1), never ``stats()``, whose count of lost launches
+walks the undrained ring: Note [Counting lost launches] in
+csrc/core/kd_ring.c) and, every ``every`` steps, compares.  Nothing is drained, digested or synchronized in
 between, unless the ring is more than half full (then it is drained early:
 one device synchronization, never per kernel).
 
@@ -263,12 +265,15 @@ class FlightRecorder:
         return optimizer.register_step_post_hook(lambda *_: self.step())
 
     def _seen(self) -> int:
-        return self._rec.stats()["seen"]
+        return self._rec.seen
 
     def step(self) -> None:
         """Ends the current step; compares across replicas every ``every`` steps."""
-        s = self._rec.stats()
-        seen = s["seen"]
+        # counters read in O(1): stats() counts lost launches by walking every
+        # undrained record in the ring, which grew with the steps since the
+        # last drain
+        rec = self._rec
+        seen = rec.seen
         self._closed.append((self._step, self._open_from, seen))
         self._step += 1
         self._open_from = seen
@@ -276,7 +281,7 @@ class FlightRecorder:
         self.stats["steps"] += 1
         if self._step % self.every == 0:
             self._compare()
-        elif s["slots_used"] * 2 > s["capacity"]:
+        elif rec.slots_used * 2 > rec.capacity:
             self.stats["early_drains"] += 1
             self._drain()
 

@@ -582,7 +582,7 @@ class DebugMode(_upstream.DebugMode):
                 # Note [Nested DebugModes]: a thread-local recorder takes this
                 # thread's launches from the one recording before it
                 self._shadowing = outer if outer is not None and not self.record_all_threads else None
-                self._seen_at_enter = self._recorder.stats()["seen"]
+                self._seen_at_enter = self._recorder.seen
             d = _C.defer_stats()
             self._defer_failures = d["hash_failures"] + d["copy_failures"]
             prev_defer = _C._set_defer(self.batch_gpu_work)
@@ -687,7 +687,7 @@ class DebugMode(_upstream.DebugMode):
         outer, self._shadowing = self._shadowing, None
         if outer is None or outer is self:
             return
-        seen = self._recorder.stats()["seen"]
+        seen = self._recorder.seen
         n = seen - self._seen_at_enter if seen >= self._seen_at_enter else seen  # cleared meanwhile
         if n > 0:
             outer._nested_hidden += n

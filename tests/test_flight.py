@@ -87,6 +87,29 @@ def test_memory_stays_bounded(tmp_path):
     assert [int(s["digest"], 16) for s in run.meta["flight"]["steps"]] == [d.digest for d in list(fr.digests)[-3:]]
 
 
+def test_step_counters_and_early_drain(tmp_path):
+    """step() reads the recorder's O(1) counters (seen, slots_used, capacity),
+    which agree with stats() (whose lost-launch count walks the unread ring);
+    a ring more than half full is drained early, and no launch is lost."""
+    step = make_step()
+    step(0)
+    fr = kdebug.FlightRecorder(every=10**6, keep_steps=2, ring_capacity=64, trace=str(tmp_path / "c.kdt"))
+    rec = fr._rec
+    with fr:
+        for i in range(12):
+            step(i)
+            s = rec.stats()
+            assert (rec.seen, rec.slots_used, rec.capacity) == (s["seen"], s["slots_used"], s["capacity"])
+            fr.step()
+    fr.close()
+    assert rec.capacity == 64
+    assert fr.stats["early_drains"] > 0 and fr.stats["compares"] == 0
+    assert rec.stats()["dropped"] == 0 and rec.seen == 12 * 3
+    run = kdebug.load(fr.dump())
+    assert [s["step"] for s in run.meta["flight"]["steps"]] == [10, 11]
+    assert all(s["recorded"] == s["launches"] == 3 for s in run.meta["flight"]["steps"])
+
+
 def test_per_step_context_and_optimizer_hook(tmp_path):
     """`with fr:` once per step ends a step on leaving it; attach(optimizer)
     ends one per optimizer.step()."""

@@ -182,6 +182,7 @@ int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
         }
         if (visit(ctx, t, scratch, n) != 0) {
             atomic_store_explicit(&r->tail, t, memory_order_release);
+            r->lost_memo = 0;
             return -1;
         }
         r->read++;
@@ -189,9 +190,21 @@ int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
         t += n;
     }
     atomic_store_explicit(&r->tail, t, memory_order_release);
+    r->lost_memo = 0; /* the tail moved: kd_ring_lost walks afresh */
     return visited;
 }
 
+/* Note [Counting lost launches]
+ * kd_ring_lost counts the unread launches by walking [tail, head).  Called
+ * once per training step (a DebugMode's exit, FlightRecorder reading
+ * counters) while the ring fills for many steps between drains, a full walk
+ * each time made the cost per step grow with the steps since the last drain.
+ * So the walk is remembered: the unread launches found in [lost_from,
+ * lost_upto) and where it stopped (head, or a launch still in flight).  The
+ * next call goes on from lost_upto when the walk would start at the same
+ * ticket (the reader has not moved the tail) and head - tail <= capacity:
+ * then no ticket from the tail on has been lapped, stamps only grow, so every
+ * slot already walked reads as it did.  Otherwise it walks from the start. */
 uint64_t kd_ring_lost(const kd_ring *r)
 {
     uint64_t committed = atomic_load_explicit(&r->committed, memory_order_acquire);
@@ -206,7 +219,13 @@ uint64_t kd_ring_lost(const kd_ring *r)
      * gone, and a lapped slot or a header-less tail is skipped, not an end
      * (stopping there counted every unread launch as lost: "20 dropped" of a
      * ring that held 5 of 20). */
-    uint64_t t = head - tail > r->capacity ? head - r->capacity : tail;
+    int lapped = head - tail > r->capacity;
+    uint64_t from = lapped ? head - r->capacity : tail;
+    uint64_t t = from;
+    if (!lapped && rr->lost_memo && rr->lost_from == from && rr->lost_upto >= from && rr->lost_upto <= head) {
+        t = rr->lost_upto;
+        unread = rr->lost_unread;
+    }
     while (t < head) {
         int st = slot_state(rr, t);
         if (st < 0)
@@ -231,6 +250,8 @@ uint64_t kd_ring_lost(const kd_ring *r)
         unread++;
         t += n;
     }
+    rr->lost_memo = !lapped;
+    rr->lost_from = from, rr->lost_upto = t, rr->lost_unread = unread;
     uint64_t accounted = r->read + unread;
     uint64_t overwritten = committed > accounted ? committed - accounted : 0;
     return refused + overwritten;
@@ -244,4 +265,5 @@ void kd_ring_clear(kd_ring *r)
     atomic_store_explicit(&r->refused, 0, memory_order_relaxed);
     r->read = 0;
     r->skipped_slots = 0;
+    r->lost_memo = 0;
 }

@@ -75,6 +75,11 @@ typedef struct kd_ring {
     _Atomic uint64_t refused;   /* launches refused: ring full, too large, lapped */
     uint64_t read;              /* launches the reader returned (reader only) */
     uint64_t skipped_slots;     /* slots the reader skipped as lost (reader only) */
+    /* kd_ring_lost's walk so far (reader only): unread launches in
+     * [lost_from, lost_upto); valid while no ticket from lost_from on can
+     * have been lapped (Note [Counting lost launches]) */
+    uint64_t lost_from, lost_upto, lost_unread;
+    int lost_memo;
 } kd_ring;
 
 /* Returns a new ring of at least capacity slots (rounded up to a power of two,
@@ -119,7 +124,8 @@ int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
 
 /* Launches lost so far: refused plus those overwritten before being read.
  * Exact whenever no launch is in flight, read or not (unread launches are
- * counted by walking the ring as kd_ring_read would). */
+ * counted by walking the ring as kd_ring_read would; a later call walks only
+ * what was written since: Note [Counting lost launches]).  Reader side. */
 uint64_t kd_ring_lost(const kd_ring *r);
 
 /* Forget everything: cursor to head, counters to zero.  Reader side only,

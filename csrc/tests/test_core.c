@@ -137,6 +137,54 @@ static void test_ring_drop_new(void)
     kd_ring_free(r);
 }
 
+/* Note [Counting lost launches]: kd_ring_lost called again and again while
+ * the ring fills goes on from its last walk; its count stays exact through a
+ * launch in flight, a lap, a read and a clear. */
+static void test_ring_lost_incremental(void)
+{
+    kd_ring *r = kd_ring_new(64, KD_RING_OVERWRITE);
+    static collect c;
+    memset(&c, 0, sizeof c);
+    for (uint64_t i = 0; i < 5; i++) {
+        CHECK(write_launch(r, 3, i) == 1); /* 4 slots each */
+        CHECK(kd_ring_lost(r) == 0);
+    }
+    CHECK(r->lost_memo && r->lost_upto == 20 && r->lost_unread == 5); /* walked up to head */
+    /* a launch in flight stops the walk; one committed after it is unread, not lost */
+    uint64_t first;
+    CHECK(kd_ring_reserve(r, 4, &first) == 0 && first == 20);
+    CHECK(write_launch(r, 3, 6) == 1);
+    (void)kd_ring_lost(r); /* (counts launch 6 as lost while 5 is in flight: not exact then) */
+    CHECK(r->lost_upto == 20 && r->lost_unread == 5); /* stopped at the one in flight */
+    kd_payload *h = kd_ring_payload(r, first);
+    memset(h, 0, sizeof *h);
+    h->launch.tag = KD_TAG_LAUNCH;
+    h->launch.nargs = h->launch.nslots = 3;
+    for (uint32_t i = 1; i < 4; i++)
+        memset(kd_ring_payload(r, first + i), 0, sizeof(kd_payload));
+    CHECK(kd_ring_commit(r, first, 4) == 1);
+    CHECK(kd_ring_lost(r) == 0);
+    CHECK(r->lost_upto == 28 && r->lost_unread == 7); /* went on from 20 */
+    /* lap the ring: 10 more launches (40 slots, 68 in all): the oldest
+     * unread launches are overwritten; the walk starts afresh */
+    for (uint64_t i = 7; i < 17; i++)
+        CHECK(write_launch(r, 3, i) == 1);
+    CHECK(kd_ring_lost(r) == 1); /* 17 launches, 16 fit in 64 slots */
+    CHECK(!r->lost_memo);
+    CHECK(kd_ring_read(r, scratch, 4096, visit_collect, &c) == 16);
+    CHECK(kd_ring_lost(r) == 1);
+    for (uint64_t i = 17; i < 20; i++) {
+        CHECK(write_launch(r, 3, i) == 1);
+        CHECK(kd_ring_lost(r) == 1);
+    }
+    CHECK(r->lost_unread == 3);
+    kd_ring_clear(r);
+    CHECK(kd_ring_lost(r) == 0);
+    CHECK(write_launch(r, 3, 20) == 1);
+    CHECK(kd_ring_lost(r) == 0 && r->lost_unread == 1);
+    kd_ring_free(r);
+}
+
 static void test_ring_reuse(void)
 {
     kd_ring *r = kd_ring_new(16, KD_RING_OVERWRITE);
@@ -1010,6 +1058,7 @@ int main(void)
     test_ring_basic();
     test_ring_wrap_overwrite();
     test_ring_drop_new();
+    test_ring_lost_incremental();
     test_ring_reuse();
     test_ring_in_flight();
     test_ring_threads();
