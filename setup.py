@@ -81,6 +81,7 @@ C_SOURCES = [
     "csrc/kd_hash_py.c",
     "csrc/kd_tree.c",
     "csrc/kd_defer.c",
+    "csrc/kd_write_guard.c",
     "csrc/kd_trace_py.c",
     "csrc/kd_launch_table_py.c",
     "csrc/kd_hash_tree.c",

@@ -9,6 +9,7 @@
 #include "kd_cuda_describe.h"
 #include "kd_record.h"
 #include "kd_shim.h"
+#include "kd_write_guard.h"
 
 typedef struct hash_entry {
     void *storage;   /* kd_shim_storage_hold: keeps the memory allocated */
@@ -42,14 +43,21 @@ static struct {
     copy_entry ce[KD_CUDA_BATCH];
     kd_defer_stats st;
     char error[256];
+    int guard_held; /* KD_DEFER_GUARDED: the C++ write guard is installed for the queue */
 } Q;
 
 int kd_defer_set(int on)
 {
     int prev = Q.on;
-    if (!on)
+    if (on != KD_DEFER_OFF && on != KD_DEFER_GUARDED)
+        on = KD_DEFER_MODE;
+    if (on != prev)
         kd_defer_flush();
-    Q.on = on != 0;
+    if (on != KD_DEFER_GUARDED && Q.guard_held) {
+        kd_write_guard_release();
+        Q.guard_held = 0;
+    }
+    Q.on = on;
     return prev;
 }
 
@@ -92,6 +100,7 @@ int kd_defer_flush(void)
     int nu = Q.nu;
     Q.nh = Q.nc = Q.nu = 0;
     Q.bytes = 0;
+    kd_write_guard_arm(0);
     Q.st.flushes++;
     Q.st.pending = 0;
     if (nh) {
@@ -185,6 +194,14 @@ static void *enter(PyObject *src, const kd_cuda_tensor *t, int device, uint64_t 
                    uint64_t *sdata, uint64_t *lo, uint64_t *hi)
 {
     *sdata = 0;
+    if (Q.on == KD_DEFER_GUARDED && !Q.guard_held) { /* Note [C++ write guard]: before the first entry */
+        if (kd_write_guard_acquire() != 0) {
+            Q.st.guard_failures++;
+            set_error("deferring GPU work in kernels_only", kd_write_guard_error());
+            return NULL; /* not queued: the caller does it now */
+        }
+        Q.guard_held = 1;
+    }
     void *storage = Q.on ? kd_shim_storage_hold(src, sdata) : NULL;
     if (storage == NULL)
         return NULL;
@@ -200,6 +217,7 @@ static void queued(int device, uint64_t stream, uint64_t bytes)
     Q.bytes += bytes;
     Q.st.queued_bytes += bytes;
     Q.st.pending = (uint64_t)(Q.nh + Q.nc);
+    kd_write_guard_arm(1);
 }
 
 int kd_defer_hash(PyObject *src, const kd_cuda_tensor *t, int device, uint64_t stream, int kinds,

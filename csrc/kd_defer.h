@@ -40,7 +40,13 @@
 typedef void (*kd_defer_sink)(PyObject *owner, uint64_t aux, int w, int device, int64_t index,
                               const char *error);
 
-/* Turns deferral on or off; returns the previous setting. */
+/* Deferral modes: off; on while a dispatch mode guards aten ops (kd_op_writes.c);
+ * on with the C++ write guard installed from the first entry on (kernels_only,
+ * Note [C++ write guard] in kd_write_guard.c). */
+enum { KD_DEFER_OFF = 0, KD_DEFER_MODE = 1, KD_DEFER_GUARDED = 2 };
+
+/* Sets the deferral mode (KD_DEFER_*; other nonzero values: KD_DEFER_MODE),
+ * flushing when it changes; returns the previous one. */
 int kd_defer_set(int on);
 int kd_defer_enabled(void);
 
@@ -84,6 +90,7 @@ typedef struct kd_defer_stats {
     uint64_t flushes, hash_launches, copy_launches;
     uint64_t hazard_flushes, stream_flushes; /* flushes forced by a writer / another stream */
     uint64_t copy_failures, hash_failures;
+    uint64_t guard_failures; /* the C++ write guard could not be installed: done at once */
     uint64_t pending;
 } kd_defer_stats;
 

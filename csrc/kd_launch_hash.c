@@ -16,6 +16,7 @@
 #include "kd_shim.h"
 
 PyObject *kd_slow_hasher = NULL;
+uint64_t kd_direct_hash_launches = 0;
 PyObject *kd_custom_hasher = NULL;
 
 /* Once both sides of a checked read-only argument's hash are known: whether
@@ -122,6 +123,8 @@ void kd_batch_flush(kd_recorder *r, kd_gpu_batch *b, uint64_t base)
             j++;
         int64_t first = kd_cuda_hash_enqueue(b->device[i], b->stream, b->kinds[i], &b->t[i], j - i);
         const char *err = first < 0 ? kd_cuda_last_error() : NULL;
+        if (first >= 0)
+            kd_direct_hash_launches++;
         for (int k = i; k < j; k++)
             await_result(r, base + b->pos[k], b->w[k], b->device[k], first < 0 ? -1 : first + (k - i), err);
         i = j;

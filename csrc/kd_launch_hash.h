@@ -31,6 +31,9 @@ void kd_note_readonly_change(kd_recorder *r, kd_hash_rec *h);
 /* Hash kernels for the batch now, on its stream: one per run of up to
  * KD_CUDA_BATCH entries of one device and kind; entry i's hash record is at
  * ring ticket base + pos[i].  Empties the batch. */
+/* Hash kernels launched by kd_batch_flush (not deferred): defer_stats()'s direct_hash_launches.  GIL. */
+extern uint64_t kd_direct_hash_launches;
+
 void kd_batch_flush(kd_recorder *r, kd_gpu_batch *b, uint64_t base);
 
 /* Hands a batch to the deferred queue (Note [Deferred GPU work]); what the

@@ -18,6 +18,7 @@
 #include "kd_tree.h"
 #include "kd_types.h"
 #include "kd_view.h"
+#include "kd_write_guard.h"
 
 kd_strtab *kd_strings = NULL;
 const char *kd_dtype_names[256];
@@ -206,10 +207,14 @@ static PyObject *mod_set_hashers(PyObject *m, PyObject *args)
 static PyObject *mod_set_defer(PyObject *m, PyObject *arg)
 {
     (void)m;
-    int on = PyObject_IsTrue(arg);
-    if (on < 0)
+    long on = PyLong_AsLong(arg); /* KD_DEFER_*; a bool is 0 / 1 */
+    if (on == -1 && PyErr_Occurred())
         return NULL;
-    return PyBool_FromLong(kd_defer_set(on));
+    if (on < KD_DEFER_OFF || on > KD_DEFER_GUARDED) {
+        PyErr_SetString(PyExc_ValueError, "_set_defer: 0 (off), 1 (dispatch mode guards) or 2 (C++ write guard)");
+        return NULL;
+    }
+    return PyLong_FromLong(kd_defer_set((int)on));
 }
 
 static PyObject *mod_defer_flush(PyObject *m, PyObject *unused)
@@ -223,7 +228,9 @@ static PyObject *mod_defer_stats(PyObject *m, PyObject *unused)
     (void)m, (void)unused;
     kd_defer_stats st;
     kd_defer_get_stats(&st);
-    return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsKsKsKss}", "queued_hashes", (unsigned long long)st.queued_hashes,
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsKsKsKsKsKss}", "direct_hash_launches",
+                         (unsigned long long)kd_direct_hash_launches, "guard_failures",
+                         (unsigned long long)st.guard_failures, "queued_hashes", (unsigned long long)st.queued_hashes,
                          "shared_hashes", (unsigned long long)st.shared_hashes,
                          "queued_bytes", (unsigned long long)st.queued_bytes,
                          "queued_copies", (unsigned long long)st.queued_copies,
@@ -250,7 +257,7 @@ static PyObject *mod_empty_like(PyObject *m, PyObject *t)
 
 static PyMethodDef module_methods[] = {
     {"_empty_like", mod_empty_like, METH_O, "_empty_like(t): what record_outputs copies into (tests)."},
-    {"_set_defer", mod_set_defer, METH_O, "_set_defer(on) -> previous: batch GPU hashes / copies (Note [Deferred GPU work])."},
+    {"_set_defer", mod_set_defer, METH_O, "_set_defer(mode) -> previous: batch GPU hashes / copies: 0 off, 1 under a dispatch mode, 2 with the C++ write guard (Note [Deferred GPU work])."},
     {"defer_flush", mod_defer_flush, METH_NOARGS, "defer_flush(): launch every deferred GPU hash / copy now."},
     {"defer_stats", mod_defer_stats, METH_NOARGS, "defer_stats() -> counters of the deferred GPU work."},
     {"_set_hash_config", mod_set_hash_config, METH_VARARGS,
@@ -297,7 +304,7 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddObjectRef(m, "Recorder", (PyObject *)&kd_RecorderType) != 0 ||
         PyModule_AddObjectRef(m, "Launch", (PyObject *)&kd_LaunchType) != 0 ||
         kd_types_module_init(m) != 0 || kd_hash_py_module_init(m) != 0 || kd_tree_module_init(m) != 0 ||
-        kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 || kd_dispatch_module_init(m) != 0 || kd_op_observer_module_init(m) != 0 || kd_trace_module_init(m) != 0 || kd_launch_table_module_init(m) != 0 ||
+        kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 || kd_dispatch_module_init(m) != 0 || kd_op_observer_module_init(m) != 0 || kd_write_guard_module_init(m) != 0 || kd_trace_module_init(m) != 0 || kd_launch_table_module_init(m) != 0 ||
         PyModule_AddIntConstant(m, "KIND_TRITON", KD_KIND_TRITON) != 0 ||
         PyModule_AddIntConstant(m, "HASH_BITWISE", KD_HK_BITWISE) != 0 ||
         PyModule_AddIntConstant(m, "HASH_NORM", KD_HK_NORM) != 0 ||

@@ -102,6 +102,29 @@ uint64_t kd_shim_op_observer_add(int global, kd_op_want_fn want, kd_op_record_fn
  * Returns 0, or -1 on failure.  GIL held. */
 int kd_shim_op_observer_remove(uint64_t handle);
 
+/* Note [C++ write guard] (kd_write_guard.c): one byte range a dispatcher op
+ * is about to write, as the guard hands it over. */
+typedef struct kd_write_range {
+    int device_type, device_index;
+    uint64_t stream; /* the device's current stream (0: none) */
+    uint64_t lo, hi; /* bytes [lo, hi); lo == hi: empty */
+} kd_write_range;
+
+/* Asked without the GIL at the start of every dispatcher op on any thread:
+ * 0 nothing to guard (the callback returns at once), 1 guard writes of CUDA
+ * memory, 2 guard every write (tests: kdebug.testing.write_guard_probe). */
+typedef int (*kd_write_level_fn)(void);
+/* Called with the GIL held before the op runs: the ranges it writes (n of
+ * them), or unbounded = 1 when what it writes cannot be known (no schema, a
+ * written tensor without strided storage): then n is 0. */
+typedef void (*kd_write_guard_fn)(const char *op, const kd_write_range *w, int n, int unbounded);
+
+/* Adds the write guard: a global RecordFunction start callback with the op's
+ * inputs.  Reference-counted; returns 0, or -1 (kd_shim_last_error()).  GIL held. */
+int kd_shim_write_guard_add(kd_write_level_fn level, kd_write_guard_fn guard);
+/* Drops one add of the write guard, removing it with the last.  GIL held. */
+int kd_shim_write_guard_remove(void);
+
 /* The message of the last failure in this thread (static storage). */
 const char *kd_shim_last_error(void);
 

@@ -569,4 +569,167 @@ extern "C" int kd_shim_op_observer_remove(uint64_t handle)
     return -1;
 }
 
+// ---- the write guard (Note [C++ write guard] in kd_write_guard.c) ----
+namespace {
+
+kd_write_level_fn wg_level = nullptr; // set by kd_shim_write_guard_add (GIL)
+kd_write_guard_fn wg_guard = nullptr;
+int wg_refs = 0;                      // GIL
+uint64_t wg_handle = 0;
+
+constexpr int kMaxWrites = 64;
+
+// Appends the bytes tensor t covers to w (at most kMaxWrites); false when they
+// cannot be bounded (no strided storage, too many writes).  level 1 keeps only
+// CUDA tensors.
+bool add_write(const at::Tensor &t, int level, kd_write_range *w, int &n)
+{
+    if (!t.defined())
+        return true;
+    const c10::Device dev = t.device();
+    if (level < 2 && dev.type() != c10::DeviceType::CUDA)
+        return true; // a CPU write cannot touch the GPU queue
+    if (t.layout() != c10::kStrided || !t.has_storage() || n >= kMaxWrites)
+        return false;
+    const c10::TensorImpl *impl = t.unsafeGetTensorImpl();
+    const uint64_t data = reinterpret_cast<uint64_t>(t.const_data_ptr());
+    const int64_t item = static_cast<int64_t>(t.element_size());
+    int64_t min = 0, max = 0;
+    bool empty = false;
+    for (int64_t d = 0; d < impl->dim(); d++) {
+        const int64_t size = impl->sizes()[d], stride = impl->strides()[d];
+        if (size == 0)
+            empty = true;
+        const int64_t span = (size - 1) * stride;
+        if (span < 0)
+            min += span;
+        else
+            max += span;
+    }
+    kd_write_range &r = w[n++];
+    r.device_type = static_cast<int>(dev.type());
+    r.device_index = dev.index();
+    r.stream = 0; // CPU and the like have no stream handle
+    if (dev.type() == c10::DeviceType::CUDA && c10::impl::hasDeviceGuardImpl(dev.type()))
+        r.stream = reinterpret_cast<uint64_t>(c10::impl::getDeviceGuardImpl(dev.type())->getStream(dev).native_handle());
+    r.lo = r.hi = data;
+    if (!empty) {
+        r.lo = data + static_cast<uint64_t>(min * item);
+        r.hi = data + static_cast<uint64_t>((max + 1) * item);
+    }
+    return true;
+}
+
+// Start of every dispatcher op (any thread, with or without the GIL): when
+// something is to be guarded, the byte ranges of the tensors its schema says
+// it writes (alias_info isWrite: in-place self, out=, mutable lists) go to
+// the C side under the GIL before the op runs.
+std::unique_ptr<at::ObserverContext> write_guard_start(const at::RecordFunction &fn)
+{
+    kd_write_level_fn level_fn = wg_level;
+    const int level = level_fn != nullptr ? level_fn() : 0;
+    if (level == 0)
+        return nullptr;
+    kd_write_range w[kMaxWrites];
+    int n = 0;
+    bool unbounded = false;
+    char qual[256] = "?";
+    try {
+        std::optional<c10::OperatorName> opname = fn.operator_name();
+        if (!opname.has_value())
+            return nullptr; // a user's record_function scope, not an op: its ops come on their own
+        // parts of an op already guarded, run by intra-op workers whose caller may hold the GIL
+        if (at::in_parallel_region())
+            return nullptr;
+        if (opname->overload_name.empty())
+            std::snprintf(qual, sizeof qual, "%s", opname->name.c_str());
+        else
+            std::snprintf(qual, sizeof qual, "%s.%s", opname->name.c_str(), opname->overload_name.c_str());
+        auto handle = c10::Dispatcher::singleton().findOp(*opname);
+        c10::ArrayRef<const c10::IValue> ins = fn.inputs();
+        if (!handle.has_value() || !handle->hasSchema()) {
+            unbounded = true;
+        } else {
+            const c10::FunctionSchema &schema = handle->schema();
+            const auto &args = schema.arguments();
+            if (schema.is_vararg() || ins.size() != args.size())
+                unbounded = true;
+            for (size_t i = 0; i < args.size() && !unbounded; i++) {
+                const c10::AliasInfo *a = args[i].alias_info();
+                if (a == nullptr || !a->isWrite())
+                    continue;
+                const c10::IValue &v = ins[i];
+                if (v.isTensor()) {
+                    unbounded = !add_write(v.toTensor(), level, w, n);
+                } else if (v.isTensorList()) {
+                    auto list = v.toTensorList();
+                    for (size_t k = 0; k < list.size() && !unbounded; k++)
+                        unbounded = !add_write(list.get(k), level, w, n);
+                } else if (v.isList()) { // Tensor?[] and the like
+                    for (const c10::IValue &e : v.toListRef())
+                        if (e.isTensor() && !unbounded)
+                            unbounded = !add_write(e.toTensor(), level, w, n);
+                } else if (!v.isNone()) {
+                    unbounded = true; // a written value kdebug cannot read as tensors
+                }
+            }
+        }
+    } catch (...) {
+        unbounded = true; // any doubt: everything queued goes first
+    }
+    if (!unbounded && n == 0)
+        return nullptr; // writes nothing that matters here: no GIL
+    if (!Py_IsInitialized())
+        return nullptr;
+    PyGILState_STATE g = PyGILState_Ensure();
+    kd_write_guard_fn guard = wg_guard;
+    if (guard != nullptr)
+        guard(qual, w, unbounded ? 0 : n, unbounded ? 1 : 0);
+    PyGILState_Release(g);
+    return nullptr;
+}
+
+} // namespace
+
+extern "C" int kd_shim_write_guard_add(kd_write_level_fn level, kd_write_guard_fn guard)
+{
+    try {
+        wg_level = level;
+        wg_guard = guard;
+        if (wg_refs == 0) {
+            auto cb = at::RecordFunctionCallback(write_guard_start)
+                          .needsInputs(true)
+                          .scopes({at::RecordScope::FUNCTION});
+            wg_handle = at::addGlobalCallback(cb);
+        }
+        wg_refs++;
+        return 0;
+    } catch (const std::exception &e) {
+        set_error(e.what());
+    } catch (...) {
+        set_error("unknown C++ exception adding the write guard");
+    }
+    return -1;
+}
+
+extern "C" int kd_shim_write_guard_remove(void)
+{
+    try {
+        if (wg_refs <= 0) {
+            set_error("the write guard is not installed");
+            return -1;
+        }
+        if (--wg_refs == 0) {
+            at::removeCallback(wg_handle);
+            wg_handle = 0;
+        }
+        return 0;
+    } catch (const std::exception &e) {
+        set_error(e.what());
+    } catch (...) {
+        set_error("unknown C++ exception removing the write guard");
+    }
+    return -1;
+}
+
 extern "C" const char *kd_shim_last_error(void) { return last_error; }

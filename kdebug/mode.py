@@ -246,8 +246,12 @@ class DebugMode(_upstream.DebugMode):
     batch_gpu_work: queue GPU hashes and output copies and launch them in
         batches, each before anything could overwrite its tensors (Note
         [Deferred GPU work] in csrc/kd_defer.h).  Only where every writer is
-        seen: off under kernels_only and record_all_threads.  False launches
-        them one tensor at a time, right after each kernel.
+        seen: aten ops by the dispatch mode, or under kernels_only by a C++
+        dispatcher guard (Note [C++ write guard] in csrc/kd_write_guard.c);
+        off under record_all_threads.  Writers outside the dispatcher (raw
+        CUDA from C extensions, Triton kernels launched directly) stay
+        unseen: pass False there.  False launches them one tensor at a time,
+        right after each kernel.
     trace: a file path: the run is streamed to this trace file while it is
         recorded (whole chunks, at most every second while aten ops run, and
         at exit), so it survives a process that dies; ``kdebug.load`` reads it.
@@ -308,8 +312,12 @@ class DebugMode(_upstream.DebugMode):
         self._op_mode = (_C.OPS_ALL if self.op_path == "c++" else _C.OPS_EXTERN if self.record_extern_ops else 0)
         self._op_handle = None
         self.record_all_threads = f["record_all_threads"]
-        # aten ops on other threads are not intercepted: their writes would be unseen
-        self.batch_gpu_work = f["batch_gpu_work"] and not self.kernels_only and not self.record_all_threads
+        # aten ops on other threads are not intercepted: their writes would be unseen.
+        # Under kernels_only no dispatch mode sees aten ops: the C++ write guard
+        # does (Note [C++ write guard] in csrc/kd_write_guard.c), installed by
+        # the queue from its first GPU hash on
+        self.batch_gpu_work = f["batch_gpu_work"] and not self.record_all_threads
+        self._defer_mode = 0 if not self.batch_gpu_work else 2 if self.kernels_only else 1
         self._prev_defer = None
         self._defer_failures = 0
         self.record_final_state = f["record_final_state"]
@@ -585,7 +593,7 @@ class DebugMode(_upstream.DebugMode):
                 self._seen_at_enter = self._recorder.seen
             d = _C.defer_stats()
             self._defer_failures = d["hash_failures"] + d["copy_failures"]
-            prev_defer = _C._set_defer(self.batch_gpu_work)
+            prev_defer = _C._set_defer(self._defer_mode)
             undo.callback(_C._set_defer, prev_defer)
             if self._trace_path is not None:
                 if self._stream is None:

@@ -15,6 +15,7 @@ their module's globals.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import torch
 
@@ -234,3 +235,39 @@ def perturb_extern_output(name: str, occurrence: int = 0, value: float = 1):
         yield state
     finally:
         setattr(extern_kernels, name, orig)
+
+
+@dataclasses.dataclass(frozen=True)
+class GuardedWrite:
+    """One write the C++ write guard saw before an op ran (Note [C++ write
+    guard] in csrc/kd_write_guard.c): the op, the device (torch's DeviceType
+    number and index), the stream it would run on, the bytes [lo, hi) it may
+    write; ``unbounded`` when the guard could not tell what the op writes (it
+    flushes everything queued then)."""
+    op: str
+    device_type: int
+    device_index: int
+    stream: int
+    lo: int
+    hi: int
+    unbounded: bool
+
+
+@contextlib.contextmanager
+def write_guard_probe():
+    """Within the block, kdebug's C++ write guard looks at every dispatcher op
+    on every thread (CPU ones too, whether or not GPU work is queued) and logs
+    the byte ranges it would guard.  Yields a list, filled with GuardedWrite
+    records when the block ends; ops kdebug's log had no room for are counted
+    in ``lost`` of the dict ``write_guard_probe.last``."""
+    seen: list[GuardedWrite] = []
+    _C._write_guard_log()  # nothing from before
+    prev = _C._write_guard_probe(True)
+    try:
+        yield seen
+    finally:
+        if not prev:
+            _C._write_guard_probe(False)
+        log = _C._write_guard_log()
+        write_guard_probe.last = {"lost": log["lost"]}
+        seen.extend(GuardedWrite(**w) for w in log["writes"])

@@ -1,0 +1,121 @@
+"""The C++ write guard (Note [C++ write guard] in csrc/kd_write_guard.c): what
+it reads from a dispatcher op's schema as the bytes the op will write, before
+it runs.  On CPU through kdebug.testing.write_guard_probe (the same callback,
+logging every device's writes); the GPU side is tests/test_gpu_write_guard.py."""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+import kdebug
+from kdebug import DebugMode, _C
+from kdebug.testing import write_guard_probe
+
+CPU = 0  # c10::DeviceType::CPU
+
+
+def _extent(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes a strided view covers, from its Python-visible layout."""
+    lo = hi = 0
+    for size, stride in zip(t.shape, t.stride()):
+        span = (size - 1) * stride
+        if span < 0:
+            lo += span
+        else:
+            hi += span
+    p, e = t.data_ptr(), t.element_size()
+    return p + lo * e, p + (hi + 1) * e
+
+
+def _writes(seen, op):
+    return [w for w in seen if w.op == op]
+
+
+def test_out_and_in_place_writes_are_seen():
+    a, b = torch.randn(8, 16), torch.randn(8, 16)
+    out = torch.empty(8, 16)
+    base = torch.zeros(6, 10)
+    view = base[1:5, 1::3]  # strided, offset view
+    with write_guard_probe() as seen:
+        torch.add(a, b, out=out)
+        view.mul_(2)
+        torch.add(a, b)  # writes nothing it was given
+    (w,) = _writes(seen, "aten::add.out")
+    assert (w.lo, w.hi) == (out.data_ptr(), out.data_ptr() + out.numel() * 4)
+    assert w.device_type == CPU and not w.unbounded
+    (m,) = _writes(seen, "aten::mul_.Tensor")
+    assert (m.lo, m.hi) == _extent(view) and m.hi - m.lo < base.numel() * 4
+    assert not _writes(seen, "aten::add.Tensor")
+    assert write_guard_probe.last["lost"] == 0
+
+
+def test_mutated_tensor_lists_and_empty_views():
+    xs = [torch.randn(5), torch.randn(3, 2)]
+    e = torch.empty(0, 4)
+    with write_guard_probe() as seen:
+        torch._foreach_add_(xs, 1.0)
+        e.zero_()
+    ws = _writes(seen, "aten::_foreach_add_.Scalar")
+    assert [(w.lo, w.hi) for w in ws] == [_extent(x) for x in xs]
+    (z,) = _writes(seen, "aten::zero_")
+    assert z.lo == z.hi  # nothing to write: an empty range, not unbounded
+    assert not z.unbounded
+
+
+def test_writes_it_cannot_bound_flush_everything():
+    """A written tensor without strided storage (sparse): the guard cannot
+    say which bytes change, so it asks for a flush of everything queued."""
+    s = torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.tensor([1.0, 2.0]), (4,))
+    with write_guard_probe() as seen:
+        s.mul_(2)
+    ws = _writes(seen, "aten::mul_.Tensor")
+    assert ws and all(w.unbounded for w in ws)
+
+
+def test_other_threads_are_guarded():
+    """A global callback: ops on a thread kdebug never entered (it takes the
+    GIL there, which torch released around the op)."""
+    t = torch.zeros(32)
+    with write_guard_probe() as seen:
+        th = threading.Thread(target=lambda: t.add_(1))
+        th.start()
+        th.join()
+    (w,) = _writes(seen, "aten::add_.Tensor")
+    assert (w.lo, w.hi) == _extent(t)
+
+
+def test_extern_out_call_of_compiled_code_is_seen():
+    """Inductor's CPU code calls aten::mm with out= for a matmul it does not
+    lower: the guard sees that write into the buffer it allocated."""
+    @torch.compile(backend="inductor")
+    def f(x, w):
+        return torch.relu(x @ w) + 1
+
+    x, w = torch.randn(32, 64), torch.randn(64, 48)
+    f(x, w)
+    with write_guard_probe() as seen:
+        f(x, w)
+    mm = [w_ for w_ in seen if w_.op in ("aten::mm.out", "aten::addmm.out")]
+    assert mm, sorted({w_.op for w_ in seen})
+    assert all(w_.hi - w_.lo == 32 * 48 * 4 for w_ in mm)
+
+
+def test_kernels_only_defers_with_the_guard_installed_lazily():
+    """kernels_only turns deferral on with the C++ guard (mode 2); on CPU no
+    GPU hash is ever queued, so the guard is never installed and costs
+    nothing.  Leaving the mode restores the previous setting."""
+    assert _C.write_guard_stats()["installed"] == 0
+    before = _C._set_defer(0)
+    _C._set_defer(before)
+    with DebugMode(kernels_only=True):
+        with DebugMode.log_tensor_hashes("bitwise"):
+            assert _C._set_defer(2) == 2  # what the mode set
+            torch.randn(4).add_(1)
+        assert _C.write_guard_stats()["installed"] == 0
+    assert _C._set_defer(before) == before
+    with DebugMode(kernels_only=True, batch_gpu_work=False):
+        assert _C._set_defer(0) == 0
+        _C._set_defer(0)
+    with DebugMode():
+        assert _C._set_defer(1) == 1  # the dispatch-mode path: unchanged
