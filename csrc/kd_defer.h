@@ -2,9 +2,11 @@
  *
  * Note [Deferred GPU work]
  * Hashing or copying each tensor right after the launch that wrote it costs
- * one kernel launch per tensor (~250 per transformer step).  Instead, while a
- * DebugMode intercepts aten ops (so every writer of GPU memory that kdebug
- * can know of is seen: recorded kernels and aten ops), the work is queued
+ * one kernel launch per tensor (~250 per transformer step).  Instead, while
+ * every writer of GPU memory that kdebug can know of is seen (recorded
+ * kernels, and aten ops: intercepted by the DebugMode's dispatch mode, or
+ * under kernels_only, which pushes none, by the C++ write guard: Note [C++
+ * write guard] in kd_write_guard.c, installed from the first entry), the work is queued
  * here with a strong reference to its tensor (so the caching allocator cannot
  * hand the memory to anyone else) and launched as one hash kernel and one
  * copy kernel per KD_CUDA_BATCH tensors, on the stream the tensors were
@@ -17,7 +19,18 @@
  *   - the batch is full, or more than KD_DEFER_MAX_BYTES are held;
  *   - results are read, a hash / record context or the DebugMode exits,
  *     a CUDA graph or AOTInductor model (unseen writers) is about to run.
- * Without aten interception (kernels_only) nothing is deferred.
+ * Under kernels_only the op guard is the C++ one (mode KD_DEFER_GUARDED); the
+ * flush points above are the same.  Off under record_all_threads.
+ * Writers kdebug cannot see, in either mode: GPU memory written outside the
+ * dispatcher and outside Inductor's hooked launcher -- raw CUDA from C
+ * extensions that are not torch ops, Triton kernels launched directly (a
+ * user's @triton.jit called eagerly), other libraries' cudaMemcpy / NCCL
+ * calls, custom ops whose schema hides a mutation, and compiled code run on
+ * a thread kdebug does not record.  A queued hash of a tensor they overwrite
+ * would hash the later bytes (kdebug cannot detect that cheaply: the write
+ * is invisible to it by definition); DebugMode(batch_gpu_work=False) /
+ * FlightRecorder(batch_gpu_work=False) hash each tensor right after its
+ * kernel for programs that have such writers.
  * Pre-launch hashes of arguments a launch only reads are deferred too (the
  * launch cannot change them) except under check_inputs_unchanged, whose
  * point is to catch launches that do.

@@ -15,16 +15,19 @@ What one step costs.  The recorder is a kdebug DebugMode(kernels_only=True)
 what every kernel writes (log_tensor_hashes("bitwise")).  Per kernel that is
 the launch hook and nothing else: the launch is described into the ring
 (Note [Ring protocol]), its CPU outputs are hashed by C code in the hook, its
-CUDA outputs by kdebug's hash kernel queued on the kernel's stream right
-after it, whose results go to the device result ring and are not read back
-(Note [Hashing on the GPU]; batching across launches needs aten interception,
-Note [Deferred GPU work], so it is off here).  ``step()`` reads one counter
-(the recorder's launch index: launches [a, b) are step s; ``Recorder.seen``
-and ``slots_used``, O(1), never ``stats()``, whose count of lost launches
-walks the undrained ring: Note [Counting lost launches] in
-csrc/core/kd_ring.c) and, every ``every`` steps, compares.  Nothing is drained, digested or synchronized in
-between, unless the ring is more than half full (then it is drained early:
-one device synchronization, never per kernel).
+CUDA outputs by kdebug's hash kernel on the kernel's stream, whose results
+go to the device result ring and are not read back (Note [Hashing on the
+GPU]).  The hashes are deferred and launched in batches (Note [Deferred GPU
+work]); with no dispatch mode, the C++ write guard flushes them before any
+aten op that would overwrite a queued tensor (Note [C++ write guard] in
+csrc/kd_write_guard.c); ``batch_gpu_work=False`` launches one per kernel.
+``step()`` reads one counter (the recorder's launch index: launches [a, b)
+are step s; ``Recorder.seen`` and ``slots_used``, O(1), never ``stats()``,
+whose count of lost launches walks the undrained ring: Note [Counting lost
+launches] in csrc/core/kd_ring.c) and, every ``every`` steps, compares.
+Nothing is drained, digested or synchronized in between, unless the ring is
+more than half full (then it is drained early: one device synchronization,
+never per kernel).
 
 Digests.  At a compare (and at a dump) the ring is drained into the
 recorder's table (one device synchronization collects the GPU hashes), and
@@ -176,6 +179,11 @@ class FlightRecorder:
         protocol]); it is drained early when more than half full.
     group: the process group to compare on (default: the default group).
     signals: the signals whose arrival dumps (then the previous handler runs).
+    batch_gpu_work: queue GPU hashes and launch them in batches, guarded
+        against aten ops that would overwrite them (Note [C++ write guard] in
+        csrc/kd_write_guard.c); False where GPU memory is written outside
+        the dispatcher (raw CUDA from C extensions, Triton kernels launched
+        directly): one hash kernel per launch, as before.
 
     Use ``with fr:`` around the training loop and call ``fr.step()`` at the
     end of each step (or ``fr.attach(optimizer)``), or enter ``with fr:``
@@ -185,7 +193,7 @@ class FlightRecorder:
 
     def __init__(self, every: int = 100, keep_steps: int = 4, *, trace: str = "flight.kdt",
                  keep_digests: int = 1 << 16, ring_capacity: int = 1 << 20, group: Any = None,
-                 signals: tuple = (signal.SIGTERM, signal.SIGINT)) -> None:
+                 signals: tuple = (signal.SIGTERM, signal.SIGINT), batch_gpu_work: bool = True) -> None:
         for name, v, lo in (("every", every, 1), ("keep_steps", keep_steps, 1), ("keep_digests", keep_digests, 0)):
             if type(v) is not int or v < lo:
                 raise ValueError(f"FlightRecorder({name}={v!r}): give an int >= {lo}")
@@ -198,7 +206,8 @@ class FlightRecorder:
         self.trace = os.fspath(trace)
         self.group = group
         self._signals = tuple(signals)
-        self._dm = DebugMode(kernels_only=True, ring_capacity=ring_capacity, overflow="overwrite")
+        self._dm = DebugMode(kernels_only=True, ring_capacity=ring_capacity, overflow="overwrite",
+                             batch_gpu_work=batch_gpu_work)
         self._rec = self._dm._recorder
         self._hash_ctx = None
         self._depth = 0
