@@ -620,6 +620,17 @@ bool add_write(const at::Tensor &t, int level, kd_write_range *w, int &n)
     return true;
 }
 
+// Whether ops of qualified name `name`'s namespace declare every argument they
+// write in their schema (alias_info isWrite).
+bool trusted_namespace(const std::string &name)
+{
+    static const char *const trusted[] = {"aten::", "prim::", "prims::", "_c10d_functional::"};
+    for (const char *t : trusted)
+        if (name.compare(0, std::strlen(t), t) == 0)
+            return true;
+    return false;
+}
+
 // Start of every dispatcher op (any thread, with or without the GIL): when
 // something is to be guarded, the byte ranges of the tensors its schema says
 // it writes (alias_info isWrite: in-place self, out=, mutable lists) go to
@@ -654,10 +665,12 @@ std::unique_ptr<at::ObserverContext> write_guard_start(const at::RecordFunction 
             const auto &args = schema.arguments();
             if (schema.is_vararg() || ins.size() != args.size())
                 unbounded = true;
+            bool annotated = false;
             for (size_t i = 0; i < args.size() && !unbounded; i++) {
                 const c10::AliasInfo *a = args[i].alias_info();
                 if (a == nullptr || !a->isWrite())
                     continue;
+                annotated = true;
                 const c10::IValue &v = ins[i];
                 if (v.isTensor()) {
                     unbounded = !add_write(v.toTensor(), level, w, n);
@@ -673,6 +686,14 @@ std::unique_ptr<at::ObserverContext> write_guard_start(const at::RecordFunction 
                     unbounded = true; // a written value kdebug cannot read as tensors
                 }
             }
+            // Outside the namespaces whose schemas declare every mutation
+            // (aten, prims, functional collectives), an op that declares none
+            // but takes tensors may still write them: c10d::allreduce_ and
+            // the other eager collectives do, custom ops may.  Doubt: flush.
+            if (!annotated && !unbounded && !trusted_namespace(opname->name))
+                for (const c10::IValue &v : ins)
+                    if (v.isTensor() || v.isTensorList() || v.isList())
+                        unbounded = true;
         }
     } catch (...) {
         unbounded = true; // any doubt: everything queued goes first

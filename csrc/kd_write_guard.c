@@ -23,7 +23,11 @@
  *     when they overlap queued work or run on another stream.  An op with no
  *     schema, a vararg schema, inputs that do not match it, a written value
  *     that is no tensor, or a written tensor without strided storage: the
- *     queue is flushed before it runs.  Ops that write only CPU memory take
+ *     queue is flushed before it runs.  So is an op that takes tensors and
+ *     declares no write, outside the namespaces whose schemas declare every
+ *     mutation (aten, prim, prims, _c10d_functional): the eager collectives'
+ *     schemas (c10d::allreduce_(Tensor[] tensors, ...)) do not annotate the
+ *     tensors NCCL writes, and a custom op's may not.  Ops that write only CPU memory take
  *     no GIL.  Ops run by intra-op workers (at::parallel_for) are parts of an
  *     op already guarded, and their caller may hold the GIL: skipped.
  *   - Writers still unseen.  Anything that writes GPU memory outside the

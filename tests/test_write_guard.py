@@ -119,3 +119,47 @@ def test_kernels_only_defers_with_the_guard_installed_lazily():
         _C._set_defer(0)
     with DebugMode():
         assert _C._set_defer(1) == 1  # the dispatch-mode path: unchanged
+
+
+def test_unannotated_ops_outside_aten_flush_everything():
+    """An op outside aten whose schema declares no write but takes tensors
+    (as the eager c10d collectives, which write theirs): any doubt, flush."""
+    lib = torch.library.Library("kdebug_wg_test", "DEF")
+    try:
+        lib.define("bump(Tensor x) -> ()")  # mutates x without saying so
+        def bump(x):
+            x.add_(1)
+
+        lib.impl("bump", bump, "CPU")
+        lib.define("bump_declared(Tensor(a!) x) -> ()")
+        lib.impl("bump_declared", bump, "CPU")
+        t = torch.zeros(8)
+        with write_guard_probe() as seen:
+            torch.ops.kdebug_wg_test.bump(t)
+            torch.ops.kdebug_wg_test.bump_declared(t)
+        (u,) = _writes(seen, "kdebug_wg_test::bump")
+        assert u.unbounded
+        (d,) = _writes(seen, "kdebug_wg_test::bump_declared")
+        assert not d.unbounded and (d.lo, d.hi) == _extent(t)
+        assert torch.equal(t, torch.full((8,), 2.0))  # the ops ran: the guard only looked
+    finally:
+        lib._destroy()
+
+
+def test_eager_collectives_flush_everything(tmp_path):
+    """c10d::allreduce_ (gloo, one rank) declares no write in its schema but
+    writes its tensors: the guard asks for a flush before it runs."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        import pytest
+        pytest.skip("a process group is already initialized in this process")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        t = torch.ones(16)
+        with write_guard_probe() as seen:
+            dist.all_reduce(t)
+        ws = [w for w in seen if w.op.startswith("c10d::allreduce_")]
+        assert ws and all(w.unbounded for w in ws)
+    finally:
+        dist.destroy_process_group()
