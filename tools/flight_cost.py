@@ -1,0 +1,98 @@
+"""Where FlightRecorder's cost per step goes, side by side in one process:
+untraced, DebugMode(kernels_only) alone, with log_tensor_hashes("bitwise")
+batched (the C++ write guard, Note [C++ write guard]) and one hash per kernel
+(batch_gpu_work=False), and FlightRecorder (every=10 and never comparing).
+
+    python tools/flight_cost.py --device cuda [--workload gpu-bound] [--rounds 7] [--steps 20]
+
+Median ms / step over interleaved rounds (wall time, the device synchronized
+at each loop's start and end), and hash kernel launches per step (kdebug's
+counters: batched + one at a time).  Not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import kdebug
+from kdebug import DebugMode, _C
+from kdebug.workloads import Transformer, train_step_fn
+
+SIZES = {("cuda", "transformer"): (4, 512, 8, (8, 256)), ("cuda", "gpu-bound"): (4, 1024, 16, (32, 512)),
+         ("cpu", "transformer"): (2, 128, 4, (4, 64)), ("cpu", "gpu-bound"): (2, 256, 4, (8, 128))}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--workload", choices=["transformer", "gpu-bound"], default="transformer")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--steps", type=int, default=20)
+    a = p.parse_args()
+    dev = a.device
+    blocks, d, heads, shape = SIZES[(dev, a.workload)]
+    torch.manual_seed(0)
+    model = Transformer(blocks, d, heads).to(dev)
+    x = torch.randn(*shape, d, device=dev)
+    step = train_step_fn(model)
+    for _ in range(5):
+        step(x)
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+
+    def plain(n):
+        for _ in range(n):
+            step(x)
+
+    def ko(hashes, batch=True):
+        def run(n):
+            with DebugMode(kernels_only=True, batch_gpu_work=batch):
+                if hashes:
+                    with DebugMode.log_tensor_hashes("bitwise"):
+                        plain(n)
+                else:
+                    plain(n)
+        return run
+
+    def flight(every):
+        fr = kdebug.FlightRecorder(every=every, keep_steps=4, trace="/tmp/kdebug_flight_cost.kdt")
+
+        def run(n):
+            with fr:
+                for _ in range(n):
+                    step(x)
+                    fr.step()
+        return run
+
+    modes = {"untraced": plain, "kernels_only": ko(False), "ko+bitwise batched": ko(True),
+             "ko+bitwise per kernel": ko(True, batch=False), "flight every=10": flight(10),
+             "flight never compares": flight(10 ** 9)}
+    times = {k: [] for k in modes}
+    counts = {k: [0, 0] for k in modes}  # hash kernel launches, steps
+    for m in modes.values():
+        m(2)
+    for _ in range(a.rounds):
+        for k, m in modes.items():
+            s0 = _C.defer_stats()
+            sync()
+            t0 = time.perf_counter()
+            m(a.steps)
+            sync()
+            times[k].append((time.perf_counter() - t0) * 1e3 / a.steps)
+            s1 = _C.defer_stats()
+            counts[k][0] += (s1["hash_launches"] - s0["hash_launches"]) + \
+                (s1["direct_hash_launches"] - s0["direct_hash_launches"])
+            counts[k][1] += a.steps
+    base = statistics.median(times["untraced"])
+    print(f"{dev} {a.workload}: {blocks} blocks d={d} batch {shape}; {a.rounds} rounds x {a.steps} steps")
+    print("| mode | ms / step | x untraced | min ms | hash kernel launches / step |")
+    print("|---|---|---|---|---|")
+    for k, v in times.items():
+        m = statistics.median(v)
+        print(f"| {k} | {m:.3f} | {m / base:.3f} | {min(v):.3f} | {counts[k][0] / counts[k][1]:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
