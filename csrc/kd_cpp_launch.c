@@ -74,16 +74,39 @@ typedef struct cpp_pending {
     kd_recorder *r; /* strong reference while active */
     kd_pending p;
     int n;
+    const char *kernel_name;         /* the generated code's string literals */
+    const char *const *arg_names;
     PyObject *objs[KD_CPP_MAX_ARGS]; /* strong references while active */
 } cpp_pending;
 
 static _Thread_local cpp_pending tls_cpp;
 static unsigned long long cpp_calls[2]; /* GIL; tests: phases seen with a recorder */
+static PyObject *cpp_fault_hook = NULL; /* GIL; tests: kdebug.testing plants faults through it */
+
+/* Tests only (kdebug.testing.perturb_kernel_output): the fault hook, if set,
+ * runs after the kernel, before its record is completed, with the kernel's
+ * name and its {argument name: tensor}; what it raises is counted. */
+static void run_fault_hook(kd_recorder *r, cpp_pending *c)
+{
+    PyObject *d = PyDict_New();
+    for (int i = 0; d != NULL && i < c->n; i++)
+        if (PyDict_SetItemString(d, c->arg_names[i], c->objs[i]) != 0)
+            Py_CLEAR(d);
+    PyObject *res = d != NULL ? PyObject_CallFunction(cpp_fault_hook, "sO", c->kernel_name, d) : NULL;
+    if (res == NULL) {
+        PyErr_Clear();
+        kd_recorder_error(r, "kdebug.testing's C++-wrapper fault hook raised");
+    }
+    Py_XDECREF(res);
+    Py_XDECREF(d);
+}
 
 /* Ends the pending launch of this thread (GIL held) and drops its references. */
 static void finish(int raised)
 {
     cpp_pending *c = &tls_cpp;
+    if (cpp_fault_hook != NULL && !raised)
+        run_fault_hook(c->r, c);
     kd_launch_end(c->r, &c->p, c->objs, c->n, raised);
     for (int i = 0; i < c->n; i++)
         Py_DECREF(c->objs[i]);
@@ -145,6 +168,8 @@ static int begin(kd_recorder *r, int kind, const char *kernel_name, int n, const
     Py_INCREF(r);
     c->r = r;
     c->n = n;
+    c->kernel_name = kernel_name;
+    c->arg_names = arg_names;
     memset(&kd_tls_capture, 0, sizeof kd_tls_capture); /* no launcher reports a grid here */
     kd_launch_begin(r, &info, c->objs, n, stream, &c->p);
     c->active = 1;
@@ -188,7 +213,21 @@ static PyObject *kd_cpp_launch_stats(PyObject *m, PyObject *unused)
     return Py_BuildValue("{sKsK}", "before", cpp_calls[0], "after", cpp_calls[1]);
 }
 
+/* _cpp_launch_fault_hook(fn or None): tests only (run_fault_hook). */
+static PyObject *kd_cpp_launch_fault_hook(PyObject *m, PyObject *fn)
+{
+    (void)m;
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "_cpp_launch_fault_hook takes a callable or None");
+        return NULL;
+    }
+    Py_XSETREF(cpp_fault_hook, fn == Py_None ? NULL : Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef cpp_launch_methods[] = {
+    {"_cpp_launch_fault_hook", kd_cpp_launch_fault_hook, METH_O,
+     "_cpp_launch_fault_hook(fn or None): tests only; fn(kernel_name, {arg: tensor}) after each C++-wrapper launch."},
     {"_cpp_launch_stats", kd_cpp_launch_stats, METH_NOARGS,
      "_cpp_launch_stats() -> {'before', 'after'}: C++-wrapper launch phases that found a recorder."},
     {NULL, NULL, 0, NULL},

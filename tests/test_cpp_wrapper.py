@@ -1,0 +1,178 @@
+"""Kernel launches of Inductor's C++ wrapper and of AOTInductor packages,
+recorded through kdebug's C++ launch hook (Note [C++ wrapper launches] in
+csrc/kd_cpp_launch.c), checked against the default (Python) wrapper's
+recording of the same function."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kdebug
+from kdebug import DebugMode, KdebugWarning
+from kdebug.compare import compare
+from kdebug.testing import perturb_kernel_output
+
+
+def _f(x, y):
+    a = torch.sin(x) + y
+    b = a @ y  # an extern call between two fused kernels
+    return (b * 2).relu() - a.sum(), b.cos()
+
+
+def _inputs(device="cpu"):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(16, 16, generator=g).to(device), torch.randn(16, 16, generator=g).to(device)
+
+
+def _record(fn, *args):
+    with DebugMode() as dm:
+        with DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            out = fn(*args)
+    return dm, out
+
+
+def _launches(dm):
+    return [(k.kernel_name, list(k.arg_names), dict(k.roles), k.post_hashes) for k in dm.kernels]
+
+
+def _compile(cpp_wrapper: bool):
+    torch._dynamo.reset()
+    return torch.compile(_f, options={"cpp_wrapper": cpp_wrapper})
+
+
+def test_cpp_wrapper_launches_equal_the_python_wrappers():
+    x, y = _inputs()
+    py_dm, py_out = _record(_compile(False), x, y)
+    cw = _compile(True)
+    cw_dm, cw_out = _record(cw, x, y)  # compiled inside the recording: hooked
+    torch.testing.assert_close(cw_out, py_out)
+    assert cw_dm.complete and py_dm.complete
+    assert kdebug._C._cpp_launch_stats()["before"] > 0
+    assert _launches(cw_dm) == _launches(py_dm) and len(cw_dm.kernels) >= 2
+    assert all(isinstance(k, kdebug._CppKernelCall) for k in cw_dm.kernels)
+    # pre-launch hashes too: what each kernel read
+    assert [k.pre_hashes for k in cw_dm.kernels] == [k.pre_hashes for k in py_dm.kernels]
+    # a second recorded run of the same hooked module: the same records
+    again, _ = _record(cw, x, y)
+    assert again.complete and _launches(again) == _launches(cw_dm)
+    # outside a recording the hooked module runs and records nothing
+    before = kdebug._C._cpp_launch_stats()
+    torch.testing.assert_close(cw(x, y), py_out)
+    assert kdebug._C._cpp_launch_stats() == before
+
+
+def _g(x, y):  # kernels only: extern calls under cpp_wrapper are not recorded yet
+    return (torch.sin(x) + y).relu() * y.sum()
+
+
+def test_planted_fault_under_cpp_wrapper_is_named_by_compare():
+    x, y = _inputs()
+    torch._dynamo.reset()
+    cw = torch.compile(_g, options={"cpp_wrapper": True})
+    base, _ = _record(cw, x, y)
+    k0 = base.kernels[0].kernel_name
+    written = [n for n, r in base.kernels[0].roles.items() if "W" in r]
+    with perturb_kernel_output(k0, written[0], cpp_wrapper=True) as hit:
+        bad, _ = _record(cw, x, y)
+    assert hit["hits"] == 1
+    r = compare(base, bad)
+    d = r.divergence
+    assert not r.ok and d.kind == "output" and d.step_a.name == k0 and d.arg == written[0]
+    assert f"FIRST DIVERGENCE: kernel #0 {k0}" in str(r)
+
+
+def test_warm_cache_never_reuses_an_unhooked_module(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    x, y = _inputs()
+    with torch._inductor.config.patch(fx_graph_cache=True):
+        cw = _compile(True)
+        cw(x, y)  # outside a recording: un-hooked, and cached
+        cw = _compile(True)  # the same graph again, compiled inside a recording
+        dm, _ = _record(cw, x, y)
+    assert dm.complete and dm.kernel_stats["bypassed_graph_calls"] == {}
+    assert len(dm.kernels) >= 2
+
+
+def test_unhooked_cpp_wrapper_module_is_refused():
+    x, y = _inputs()
+    cw = _compile(True)
+    cw(x, y)  # compiled outside any recording
+    with pytest.warns(KdebugWarning, match="cpp_wrapper.*NOT recorded.*recompiled with the hook"):
+        dm, _ = _record(cw, x, y)
+    assert not dm.complete and dm.kernel_stats["bypassed_graph_calls"] == {"cpp_wrapper": 1}
+
+
+class _M(torch.nn.Module):
+    def forward(self, x, y):
+        return _f(x, y)
+
+
+def _aoti(tmp_path, name, device="cpu"):
+    x, y = _inputs(device)
+    ep = torch.export.export(_M(), (x, y))
+    path = torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp_path / f"{name}.pt2"))
+    return path, (x, y)
+
+
+def test_aoti_package_compiled_under_kdebug_records_its_kernels(tmp_path):
+    x, y = _inputs()
+    py_dm, py_out = _record(_compile(False), x, y)
+    with DebugMode():  # recording while compiling: the package gets the hook
+        path, args = _aoti(tmp_path, "hooked")
+    model = torch._inductor.aoti_load_package(path)
+    dm, out = _record(model, *args)
+    torch.testing.assert_close(out, py_out)
+    assert dm.complete, dm.kernel_stats
+    names = [k.kernel_name for k in dm.kernels]
+    assert names and all(n.startswith("cpp_fused") for n in names)
+    # the same output hashes as the Python wrapper's kernels
+    assert sorted(map(str, (k.post_hashes for k in dm.kernels))) == \
+        sorted(map(str, (k.post_hashes for k in py_dm.kernels)))
+
+
+def test_unhooked_aoti_package_is_refused_loudly(tmp_path):
+    path, args = _aoti(tmp_path, "plain")  # compiled outside any recording
+    model = torch._inductor.aoti_load_package(path)
+    with pytest.warns(KdebugWarning, match="AOTInductor.*NOT recorded.*inside a kdebug DebugMode"):
+        dm, _ = _record(model, *args)
+    assert not dm.complete and dm.kernel_stats["bypassed_graph_calls"] == {"AOTInductor": 1}
+    assert dm.kernels == [] or len(dm.kernels) == 0
+
+
+# ---------------------------------------------------------------- GPU (Triton kernels from C++)
+
+@pytest.mark.gpu
+def test_gpu_cpp_wrapper_triton_launches_equal_the_python_wrappers():
+    x, y = _inputs("cuda")
+    py_dm, py_out = _record(_compile(False), x, y)
+    cw_dm, cw_out = _record(_compile(True), x, y)
+    torch.testing.assert_close(cw_out, py_out)
+    assert cw_dm.complete, cw_dm.kernel_stats
+    assert [(k.kernel_name, k.post_hashes) for k in cw_dm.kernels] == \
+        [(k.kernel_name, k.post_hashes) for k in py_dm.kernels]
+    assert all(isinstance(k, kdebug._TritonKernelCall) for k in cw_dm.kernels)
+
+
+@pytest.mark.gpu
+def test_gpu_cpp_wrapper_planted_fault_is_named(tmp_path):
+    x, y = _inputs("cuda")
+    cw = _compile(True)
+    base, _ = _record(cw, x, y)
+    k0 = base.kernels[0].kernel_name
+    written = [n for n, r in base.kernels[0].roles.items() if "W" in r]
+    with perturb_kernel_output(k0, written[0], cpp_wrapper=True) as hit:
+        bad, _ = _record(cw, x, y)
+    assert hit["hits"] == 1
+    d = compare(base, bad).divergence
+    assert d.kind == "output" and d.step_a.name == k0
+
+
+@pytest.mark.gpu
+def test_gpu_aoti_package_records_triton_kernels(tmp_path):
+    with DebugMode():
+        path, args = _aoti(tmp_path, "hooked_gpu", "cuda")
+    model = torch._inductor.aoti_load_package(path)
+    dm, _ = _record(model, *args)
+    assert dm.complete, dm.kernel_stats
+    assert dm.kernels and all(k.kernel_name.startswith("triton_") for k in dm.kernels)
+    assert all(k.post_hashes for k in dm.kernels)
