@@ -314,14 +314,16 @@ def _wrap_loaded_modules() -> None:
 
 # ---------------------------------------------------------------- bypass paths
 
-def graph_bypass_reason(graph) -> str | None:
+def graph_bypass_reason(graph, hooked_ok: bool = True) -> str | None:
     """Why a compiled graph's launches are not recorded, or None.  A C++
     wrapper module lowered under this kdebug's recording reports its
-    launches (Note [C++ wrapper launches])."""
+    launches (Note [C++ wrapper launches]) unless hooked_ok is False (its
+    kernels are still not callable from Python: the accuracy check)."""
     fx_kwargs = getattr(graph, "fx_kwargs", None) or {}
-    if fx_kwargs.get("aot_mode") and not cpp_launch.graph_hooked(graph):
+    hooked = hooked_ok and cpp_launch.graph_hooked(graph)
+    if fx_kwargs.get("aot_mode") and not hooked:
         return "AOTInductor"
-    if fx_kwargs.get("cpp_wrapper") and not cpp_launch.graph_hooked(graph):
+    if fx_kwargs.get("cpp_wrapper") and not hooked:
         return "cpp_wrapper"
     cudagraphs = fx_kwargs.get("cudagraphs")
     if cudagraphs is not None and bool(getattr(cudagraphs, "value", cudagraphs)):
