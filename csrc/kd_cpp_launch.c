@@ -51,11 +51,23 @@
  * next launch on the thread.  What cannot be recorded (too many
  * arguments, a handle that is no tensor) is counted on the recorder
  * (unrecorded) with its reason; nothing raises into the generated code.
+ *
+ * Extern calls.  The C++ wrappers call extern kernels through C-shim
+ * functions (aoti_torch_cpu_mm_out) that call at::cpu:: / at::cuda::
+ * directly, outside the dispatcher: neither upstream's mode nor Note [C++ op
+ * observer] sees them, although the Python wrapper's extern_kernels.mm(...,
+ * out=) is an aten op both see.  out= calls (ExternKernelOut: mm, addmm,
+ * bmm, convolution, ...) are reported like kernels, kind KD_KIND_ATEN, named
+ * as the op observer names them ("aten::mm.out"), `out` written and the
+ * schema's other tensor arguments read: their output hashes equal the
+ * Python path's op hashes.  Every other C-shim call (fallbacks whose
+ * outputs the shim allocates) reports phase KD_CPP_UNRECORDED and is counted
+ * as unrecorded, so such a recording is not complete and says which call.
+ *
  * Not seen: scalar arguments (only tensors are passed), the grid of Triton
- * launches, extern shim calls (aoti_torch_cpu_mm_out: outside the
- * dispatcher, so neither upstream's mode nor Note [C++ op observer] sees
- * them), kernels of the CPU Triton backend and of array-ref (stack
- * allocated) AOTI models.
+ * launches, kernels of the CPU Triton backend and of array-ref (stack
+ * allocated) AOTI models, whose graphs get no hook (their calls are not
+ * counted: kdebug/cpp_launch.py).
  */
 #include "kd_cpp_launch.h"
 
@@ -192,12 +204,17 @@ int kd_cpp_launch(int phase, int kind, const char *kernel_name, int n, const cha
         kd_recorder *r = kd_active_recorder();
         if (r != NULL) {
             cpp_calls[0]++;
-            rc = begin(r, kind == KD_KIND_TRITON ? KD_KIND_TRITON : KD_KIND_CPP,
+            rc = begin(r, kind == KD_KIND_TRITON || kind == KD_KIND_ATEN ? kind : KD_KIND_CPP,
                        kernel_name != NULL ? kernel_name : "?", n, arg_names, handles, roles);
         }
-    } else if (c->active) {
+    } else if (phase == KD_CPP_AFTER && c->active) {
         cpp_calls[1]++;
         finish(0);
+    } else if (phase == KD_CPP_UNRECORDED) {
+        kd_recorder *r = kd_active_recorder();
+        if (r != NULL)
+            rc = refuse(r, kernel_name != NULL ? kernel_name : "?",
+                        "an extern call of C++-wrapper code that kdebug does not describe");
     }
     PyErr_Clear();
     PyErr_Restore(et, ev, etb);

@@ -8,7 +8,7 @@
 #include <Python.h>
 
 /* Phases of kd_cpp_launch. */
-enum { KD_CPP_BEFORE = 0, KD_CPP_AFTER = 1 };
+enum { KD_CPP_BEFORE = 0, KD_CPP_AFTER = 1, KD_CPP_UNRECORDED = 2 /* a call kdebug cannot describe */ };
 
 /* Most tensor arguments one reported launch may have; a launch with more is
  * counted as unrecorded. */
@@ -16,10 +16,12 @@ enum { KD_CPP_BEFORE = 0, KD_CPP_AFTER = 1 };
 
 /* Called by generated C++ (found with dlopen/dlsym, hence exported) before
  * (phase KD_CPP_BEFORE) and after (KD_CPP_AFTER) each kernel launch: kind
- * (KD_KIND_CPP / KD_KIND_TRITON), the kernel's name, its n tensor arguments
+ * (KD_KIND_CPP / KD_KIND_TRITON, KD_KIND_ATEN for an extern out= call), the
+ * kernel's name, its n tensor arguments
  * as AtenTensorHandles (at::Tensor *) with their names and KD_ROLE_* roles.
  * Takes the GIL; records into this thread's active recorder, if any, through
- * the launch path.  Never raises, never throws; returns 0, or -1 when the
+ * the launch path.  KD_CPP_UNRECORDED: a call kdebug cannot describe ran
+ * (counted as unrecorded on the recorder).  Never raises, never throws; returns 0, or -1 when the
  * launch could not be recorded (counted on the recorder). */
 __attribute__((visibility("default"))) int kd_cpp_launch(int phase, int kind, const char *kernel_name, int n,
                                                          const char *const *arg_names, void *const *handles,

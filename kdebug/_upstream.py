@@ -253,6 +253,30 @@ def cpp_wrapper_codegen_classes() -> list:
     return out
 
 
+def extern_kernel_out_line() -> type:
+    """torch._inductor.codegen.wrapper.ExternKernelOutLine (2.13): its
+    codegen(code) calls the wrapper's _generate_extern_kernel_out_helper(
+    kernel, out, out_view, args, device, stack_traces) for .node (an
+    ir.ExternKernelOut; .op_overload the aten op, args in schema order);
+    the C++ wrappers emit that call as a C-shim call inside the debug
+    printer manager (kernel_type "extern")."""
+    from torch._inductor.codegen.wrapper import ExternKernelOutLine
+
+    return ExternKernelOutLine
+
+
+def graph_has_tensor(graph, name: str) -> bool:
+    """Whether ``name`` is a buffer or an input of a GraphLowering
+    (.name_to_buffer, .graph_inputs, .constants; 2.13)."""
+    if graph is None:
+        return False
+    for attr in ("name_to_buffer", "graph_inputs", "constants"):
+        d = getattr(graph, attr, None)
+        if isinstance(d, dict) and name in d:
+            return True
+    return False
+
+
 def debug_printer_manager_class() -> type:
     """torch._inductor.codegen.debug_utils.DebugPrinterManager (2.11, 2.13):
     each wrapper's .debug_printer; set_printer_args(args, kernel_name,

@@ -16,6 +16,8 @@ Runs at codegen time only (once per kernel call site), never per launch.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import re
@@ -30,6 +32,7 @@ HOOK_VERSION = 1
 METADATA_KEY = "kdebug_launch_hook"
 HOOK_MARKER = "kdebug launch hook"
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
+_UNRECORDED = 2  # kd_cpp_launch's phase KD_CPP_UNRECORDED
 _tls = threading.local()
 _installed = False
 # hook sites emitted / refused while lowering, for tests and the report
@@ -41,9 +44,14 @@ def extension_path() -> str:
     return os.path.realpath(_C.__file__)
 
 
+@functools.lru_cache(maxsize=None)
 def hook_tag() -> str:
-    """What identifies a hooked module: the hook's version and the extension it calls."""
-    return f"{HOOK_VERSION} {extension_path()}"
+    """What identifies a hooked module: the hook's version, a digest of the
+    code that emits it (this file: a changed hook never reuses a module
+    cached with the old one) and the extension it calls."""
+    with open(__file__, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    return f"{HOOK_VERSION}.{digest} {extension_path()}"
 
 
 def wanted() -> bool:
@@ -104,6 +112,8 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
     hook (an argument that is no plain variable)."""
     from . import inductor
 
+    if call.get("extern"):
+        return _extern_site(call)
     args, types = list(call["call_args"]), list(call["arg_types"] or [])
     if call["triton"]:
         meta = call.get("triton_meta") or {}
@@ -136,16 +146,41 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
     return kind, exprs, out_names, roles
 
 
+def _extern_site(call: dict) -> tuple[int, list[str], list[str], list[int]]:
+    """An extern out= call (ExternKernelOut: extern_kernels.mm(..., out=buf)
+    of the Python wrapper, aoti_torch_<device>_mm_out(buf, ...) here): the
+    out buffer is written, every other argument that names a graph buffer or
+    input is read, named after the op's schema."""
+    graph = _upstream.current_graph()
+    op = call.get("op")
+    schema_names = []
+    if op is not None and hasattr(op, "_schema"):
+        schema_names = [a.name for a in op._schema.arguments if not getattr(a, "is_out", False)]
+    exprs, names, roles = [call["out"]], ["out"], [2]
+    for i, a in enumerate(call["args"]):
+        a = str(a)
+        if _IDENT.match(a):
+            if _upstream.graph_has_tensor(graph, a):
+                exprs.append(a)
+                names.append(schema_names[i] if i < len(schema_names) else f"arg{i}")
+                roles.append(1)
+        elif "buf" in a or "arg" in a or "reinterpret" in a:
+            raise ValueError(f"argument {a!r} is no plain variable")
+    if not _IDENT.match(call["out"]):
+        raise ValueError(f"output {call['out']!r} is no plain variable")
+    return _C.KIND_ATEN, exprs, names, roles
+
+
 def _emit(call: dict, phase: int) -> None:
     site = call.get("site")
     if site is None:
         return
     wrapper = _upstream.current_graph().wrapper_code  # where the printer writes too
-    kind, exprs, names, roles = site
     if not wrapper.__dict__.get("_kdebug_header"):
         wrapper.header.splice(_header())
         wrapper._kdebug_header = True
-    name = json.dumps(call["kernel_name"])
+    kind, exprs, names, roles = site
+    name = json.dumps(call.get("record_name") or call["kernel_name"])
     if exprs:
         n_lit = ", ".join(json.dumps(n) for n in names)
         h_lit = ", ".join(f"static_cast<void*>(static_cast<AtenTensorHandle>({e}))" for e in exprs)
@@ -176,11 +211,25 @@ def _patched_call_helper(orig):
     return _generate_kernel_call_helper
 
 
-def _enter_site(kernel_name) -> dict | None:
+def _unrecorded_extern(printer) -> None:
+    """An extern call kdebug does not describe (a C-shim call with an output
+    it allocates, or several): emits a call that counts it as unrecorded on
+    the recording it runs in, so that recording is not complete."""
+    graph = _upstream.current_graph()
+    if graph is None or not getattr(graph, "cpp_wrapper", False) or not wanted():
+        return
+    stats["unrecorded_externs"] = stats.get("unrecorded_externs", 0) + 1
+    _emit({"kernel_name": str(printer.kernel_name), "site": (_C.KIND_ATEN, [], [], [])}, _UNRECORDED)
+
+
+def _enter_site(printer) -> dict | None:
     """The call being generated, with its launch site ("site": None when it is
     no hookable kernel launch), when this printer context is its kernel call."""
+    kernel_name = getattr(printer, "kernel_name", None)
     call = getattr(_tls, "call", None)
     if call is None or call["kernel_name"] != kernel_name:
+        if getattr(printer, "kernel_type", None) == "extern":
+            _unrecorded_extern(printer)
         return None
     call["site"] = None
     graph = _upstream.current_graph()
@@ -202,7 +251,7 @@ def _enter_site(kernel_name) -> dict | None:
 def _patched_enter(orig):
     def __enter__(self):
         out = orig(self)
-        call = _enter_site(getattr(self, "kernel_name", None))
+        call = _enter_site(self)
         if call is not None:
             _emit(call, 0)
         return out
@@ -222,6 +271,46 @@ def _patched_exit(orig):
 
     __exit__.__wrapped__ = orig
     return __exit__
+
+
+def _patched_extern_line(orig):
+    def codegen(self, code):
+        prev = getattr(_tls, "extern_op", None)
+        _tls.extern_op = getattr(self.node, "op_overload", None)
+        try:
+            return orig(self, code)
+        finally:
+            _tls.extern_op = prev
+
+    codegen.__wrapped__ = orig
+    return codegen
+
+
+def _op_record_name(op) -> str | None:
+    """"aten::mm.out" for aten.mm.out: the name the C++ op observer gives an
+    op's records (Note [C++ op observer])."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return None
+    return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+def _patched_extern_out(orig):
+    def _generate_extern_kernel_out_helper(self, kernel, out, out_view, args, *rest, **kwargs):
+        prev = getattr(_tls, "call", None)
+        _tls.call = None
+        if wanted():
+            op = getattr(_tls, "extern_op", None)
+            _tls.call = {"wrapper": self, "kernel_name": kernel, "extern": True, "args": list(args),
+                         "out": f"{out}_as_strided" if out_view else out, "op": op,
+                         "record_name": _op_record_name(op)}
+        try:
+            return orig(self, kernel, out, out_view, args, *rest, **kwargs)
+        finally:
+            _tls.call = prev
+
+    _generate_extern_kernel_out_helper.__wrapped__ = orig
+    return _generate_extern_kernel_out_helper
 
 
 def _patched_hash_details(orig):
@@ -257,6 +346,9 @@ def install() -> None:
     for cls in _upstream.cpp_wrapper_codegen_classes():
         if "_generate_kernel_call_helper" in cls.__dict__:
             cls._generate_kernel_call_helper = _patched_call_helper(cls.__dict__["_generate_kernel_call_helper"])
+        if "_generate_extern_kernel_out_helper" in cls.__dict__:
+            cls._generate_extern_kernel_out_helper = _patched_extern_out(
+                cls.__dict__["_generate_extern_kernel_out_helper"])
         if "ArrayRef" in cls.__name__:
             orig_init = cls.__init__
 
@@ -265,6 +357,8 @@ def install() -> None:
                 self._kdebug_array_ref = True
 
             cls.__init__ = init
+    Line = _upstream.extern_kernel_out_line()
+    Line.codegen = _patched_extern_line(Line.codegen)
     DPM = _upstream.debug_printer_manager_class()
     DPM.__enter__ = _patched_enter(DPM.__enter__)
     DPM.__exit__ = _patched_exit(DPM.__exit__)

@@ -32,7 +32,10 @@ def _record(fn, *args):
 
 
 def _launches(dm):
-    return [(k.kernel_name, list(k.arg_names), dict(k.roles), k.post_hashes) for k in dm.kernels]
+    """The kernel launches (not the extern calls recorded from C++, whose
+    Python-wrapper counterparts are aten ops in dm.operators)."""
+    return [(k.kernel_name, list(k.arg_names), dict(k.roles), k.post_hashes) for k in dm.kernels
+            if not k.kernel_name.startswith("aten::")]
 
 
 def _compile(cpp_wrapper: bool):
@@ -48,10 +51,11 @@ def test_cpp_wrapper_launches_equal_the_python_wrappers():
     torch.testing.assert_close(cw_out, py_out)
     assert cw_dm.complete and py_dm.complete
     assert kdebug._C._cpp_launch_stats()["before"] > 0
-    assert _launches(cw_dm) == _launches(py_dm) and len(cw_dm.kernels) >= 2
-    assert all(isinstance(k, kdebug._CppKernelCall) for k in cw_dm.kernels)
+    assert _launches(cw_dm) == _launches(py_dm) and len(_launches(cw_dm)) == 2
+    cpp = [k for k in cw_dm.kernels if not k.kernel_name.startswith("aten::")]
+    assert all(isinstance(k, kdebug._CppKernelCall) for k in cpp)
     # pre-launch hashes too: what each kernel read
-    assert [k.pre_hashes for k in cw_dm.kernels] == [k.pre_hashes for k in py_dm.kernels]
+    assert [k.pre_hashes for k in cpp] == [k.pre_hashes for k in py_dm.kernels]
     # a second recorded run of the same hooked module: the same records
     again, _ = _record(cw, x, y)
     assert again.complete and _launches(again) == _launches(cw_dm)
@@ -61,14 +65,35 @@ def test_cpp_wrapper_launches_equal_the_python_wrappers():
     assert kdebug._C._cpp_launch_stats() == before
 
 
-def _g(x, y):  # kernels only: extern calls under cpp_wrapper are not recorded yet
-    return (torch.sin(x) + y).relu() * y.sum()
+def test_extern_out_calls_are_recorded_with_the_python_paths_hashes():
+    x, y = _inputs()
+    py_dm, _ = _record(_compile(False), x, y)
+    cw_dm, _ = _record(_compile(True), x, y)
+    mm = [k for k in cw_dm.kernels if k.kernel_name == "aten::mm.out"]
+    assert len(mm) == 1 and dict(mm[0].roles) == {"out": "W", "self": "R", "mat2": "R"}
+    py_mm = next(op for op in py_dm.operators if "aten::mm.out" in str(op))
+    assert mm[0].post_hashes["out"] == py_mm.log["hash"]
+    # the C++ kernels around it: the same records as with the Python wrapper
+    assert [k.kernel_name for k in cw_dm.kernels][1] == "aten::mm.out"  # in program order
+
+
+def test_extern_calls_kdebug_cannot_describe_make_the_recording_incomplete():
+    def h(x):
+        v, i = torch.sort(x.sin(), dim=-1)  # a C-shim fallback whose outputs it allocates
+        return v * 2, i
+
+    torch._dynamo.reset()
+    c = torch.compile(h, options={"cpp_wrapper": True})
+    with pytest.warns(KdebugWarning, match="not recorded"):
+        dm, _ = _record(c, torch.randn(8, 8))
+    s = dm.kernel_stats
+    assert not dm.complete and s["unrecorded"] == 1
+    assert any("sort" in m and "does not describe" in m for m in s["error_messages"])
 
 
 def test_planted_fault_under_cpp_wrapper_is_named_by_compare():
     x, y = _inputs()
-    torch._dynamo.reset()
-    cw = torch.compile(_g, options={"cpp_wrapper": True})
+    cw = _compile(True)
     base, _ = _record(cw, x, y)
     k0 = base.kernels[0].kernel_name
     written = [n for n, r in base.kernels[0].roles.items() if "W" in r]
@@ -79,6 +104,8 @@ def test_planted_fault_under_cpp_wrapper_is_named_by_compare():
     d = r.divergence
     assert not r.ok and d.kind == "output" and d.step_a.name == k0 and d.arg == written[0]
     assert f"FIRST DIVERGENCE: kernel #0 {k0}" in str(r)
+    # the extern mm and the kernel after it read what it wrote
+    assert {x.name for x, _ in d.inherited} == {"aten::mm.out", base.kernels[2].kernel_name}
 
 
 def test_warm_cache_never_reuses_an_unhooked_module(tmp_path, monkeypatch):
@@ -124,10 +151,11 @@ def test_aoti_package_compiled_under_kdebug_records_its_kernels(tmp_path):
     torch.testing.assert_close(out, py_out)
     assert dm.complete, dm.kernel_stats
     names = [k.kernel_name for k in dm.kernels]
-    assert names and all(n.startswith("cpp_fused") for n in names)
+    assert names.count("aten::mm.out") == 1 and len(names) == 3
+    assert all(n.startswith("cpp_fused") for n in names if n != "aten::mm.out")
     # the same output hashes as the Python wrapper's kernels
-    assert sorted(map(str, (k.post_hashes for k in dm.kernels))) == \
-        sorted(map(str, (k.post_hashes for k in py_dm.kernels)))
+    aoti = [k.post_hashes for k in dm.kernels if k.kernel_name != "aten::mm.out"]
+    assert sorted(map(str, aoti)) == sorted(map(str, (k.post_hashes for k in py_dm.kernels)))
 
 
 def test_unhooked_aoti_package_is_refused_loudly(tmp_path):
@@ -148,9 +176,12 @@ def test_gpu_cpp_wrapper_triton_launches_equal_the_python_wrappers():
     cw_dm, cw_out = _record(_compile(True), x, y)
     torch.testing.assert_close(cw_out, py_out)
     assert cw_dm.complete, cw_dm.kernel_stats
-    assert [(k.kernel_name, k.post_hashes) for k in cw_dm.kernels] == \
-        [(k.kernel_name, k.post_hashes) for k in py_dm.kernels]
-    assert all(isinstance(k, kdebug._TritonKernelCall) for k in cw_dm.kernels)
+    assert _launches(cw_dm) == _launches(py_dm) and _launches(cw_dm)
+    assert all(isinstance(k, kdebug._TritonKernelCall) for k in cw_dm.kernels
+               if not k.kernel_name.startswith("aten::"))
+    mm = [k for k in cw_dm.kernels if k.kernel_name == "aten::mm.out"]
+    py_mm = next(op for op in py_dm.operators if "aten::mm.out" in str(op))
+    assert len(mm) == 1 and mm[0].post_hashes["out"] == py_mm.log["hash"]
 
 
 @pytest.mark.gpu
@@ -174,5 +205,6 @@ def test_gpu_aoti_package_records_triton_kernels(tmp_path):
     model = torch._inductor.aoti_load_package(path)
     dm, _ = _record(model, *args)
     assert dm.complete, dm.kernel_stats
-    assert dm.kernels and all(k.kernel_name.startswith("triton_") for k in dm.kernels)
+    assert dm.kernels and all(k.kernel_name.startswith("triton_") for k in dm.kernels
+                              if k.kernel_name != "aten::mm.out")
     assert all(k.post_hashes for k in dm.kernels)
