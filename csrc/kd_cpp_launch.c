@@ -64,10 +64,11 @@
  * outputs the shim allocates) reports phase KD_CPP_UNRECORDED and is counted
  * as unrecorded, so such a recording is not complete and says which call.
  *
- * Not seen: scalar arguments (only tensors are passed), the grid of Triton
- * launches, kernels of the CPU Triton backend and of array-ref (stack
- * allocated) AOTI models, whose graphs get no hook (their calls are not
- * counted: kdebug/cpp_launch.py).
+ * Kernel calls kdebug cannot describe (an argument that is no plain
+ * variable; CPU Triton kernels, called outside the printer manager) report
+ * KD_CPP_UNRECORDED too.  Not seen: scalar arguments (only tensors are
+ * passed) and the grid of Triton launches.  Array-ref (stack-allocated) AOTI
+ * models get no hook and are refused like un-hooked packages.
  */
 #include "kd_cpp_launch.h"
 
@@ -214,7 +215,9 @@ int kd_cpp_launch(int phase, int kind, const char *kernel_name, int n, const cha
         kd_recorder *r = kd_active_recorder();
         if (r != NULL)
             rc = refuse(r, kernel_name != NULL ? kernel_name : "?",
-                        "an extern call of C++-wrapper code that kdebug does not describe");
+                        "a call in C++-wrapper code that kdebug does not describe (an extern call "
+                        "whose outputs the C shim allocates, a CPU Triton kernel, an argument that is "
+                        "no plain variable)");
     }
     PyErr_Clear();
     PyErr_Restore(et, ev, etb);

@@ -198,7 +198,12 @@ def _patched_call_helper(orig):
     def _generate_kernel_call_helper(self, kernel_name, call_args, *args, **kwargs):
         prev = getattr(_tls, "call", None)
         _tls.call = None
-        if wanted() and kwargs.get("arg_types") is not None:
+        graph = _upstream.current_graph()
+        if (wanted() and kwargs.get("triton", True) and kernel_name in getattr(self, "_cpu_triton_kernel_names", ())
+                and getattr(graph, "cpp_wrapper", False)):
+            # a CPU Triton kernel: called outside the printer manager, not described
+            _emit({"kernel_name": str(kernel_name), "site": (_C.KIND_TRITON, [], [], [])}, _UNRECORDED)
+        elif wanted() and kwargs.get("arg_types") is not None:
             _tls.call = {"wrapper": self, "kernel_name": kernel_name, "call_args": list(call_args),
                          "arg_types": list(kwargs.get("arg_types")), "triton": kwargs.get("triton", True),
                          "triton_meta": kwargs.get("triton_meta"), "inductor_meta": kwargs.get("inductor_meta")}
@@ -244,7 +249,8 @@ def _enter_site(printer) -> dict | None:
         from . import inductor
 
         inductor.warn(f"a launch of {kernel_name} in C++-wrapper code cannot be recorded ({e}); "
-                      "its launches will be missing from the recording")
+                      "each of its launches is counted as unrecorded")
+        _emit({"kernel_name": str(kernel_name), "site": (_C.KIND_CPP, [], [], [])}, _UNRECORDED)
     return call
 
 
