@@ -66,6 +66,16 @@ def _header() -> str:
 // Note [C++ wrapper launches] (kdebug, csrc/kd_cpp_launch.c): kernel launches reported to kdebug
 #include <dlfcn.h>
 #include <atomic>
+#include <type_traits>
+// a tensor argument's AtenTensorHandle; nullptr (kdebug counts the launch as
+// unrecorded) for a variable that is no tensor handle
+template <typename T>
+static inline void* kdebug_handle(const T& v) {{
+    if constexpr (std::is_convertible_v<const T&, AtenTensorHandle>)
+        return static_cast<void*>(static_cast<AtenTensorHandle>(v));
+    else
+        return nullptr;
+}}
 typedef int (*kdebug_launch_fn_t)(int, int, const char*, int, const char* const*, void* const*,
                                   const unsigned char*);
 static inline void kdebug_launch(int phase, int kind, const char* name, int n, const char* const* names,
@@ -171,11 +181,14 @@ def _extern_site(call: dict) -> tuple[int, list[str], list[str], list[int]]:
     return _C.KIND_ATEN, exprs, names, roles
 
 
-def _emit(call: dict, phase: int) -> None:
+def _emit(call: dict, phase: int, printer=None) -> None:
     site = call.get("site")
     if site is None:
         return
-    wrapper = _upstream.current_graph().wrapper_code  # where the printer writes too
+    wrapper = _upstream.current_graph().wrapper_code
+    # where the printer writes: its own writeline where it has one (set by
+    # set_printer_args in older torch), else the wrapper's
+    writeline = getattr(printer, "writeline", None) or wrapper.writeline
     if not wrapper.__dict__.get("_kdebug_header"):
         wrapper.header.splice(_header())
         wrapper._kdebug_header = True
@@ -183,13 +196,13 @@ def _emit(call: dict, phase: int) -> None:
     name = json.dumps(call.get("record_name") or call["kernel_name"])
     if exprs:
         n_lit = ", ".join(json.dumps(n) for n in names)
-        h_lit = ", ".join(f"static_cast<void*>(static_cast<AtenTensorHandle>({e}))" for e in exprs)
+        h_lit = ", ".join(f"kdebug_handle({e})" for e in exprs)
         r_lit = ", ".join(str(r) for r in roles)
-        wrapper.writeline(
+        writeline(
             f"{{ static const char* const kd_n[] = {{{n_lit}}}; static const unsigned char kd_r[] = {{{r_lit}}}; "
             f"void* const kd_h[] = {{{h_lit}}}; kdebug_launch({phase}, {kind}, {name}, {len(exprs)}, kd_n, kd_h, kd_r); }}")
     else:
-        wrapper.writeline(f"kdebug_launch({phase}, {kind}, {name}, 0, nullptr, nullptr, nullptr);")
+        writeline(f"kdebug_launch({phase}, {kind}, {name}, 0, nullptr, nullptr, nullptr);")
 
 
 # ---------------------------------------------------------------- the patches
@@ -224,7 +237,7 @@ def _unrecorded_extern(printer) -> None:
     if graph is None or not getattr(graph, "cpp_wrapper", False) or not wanted():
         return
     stats["unrecorded_externs"] = stats.get("unrecorded_externs", 0) + 1
-    _emit({"kernel_name": str(printer.kernel_name), "site": (_C.KIND_ATEN, [], [], [])}, _UNRECORDED)
+    _emit({"kernel_name": str(printer.kernel_name), "site": (_C.KIND_ATEN, [], [], [])}, _UNRECORDED, printer)
 
 
 def _enter_site(printer) -> dict | None:
@@ -259,7 +272,7 @@ def _patched_enter(orig):
         out = orig(self)
         call = _enter_site(self)
         if call is not None:
-            _emit(call, 0)
+            _emit(call, 0, self)
         return out
 
     __enter__.__wrapped__ = orig
@@ -271,7 +284,7 @@ def _patched_exit(orig):
         out = orig(self, *exc)
         call = getattr(_tls, "call", None)
         if call is not None and "site" in call and call["kernel_name"] == getattr(self, "kernel_name", None):
-            _emit(call, 1)
+            _emit(call, 1, self)
             del call["site"]
         return out
 
