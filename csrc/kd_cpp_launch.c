@@ -64,8 +64,11 @@
  * outputs the shim allocates) reports phase KD_CPP_UNRECORDED and is counted
  * as unrecorded, so such a recording is not complete and says which call.
  *
- * Kernel calls kdebug cannot describe (an argument that is no plain
- * variable; CPU Triton kernels, called outside the printer manager) report
+ * An argument that is a view the wrapper makes for the call
+ * (reinterpret_tensor_wrapper(buf, ...)) is made once more inside the hook's
+ * block and kept alive by its Python tensor until the after-phase.  Kernel
+ * calls kdebug cannot describe (an argument that is no variable or such a
+ * view; CPU Triton kernels, called outside the printer manager) report
  * KD_CPP_UNRECORDED too.  Not seen: scalar arguments (only tensors are
  * passed) and the grid of Triton launches.  Array-ref (stack-allocated) AOTI
  * models get no hook and are refused like un-hooked packages.

@@ -32,6 +32,9 @@ HOOK_VERSION = 1
 METADATA_KEY = "kdebug_launch_hook"
 HOOK_MARKER = "kdebug launch hook"
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
+# a view the C++ wrapper makes for a call (an owning RAIIAtenTensorHandle):
+# evaluated once more for kdebug, inside the hook's block (Note [C++ wrapper launches])
+_VIEW = re.compile(r"^(wrap_with_raii_handle_if_needed\()?reinterpret_tensor_wrapper\([A-Za-z_]\w*,[^()]*\)\)?$")
 _UNRECORDED = 2  # kd_cpp_launch's phase KD_CPP_UNRECORDED
 _tls = threading.local()
 _installed = False
@@ -151,8 +154,8 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
                 roles.append(r)
         kind = _C.KIND_CPP
     for e in exprs:
-        if not _IDENT.match(e):
-            raise ValueError(f"argument {e!r} is no plain variable")
+        if not (_IDENT.match(e) or _VIEW.match(e)):
+            raise ValueError(f"argument {e!r} is no plain variable or view of one")
     return kind, exprs, out_names, roles
 
 
@@ -169,13 +172,12 @@ def _extern_site(call: dict) -> tuple[int, list[str], list[str], list[int]]:
     exprs, names, roles = [call["out"]], ["out"], [2]
     for i, a in enumerate(call["args"]):
         a = str(a)
-        if _IDENT.match(a):
-            if _upstream.graph_has_tensor(graph, a):
-                exprs.append(a)
-                names.append(schema_names[i] if i < len(schema_names) else f"arg{i}")
-                roles.append(1)
-        elif "buf" in a or "arg" in a or "reinterpret" in a:
-            raise ValueError(f"argument {a!r} is no plain variable")
+        if (_IDENT.match(a) and _upstream.graph_has_tensor(graph, a)) or _VIEW.match(a):
+            exprs.append(a)
+            names.append(schema_names[i] if i < len(schema_names) else f"arg{i}")
+            roles.append(1)
+        elif not _IDENT.match(a) and ("buf" in a or "arg" in a or "reinterpret" in a):
+            raise ValueError(f"argument {a!r} is no plain variable or view of one")
     if not _IDENT.match(call["out"]):
         raise ValueError(f"output {call['out']!r} is no plain variable")
     return _C.KIND_ATEN, exprs, names, roles
@@ -194,12 +196,17 @@ def _emit(call: dict, phase: int, printer=None) -> None:
         wrapper._kdebug_header = True
     kind, exprs, names, roles = site
     name = json.dumps(call.get("record_name") or call["kernel_name"])
-    if exprs:
+    if exprs and phase == 0:  # the after-phase uses what the before-phase kept
         n_lit = ", ".join(json.dumps(n) for n in names)
-        h_lit = ", ".join(f"kdebug_handle({e})" for e in exprs)
+        # a view: its own owning handle in the block (the Python tensor kdebug
+        # makes of it keeps the view alive until the after-phase)
+        views = "".join((f"auto kd_v{i} = {e}; " if e.startswith("wrap_with_raii_handle_if_needed(")
+                         else f"RAIIAtenTensorHandle kd_v{i}({e}); ")
+                        for i, e in enumerate(exprs) if not _IDENT.match(e))
+        h_lit = ", ".join(f"kdebug_handle({e if _IDENT.match(e) else f'kd_v{i}'})" for i, e in enumerate(exprs))
         r_lit = ", ".join(str(r) for r in roles)
         writeline(
-            f"{{ static const char* const kd_n[] = {{{n_lit}}}; static const unsigned char kd_r[] = {{{r_lit}}}; "
+            f"{{ {views}static const char* const kd_n[] = {{{n_lit}}}; static const unsigned char kd_r[] = {{{r_lit}}}; "
             f"void* const kd_h[] = {{{h_lit}}}; kdebug_launch({phase}, {kind}, {name}, {len(exprs)}, kd_n, kd_h, kd_r); }}")
     else:
         writeline(f"kdebug_launch({phase}, {kind}, {name}, 0, nullptr, nullptr, nullptr);")

@@ -4,6 +4,12 @@ csrc/kd_cpp_launch.c), checked against the default (Python) wrapper's
 recording of the same function."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -127,6 +133,23 @@ def test_unhooked_cpp_wrapper_module_is_refused():
     with pytest.warns(KdebugWarning, match="cpp_wrapper.*NOT recorded.*recompiled with the hook"):
         dm, _ = _record(cw, x, y)
     assert not dm.complete and dm.kernel_stats["bypassed_graph_calls"] == {"cpp_wrapper": 1}
+
+
+def test_hunt_records_cpp_wrapper_launches_and_views_passed_to_extern_calls(tmp_path):
+    script = tmp_path / "det.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        f = torch.compile(lambda x: (x.sin() @ x.T).softmax(-1).sum(0), options={"cpp_wrapper": True})
+        f(torch.arange(64.0).reshape(8, 8) / 64)
+    """))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(kdebug.__file__).parents[1]),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--runs", "2", "--in-process", str(script)],
+                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    # two C++ kernels and the mm between them, whose second argument is a view (x.T)
+    assert "3 kernels" in p.stdout and "all runs match" in p.stdout
+    assert "not recorded" not in p.stderr and "INCOMPLETE" not in p.stdout
 
 
 class _M(torch.nn.Module):
