@@ -30,8 +30,8 @@
  *     kernel's mutated args for Triton).  The generated code finds this
  *     function once, with dlopen(<kdebug's extension>, RTLD_NOLOAD) and
  *     dlsym, and does nothing while kdebug is not loaded; while kdebug is
- *     loaded but not recording, kd_cpp_launch takes the GIL, finds no
- *     recorder and returns.  Coverage: every kernel call on CPU and CUDA,
+ *     loaded but not recording, kd_cpp_launch returns at once (no recorder
+ *     started, checked without the GIL).  Coverage: every kernel call on CPU and CUDA,
  *     with the tensors' metadata; cost: nothing in modules compiled outside
  *     a recording (no code is emitted), and in hooked modules one call per
  *     launch side.
@@ -196,6 +196,14 @@ int kd_cpp_launch(int phase, int kind, const char *kernel_name, int n, const cha
                   void *const *handles, const unsigned char *roles)
 {
     if (!Py_IsInitialized())
+        return 0;
+    cpp_pending *c0 = &tls_cpp;
+    /* Without the GIL: nothing is recording (kd_started_recorders is written
+     * under the GIL; a stale read only delays the first recorded launch of a
+     * recorder another thread is starting) and nothing is pending here. */
+    if (phase == KD_CPP_AFTER ? !c0->active
+                              : (!c0->active && kd_tls_recorder == NULL &&
+                                 __atomic_load_n(&kd_started_recorders, __ATOMIC_RELAXED) == 0))
         return 0;
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *et, *ev, *etb;
