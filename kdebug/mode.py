@@ -750,12 +750,17 @@ class DebugMode(_upstream.DebugMode):
         self._warn_once(
             "bypass:" + reason,
             f"a compiled graph runs through {reason}: its kernel launches do not pass through "
-            "Python and are NOT recorded, so this recording is incomplete. "
+            "Python or kdebug's C++ launch hook and are NOT recorded, so this recording is incomplete. "
             + {
                 "CUDA-graph replay": "Compile with mode='default' (not 'reduce-overhead') or set "
                 "torch._inductor.config.triton.cudagraphs=False to record every launch.",
-                "cpp_wrapper": "Set torch._inductor.config.cpp_wrapper=False to record every launch.",
-                "AOTInductor": "Run the model through torch.compile instead of AOTInductor to record its launches.",
+                "cpp_wrapper": "It was compiled without kdebug's launch hook (outside a kdebug recording, or by "
+                "another kdebug build): call torch._dynamo.reset() and run it again inside the recording so it "
+                "is recompiled with the hook (Note [C++ wrapper launches]), or set "
+                "torch._inductor.config.cpp_wrapper=False.",
+                "AOTInductor": "The package was compiled without kdebug's launch hook: compile it again with "
+                "torch._inductor.aoti_compile_and_package inside a kdebug DebugMode (recording), load it with "
+                "aoti_load_package, and run it under the recording (Note [C++ wrapper launches]).",
             }.get(reason, ""),
         )
 
