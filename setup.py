@@ -86,9 +86,10 @@ C_SOURCES = [
     "csrc/kd_launch_table_py.c",
     "csrc/kd_hash_tree.c",
     "csrc/kd_types.c",
+    "csrc/kd_graph.c",
 ]
 CXX_SOURCES = ["csrc/kd_torch.cpp"]  # the only file that includes libtorch headers
-CUDA_SOURCES = ["csrc/kd_cuda_hash.cu", "csrc/kd_cuda_copy.cu"]  # CUDA runtime only, no libtorch headers
+CUDA_SOURCES = ["csrc/kd_cuda_hash.cu", "csrc/kd_cuda_copy.cu", "csrc/kd_cuda_graph.cu"]  # CUDA runtime only, no libtorch headers
 CUDA_STUB = "csrc/kd_cuda_stub.c"     # the same C API where torch has no CUDA
 
 

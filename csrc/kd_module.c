@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "kd_defer.h"
+#include "kd_graph.h"
 #include "kd_dispatch.h"
 #include "kd_op_observer.h"
 #include "kd_fmt.h"
@@ -250,6 +251,18 @@ static PyObject *mod_empty_like(PyObject *m, PyObject *t)
 }
 
 static PyMethodDef module_methods[] = {
+    {"graph_capture_begin", kd_mod_graph_capture_begin, METH_VARARGS,
+     "graph_capture_begin(device, stream) -> handle: before a CUDA graph capture (Note [CUDA graph replays])."},
+    {"graph_capture_started", kd_mod_graph_capture_started, METH_VARARGS,
+     "graph_capture_started(handle, stream): the capture is open; this thread's launches go to the graph."},
+    {"graph_capture_end", kd_mod_graph_capture_end, METH_O,
+     "graph_capture_end(handle) -> dict: before the capture closes; the graph's counters."},
+    {"graph_replay", kd_mod_graph_replay, METH_VARARGS,
+     "graph_replay(handle, stream) -> replay index (-1: not recorded): right before the replay."},
+    {"graph_unknown_replay", kd_mod_graph_unknown_replay, METH_NOARGS,
+     "graph_unknown_replay(): count a replay of a graph captured without kdebug."},
+    {"graph_release", kd_mod_graph_release, METH_O, "graph_release(handle): the CUDA graph is gone."},
+    {"graph_stats", kd_mod_graph_stats, METH_NOARGS, "graph_stats() -> every graph's counters."},
     {"_empty_like", mod_empty_like, METH_O, "_empty_like(t): what record_outputs copies into (tests)."},
     {"_set_defer", mod_set_defer, METH_O, "_set_defer(on) -> previous: batch GPU hashes / copies (Note [Deferred GPU work])."},
     {"defer_flush", mod_defer_flush, METH_NOARGS, "defer_flush(): launch every deferred GPU hash / copy now."},

@@ -188,6 +188,21 @@ def triton_heuristics_module():
     return triton_heuristics
 
 
+def cuda_graph_class() -> type | None:
+    """torch.cuda.graphs.CUDAGraph (2.11, 2.13: the Python subclass of
+    torch._C._CUDAGraph whose capture_begin / capture_end / replay call
+    super(); Inductor's cudagraph trees and torch.cuda.graph use it), or None
+    without CUDA."""
+    try:
+        from torch.cuda.graphs import CUDAGraph
+    except ImportError:  # pragma: no cover - a torch built without CUDA still has the module
+        return None
+    for name in ("capture_begin", "capture_end", "replay"):
+        if name not in CUDAGraph.__dict__:
+            return None
+    return CUDAGraph
+
+
 def async_compile_class() -> type:
     """torch._inductor.async_compile.AsyncCompile (2.11, 2.13: cpp_pybinding, wait)."""
     from torch._inductor import async_compile

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _active, _upstream, cpp_launch, replay
+from . import _C, _active, _upstream, cpp_launch, cudagraphs, replay
 from ._boundary import TritonLaunch
 
 _lock = threading.Lock()
@@ -363,6 +363,9 @@ def _patched_graph_call(orig):
     def __call__(self, inputs):
         if _active.any_recording():
             reason = graph_bypass_reason(self)
+            if reason == "CUDA-graph replay" and cudagraphs.supported():
+                reason = None  # its replays are recorded (Note [CUDA graph replays])
+                _C.defer_flush()
             if reason is not None:
                 mode = _active.recording()
                 if mode is not None:
@@ -471,6 +474,7 @@ def install() -> None:
         handler.register_end_callback(_on_compile_end)
 
         _wrap_loaded_modules()
+        cudagraphs.install()  # Note [CUDA graph replays]
         from . import provenance
 
         provenance.install()  # Note [Kernel provenance]
@@ -491,7 +495,7 @@ def config_bypass_warnings() -> list[str]:
                    "their launches through kdebug's C++ launch hook, but C++-wrapper modules compiled "
                    "before it are not recorded; call torch._dynamo.reset() before recording to recompile "
                    "them (Note [C++ wrapper launches])")
-    if _cuda_available() and getattr(cfg.triton, "cudagraphs", False):
+    if _cuda_available() and getattr(cfg.triton, "cudagraphs", False) and not cudagraphs.supported():
         out.append("torch._inductor.config.triton.cudagraphs=True: launches replayed from CUDA graphs "
                    "are not recorded; set it to False (or compile with mode='default') while recording")
     return out
