@@ -15,8 +15,12 @@ namespace {
 
 char last_error[256] = "";
 
+// Every failing call's error is also cleared from the runtime's last-error
+// state: torch checks cudaGetLastError() after its own calls and would
+// report ours as its failure.
 void set_error(const char *what, cudaError_t e)
 {
+    cudaGetLastError();
     std::snprintf(last_error, sizeof last_error, "%s: %s (%d)", what, cudaGetErrorString(e), (int)e);
 }
 
@@ -77,6 +81,7 @@ extern "C" int kd_cuda_graph_count_nodes(uint64_t stream, int64_t *kernels, int6
     cudaGraph_t graph = nullptr;
     cudaError_t e = cudaStreamGetCaptureInfo(reinterpret_cast<cudaStream_t>(stream), &st, &id, &graph);
     if (e != cudaSuccess || st != cudaStreamCaptureStatusActive || graph == nullptr) {
+        cudaGetLastError();
         if (e != cudaSuccess)
             set_error("reading the CUDA graph being captured", e);
         else
@@ -95,8 +100,11 @@ extern "C" int kd_cuda_graph_count_nodes(uint64_t stream, int64_t *kernels, int6
     e = cudaGraphGetNodes(graph, nodes, &n);
     for (size_t i = 0; e == cudaSuccess && i < n; i++) {
         cudaGraphNodeType t;
-        if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess)
+        if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess) {
+            cudaGetLastError();
+            (*others)++;
             continue;
+        }
         if (t == cudaGraphNodeTypeKernel)
             (*kernels)++;
         else if (t != cudaGraphNodeTypeEmpty && t != cudaGraphNodeTypeWaitEvent && t != cudaGraphNodeTypeEventRecord)

@@ -363,9 +363,14 @@ def _patched_graph_call(orig):
     def __call__(self, inputs):
         if _active.any_recording():
             reason = graph_bypass_reason(self)
-            if reason == "CUDA-graph replay" and cudagraphs.supported():
-                reason = None  # its replays are recorded (Note [CUDA graph replays])
+            graphed = reason == "CUDA-graph replay" and cudagraphs.supported()
+            if graphed:
+                # its replays are recorded (Note [CUDA graph replays]); nothing
+                # is deferred during the call: cudagraph trees check that no
+                # tensor of their pool outlives a call untracked
+                reason = None
                 _C.defer_flush()
+                prev_defer = _C._set_defer(False)
             if reason is not None:
                 mode = _active.recording()
                 if mode is not None:
@@ -379,6 +384,8 @@ def _patched_graph_call(orig):
                 return orig(self, inputs)
             finally:
                 _C._graph_call(False)
+                if graphed:
+                    _C._set_defer(prev_defer)
         if _graph_observer is not None:
             return _observed_call(orig, self, inputs)
         return orig(self, inputs)
