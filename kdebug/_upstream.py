@@ -203,6 +203,14 @@ def cuda_graph_class() -> type | None:
     return CUDAGraph
 
 
+def is_cudagraph_recording(callback_args) -> bool:
+    """Whether a dynamo compile callback is cudagraph trees recording a graph
+    at run time (CallbackTrigger.CUDAGRAPH_RECORDING; 2.11, 2.13): the run is
+    the program's, not a compile."""
+    trigger = getattr(callback_args, "callback_trigger", None)
+    return getattr(trigger, "name", None) == "CUDAGRAPH_RECORDING"
+
+
 def async_compile_class() -> type:
     """torch._inductor.async_compile.AsyncCompile (2.11, 2.13: cpp_pybinding, wait)."""
     from torch._inductor import async_compile

@@ -428,10 +428,14 @@ def _autotuning(orig):
 
 
 def _on_compile_start(args) -> None:
+    if _upstream.is_cudagraph_recording(args):
+        return  # the capture runs the program's launches (Note [CUDA graph replays])
     _C._set_compiling(True)
 
 
 def _on_compile_end(args) -> None:
+    if _upstream.is_cudagraph_recording(args):
+        return
     _C._set_compiling(False)
 
 
