@@ -76,6 +76,7 @@ C_SOURCES = [
     "csrc/kd_dispatch.c",
     "csrc/kd_dispatch_method.c",
     "csrc/kd_op_observer.c",
+    "csrc/kd_cpp_launch.c",
     "csrc/kd_op_writes.c",
     "csrc/kd_module.c",
     "csrc/kd_hash_py.c",
@@ -86,9 +87,10 @@ C_SOURCES = [
     "csrc/kd_launch_table_py.c",
     "csrc/kd_hash_tree.c",
     "csrc/kd_types.c",
+    "csrc/kd_graph.c",
 ]
 CXX_SOURCES = ["csrc/kd_torch.cpp"]  # the only file that includes libtorch headers
-CUDA_SOURCES = ["csrc/kd_cuda_hash.cu", "csrc/kd_cuda_copy.cu"]  # CUDA runtime only, no libtorch headers
+CUDA_SOURCES = ["csrc/kd_cuda_hash.cu", "csrc/kd_cuda_copy.cu", "csrc/kd_cuda_graph.cu"]  # CUDA runtime only, no libtorch headers
 CUDA_STUB = "csrc/kd_cuda_stub.c"     # the same C API where torch has no CUDA
 
 

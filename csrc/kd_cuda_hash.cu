@@ -33,6 +33,7 @@ template <int CAP> struct BatchT {
     int kinds;
     int64_t pbase; // block b's norm partial goes to partials[pbase + b]
     int64_t pstride; // stats: block b's sum partial goes to partials[pbase + pstride + b]
+    const long long *base; // CUDA graphs: slots are relative to *base, read when the kernel runs (else null)
 };
 using Batch = BatchT<KD_CUDA_BATCH>;
 
@@ -291,7 +292,9 @@ __global__ void __launch_bounds__(kThreads) hash_kernel(const __grid_constant__ 
     const kd_cuda_tensor &T = b.t[ti];
     const int lb = blockIdx.x - b.first_block[ti];
     const int nb = b.first_block[ti + 1] - b.first_block[ti];
-    const int slot = (int)(b.slot[ti] % kCapacity);
+    // Note [CUDA graph replays] (kd_graph.c): a kernel captured into a graph
+    // finds its result slot from the replay's base, set on the device per replay
+    const int slot = (int)((b.slot[ti] + (b.base != nullptr ? *b.base : 0)) % kCapacity);
     kd_cuda_result *R = &res[slot];
     const uint64_t nbytes = (uint64_t)T.numel * (uint64_t)T.itemsize;
     const uint64_t stride = (uint64_t)nb * kThreads;
@@ -467,7 +470,7 @@ int ensure(DeviceState &s)
 }
 
 template <int CAP>
-void launch(const Batch &full, int blocks, cudaStream_t st, DeviceState &s)
+void launch(const Batch &full, int blocks, cudaStream_t st, DeviceState &s, double *partials = nullptr)
 {
     BatchT<CAP> b;
     std::memcpy(b.t, full.t, sizeof b.t);
@@ -478,7 +481,8 @@ void launch(const Batch &full, int blocks, cudaStream_t st, DeviceState &s)
     b.kinds = full.kinds;
     b.pbase = full.pbase;
     b.pstride = full.pstride;
-    hash_kernel<CAP><<<blocks, kThreads, 0, st>>>(b, s.res, s.partials);
+    b.base = full.base;
+    hash_kernel<CAP><<<blocks, kThreads, 0, st>>>(b, s.res, partials != nullptr ? partials : s.partials);
 }
 
 int sync_device(const char *why)
@@ -547,6 +551,25 @@ int reserve_partials(DeviceState &s, int blocks, uint64_t stream, int64_t *base)
     return 0;
 }
 
+// The blocks each tensor of a batch gets (first_block), and their total.
+int plan_blocks(Batch &b, const kd_cuda_tensor *t, int n, int kinds)
+{
+    const bool norm = (kinds & (HK_NORM | HK_STATS)) != 0;
+    const int cap = norm ? kNormBlocks : kMaxBlocks;
+    int blocks = 0;
+    for (int i = 0; i < n; i++) {
+        b.t[i] = t[i];
+        uint64_t nbytes = (uint64_t)t[i].numel * (uint64_t)t[i].itemsize;
+        uint64_t work = t[i].numel > (int64_t)(nbytes / 8) ? (uint64_t)t[i].numel : nbytes / 8;
+        uint64_t want = (work + (uint64_t)kThreads * 8 - 1) / ((uint64_t)kThreads * 8);
+        int nb = want < 1 ? 1 : want > (uint64_t)cap ? cap : (int)want;
+        b.first_block[i] = blocks;
+        blocks += nb;
+    }
+    b.first_block[n] = blocks;
+    return blocks;
+}
+
 } // namespace
 
 extern "C" int kd_cuda_available(void)
@@ -576,20 +599,11 @@ extern "C" int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, 
     b.kinds = kinds;
     b.pbase = 0;
     b.pstride = 0;
-    int blocks = 0;
+    b.base = nullptr;
     const bool norm = (kinds & (HK_NORM | HK_STATS)) != 0;
-    const int cap = norm ? kNormBlocks : kMaxBlocks;
-    for (int i = 0; i < n; i++) {
-        b.t[i] = t[i];
+    int blocks = plan_blocks(b, t, n, kinds);
+    for (int i = 0; i < n; i++)
         b.slot[i] = s.next + i;
-        uint64_t nbytes = (uint64_t)t[i].numel * (uint64_t)t[i].itemsize;
-        uint64_t work = t[i].numel > (int64_t)(nbytes / 8) ? (uint64_t)t[i].numel : nbytes / 8;
-        uint64_t want = (work + (uint64_t)kThreads * 8 - 1) / ((uint64_t)kThreads * 8);
-        int nb = want < 1 ? 1 : want > (uint64_t)cap ? cap : (int)want;
-        b.first_block[i] = blocks;
-        blocks += nb;
-    }
-    b.first_block[n] = blocks;
     // the stats take a second run of partials for their signed sum
     b.pstride = (kinds & HK_STATS) ? blocks : 0;
     if (norm && reserve_partials(s, (kinds & HK_STATS) ? 2 * blocks : blocks, stream, &b.pbase) != 0)
@@ -606,6 +620,75 @@ extern "C" int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, 
         set_error("launching kdebug's hash kernel", e);
         return -1;
     }
+    int64_t first = s.next;
+    s.next += n;
+    return first;
+}
+
+extern "C" int kd_cuda_hash_enqueue_graph(int device, uint64_t stream, int kinds, const kd_cuda_tensor *t, int n,
+                                          const int64_t *dev_base, int64_t k0, double *partials, int64_t pcap,
+                                          int64_t *pnext)
+{
+    if (device < 0 || device >= 64 || n <= 0 || n > KD_CUDA_BATCH || dev_base == nullptr) {
+        std::snprintf(last_error, sizeof last_error, "bad graph hash batch (device %d, %d tensors)", device, n);
+        return -1;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    DeviceState &s = devs[device];
+    KdDeviceGuard g(device);
+    if (ensure(s) != 0)
+        return -1;
+    Batch b;
+    b.n = n;
+    b.kinds = kinds;
+    b.pbase = 0;
+    b.pstride = 0;
+    b.base = reinterpret_cast<const long long *>(dev_base);
+    int blocks = plan_blocks(b, t, n, kinds);
+    for (int i = 0; i < n; i++)
+        b.slot[i] = k0 + i;
+    b.pstride = (kinds & HK_STATS) ? blocks : 0;
+    if (kinds & (HK_NORM | HK_STATS)) {
+        // the graph's own partials (Note [CUDA graph replays]): replays reuse them in stream order
+        int64_t need = (kinds & HK_STATS) ? 2 * (int64_t)blocks : blocks;
+        if (partials == nullptr || pnext == nullptr || *pnext + need > pcap) {
+            std::snprintf(last_error, sizeof last_error,
+                          "the CUDA graph's room for norm / stats partial sums is used up (%lld of %lld)",
+                          pnext ? (long long)*pnext : 0ll, (long long)pcap);
+            return -2;
+        }
+        b.pbase = *pnext;
+        *pnext += need;
+    }
+    cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
+    if (n == 1)
+        launch<1>(b, blocks, st, s, partials);
+    else if (n <= 4)
+        launch<4>(b, blocks, st, s, partials);
+    else
+        launch<KD_CUDA_BATCH>(b, blocks, st, s, partials);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        set_error("capturing kdebug's hash kernel into a CUDA graph", e);
+        return -1;
+    }
+    return 0;
+}
+
+extern "C" int64_t kd_cuda_hash_reserve(int device, int64_t n)
+{
+    if (device < 0 || device >= 64 || n <= 0 || n > kCapacity / 2) {
+        std::snprintf(last_error, sizeof last_error,
+                      "cannot reserve %lld GPU hash results at once (at most %d)", (long long)n, kCapacity / 2);
+        return -1;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    DeviceState &s = devs[device];
+    KdDeviceGuard g(device);
+    if (ensure(s) != 0)
+        return -1;
+    if (s.next + n - s.collected > kCapacity && collect_locked(device) != 0)
+        return -1;
     int64_t first = s.next;
     s.next += n;
     return first;

@@ -13,6 +13,7 @@
 #include "kd_launch_hash.h"
 #include "kd_hook.h"
 #include "kd_launch.h"
+#include "kd_graph.h"
 #include "kd_launch_ctx.h"
 #include "kd_module.h"
 #include "kd_recorder.h"
@@ -353,6 +354,8 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
     ctx->busy = 1;
     launch_begin(r, ctx, info, args, nargs, stream, p);
     ctx->busy = 0;
+    if (!p->ok && kd_tls_graph != NULL)
+        kd_graph_note_unrecorded(kd_tls_graph); /* its replays will lack it (Note [CUDA graph replays]) */
 }
 
 /* After the launch, on rec, this thread's copy of the launch's record (rec[0]
@@ -399,6 +402,12 @@ static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, P
                          kd_payload *rec, kd_gpu_batch *batch)
 {
     kd_hash_config cfg_copy = p->cfg;
+    if (cfg_copy.record_outputs && kd_tls_graph != NULL) {
+        /* a copy captured into a CUDA graph would be overwritten by every replay */
+        cfg_copy.record_outputs = 0;
+        r->outputs_skipped++;
+        kd_graph_note_output_skipped(kd_tls_graph);
+    }
     if (cfg_copy.record_outputs && !output_wanted(r, p))
         cfg_copy.record_outputs = 0;
     const kd_hash_config *cfg = &cfg_copy;
@@ -550,6 +559,8 @@ void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssiz
             h->flags |= KD_LF_RAISED;
         if (post)
             publish_post(r, p, ctx->build, &batch);
+        if (kd_tls_graph != NULL)
+            kd_graph_add_launch(kd_tls_graph, r, p->first, p->n); /* Note [CUDA graph replays] */
     }
     kd_ring_commit(r->ring, p->first, p->n);
     ctx->busy = 0;

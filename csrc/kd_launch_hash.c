@@ -6,6 +6,7 @@
 
 #include "kd_cuda_hash.h"
 #include "kd_defer.h"
+#include "kd_graph.h"
 #include "kd_hash.h"
 #include "kd_hash_py.h"
 #include "kd_launch_hash.h"
@@ -85,7 +86,7 @@ static void rec_deliver(void *owner, uint64_t pos, int w, const kd_cuda_result *
 
 /* Side w of the hash record at ring ticket `pos` waits for GPU result `index`
  * (index < 0: queuing failed, `error` says why). */
-static void await_result(kd_recorder *r, uint64_t pos, int w, int device, int64_t index, const char *error)
+void kd_await_gpu_result(kd_recorder *r, uint64_t pos, int w, int device, int64_t index, const char *error)
 {
     kd_hash_rec *h = &kd_ring_payload(r->ring, pos)->hash;
     if (index >= 0 && kd_results_expect(device, index, rec_deliver, NULL, r->anchor, pos, w) == 0) {
@@ -108,7 +109,7 @@ static void ring_sink(PyObject *owner, uint64_t pos, int w, int device, int64_t 
     uint64_t head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
     if (head - pos > r->ring->capacity)
         return;
-    await_result(r, pos, w, device, index, error);
+    kd_await_gpu_result(r, pos, w, device, index, error);
 }
 
 /* Hash kernels for the batch now, on its stream: one per run of up to
@@ -121,12 +122,36 @@ void kd_batch_flush(kd_recorder *r, kd_gpu_batch *b, uint64_t base)
         int j = i + 1;
         while (j < b->n && j - i < KD_CUDA_BATCH && b->device[j] == b->device[i] && b->kinds[j] == b->kinds[i])
             j++;
+        if (kd_tls_graph != NULL) {
+            /* Note [CUDA graph replays]: captured into the graph; the record
+             * keeps the graph-relative index for the template */
+            int64_t k0 = 0;
+            const char *err = NULL;
+            int rc = kd_graph_hash(kd_tls_graph, b->device[i], b->stream, b->kinds[i], &b->t[i], j - i, &k0, &err);
+            for (int k = i; k < j; k++) {
+                kd_hash_rec *h = &kd_ring_payload(r->ring, base + b->pos[k])->hash;
+                int w = b->w[k];
+                if (rc == 0) {
+                    h->bitwise[w] = (uint64_t)(k0 + (k - i));
+                    h->flags |= (uint8_t)(w ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE);
+                } else {
+                    h->flags &= (uint8_t)~(w ? (KD_HF_POST | KD_HF_PENDING_POST) : (KD_HF_PRE | KD_HF_PENDING_PRE));
+                }
+            }
+            if (rc != 0) {
+                char msg[300];
+                snprintf(msg, sizeof msg, "capturing GPU hashes into a CUDA graph: %s", err ? err : "");
+                kd_recorder_error(r, msg);
+            }
+            i = j;
+            continue;
+        }
         int64_t first = kd_cuda_hash_enqueue(b->device[i], b->stream, b->kinds[i], &b->t[i], j - i);
         const char *err = first < 0 ? kd_cuda_last_error() : NULL;
         if (first >= 0)
             kd_direct_hash_launches++;
         for (int k = i; k < j; k++)
-            await_result(r, base + b->pos[k], b->w[k], b->device[k], first < 0 ? -1 : first + (k - i), err);
+            kd_await_gpu_result(r, base + b->pos[k], b->w[k], b->device[k], first < 0 ? -1 : first + (k - i), err);
         i = j;
     }
     b->n = 0;

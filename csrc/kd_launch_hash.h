@@ -28,6 +28,10 @@ typedef struct kd_gpu_batch {
  * the launch changed its bytes (check_inputs_unchanged); counted on r. */
 void kd_note_readonly_change(kd_recorder *r, kd_hash_rec *h);
 
+/* Side w of the hash record at ring ticket `pos` waits for GPU result `index`
+ * on `device` (index < 0: queuing failed, `error` says why; counted on r). */
+void kd_await_gpu_result(kd_recorder *r, uint64_t pos, int w, int device, int64_t index, const char *error);
+
 /* Hash kernels for the batch now, on its stream: one per run of up to
  * KD_CUDA_BATCH entries of one device and kind; entry i's hash record is at
  * ring ticket base + pos[i].  Empties the batch. */

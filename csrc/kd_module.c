@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "kd_defer.h"
+#include "kd_graph.h"
 #include "kd_dispatch.h"
 #include "kd_op_observer.h"
 #include "kd_fmt.h"
@@ -11,6 +12,7 @@
 #include "kd_launch.h"
 #include "kd_launch_hash.h"
 #include "kd_module.h"
+#include "kd_cpp_launch.h"
 #include "kd_recorder.h"
 #include "kd_shim.h"
 #include "kd_trace_py.h"
@@ -256,6 +258,18 @@ static PyObject *mod_empty_like(PyObject *m, PyObject *t)
 }
 
 static PyMethodDef module_methods[] = {
+    {"graph_capture_begin", kd_mod_graph_capture_begin, METH_VARARGS,
+     "graph_capture_begin(device, stream) -> handle: before a CUDA graph capture (Note [CUDA graph replays])."},
+    {"graph_capture_started", kd_mod_graph_capture_started, METH_VARARGS,
+     "graph_capture_started(handle, stream): the capture is open; this thread's launches go to the graph."},
+    {"graph_capture_end", kd_mod_graph_capture_end, METH_O,
+     "graph_capture_end(handle) -> dict: before the capture closes; the graph's counters."},
+    {"graph_replay", kd_mod_graph_replay, METH_VARARGS,
+     "graph_replay(handle, stream) -> replay index (-1: not recorded): right before the replay."},
+    {"graph_unknown_replay", kd_mod_graph_unknown_replay, METH_NOARGS,
+     "graph_unknown_replay(): count a replay of a graph captured without kdebug."},
+    {"graph_release", kd_mod_graph_release, METH_O, "graph_release(handle): the CUDA graph is gone."},
+    {"graph_stats", kd_mod_graph_stats, METH_NOARGS, "graph_stats() -> every graph's counters."},
     {"_empty_like", mod_empty_like, METH_O, "_empty_like(t): what record_outputs copies into (tests)."},
     {"_set_defer", mod_set_defer, METH_O, "_set_defer(mode) -> previous: batch GPU hashes / copies: 0 off, 1 under a dispatch mode, 2 with the C++ write guard (Note [Deferred GPU work])."},
     {"defer_flush", mod_defer_flush, METH_NOARGS, "defer_flush(): launch every deferred GPU hash / copy now."},
@@ -304,7 +318,7 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddObjectRef(m, "Recorder", (PyObject *)&kd_RecorderType) != 0 ||
         PyModule_AddObjectRef(m, "Launch", (PyObject *)&kd_LaunchType) != 0 ||
         kd_types_module_init(m) != 0 || kd_hash_py_module_init(m) != 0 || kd_tree_module_init(m) != 0 ||
-        kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 || kd_dispatch_module_init(m) != 0 || kd_op_observer_module_init(m) != 0 || kd_write_guard_module_init(m) != 0 || kd_trace_module_init(m) != 0 || kd_launch_table_module_init(m) != 0 ||
+        kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 || kd_dispatch_module_init(m) != 0 || kd_op_observer_module_init(m) != 0 || kd_write_guard_module_init(m) != 0 || kd_cpp_launch_module_init(m) != 0 || kd_trace_module_init(m) != 0 || kd_launch_table_module_init(m) != 0 ||
         PyModule_AddIntConstant(m, "KIND_TRITON", KD_KIND_TRITON) != 0 ||
         PyModule_AddIntConstant(m, "HASH_BITWISE", KD_HK_BITWISE) != 0 ||
         PyModule_AddIntConstant(m, "HASH_NORM", KD_HK_NORM) != 0 ||

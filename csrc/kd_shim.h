@@ -36,6 +36,13 @@ enum { KD_MATH_CONJ = 1, KD_MATH_NEG = 2 };
  * (sparse, nested, ...: the reason is in kd_shim_last_error()). */
 int kd_shim_tensor_meta(PyObject *obj, kd_tensor_meta *out);
 
+/* A Python tensor (new reference) for an AtenTensorHandle (an at::Tensor *,
+ * as Inductor's C shim hands them out): the tensor's own Python object when it
+ * has one, else a new one.  NULL when handle is NULL or undefined, or on
+ * failure (kd_shim_last_error() says why).  GIL held.  Note [C++ wrapper
+ * launches]. */
+PyObject *kd_shim_wrap_handle(void *handle);
+
 /* c10::ScalarType of a torch.dtype object, or -1. */
 int kd_shim_dtype_scalar_type(PyObject *dtype);
 

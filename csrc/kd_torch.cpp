@@ -84,6 +84,33 @@ extern "C" int kd_shim_tensor_meta(PyObject *obj, kd_tensor_meta *out)
     return -1;
 }
 
+extern "C" PyObject *kd_shim_wrap_handle(void *handle)
+{
+    try {
+        // AtenTensorHandle is an at::Tensor * (torch/csrc/inductor/aoti_torch/
+        // utils.h, tensor_handle_to_tensor_pointer; torch 2.11, 2.13)
+        const at::Tensor *t = static_cast<const at::Tensor *>(handle);
+        if (t == nullptr || !t->defined()) {
+            set_error("a tensor argument is null or undefined");
+            return nullptr;
+        }
+        PyObject *o = THPVariable_Wrap(*t);
+        if (o == nullptr) {
+            PyErr_Clear();
+            set_error("could not give a C++ tensor a Python object");
+        }
+        return o;
+    } catch (const c10::Error &e) {
+        set_error(e.what_without_backtrace());
+    } catch (const std::exception &e) {
+        set_error(e.what());
+    } catch (...) {
+        set_error("unknown C++ exception wrapping a tensor handle");
+    }
+    PyErr_Clear();
+    return nullptr;
+}
+
 extern "C" int kd_shim_dtype_scalar_type(PyObject *dtype)
 {
     try {

@@ -301,6 +301,21 @@ static PyObject *get_raised(kd_launch_view *v, void *c)
     return h == NULL ? NULL : PyBool_FromLong(h->launch.flags & KD_LF_RAISED);
 }
 
+/* Note [CUDA graph replays]: None, or {"graph": id, "replay": index or None (captured, not run)}. */
+static PyObject *get_cuda_graph(kd_launch_view *v, void *c)
+{
+    (void)c;
+    const kd_payload *h = hdr(v);
+    if (h == NULL)
+        return NULL;
+    if (h->launch.flags & KD_LF_REPLAYED)
+        return Py_BuildValue("{s:k,s:K}", "graph", (unsigned long)h->launch.graph_id, "replay",
+                             (unsigned long long)h->launch.replay_index);
+    if (h->launch.flags & KD_LF_CAPTURED)
+        return Py_BuildValue("{s:k,s:O}", "graph", (unsigned long)h->launch.graph_id, "replay", Py_None);
+    Py_RETURN_NONE;
+}
+
 static PyObject *int_tuple(const kd_payload *p, int strides)
 {
     uint32_t nd = p->tensor.ndim;
@@ -529,6 +544,8 @@ static PyGetSetDef view_getset[] = {
     {"t_end_ns", (getter)get_t1, NULL, "CLOCK_MONOTONIC after the launch returned", NULL},
     {"nargs", (getter)get_nargs, NULL, "number of arguments", NULL},
     {"raised", (getter)get_raised, NULL, "whether the launch raised", NULL},
+    {"cuda_graph", (getter)get_cuda_graph, NULL,
+     "None, or {'graph': id, 'replay': index, or None for the capture (did not run)}", NULL},
     {"args", (getter)get_args, NULL, "per argument: a TensorArg or a ScalarArg (Note [Typed boundaries])", NULL},
     {"objects", (getter)get_objects, NULL, "argument objects kept, or None", NULL},
     {"hashes", (getter)get_hashes, NULL, "per argument: None or an ArgHashes (kinds, flags, spec, pre, post)", NULL},

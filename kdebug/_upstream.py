@@ -188,6 +188,29 @@ def triton_heuristics_module():
     return triton_heuristics
 
 
+def cuda_graph_class() -> type | None:
+    """torch.cuda.graphs.CUDAGraph (2.11, 2.13: the Python subclass of
+    torch._C._CUDAGraph whose capture_begin / capture_end / replay call
+    super(); Inductor's cudagraph trees and torch.cuda.graph use it), or None
+    without CUDA."""
+    try:
+        from torch.cuda.graphs import CUDAGraph
+    except ImportError:  # pragma: no cover - a torch built without CUDA still has the module
+        return None
+    for name in ("capture_begin", "capture_end", "replay"):
+        if name not in CUDAGraph.__dict__:
+            return None
+    return CUDAGraph
+
+
+def is_cudagraph_recording(callback_args) -> bool:
+    """Whether a dynamo compile callback is cudagraph trees recording a graph
+    at run time (CallbackTrigger.CUDAGRAPH_RECORDING; 2.11, 2.13): the run is
+    the program's, not a compile."""
+    trigger = getattr(callback_args, "callback_trigger", None)
+    return getattr(trigger, "name", None) == "CUDAGRAPH_RECORDING"
+
+
 def async_compile_class() -> type:
     """torch._inductor.async_compile.AsyncCompile (2.11, 2.13: cpp_pybinding, wait)."""
     from torch._inductor import async_compile
@@ -228,6 +251,94 @@ def aoti_compiled_model() -> type | None:
     except ImportError:  # pragma: no cover
         return None
     return AOTICompiledModel
+
+
+def cpp_wrapper_codegen_classes() -> list:
+    """Inductor's C++ wrapper codegen classes (torch._inductor.codegen:
+    cpp_wrapper_cpu.CppWrapperCpu, cpp_wrapper_gpu.CppWrapperGpu,
+    cpp_wrapper_cpu_array_ref.CppWrapperCpuArrayRef; 2.13, and the same
+    names in 2.11).  Each kernel call goes through its
+    _generate_kernel_call_helper(kernel_name, call_args, *, device, triton,
+    arg_types, raw_keys, raw_args, triton_meta, inductor_meta, ...) (2.13;
+    arg_types: C types for C++ kernels, torch.dtype for Triton tensors),
+    which writes the call inside ``with V.graph.wrapper_code.debug_printer``
+    after set_printer_args(call_args, kernel_name, ...).  Note [C++ wrapper
+    launches]."""
+    import importlib
+
+    out = []
+    for mod, name in (("cpp_wrapper_cpu", "CppWrapperCpu"), ("cpp_wrapper_gpu", "CppWrapperGpu"),
+                      ("cpp_wrapper_cpu_array_ref", "CppWrapperCpuArrayRef")):
+        try:
+            out.append(getattr(importlib.import_module(f"torch._inductor.codegen.{mod}"), name))
+        except (ImportError, AttributeError):  # pragma: no cover - a build without it
+            continue
+    return out
+
+
+def extern_kernel_out_line() -> type:
+    """torch._inductor.codegen.wrapper.ExternKernelOutLine (2.13): its
+    codegen(code) calls the wrapper's _generate_extern_kernel_out_helper(
+    kernel, out, out_view, args, device, stack_traces) for .node (an
+    ir.ExternKernelOut; .op_overload the aten op, args in schema order);
+    the C++ wrappers emit that call as a C-shim call inside the debug
+    printer manager (kernel_type "extern")."""
+    from torch._inductor.codegen.wrapper import ExternKernelOutLine
+
+    return ExternKernelOutLine
+
+
+def graph_has_tensor(graph, name: str) -> bool:
+    """Whether ``name`` is a buffer or an input of a GraphLowering
+    (.name_to_buffer, .graph_inputs, .constants; 2.13)."""
+    if graph is None:
+        return False
+    for attr in ("name_to_buffer", "graph_inputs", "constants"):
+        d = getattr(graph, attr, None)
+        if isinstance(d, dict) and name in d:
+            return True
+    return False
+
+
+def debug_printer_manager_class() -> type:
+    """torch._inductor.codegen.debug_utils.DebugPrinterManager (2.11, 2.13):
+    each wrapper's .debug_printer; set_printer_args(args, kernel_name,
+    arg_signatures, kernel, kernel_type=None) sets .kernel_name, and
+    __enter__ / __exit__ emit code before / after the kernel call."""
+    from torch._inductor.codegen.debug_utils import DebugPrinterManager
+
+    return DebugPrinterManager
+
+
+def fx_graph_hash_details() -> type:
+    """torch._inductor.codecache.FxGraphHashDetails (2.11, 2.13):
+    __init__(gm, example_inputs, fx_kwargs, inputs_to_check); the FX-graph
+    cache key (and AOTAutogradCacheDetails, its subclass) hashes the
+    pickled instance, so an attribute set on it changes the key."""
+    from torch._inductor.codecache import FxGraphHashDetails
+
+    return FxGraphHashDetails
+
+
+def aot_code_compiler() -> type:
+    """torch._inductor.codecache.AotCodeCompiler (2.11, 2.13): the classmethod
+    compile(graph, wrapper_code, kernel_code, ...) writes
+    config.aot_inductor.metadata into the AOTI model (what
+    AOTICompiledModel.get_metadata() returns)."""
+    from torch._inductor.codecache import AotCodeCompiler
+
+    return AotCodeCompiler
+
+
+def current_graph():
+    """torch._inductor.virtualized.V.graph, the GraphLowering being lowered
+    now (2.11, 2.13: .cpp_wrapper, .aot_mode, .wrapper_code), or None."""
+    try:
+        from torch._inductor.virtualized import V
+
+        return V.graph
+    except Exception:  # no graph set (V's NullHandler raises)
+        return None
 
 
 def compile_callback_handler():

@@ -266,13 +266,14 @@ class Session:
     def before(self, compiled, inputs):
         from . import inductor
 
-        reason = inductor.graph_bypass_reason(compiled)
+        reason = inductor.graph_bypass_reason(compiled, hooked_ok=False)
         if reason is not None:  # its launches never reach Python: nothing to compare
             self.report.graph_calls_unchecked += 1
             note = (f"graph calls launched through {reason} are not checked (their kernels bypass Python); "
                     "compile without it (mode='default', cpp_wrapper=False) to check them")
             if note not in self.report.notes:
                 self.report.notes.append(note)
+                inductor.warn(f"accuracy check: {note}")
             return None
         g = provenance.graph_for(compiled, self.graphs)
         if g is None:

@@ -130,7 +130,7 @@ class _LaunchCopy:
 
     _FIELDS = ("kind", "kernel_name", "grid", "config", "num_warps", "num_stages", "shared_mem", "device",
                "stream", "thread_id", "launch_index", "py_index", "call_depth", "t_start_ns", "t_end_ns",
-               "nargs", "raised", "args", "hashes")
+               "nargs", "raised", "cuda_graph", "args", "hashes")
 
     def __init__(self, launch, memo: dict) -> None:
         import copy
@@ -303,6 +303,14 @@ class _KernelCall(_upstream._DebugCall):
     @property
     def raised(self) -> bool:
         return self._launch.raised
+
+    @property
+    def cuda_graph(self) -> dict | None:
+        """Note [CUDA graph replays]: None for an ordinary launch, else
+        {"graph": id, "replay": n} for replay n of a captured launch, or
+        {"graph": id, "replay": None} for the launch recorded at capture (it
+        did not run: no values)."""
+        return self._launch.cuda_graph
 
     @property
     def t_start_ns(self) -> int:

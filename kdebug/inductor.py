@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _active, _upstream, replay
+from . import _C, _active, _upstream, cpp_launch, cudagraphs, replay
 from ._boundary import TritonLaunch
 
 _lock = threading.Lock()
@@ -217,6 +217,13 @@ def cpp_kernel_info(name: str, argtypes: list[str], source: str,
     written (and read too for in_out_ptr / in_ptr, unless the buffer is
     fresh: Note [Fresh buffers]), scalars read."""
     names = _param_names(source, len(argtypes))
+    return _C.KernelInfo(_C.KIND_CPP, name, names, cpp_roles(names, argtypes, fresh), 0, -1)
+
+
+def cpp_roles(names: list[str], argtypes: list[str], fresh: frozenset[int] = frozenset()) -> list[int]:
+    """KD_ROLE_* of a C++ kernel's arguments from their C types (the Python
+    wrapper's pybinding and the C++ wrapper's calls: Note [C++ wrapper
+    launches])."""
     roles = []
     for i, (n, t) in enumerate(zip(names, argtypes)):
         t = t.strip()
@@ -225,7 +232,7 @@ def cpp_kernel_info(name: str, argtypes: list[str], source: str,
             roles.append(2 | (1 if reads else 0))
         else:
             roles.append(1)
-    return _C.KernelInfo(_C.KIND_CPP, name, names, roles, 0, -1)
+    return roles
 
 
 def _wrap_cpp(scope: dict, key: str, argtypes: list[str], source: str,
@@ -307,12 +314,16 @@ def _wrap_loaded_modules() -> None:
 
 # ---------------------------------------------------------------- bypass paths
 
-def graph_bypass_reason(graph) -> str | None:
-    """Why a compiled graph's launches do not pass through Python, or None."""
+def graph_bypass_reason(graph, hooked_ok: bool = True) -> str | None:
+    """Why a compiled graph's launches are not recorded, or None.  A C++
+    wrapper module lowered under this kdebug's recording reports its
+    launches (Note [C++ wrapper launches]) unless hooked_ok is False (its
+    kernels are still not callable from Python: the accuracy check)."""
     fx_kwargs = getattr(graph, "fx_kwargs", None) or {}
-    if fx_kwargs.get("aot_mode"):
+    hooked = hooked_ok and cpp_launch.graph_hooked(graph)
+    if fx_kwargs.get("aot_mode") and not hooked:
         return "AOTInductor"
-    if fx_kwargs.get("cpp_wrapper"):
+    if fx_kwargs.get("cpp_wrapper") and not hooked:
         return "cpp_wrapper"
     cudagraphs = fx_kwargs.get("cudagraphs")
     if cudagraphs is not None and bool(getattr(cudagraphs, "value", cudagraphs)):
@@ -352,6 +363,14 @@ def _patched_graph_call(orig):
     def __call__(self, inputs):
         if _active.any_recording():
             reason = graph_bypass_reason(self)
+            graphed = reason == "CUDA-graph replay" and cudagraphs.supported()
+            if graphed:
+                # its replays are recorded (Note [CUDA graph replays]); nothing
+                # is deferred during the call: cudagraph trees check that no
+                # tensor of their pool outlives a call untracked
+                reason = None
+                _C.defer_flush()
+                prev_defer = _C._set_defer(False)
             if reason is not None:
                 mode = _active.recording()
                 if mode is not None:
@@ -365,6 +384,8 @@ def _patched_graph_call(orig):
                 return orig(self, inputs)
             finally:
                 _C._graph_call(False)
+                if graphed:
+                    _C._set_defer(prev_defer)
         if _graph_observer is not None:
             return _observed_call(orig, self, inputs)
         return orig(self, inputs)
@@ -376,7 +397,7 @@ def _patched_graph_call(orig):
 def _patched_aoti_call(orig):
     def __call__(self, *args, **kwargs):
         mode = _active.recording()
-        if mode is not None:
+        if mode is not None and not cpp_launch.aoti_hooked(self):
             mode._note_bypass("AOTInductor")
             _C.defer_flush()
         return orig(self, *args, **kwargs)
@@ -407,10 +428,14 @@ def _autotuning(orig):
 
 
 def _on_compile_start(args) -> None:
+    if _upstream.is_cudagraph_recording(args):
+        return  # the capture runs the program's launches (Note [CUDA graph replays])
     _C._set_compiling(True)
 
 
 def _on_compile_end(args) -> None:
+    if _upstream.is_cudagraph_recording(args):
+        return
     _C._set_compiling(False)
 
 
@@ -453,11 +478,14 @@ def install() -> None:
         if AOTICompiledModel is not None:
             AOTICompiledModel.__call__ = _patched_aoti_call(AOTICompiledModel.__call__)
 
+        cpp_launch.install()  # Note [C++ wrapper launches]
+
         handler = _upstream.compile_callback_handler()
         handler.register_start_callback(_on_compile_start)
         handler.register_end_callback(_on_compile_end)
 
         _wrap_loaded_modules()
+        cudagraphs.install()  # Note [CUDA graph replays]
         from . import provenance
 
         provenance.install()  # Note [Kernel provenance]
@@ -474,9 +502,11 @@ def config_bypass_warnings() -> list[str]:
     cfg = _upstream.inductor_config()
     out = []
     if getattr(cfg, "cpp_wrapper", False):
-        out.append("torch._inductor.config.cpp_wrapper=True: kernels launched from the C++ wrapper "
-                   "are not recorded; set it to False while recording")
-    if _cuda_available() and getattr(cfg.triton, "cudagraphs", False):
+        out.append("torch._inductor.config.cpp_wrapper=True: graphs compiled during this recording report "
+                   "their launches through kdebug's C++ launch hook, but C++-wrapper modules compiled "
+                   "before it are not recorded; call torch._dynamo.reset() before recording to recompile "
+                   "them (Note [C++ wrapper launches])")
+    if _cuda_available() and getattr(cfg.triton, "cudagraphs", False) and not cudagraphs.supported():
         out.append("torch._inductor.config.triton.cudagraphs=True: launches replayed from CUDA graphs "
                    "are not recorded; set it to False (or compile with mode='default') while recording")
     return out

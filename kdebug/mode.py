@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _active, _argtext, _aten_hooks, _flags, _upstream, collectives, hashing, inductor, values
+from . import _C, _active, _argtext, _aten_hooks, _flags, _upstream, collectives, cudagraphs, hashing, inductor, values
 from ._boundary import HashHook, OpInfo
 from .calls import _VERBOSE, RECORDED_ATTRIBUTES, _AtenOpCall, _CppKernelCall, _KernelCall, make_call
 
@@ -336,6 +336,7 @@ class DebugMode(_upstream.DebugMode):
                 "(the default, 2**20 slots, is 128 MiB, touched only as it fills)") from None
         self._materialized = 0
         self._bypass: Counter[str] = Counter()
+        self._graphs_at_enter: cudagraphs.Snapshot | None = None
         self._warned: set[str] = set()
         self._reported = {"dropped": 0, "errors": 0, "unrecorded": 0, "outputs_skipped": 0,
                           "readonly_changed": 0, "hash_unsupported": 0}
@@ -591,6 +592,8 @@ class DebugMode(_upstream.DebugMode):
                 # thread's launches from the one recording before it
                 self._shadowing = outer if outer is not None and not self.record_all_threads else None
                 self._seen_at_enter = self._recorder.seen
+                if self._graphs_at_enter is None:  # Note [CUDA graph replays]: what this recording saw
+                    self._graphs_at_enter = cudagraphs.snapshot()
             d = _C.defer_stats()
             self._defer_failures = d["hash_failures"] + d["copy_failures"]
             prev_defer = _C._set_defer(self._defer_mode)
@@ -758,12 +761,17 @@ class DebugMode(_upstream.DebugMode):
         self._warn_once(
             "bypass:" + reason,
             f"a compiled graph runs through {reason}: its kernel launches do not pass through "
-            "Python and are NOT recorded, so this recording is incomplete. "
+            "Python or kdebug's C++ launch hook and are NOT recorded, so this recording is incomplete. "
             + {
                 "CUDA-graph replay": "Compile with mode='default' (not 'reduce-overhead') or set "
                 "torch._inductor.config.triton.cudagraphs=False to record every launch.",
-                "cpp_wrapper": "Set torch._inductor.config.cpp_wrapper=False to record every launch.",
-                "AOTInductor": "Run the model through torch.compile instead of AOTInductor to record its launches.",
+                "cpp_wrapper": "It was compiled without kdebug's launch hook (outside a kdebug recording, or by "
+                "another kdebug build): call torch._dynamo.reset() and run it again inside the recording so it "
+                "is recompiled with the hook (Note [C++ wrapper launches]), or set "
+                "torch._inductor.config.cpp_wrapper=False.",
+                "AOTInductor": "The package was compiled without kdebug's launch hook: compile it again with "
+                "torch._inductor.aoti_compile_and_package inside a kdebug DebugMode (recording), load it with "
+                "aoti_load_package, and run it under the recording (Note [C++ wrapper launches]).",
             }.get(reason, ""),
         )
 
@@ -799,6 +807,18 @@ class DebugMode(_upstream.DebugMode):
                           f"missing, {d['copy_failures']} recorded output(s) not copied): {d['last_error']}. "
                           "DebugMode(batch_gpu_work=False) hashes and copies one tensor at a time.",
                           stacklevel=4)
+        graphs, unknown = self._graph_state()
+        if unknown > self._reported.get("graph_unknown", 0):
+            self._reported["graph_unknown"] = unknown
+            inductor.warn(f"{unknown} replay(s) of CUDA graphs captured while kdebug was not recording: their "
+                          "kernels are NOT recorded, so this recording is incomplete. Start recording before the "
+                          "first calls of the compiled function (its warm-up and capture), or call "
+                          "torch._dynamo.reset() before recording so its graphs are captured again.", stacklevel=4)
+        for g in graphs:
+            if (not g.complete or g.undescribed_kernels > 0 or g.other_nodes > 0) and \
+                    f"graph:{g.graph_id}" not in self._warned:
+                self._warned.add(f"graph:{g.graph_id}")
+                inductor.warn(g.text() + ("" if g.complete else " -- this recording is incomplete"), stacklevel=4)
         s = self._recorder.stats()
         for key, message in self._PROBLEMS.items():
             if s[key] > self._reported.get(key, 0):
@@ -820,9 +840,28 @@ class DebugMode(_upstream.DebugMode):
         s = dict(self._recorder.stats())
         s["bypassed_graph_calls"] = dict(self._bypass)
         s["nested_unrecorded"] = self._nested_hidden
-        s["complete"] = not (s["dropped"] or s["unrecorded"] or self._bypass or self._nested_hidden)
+        graphs, unknown = self._graph_state()
+        s["cuda_graphs"] = len(graphs)
+        s["cuda_graph_replays"] = sum(g.replays for g in graphs)
+        s["unrecorded_graph_replays"] = unknown
+        s["complete"] = not (s["dropped"] or s["unrecorded"] or self._bypass or self._nested_hidden or unknown
+                             or any(not g.complete for g in graphs))
         s["error_messages"] = self._recorder.messages()
         return s
+
+    def _graph_state(self) -> tuple[list, int]:
+        """(graphs captured or replayed since this recording began, replays of
+        graphs captured without kdebug since then)."""
+        if self._graphs_at_enter is None or not cudagraphs.supported():
+            return [], 0
+        return cudagraphs.since(self._graphs_at_enter)
+
+    @property
+    def cuda_graphs(self) -> list:
+        """The CUDA graphs this recording saw captured or replayed
+        (kdebug.cudagraphs.GraphInfo: launches, replays, what the graph holds
+        that kdebug does not record; Note [CUDA graph replays])."""
+        return self._graph_state()[0]
 
     @property
     def complete(self) -> bool:
@@ -871,6 +910,12 @@ class DebugMode(_upstream.DebugMode):
             parts.append(f"{s['unrecorded']} launch(es) not recorded (hook errors)")
         for reason, n in self._bypass.items():
             parts.append(f"{n} graph call(s) through {reason} not recorded")
+        graphs, unknown = self._graph_state()
+        if unknown:
+            parts.append(f"{unknown} replay(s) of CUDA graphs captured before recording began not recorded")
+        for g in graphs:
+            if not g.complete:
+                parts.append(g.text())
         if self._nested_hidden:
             parts.append(f"{self._nested_hidden} launch(es) recorded only by a nested DebugMode")
         if not parts:

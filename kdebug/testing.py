@@ -36,15 +36,18 @@ def _bump(t: torch.Tensor, value) -> None:
 
 
 @contextlib.contextmanager
-def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float = 1):
+def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float = 1, *,
+                          cpp_wrapper: bool = False):
     """Within the block, the ``occurrence``-th launch (counting from 0) of the
     C++ kernels whose names contain ``name`` gets argument ``arg`` perturbed
     after it ran: ``value`` is added to its first element (a bool element is
     flipped instead).  Yields a dict whose "hits" says how many launches were
-    perturbed (1 when the launch happened)."""
+    perturbed (1 when the launch happened).  ``cpp_wrapper=True``: the
+    kernels (C++ or Triton) of C++-wrapper / AOTInductor code compiled under
+    kdebug instead, perturbed from kdebug's launch hook while recording."""
     state = {"calls": 0, "hits": 0}
     swapped, lacking = [], []
-    for scope in _scopes():
+    for scope in (() if cpp_wrapper else _scopes()):
         for key, obj in list(scope.items()):
             if not isinstance(obj, _C.CppKernel) or name not in obj.info.name:
                 continue
@@ -70,6 +73,22 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float
 
             scope[key] = _C.CppKernel(replay.wrap(perturbing, obj.info.name) if replaying else perturbing, obj.info)
             swapped.append((scope, key, obj))
+    if cpp_wrapper:
+        # Note [C++ wrapper launches]: the launches of C++-wrapper / AOTI code
+        # (compiled under kdebug) are perturbed from kdebug's launch hook
+        def fault(kernel, tensors):
+            if name in kernel and arg in tensors:
+                if state["calls"] == occurrence:
+                    _bump(tensors[arg], value)
+                    state["hits"] += 1
+                state["calls"] += 1
+
+        _C._cpp_launch_fault_hook(fault)
+        try:
+            yield state
+        finally:
+            _C._cpp_launch_fault_hook(None)
+        return
     if not swapped and lacking:
         raise ValueError(f"no loaded C++ kernel whose name contains {name!r} has an argument {arg!r}: "
                          + "; ".join(lacking[:4]))

@@ -62,6 +62,21 @@ int kd_cuda_available(void);
  * kd_cuda_last_error() set. */
 int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, const kd_cuda_tensor *t, int n);
 
+/* Note [CUDA graph replays] (kd_graph.c): captures the hash kernel for n
+ * tensors into the CUDA graph being captured on `stream`; result i goes to
+ * global index *dev_base + k0 + i, *dev_base read on the device when the
+ * graph replays.  Norm / stats partial sums use the graph's own buffer
+ * (partials[*pnext ...], at most pcap; *pnext advances).  Returns 0, -1 on
+ * failure, -2 when the partials buffer is full (kd_cuda_last_error()). */
+int kd_cuda_hash_enqueue_graph(int device, uint64_t stream, int kinds, const kd_cuda_tensor *t, int n,
+                               const int64_t *dev_base, int64_t k0, double *partials, int64_t pcap,
+                               int64_t *pnext);
+
+/* Reserves n consecutive global result indices on `device` for one replay
+ * (reading results back first when the ring has no room: one
+ * synchronization).  Returns the first, or -1. */
+int64_t kd_cuda_hash_reserve(int device, int64_t n);
+
 /* Orders stream `to` after the work queued so far on stream `from` (an event).
  * Returns 0, or -1 on failure. */
 int kd_cuda_stream_wait(int device, uint64_t from, uint64_t to);

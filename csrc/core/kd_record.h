@@ -79,6 +79,8 @@ enum kd_launch_flag {
     KD_LF_CONFIG = 2,     /* config_id / num_warps / num_stages are set */
     KD_LF_RAISED = 4,     /* the launch itself raised an exception */
     KD_LF_ARG_ERROR = 8,  /* some argument could not be described (counted) */
+    KD_LF_CAPTURED = 16,  /* launched while a CUDA graph was captured: did not run, no values (graph_id) */
+    KD_LF_REPLAYED = 32,  /* a replay of a captured launch (graph_id, replay_index; Note [CUDA graph replays]) */
 };
 
 /* Device types: c10::DeviceType values for the two we name. */
@@ -106,7 +108,10 @@ typedef struct kd_launch {
     uint64_t thread_id;
     uint64_t t_start_ns;   /* CLOCK_MONOTONIC before the launch */
     uint64_t t_end_ns;     /* after the launch call returned (host side) */
-    uint8_t spare[32];
+    uint32_t graph_id;     /* KD_LF_CAPTURED / KD_LF_REPLAYED: the CUDA graph (1, 2, ... in capture order) */
+    uint32_t reserved1;
+    uint64_t replay_index; /* KD_LF_REPLAYED: 0 for the graph's first replay */
+    uint8_t spare[16];
 } kd_launch;
 
 typedef struct kd_tensor_arg {

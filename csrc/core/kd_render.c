@@ -230,6 +230,11 @@ size_t kd_render_launch(const kd_render_ctx *c, const kd_payload *p, int flags,
     }
     args(&o, c, p, flags);
     put(&o, ")", 1);
+    /* Note [CUDA graph replays] */
+    if (l->flags & KD_LF_REPLAYED)
+        putf(&o, "  # CUDA graph %" PRIu32 " replay %" PRIu64, l->graph_id, l->replay_index);
+    else if (l->flags & KD_LF_CAPTURED)
+        putf(&o, "  # captured into CUDA graph %" PRIu32 " (not run)", l->graph_id);
     if (flags & KD_RENDER_VERBOSE) {
         if (l->flags & KD_LF_CONFIG) {
             puts_(&o, "  # ");

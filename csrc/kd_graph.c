@@ -1,0 +1,386 @@
+/* kd_graph.c - recording the kernels of CUDA graphs: at capture and at every
+ * replay.
+ *
+ * Note [CUDA graph replays]
+ * A CUDA graph (torch.cuda.CUDAGraph: Inductor's cudagraph trees under
+ * mode="reduce-overhead", or the user's own) replays its kernels without any
+ * Python, so the launch hook never sees a replay.  kdebug records them so:
+ *  - Capture.  kdebug/cudagraphs.py wraps CUDAGraph.capture_begin /
+ *    capture_end; between them this thread's kd_tls_graph is the graph.  The
+ *    wrapper's launches still run the launch hook: each is recorded as usual,
+ *    flagged KD_LF_CAPTURED (it did not run: its record has no values), and a
+ *    copy of its record becomes the graph's template.  Its hash kernels are
+ *    captured into the graph itself (kd_cuda_hash_enqueue_graph): result k of
+ *    the graph goes to global result index base + k, where base is read on
+ *    the device when the kernel runs, from the graph's device buffer.
+ *    Deferred GPU work is flushed first and off during the capture, and
+ *    record_outputs skips captured launches (a copy captured into the graph
+ *    would be overwritten by every replay): counted per graph.
+ *  - Replay.  The CUDAGraph.replay wrapper calls kd_mod_graph_replay before
+ *    the replay: it reserves the graph's K result indices in the device's
+ *    result ring (kd_cuda_hash_reserve: no synchronization unless the ring
+ *    is full, as for any hash), queues one one-thread kernel on the replay's
+ *    stream that writes their first index to the graph's base, and copies
+ *    the template's records into the active recorder's ring, flagged
+ *    KD_LF_REPLAYED with the replay index, each hash waiting for its result
+ *    (Note [GPU hash results]).  Per replay: one tiny kernel launch, no
+ *    synchronization, no hashing on the host; the host's per-kernel work is
+ *    the copy of each launch's record (120-byte payloads) and the
+ *    registration of its results.
+ *  - What a graph holds that kdebug cannot describe.  At capture_end the
+ *    graph's nodes are counted (cudaGraphGetNodes): kernel nodes beyond the
+ *    recorded launches and kdebug's own hash kernels (cuBLAS / cuDNN / aten
+ *    kernels, whose results are not hashed in the graph), and other work
+ *    nodes (copies, memsets), are reported per graph (kdebug.cudagraphs).
+ *  - A graph captured while kdebug was not recording has no template: its
+ *    replays are counted as unrecorded (kdebug says so; the recording is
+ *    incomplete).
+ * The replay's records are the active recorder's, whichever recorder saw the
+ * capture: the templates hold no recorder state (names are ids in the
+ * process-wide string table).  All of this runs with the GIL held.
+ */
+#include "kd_graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kd_args.h"
+#include "kd_cuda_graph.h"
+#include "kd_defer.h"
+#include "kd_grow.h"
+#include "kd_launch.h"
+#include "kd_launch_hash.h"
+#include "kd_recorder.h"
+#include "kd_results.h"
+
+#define KD_GRAPH_PARTIALS (1 << 16) /* norm / stats partial sums per graph */
+
+struct kd_graph {
+    uint32_t id;          /* 1, 2, ... in capture order */
+    int device;
+    int live;             /* 0 once released */
+    int capturing;
+    int defer_was;        /* deferral before the capture */
+    uint64_t stream;      /* the capture stream */
+    void *mem;            /* device: [int64 base][int64][partials] */
+    int64_t pnext;        /* partials used */
+    int64_t nhash;        /* K: results per replay */
+    kd_payload *tmpl;     /* the captured launches' records, back to back */
+    uint64_t tmpl_n, tmpl_cap;
+    uint64_t launches;    /* launches in the template */
+    uint64_t hash_kernels;/* kdebug's hash kernels captured */
+    uint64_t unrecorded;  /* launches during the capture that could not be recorded */
+    uint64_t hash_errors; /* hashes that could not be captured */
+    uint64_t outputs_skipped;
+    int64_t kernel_nodes, other_nodes; /* counted at capture_end (-1: unknown) */
+    uint64_t replays;
+    uint64_t replay_errors;
+    char error[200];
+};
+
+_Thread_local kd_graph *kd_tls_graph;
+
+static kd_graph **graphs; /* by id - 1 */
+static uint64_t ngraphs, graphs_cap;
+static uint64_t unknown_replays; /* replays of graphs captured without kdebug */
+static uint64_t released;
+
+static int64_t *dev_base(kd_graph *g) { return (int64_t *)g->mem; }
+static double *dev_partials(kd_graph *g) { return (double *)((char *)g->mem + 2 * sizeof(int64_t)); }
+
+static void set_error(kd_graph *g, const char *msg)
+{
+    if (!g->error[0])
+        snprintf(g->error, sizeof g->error, "%s", msg);
+}
+
+int kd_graph_hash(kd_graph *g, int device, uint64_t stream, int kinds, const kd_cuda_tensor *t, int n,
+                  int64_t *k0, const char **error)
+{
+    if (device != g->device || g->mem == NULL) {
+        *error = "a hash on another device than the CUDA graph's";
+        g->hash_errors += (uint64_t)n;
+        return -1;
+    }
+    if (g->nhash + n > KD_CUDA_CAPACITY / 2) {
+        *error = "the CUDA graph has more hashed tensors than kdebug's result ring holds per replay";
+        g->hash_errors += (uint64_t)n;
+        set_error(g, *error);
+        return -1;
+    }
+    int rc = kd_cuda_hash_enqueue_graph(device, stream, kinds, t, n, dev_base(g), g->nhash, dev_partials(g),
+                                        KD_GRAPH_PARTIALS, &g->pnext);
+    if (rc != 0) {
+        *error = kd_cuda_last_error();
+        g->hash_errors += (uint64_t)n;
+        set_error(g, *error);
+        return -1;
+    }
+    *k0 = g->nhash;
+    g->nhash += n;
+    g->hash_kernels++;
+    return 0;
+}
+
+void kd_graph_add_launch(kd_graph *g, kd_recorder *r, uint64_t first, uint32_t n)
+{
+    if (kd_grow((void **)&g->tmpl, &g->tmpl_cap, g->tmpl_n + n, sizeof(kd_payload)) != 0) {
+        g->unrecorded++;
+        set_error(g, "out of memory for the CUDA graph's launch records");
+        return;
+    }
+    kd_payload *dst = &g->tmpl[g->tmpl_n];
+    for (uint32_t i = 0; i < n; i++)
+        memcpy(&dst[i], kd_ring_payload(r->ring, first + i), sizeof(kd_payload));
+    g->tmpl_n += n;
+    g->launches++;
+    /* the ring's record: captured, did not run, so no values */
+    kd_launch *h = &kd_ring_payload(r->ring, first)->launch;
+    h->flags |= KD_LF_CAPTURED;
+    h->graph_id = g->id;
+    kd_arg_iter it = kd_args_begin(dst, n);
+    while (kd_args_next(&it))
+        if (it.hash != NULL) {
+            kd_hash_rec *rh = &kd_ring_payload(r->ring, first + it.hash_off)->hash;
+            rh->flags &= (uint8_t)~(KD_HF_PRE | KD_HF_POST | KD_HF_PENDING_PRE | KD_HF_PENDING_POST |
+                                    KD_HF_CHECKED);
+        }
+}
+
+void kd_graph_note_unrecorded(kd_graph *g) { g->unrecorded++; }
+
+void kd_graph_note_output_skipped(kd_graph *g) { g->outputs_skipped++; }
+
+/* ---- Python-facing ---- */
+
+static kd_graph *graph_of(PyObject *handle)
+{
+    unsigned long long id = PyLong_AsUnsignedLongLong(handle);
+    if (PyErr_Occurred())
+        return NULL;
+    if (id == 0 || id > ngraphs || !graphs[id - 1]->live) {
+        PyErr_Format(PyExc_ValueError, "no live kdebug CUDA graph %llu", id);
+        return NULL;
+    }
+    return graphs[id - 1];
+}
+
+/* graph_capture_begin(device, stream) -> handle (0: no recording on this
+ * thread, nothing kept): before CUDAGraph.capture_begin (allocates the
+ * graph's device buffer, flushes deferred work). */
+PyObject *kd_mod_graph_capture_begin(PyObject *m, PyObject *args)
+{
+    (void)m;
+    int device;
+    unsigned long long stream;
+    if (!PyArg_ParseTuple(args, "iK", &device, &stream))
+        return NULL;
+    if (kd_tls_graph != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "kdebug: a CUDA graph capture inside another one on this thread");
+        return NULL;
+    }
+    kd_recorder *r = kd_active_recorder();
+    if (r == NULL || !r->started)
+        return PyLong_FromLong(0); /* not recording: the graph stays unknown (its replays are counted) */
+    kd_defer_flush();
+    if (kd_grow((void **)&graphs, &graphs_cap, ngraphs + 1, sizeof(kd_graph *)) != 0)
+        return PyErr_NoMemory();
+    kd_graph *g = calloc(1, sizeof *g);
+    if (g == NULL)
+        return PyErr_NoMemory();
+    g->device = device;
+    g->live = 1;
+    g->stream = stream;
+    g->kernel_nodes = g->other_nodes = -1;
+    g->mem = kd_cuda_graph_alloc(device, KD_GRAPH_PARTIALS);
+    if (g->mem == NULL)
+        set_error(g, kd_cuda_graph_last_error());
+    graphs[ngraphs++] = g;
+    g->id = (uint32_t)ngraphs;
+    return PyLong_FromUnsignedLong(g->id);
+}
+
+/* graph_capture_started(handle, stream): the capture has begun on `stream`:
+ * launches on this thread go to the graph from here. */
+PyObject *kd_mod_graph_capture_started(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *handle;
+    unsigned long long stream;
+    if (!PyArg_ParseTuple(args, "OK", &handle, &stream))
+        return NULL;
+    kd_graph *g = graph_of(handle);
+    if (g == NULL)
+        return NULL;
+    g->stream = stream;
+    g->capturing = 1;
+    g->defer_was = kd_defer_set(0);
+    kd_tls_graph = g;
+    Py_RETURN_NONE;
+}
+
+/* One graph's counters, as a dict (kdebug/cudagraphs.py makes a GraphInfo of it). */
+static PyObject *stats_one(kd_graph *g)
+{
+    return Py_BuildValue(
+        "{s:k,s:i,s:K,s:K,s:K,s:L,s:K,s:K,s:K,s:L,s:L,s:K,s:s,s:O}", "graph_id", (unsigned long)g->id,
+        "device", g->device, "launches", (unsigned long long)g->launches, "hash_kernels",
+        (unsigned long long)g->hash_kernels, "unrecorded", (unsigned long long)g->unrecorded, "hashes",
+        (long long)g->nhash, "hash_errors", (unsigned long long)g->hash_errors, "outputs_skipped",
+        (unsigned long long)g->outputs_skipped, "replays", (unsigned long long)g->replays, "kernel_nodes",
+        (long long)g->kernel_nodes, "other_nodes", (long long)g->other_nodes, "replay_errors",
+        (unsigned long long)g->replay_errors, "error", g->error,
+        "live", g->live ? Py_True : Py_False);
+}
+
+/* graph_capture_end(handle) -> dict: before CUDAGraph.capture_end (the
+ * capture is still open: its nodes are counted). */
+PyObject *kd_mod_graph_capture_end(PyObject *m, PyObject *handle)
+{
+    (void)m;
+    kd_graph *g = graph_of(handle);
+    if (g == NULL)
+        return NULL;
+    if (g->capturing) {
+        if (kd_cuda_graph_count_nodes(g->stream, &g->kernel_nodes, &g->other_nodes) != 0) {
+            g->kernel_nodes = g->other_nodes = -1;
+            set_error(g, kd_cuda_graph_last_error());
+        }
+        g->capturing = 0;
+        kd_defer_set(g->defer_was);
+    }
+    if (kd_tls_graph == g)
+        kd_tls_graph = NULL;
+    return stats_one(g);
+}
+
+/* Copies g's template into r's ring as replay `replay` whose results start at
+ * global index `base` (base < 0: no hashes). */
+static void emit_replay(kd_graph *g, kd_recorder *r, uint64_t replay, int64_t base, uint64_t stream)
+{
+    uint64_t off = 0;
+    uint64_t now = kd_now_ns();
+    while (off < g->tmpl_n) {
+        const kd_payload *src = &g->tmpl[off];
+        uint32_t n = (uint32_t)src->launch.nslots + 1;
+        uint64_t first;
+        if (kd_ring_reserve(r->ring, n, &first) != 0) { /* refused: counted by the ring */
+            off += n;
+            continue;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            memcpy(kd_ring_payload(r->ring, first + i), &src[i], sizeof(kd_payload));
+        kd_launch *h = &kd_ring_payload(r->ring, first)->launch;
+        h->flags = (uint8_t)((h->flags & ~KD_LF_CAPTURED) | KD_LF_REPLAYED);
+        h->graph_id = g->id;
+        h->replay_index = replay;
+        h->launch_index = r->next_launch_index++;
+        h->stream = stream;
+        h->thread_id = (uint64_t)PyThread_get_thread_ident();
+        h->t_start_ns = h->t_end_ns = now;
+        Py_ssize_t nops = (r->ops != NULL && PyList_Check(r->ops)) ? PyList_GET_SIZE(r->ops) - r->merged : 0;
+        h->py_index = nops > 0 ? (uint64_t)nops : 0;
+        kd_arg_iter it = kd_args_begin(src, n);
+        while (kd_args_next(&it)) {
+            if (it.hash == NULL)
+                continue;
+            kd_hash_rec *rh = &kd_ring_payload(r->ring, first + it.hash_off)->hash;
+            rh->flags &= (uint8_t)~(KD_HF_PRE | KD_HF_POST | KD_HF_PENDING_PRE | KD_HF_PENDING_POST);
+            for (int w = 0; w < 2; w++) {
+                uint8_t pend = (uint8_t)(w ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE);
+                if (!(it.hash->flags & pend))
+                    continue;
+                rh->flags |= (uint8_t)(w ? KD_HF_POST : KD_HF_PRE);
+                kd_await_gpu_result(r, first + it.hash_off, w, g->device,
+                                    base < 0 ? -1 : base + (int64_t)it.hash->bitwise[w],
+                                    base < 0 ? "the replay's hash results could not be reserved" : NULL);
+            }
+        }
+        kd_ring_commit(r->ring, first, n);
+        off += n;
+    }
+}
+
+/* graph_replay(handle, stream) -> replay index: right before CUDAGraph.replay
+ * on `stream` (the current stream, where the replay runs).  Without an active
+ * recorder nothing is recorded and -1 is returned. */
+PyObject *kd_mod_graph_replay(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *handle;
+    unsigned long long stream;
+    if (!PyArg_ParseTuple(args, "OK", &handle, &stream))
+        return NULL;
+    kd_graph *g = graph_of(handle);
+    if (g == NULL)
+        return NULL;
+    kd_defer_flush(); /* the replay's kernels are writers kdebug does not see (Note [Deferred GPU work]) */
+    uint64_t replay = g->replays++;
+    int64_t base = -1;
+    if (g->nhash > 0) {
+        /* the base is set even with no recorder: the graph's hash kernels run
+         * every replay and need room in the result ring */
+        base = kd_cuda_hash_reserve(g->device, g->nhash);
+        if (base < 0 || kd_cuda_graph_set_base(g->device, stream, dev_base(g), base) != 0) {
+            g->replay_errors++;
+            set_error(g, base < 0 ? kd_cuda_last_error() : kd_cuda_graph_last_error());
+            base = -1;
+        }
+    }
+    kd_recorder *r = kd_active_recorder();
+    if (r == NULL || !r->started) {
+        /* results nobody waits for are dropped when collected (Note [GPU hash results]) */
+        return PyLong_FromLongLong(-1);
+    }
+    emit_replay(g, r, replay, base, stream);
+    return PyLong_FromUnsignedLongLong(replay);
+}
+
+/* graph_unknown_replay(): a replay of a graph kdebug did not see captured. */
+static PyObject *unknown_replay(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    unknown_replays++;
+    Py_RETURN_NONE;
+}
+
+/* graph_release(handle): the CUDAGraph is gone; its buffer and template are freed. */
+PyObject *kd_mod_graph_release(PyObject *m, PyObject *handle)
+{
+    (void)m;
+    kd_graph *g = graph_of(handle);
+    if (g == NULL)
+        return NULL;
+    if (kd_tls_graph == g)
+        kd_tls_graph = NULL;
+    g->live = 0;
+    kd_cuda_graph_free(g->device, g->mem); /* cudaFree waits for the device: the graph is gone */
+    g->mem = NULL;
+    free(g->tmpl);
+    g->tmpl = NULL;
+    g->tmpl_n = g->tmpl_cap = 0;
+    released++;
+    Py_RETURN_NONE;
+}
+
+/* graph_stats() -> {"graphs": [dict, ...], "unknown_replays": n} (live and released). */
+PyObject *kd_mod_graph_stats(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    PyObject *lst = PyList_New(0);
+    for (uint64_t i = 0; lst != NULL && i < ngraphs; i++) {
+        PyObject *d = stats_one(graphs[i]);
+        if (d == NULL || PyList_Append(lst, d) != 0) {
+            Py_XDECREF(d);
+            Py_CLEAR(lst);
+            break;
+        }
+        Py_DECREF(d);
+    }
+    if (lst == NULL)
+        return NULL;
+    return Py_BuildValue("{s:N,s:K,s:K}", "graphs", lst, "unknown_replays", (unsigned long long)unknown_replays,
+                         "released", (unsigned long long)released);
+}
+
+PyObject *kd_mod_graph_unknown_replay(PyObject *m, PyObject *unused) { return unknown_replay(m, unused); }

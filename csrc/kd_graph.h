@@ -1,0 +1,43 @@
+/* kd_graph.h - recording CUDA-graph capture and replays (Note [CUDA graph
+ * replays] in kd_graph.c). */
+#ifndef KD_GRAPH_H
+#define KD_GRAPH_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "kd_cuda_hash.h"
+
+struct kd_recorder;
+typedef struct kd_graph kd_graph;
+
+/* The graph this thread is capturing into, or NULL. */
+extern _Thread_local kd_graph *kd_tls_graph;
+
+/* Captures the hashes of n tensors (kd_cuda_hash_enqueue's arguments) into
+ * g; *k0 receives the graph-relative index of the first result.  Returns 0,
+ * or -1 (message in *error). */
+int kd_graph_hash(kd_graph *g, int device, uint64_t stream, int kinds, const kd_cuda_tensor *t, int n,
+                  int64_t *k0, const char **error);
+
+/* The launch at ring tickets [first, first + n) of r was recorded while g was
+ * captured: keep a copy as g's template and mark the ring's record captured
+ * (no values: it did not run). */
+void kd_graph_add_launch(kd_graph *g, struct kd_recorder *r, uint64_t first, uint32_t n);
+
+/* A launch during g's capture that could not be recorded. */
+void kd_graph_note_unrecorded(kd_graph *g);
+
+/* A recorded output (record_outputs) skipped because the launch was captured. */
+void kd_graph_note_output_skipped(kd_graph *g);
+
+PyObject *kd_mod_graph_capture_begin(PyObject *m, PyObject *args);
+PyObject *kd_mod_graph_capture_started(PyObject *m, PyObject *args);
+PyObject *kd_mod_graph_unknown_replay(PyObject *m, PyObject *unused);
+PyObject *kd_mod_graph_capture_end(PyObject *m, PyObject *arg);
+PyObject *kd_mod_graph_replay(PyObject *m, PyObject *args);
+PyObject *kd_mod_graph_release(PyObject *m, PyObject *arg);
+PyObject *kd_mod_graph_stats(PyObject *m, PyObject *unused);
+
+#endif

@@ -1,0 +1,426 @@
+"""Kernel launches of Inductor's C++ wrapper and of AOTInductor models
+(Note [C++ wrapper launches] in csrc/kd_cpp_launch.c): the codegen side.
+
+While a kdebug recording is active when a graph is lowered with the C++
+wrapper (cpp_wrapper=True, or AOTInductor), Inductor's intermediate-value
+printer manager (V.graph.wrapper_code.debug_printer), which every C++ wrapper
+enters around each kernel call, also emits calls of kdebug's C function
+kd_cpp_launch before and after each C++ and Triton kernel call.  Such a
+module is "hooked": its source carries HOOK_MARKER, its FX-graph cache key
+carries hook_tag() (so a cached un-hooked module is never reused for a
+recorded run, nor a hooked one built by another kdebug), and an AOTInductor
+package carries hook_tag() in its metadata (METADATA_KEY).  A hooked module
+run without a recording costs one C call per launch side and records nothing.
+
+Runs at codegen time only (once per kernel call site), never per launch.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import threading
+from typing import Any
+
+import torch
+
+from . import _C, _active, _upstream
+
+HOOK_VERSION = 1
+METADATA_KEY = "kdebug_launch_hook"
+HOOK_MARKER = "kdebug launch hook"
+_IDENT = re.compile(r"^[A-Za-z_]\w*$")
+# a view the C++ wrapper makes for a call (an owning RAIIAtenTensorHandle):
+# evaluated once more for kdebug, inside the hook's block (Note [C++ wrapper launches])
+_VIEW = re.compile(r"^(wrap_with_raii_handle_if_needed\()?reinterpret_tensor_wrapper\([A-Za-z_]\w*,[^()]*\)\)?$")
+_UNRECORDED = 2  # kd_cpp_launch's phase KD_CPP_UNRECORDED
+_tls = threading.local()
+_installed = False
+# hook sites emitted / refused while lowering, for tests and the report
+stats = {"hooked_calls": 0, "unhookable_calls": 0}
+
+
+def extension_path() -> str:
+    """The absolute path of kdebug's extension, which the generated code dlopens."""
+    return os.path.realpath(_C.__file__)
+
+
+@functools.lru_cache(maxsize=None)
+def hook_tag() -> str:
+    """What identifies a hooked module: the hook's version, a digest of the
+    code that emits it (this file: a changed hook never reuses a module
+    cached with the old one) and the extension it calls."""
+    with open(__file__, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    return f"{HOOK_VERSION}.{digest} {extension_path()}"
+
+
+def wanted() -> bool:
+    """Whether graphs lowered now get the hook: a kdebug recording is active."""
+    return _active.any_recording()
+
+
+def _header() -> str:
+    path = json.dumps(extension_path())  # a C string literal (ASCII-escaped)
+    return f"""
+// {HOOK_MARKER} {hook_tag()}
+// Note [C++ wrapper launches] (kdebug, csrc/kd_cpp_launch.c): kernel launches reported to kdebug
+#include <dlfcn.h>
+#include <atomic>
+#include <type_traits>
+// a tensor argument's AtenTensorHandle; nullptr (kdebug counts the launch as
+// unrecorded) for a variable that is no tensor handle
+template <typename T>
+static inline void* kdebug_handle(const T& v) {{
+    if constexpr (std::is_convertible_v<const T&, AtenTensorHandle>)
+        return static_cast<void*>(static_cast<AtenTensorHandle>(v));
+    else
+        return nullptr;
+}}
+typedef int (*kdebug_launch_fn_t)(int, int, const char*, int, const char* const*, void* const*,
+                                  const unsigned char*);
+static inline void kdebug_launch(int phase, int kind, const char* name, int n, const char* const* names,
+                                 void* const* handles, const unsigned char* roles) {{
+    static std::atomic<kdebug_launch_fn_t> fn{{nullptr}};
+    kdebug_launch_fn_t f = fn.load(std::memory_order_relaxed);
+    if (f == nullptr) {{  // kdebug's extension, if this process has loaded it
+        void* lib = dlopen({path}, RTLD_NOW | RTLD_NOLOAD);
+        if (lib == nullptr) return;
+        f = reinterpret_cast<kdebug_launch_fn_t>(dlsym(lib, "kd_cpp_launch"));
+        if (f == nullptr) return;
+        fn.store(f, std::memory_order_relaxed);
+    }}
+    f(phase, kind, name, n, names, handles, roles);
+}}
+"""
+
+
+# ---------------------------------------------------------------- what a call site launches
+
+def _cpp_param_names(wrapper, kernel_name: str, n: int) -> list[str]:
+    """Parameter names of a C++ kernel from its definition in the wrapper's
+    header (`extern "C" void NAME(const float* in_ptr0, ...)`)."""
+    cache = wrapper.__dict__.setdefault("_kdebug_param_names", {})
+    if kernel_name not in cache:
+        sig = re.compile(r'extern\s+"C"\s+void\s+' + re.escape(kernel_name) + r"\s*\(([^)]*)\)", re.S)
+        names = None
+        for buf in ("header", "kernel_declarations"):
+            b = getattr(wrapper, buf, None)
+            m = sig.search(b.getvalue()) if b is not None else None
+            if m is not None:
+                params = [p.strip() for p in m.group(1).split(",") if p.strip()]
+                names = [re.findall(r"[A-Za-z_]\w*", p)[-1] for p in params]
+                break
+        cache[kernel_name] = names
+    names = cache[kernel_name]
+    return names if names is not None and len(names) == n else [f"arg{i}" for i in range(n)]
+
+
+def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | None:
+    """(kind, tensor argument expressions, their names, their roles) of the
+    kernel call being generated, or None when it is not a hookable kernel
+    launch (an extern call) -- raises ValueError when it is one kdebug cannot
+    hook (an argument that is no plain variable)."""
+    from . import inductor
+
+    if call.get("extern"):
+        return _extern_site(call)
+    args, types = list(call["call_args"]), list(call["arg_types"] or [])
+    if call["triton"]:
+        meta = call.get("triton_meta") or {}
+        signature = meta.get("signature") or {}
+        names = [n for n, t in signature.items() if t != "constexpr"]
+        imeta = call.get("inductor_meta") or {}
+        mutated = frozenset(imeta.get("mutated_arg_names") or ())
+        exprs, out_names, roles = [], [], []
+        for i, (a, t) in enumerate(zip(args, types)):
+            if not isinstance(t, torch.dtype):
+                continue  # a scalar
+            name = names[i] if i < len(names) else f"arg{i}"
+            exprs.append(str(a))
+            out_names.append(name)
+            roles.append(inductor._role(name, mutated))
+        kind = _C.KIND_TRITON
+    else:
+        names = _cpp_param_names(call["wrapper"], call["kernel_name"], len(args))
+        roles_all = inductor.cpp_roles(names, [str(t) for t in types])
+        exprs, out_names, roles = [], [], []
+        for a, t, n, r in zip(args, types, names, roles_all):
+            if isinstance(t, str) and "*" in t:
+                exprs.append(str(a))
+                out_names.append(n)
+                roles.append(r)
+        kind = _C.KIND_CPP
+    for e in exprs:
+        if not (_IDENT.match(e) or _VIEW.match(e)):
+            raise ValueError(f"argument {e!r} is no plain variable or view of one")
+    return kind, exprs, out_names, roles
+
+
+def _extern_site(call: dict) -> tuple[int, list[str], list[str], list[int]]:
+    """An extern out= call (ExternKernelOut: extern_kernels.mm(..., out=buf)
+    of the Python wrapper, aoti_torch_<device>_mm_out(buf, ...) here): the
+    out buffer is written, every other argument that names a graph buffer or
+    input is read, named after the op's schema."""
+    graph = _upstream.current_graph()
+    op = call.get("op")
+    schema_names = []
+    if op is not None and hasattr(op, "_schema"):
+        schema_names = [a.name for a in op._schema.arguments if not getattr(a, "is_out", False)]
+    exprs, names, roles = [call["out"]], ["out"], [2]
+    for i, a in enumerate(call["args"]):
+        a = str(a)
+        if (_IDENT.match(a) and _upstream.graph_has_tensor(graph, a)) or _VIEW.match(a):
+            exprs.append(a)
+            names.append(schema_names[i] if i < len(schema_names) else f"arg{i}")
+            roles.append(1)
+        elif not _IDENT.match(a) and ("buf" in a or "arg" in a or "reinterpret" in a):
+            raise ValueError(f"argument {a!r} is no plain variable or view of one")
+    if not _IDENT.match(call["out"]):
+        raise ValueError(f"output {call['out']!r} is no plain variable")
+    return _C.KIND_ATEN, exprs, names, roles
+
+
+def _emit(call: dict, phase: int, printer=None) -> None:
+    site = call.get("site")
+    if site is None:
+        return
+    wrapper = _upstream.current_graph().wrapper_code
+    # where the printer writes: its own writeline where it has one (set by
+    # set_printer_args in older torch), else the wrapper's
+    writeline = getattr(printer, "writeline", None) or wrapper.writeline
+    if not wrapper.__dict__.get("_kdebug_header"):
+        wrapper.header.splice(_header())
+        wrapper._kdebug_header = True
+    kind, exprs, names, roles = site
+    name = json.dumps(call.get("record_name") or call["kernel_name"])
+    if exprs and phase == 0:  # the after-phase uses what the before-phase kept
+        n_lit = ", ".join(json.dumps(n) for n in names)
+        # a view: its own owning handle in the block (the Python tensor kdebug
+        # makes of it keeps the view alive until the after-phase)
+        views = "".join((f"auto kd_v{i} = {e}; " if e.startswith("wrap_with_raii_handle_if_needed(")
+                         else f"RAIIAtenTensorHandle kd_v{i}({e}); ")
+                        for i, e in enumerate(exprs) if not _IDENT.match(e))
+        h_lit = ", ".join(f"kdebug_handle({e if _IDENT.match(e) else f'kd_v{i}'})" for i, e in enumerate(exprs))
+        r_lit = ", ".join(str(r) for r in roles)
+        writeline(
+            f"{{ {views}static const char* const kd_n[] = {{{n_lit}}}; static const unsigned char kd_r[] = {{{r_lit}}}; "
+            f"void* const kd_h[] = {{{h_lit}}}; kdebug_launch({phase}, {kind}, {name}, {len(exprs)}, kd_n, kd_h, kd_r); }}")
+    else:
+        writeline(f"kdebug_launch({phase}, {kind}, {name}, 0, nullptr, nullptr, nullptr);")
+
+
+# ---------------------------------------------------------------- the patches
+
+def _patched_call_helper(orig):
+    def _generate_kernel_call_helper(self, kernel_name, call_args, *args, **kwargs):
+        prev = getattr(_tls, "call", None)
+        _tls.call = None
+        graph = _upstream.current_graph()
+        if (wanted() and kwargs.get("triton", True) and kernel_name in getattr(self, "_cpu_triton_kernel_names", ())
+                and getattr(graph, "cpp_wrapper", False)):
+            # a CPU Triton kernel: called outside the printer manager, not described
+            _emit({"kernel_name": str(kernel_name), "site": (_C.KIND_TRITON, [], [], [])}, _UNRECORDED)
+        elif wanted() and kwargs.get("arg_types") is not None:
+            _tls.call = {"wrapper": self, "kernel_name": kernel_name, "call_args": list(call_args),
+                         "arg_types": list(kwargs.get("arg_types")), "triton": kwargs.get("triton", True),
+                         "triton_meta": kwargs.get("triton_meta"), "inductor_meta": kwargs.get("inductor_meta")}
+        try:
+            return orig(self, kernel_name, call_args, *args, **kwargs)
+        finally:
+            _tls.call = prev
+
+    _generate_kernel_call_helper.__wrapped__ = orig
+    return _generate_kernel_call_helper
+
+
+def _unrecorded_extern(printer) -> None:
+    """An extern call kdebug does not describe (a C-shim call with an output
+    it allocates, or several): emits a call that counts it as unrecorded on
+    the recording it runs in, so that recording is not complete."""
+    graph = _upstream.current_graph()
+    if graph is None or not getattr(graph, "cpp_wrapper", False) or not wanted():
+        return
+    stats["unrecorded_externs"] = stats.get("unrecorded_externs", 0) + 1
+    _emit({"kernel_name": str(printer.kernel_name), "site": (_C.KIND_ATEN, [], [], [])}, _UNRECORDED, printer)
+
+
+def _enter_site(printer) -> dict | None:
+    """The call being generated, with its launch site ("site": None when it is
+    no hookable kernel launch), when this printer context is its kernel call."""
+    kernel_name = getattr(printer, "kernel_name", None)
+    call = getattr(_tls, "call", None)
+    if call is None or call["kernel_name"] != kernel_name:
+        if getattr(printer, "kernel_type", None) == "extern":
+            _unrecorded_extern(printer)
+        return None
+    call["site"] = None
+    graph = _upstream.current_graph()
+    if graph is None or not getattr(graph, "cpp_wrapper", False) or getattr(call["wrapper"], "_kdebug_array_ref", False):
+        return call
+    try:
+        call["site"] = _launch_site(call)
+        stats["hooked_calls"] += 1
+        graph._kdebug_hooked = True
+    except ValueError as e:
+        stats["unhookable_calls"] += 1
+        from . import inductor
+
+        inductor.warn(f"a launch of {kernel_name} in C++-wrapper code cannot be recorded ({e}); "
+                      "each of its launches is counted as unrecorded")
+        _emit({"kernel_name": str(kernel_name), "site": (_C.KIND_CPP, [], [], [])}, _UNRECORDED)
+    return call
+
+
+def _patched_enter(orig):
+    def __enter__(self):
+        out = orig(self)
+        call = _enter_site(self)
+        if call is not None:
+            _emit(call, 0, self)
+        return out
+
+    __enter__.__wrapped__ = orig
+    return __enter__
+
+
+def _patched_exit(orig):
+    def __exit__(self, *exc):
+        out = orig(self, *exc)
+        call = getattr(_tls, "call", None)
+        if call is not None and "site" in call and call["kernel_name"] == getattr(self, "kernel_name", None):
+            _emit(call, 1, self)
+            del call["site"]
+        return out
+
+    __exit__.__wrapped__ = orig
+    return __exit__
+
+
+def _patched_extern_line(orig):
+    def codegen(self, code):
+        prev = getattr(_tls, "extern_op", None)
+        _tls.extern_op = getattr(self.node, "op_overload", None)
+        try:
+            return orig(self, code)
+        finally:
+            _tls.extern_op = prev
+
+    codegen.__wrapped__ = orig
+    return codegen
+
+
+def _op_record_name(op) -> str | None:
+    """"aten::mm.out" for aten.mm.out: the name the C++ op observer gives an
+    op's records (Note [C++ op observer])."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return None
+    return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+def _patched_extern_out(orig):
+    def _generate_extern_kernel_out_helper(self, kernel, out, out_view, args, *rest, **kwargs):
+        prev = getattr(_tls, "call", None)
+        _tls.call = None
+        if wanted():
+            op = getattr(_tls, "extern_op", None)
+            _tls.call = {"wrapper": self, "kernel_name": kernel, "extern": True, "args": list(args),
+                         "out": f"{out}_as_strided" if out_view else out, "op": op,
+                         "record_name": _op_record_name(op)}
+        try:
+            return orig(self, kernel, out, out_view, args, *rest, **kwargs)
+        finally:
+            _tls.call = prev
+
+    _generate_extern_kernel_out_helper.__wrapped__ = orig
+    return _generate_extern_kernel_out_helper
+
+
+def _patched_hash_details(orig):
+    def __init__(self, gm, example_inputs, fx_kwargs, inputs_to_check, *args, **kwargs):
+        orig(self, gm, example_inputs, fx_kwargs, inputs_to_check, *args, **kwargs)
+        cfg = _upstream.inductor_config()
+        if wanted() and (fx_kwargs.get("cpp_wrapper") or fx_kwargs.get("aot_mode") or cfg.cpp_wrapper):
+            self.kdebug_launch_hook = hook_tag()  # part of the pickled details: the key differs
+
+    __init__.__wrapped__ = orig
+    return __init__
+
+
+def _patched_aot_compile(orig):
+    def compile(cls, graph, *args, **kwargs):
+        if getattr(graph, "_kdebug_hooked", False):
+            cfg = _upstream.inductor_config()
+            meta = dict(cfg.aot_inductor.metadata or {})
+            meta[METADATA_KEY] = hook_tag()
+            with cfg.patch({"aot_inductor.metadata": meta}):
+                return orig(cls, graph, *args, **kwargs)
+        return orig(cls, graph, *args, **kwargs)
+
+    compile.__wrapped__ = orig
+    return classmethod(compile)
+
+
+def install() -> None:
+    """Installs the codegen patches (once; kdebug/inductor.py's install)."""
+    global _installed
+    if _installed:
+        return
+    for cls in _upstream.cpp_wrapper_codegen_classes():
+        if "_generate_kernel_call_helper" in cls.__dict__:
+            cls._generate_kernel_call_helper = _patched_call_helper(cls.__dict__["_generate_kernel_call_helper"])
+        if "_generate_extern_kernel_out_helper" in cls.__dict__:
+            cls._generate_extern_kernel_out_helper = _patched_extern_out(
+                cls.__dict__["_generate_extern_kernel_out_helper"])
+        if "ArrayRef" in cls.__name__:
+            orig_init = cls.__init__
+
+            def init(self, *a, _orig=orig_init, **k):
+                _orig(self, *a, **k)
+                self._kdebug_array_ref = True
+
+            cls.__init__ = init
+    Line = _upstream.extern_kernel_out_line()
+    Line.codegen = _patched_extern_line(Line.codegen)
+    DPM = _upstream.debug_printer_manager_class()
+    DPM.__enter__ = _patched_enter(DPM.__enter__)
+    DPM.__exit__ = _patched_exit(DPM.__exit__)
+    Details = _upstream.fx_graph_hash_details()
+    Details.__init__ = _patched_hash_details(Details.__init__)
+    AOT = _upstream.aot_code_compiler()
+    AOT.compile = _patched_aot_compile(AOT.compile.__func__)
+    _installed = True
+
+
+# ---------------------------------------------------------------- run time: is a module hooked?
+
+def graph_hooked(graph: Any) -> bool:
+    """Whether a CompiledFxGraph was lowered with this kdebug's hook (its
+    source carries the marker with this extension's path)."""
+    v = graph.__dict__.get("_kdebug_hooked_rt") if hasattr(graph, "__dict__") else None
+    if v is None:
+        src = getattr(graph, "source_code", None) or ""
+        v = f"{HOOK_MARKER} {hook_tag()}" in src
+        try:
+            graph._kdebug_hooked_rt = v
+        except AttributeError:
+            pass
+    return v
+
+
+def aoti_hooked(model: Any) -> bool:
+    """Whether an AOTICompiledModel was compiled with this kdebug's hook."""
+    v = getattr(model, "_kdebug_hooked_rt", None)
+    if v is None:
+        try:
+            v = (model.get_metadata() or {}).get(METADATA_KEY) == hook_tag()
+        except Exception:
+            v = False
+        try:
+            model._kdebug_hooked_rt = v
+        except AttributeError:
+            pass
+    return v

@@ -1,0 +1,233 @@
+"""Kernel launches of Inductor's C++ wrapper and of AOTInductor packages,
+recorded through kdebug's C++ launch hook (Note [C++ wrapper launches] in
+csrc/kd_cpp_launch.c), checked against the default (Python) wrapper's
+recording of the same function."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import kdebug
+from kdebug import DebugMode, KdebugWarning
+from kdebug.compare import compare
+from kdebug.testing import perturb_kernel_output
+
+
+def _f(x, y):
+    a = torch.sin(x) + y
+    b = a @ y  # an extern call between two fused kernels
+    return (b * 2).relu() - a.sum(), b.cos()
+
+
+def _inputs(device="cpu"):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(16, 16, generator=g).to(device), torch.randn(16, 16, generator=g).to(device)
+
+
+def _record(fn, *args):
+    with DebugMode() as dm:
+        with DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            out = fn(*args)
+    return dm, out
+
+
+def _launches(dm):
+    """The kernel launches (not the extern calls recorded from C++, whose
+    Python-wrapper counterparts are aten ops in dm.operators)."""
+    return [(k.kernel_name, list(k.arg_names), dict(k.roles), k.post_hashes) for k in dm.kernels
+            if not k.kernel_name.startswith("aten::")]
+
+
+def _compile(cpp_wrapper: bool):
+    torch._dynamo.reset()
+    return torch.compile(_f, options={"cpp_wrapper": cpp_wrapper})
+
+
+def test_cpp_wrapper_launches_equal_the_python_wrappers():
+    x, y = _inputs()
+    py_dm, py_out = _record(_compile(False), x, y)
+    cw = _compile(True)
+    cw_dm, cw_out = _record(cw, x, y)  # compiled inside the recording: hooked
+    torch.testing.assert_close(cw_out, py_out)
+    assert cw_dm.complete and py_dm.complete
+    assert kdebug._C._cpp_launch_stats()["before"] > 0
+    assert _launches(cw_dm) == _launches(py_dm) and len(_launches(cw_dm)) == 2
+    cpp = [k for k in cw_dm.kernels if not k.kernel_name.startswith("aten::")]
+    assert all(isinstance(k, kdebug._CppKernelCall) for k in cpp)
+    # pre-launch hashes too: what each kernel read
+    assert [k.pre_hashes for k in cpp] == [k.pre_hashes for k in py_dm.kernels]
+    # a second recorded run of the same hooked module: the same records
+    again, _ = _record(cw, x, y)
+    assert again.complete and _launches(again) == _launches(cw_dm)
+    # outside a recording the hooked module runs and records nothing
+    before = kdebug._C._cpp_launch_stats()
+    torch.testing.assert_close(cw(x, y), py_out)
+    assert kdebug._C._cpp_launch_stats() == before
+
+
+def test_extern_out_calls_are_recorded_with_the_python_paths_hashes():
+    x, y = _inputs()
+    py_dm, _ = _record(_compile(False), x, y)
+    cw_dm, _ = _record(_compile(True), x, y)
+    mm = [k for k in cw_dm.kernels if k.kernel_name == "aten::mm.out"]
+    assert len(mm) == 1 and dict(mm[0].roles) == {"out": "W", "self": "R", "mat2": "R"}
+    py_mm = next(op for op in py_dm.operators if "aten::mm.out" in str(op))
+    assert mm[0].post_hashes["out"] == py_mm.log["hash"]
+    # the C++ kernels around it: the same records as with the Python wrapper
+    assert [k.kernel_name for k in cw_dm.kernels][1] == "aten::mm.out"  # in program order
+
+
+def test_extern_calls_kdebug_cannot_describe_make_the_recording_incomplete():
+    def h(x):
+        v, i = torch.sort(x.sin(), dim=-1)  # a C-shim fallback whose outputs it allocates
+        return v * 2, i
+
+    torch._dynamo.reset()
+    c = torch.compile(h, options={"cpp_wrapper": True})
+    with pytest.warns(KdebugWarning, match="not recorded"):
+        dm, _ = _record(c, torch.randn(8, 8))
+    s = dm.kernel_stats
+    assert not dm.complete and s["unrecorded"] == 1
+    assert any("sort" in m and "does not describe" in m for m in s["error_messages"])
+
+
+def test_planted_fault_under_cpp_wrapper_is_named_by_compare():
+    x, y = _inputs()
+    cw = _compile(True)
+    base, _ = _record(cw, x, y)
+    k0 = base.kernels[0].kernel_name
+    written = [n for n, r in base.kernels[0].roles.items() if "W" in r]
+    with perturb_kernel_output(k0, written[0], cpp_wrapper=True) as hit:
+        bad, _ = _record(cw, x, y)
+    assert hit["hits"] == 1
+    r = compare(base, bad)
+    d = r.divergence
+    assert not r.ok and d.kind == "output" and d.step_a.name == k0 and d.arg == written[0]
+    assert f"FIRST DIVERGENCE: kernel #0 {k0}" in str(r)
+    # the extern mm and the kernel after it read what it wrote
+    assert {x.name for x, _ in d.inherited} == {"aten::mm.out", base.kernels[2].kernel_name}
+
+
+def test_warm_cache_never_reuses_an_unhooked_module(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    x, y = _inputs()
+    with torch._inductor.config.patch(fx_graph_cache=True):
+        cw = _compile(True)
+        cw(x, y)  # outside a recording: un-hooked, and cached
+        cw = _compile(True)  # the same graph again, compiled inside a recording
+        dm, _ = _record(cw, x, y)
+    assert dm.complete and dm.kernel_stats["bypassed_graph_calls"] == {}
+    assert len(dm.kernels) >= 2
+
+
+def test_unhooked_cpp_wrapper_module_is_refused():
+    x, y = _inputs()
+    cw = _compile(True)
+    cw(x, y)  # compiled outside any recording
+    with pytest.warns(KdebugWarning, match="cpp_wrapper.*NOT recorded.*recompiled with the hook"):
+        dm, _ = _record(cw, x, y)
+    assert not dm.complete and dm.kernel_stats["bypassed_graph_calls"] == {"cpp_wrapper": 1}
+
+
+def test_hunt_records_cpp_wrapper_launches_and_views_passed_to_extern_calls(tmp_path):
+    script = tmp_path / "det.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        f = torch.compile(lambda x: (x.sin() @ x.T).softmax(-1).sum(0), options={"cpp_wrapper": True})
+        f(torch.arange(64.0).reshape(8, 8) / 64)
+    """))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(kdebug.__file__).parents[1]),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--runs", "2", "--in-process", str(script)],
+                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    # two C++ kernels and the mm between them, whose second argument is a view (x.T)
+    assert "3 kernels" in p.stdout and "all runs match" in p.stdout
+    assert "not recorded" not in p.stderr and "INCOMPLETE" not in p.stdout
+
+
+class _M(torch.nn.Module):
+    def forward(self, x, y):
+        return _f(x, y)
+
+
+def _aoti(tmp_path, name, device="cpu"):
+    x, y = _inputs(device)
+    ep = torch.export.export(_M(), (x, y))
+    path = torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp_path / f"{name}.pt2"))
+    return path, (x, y)
+
+
+def test_aoti_package_compiled_under_kdebug_records_its_kernels(tmp_path):
+    x, y = _inputs()
+    py_dm, py_out = _record(_compile(False), x, y)
+    with DebugMode():  # recording while compiling: the package gets the hook
+        path, args = _aoti(tmp_path, "hooked")
+    model = torch._inductor.aoti_load_package(path)
+    dm, out = _record(model, *args)
+    torch.testing.assert_close(out, py_out)
+    assert dm.complete, dm.kernel_stats
+    names = [k.kernel_name for k in dm.kernels]
+    assert names.count("aten::mm.out") == 1 and len(names) == 3
+    assert all(n.startswith("cpp_fused") for n in names if n != "aten::mm.out")
+    # the same output hashes as the Python wrapper's kernels
+    aoti = [k.post_hashes for k in dm.kernels if k.kernel_name != "aten::mm.out"]
+    assert sorted(map(str, aoti)) == sorted(map(str, (k.post_hashes for k in py_dm.kernels)))
+
+
+def test_unhooked_aoti_package_is_refused_loudly(tmp_path):
+    path, args = _aoti(tmp_path, "plain")  # compiled outside any recording
+    model = torch._inductor.aoti_load_package(path)
+    with pytest.warns(KdebugWarning, match="AOTInductor.*NOT recorded.*inside a kdebug DebugMode"):
+        dm, _ = _record(model, *args)
+    assert not dm.complete and dm.kernel_stats["bypassed_graph_calls"] == {"AOTInductor": 1}
+    assert dm.kernels == [] or len(dm.kernels) == 0
+
+
+# ---------------------------------------------------------------- GPU (Triton kernels from C++)
+
+@pytest.mark.gpu
+def test_gpu_cpp_wrapper_triton_launches_equal_the_python_wrappers():
+    x, y = _inputs("cuda")
+    py_dm, py_out = _record(_compile(False), x, y)
+    cw_dm, cw_out = _record(_compile(True), x, y)
+    torch.testing.assert_close(cw_out, py_out)
+    assert cw_dm.complete, cw_dm.kernel_stats
+    assert _launches(cw_dm) == _launches(py_dm) and _launches(cw_dm)
+    assert all(isinstance(k, kdebug._TritonKernelCall) for k in cw_dm.kernels
+               if not k.kernel_name.startswith("aten::"))
+    mm = [k for k in cw_dm.kernels if k.kernel_name == "aten::mm.out"]
+    py_mm = next(op for op in py_dm.operators if "aten::mm.out" in str(op))
+    assert len(mm) == 1 and mm[0].post_hashes["out"] == py_mm.log["hash"]
+
+
+@pytest.mark.gpu
+def test_gpu_cpp_wrapper_planted_fault_is_named(tmp_path):
+    x, y = _inputs("cuda")
+    cw = _compile(True)
+    base, _ = _record(cw, x, y)
+    k0 = base.kernels[0].kernel_name
+    written = [n for n, r in base.kernels[0].roles.items() if "W" in r]
+    with perturb_kernel_output(k0, written[0], cpp_wrapper=True) as hit:
+        bad, _ = _record(cw, x, y)
+    assert hit["hits"] == 1
+    d = compare(base, bad).divergence
+    assert d.kind == "output" and d.step_a.name == k0
+
+
+@pytest.mark.gpu
+def test_gpu_aoti_package_records_triton_kernels(tmp_path):
+    with DebugMode():
+        path, args = _aoti(tmp_path, "hooked_gpu", "cuda")
+    model = torch._inductor.aoti_load_package(path)
+    dm, _ = _record(model, *args)
+    assert dm.complete, dm.kernel_stats
+    assert dm.kernels and all(k.kernel_name.startswith("triton_") for k in dm.kernels
+                              if k.kernel_name != "aten::mm.out")
+    assert all(k.post_hashes for k in dm.kernels)
