@@ -58,8 +58,16 @@ def hook_tag() -> str:
 
 
 def wanted() -> bool:
-    """Whether graphs lowered now get the hook: a kdebug recording is active."""
-    return _active.any_recording()
+    """Whether graphs lowered now get the hook: a kdebug recording is active
+    and the graph being lowered (if any yet) runs on the CPU only.  CUDA
+    graphs are not hooked: on the H100 (torch 2.11, 2026-11-24) loading a
+    hooked CUDA AOTI package crashed the process and a hooked CUDA
+    cpp_wrapper graph's records were wrong, so they stay refused loudly
+    (Note [C++ wrapper launches])."""
+    if not _active.any_recording():
+        return False
+    graph = _upstream.current_graph()
+    return graph is None or set(getattr(graph, "device_types", ()) or ()) <= {"cpu"}
 
 
 def _header() -> str:

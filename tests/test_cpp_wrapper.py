@@ -193,6 +193,19 @@ def test_unhooked_aoti_package_is_refused_loudly(tmp_path):
 # ---------------------------------------------------------------- GPU (Triton kernels from C++)
 
 @pytest.mark.gpu
+def test_gpu_cpp_wrapper_is_refused_loudly_not_crashed():
+    """CUDA C++-wrapper graphs are not hooked: the recording says it is
+    incomplete and the program's results are untouched."""
+    x, y = _inputs("cuda")
+    expected = _compile(False)(x, y)
+    with pytest.warns(kdebug.KdebugWarning, match="cpp_wrapper"):
+        dm, out = _record(_compile(True), x, y)
+    torch.testing.assert_close(out, expected)
+    assert not dm.complete, dm.kernel_stats
+
+
+@pytest.mark.gpu
+@pytest.mark.skip(reason="the CUDA C++-wrapper / AOTI hook is off (kdebug.cpp_launch.wanted): on the H100 a hooked CUDA AOTI package crashed at load and a cpp_wrapper graph failed this test (2026-11-24)")
 def test_gpu_cpp_wrapper_triton_launches_equal_the_python_wrappers():
     x, y = _inputs("cuda")
     py_dm, py_out = _record(_compile(False), x, y)
@@ -208,6 +221,7 @@ def test_gpu_cpp_wrapper_triton_launches_equal_the_python_wrappers():
 
 
 @pytest.mark.gpu
+@pytest.mark.skip(reason="the CUDA C++-wrapper / AOTI hook is off (kdebug.cpp_launch.wanted): on the H100 a hooked CUDA AOTI package crashed at load and a cpp_wrapper graph failed this test (2026-11-24)")
 def test_gpu_cpp_wrapper_planted_fault_is_named(tmp_path):
     x, y = _inputs("cuda")
     cw = _compile(True)
@@ -222,6 +236,7 @@ def test_gpu_cpp_wrapper_planted_fault_is_named(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.skip(reason="the CUDA C++-wrapper / AOTI hook is off (kdebug.cpp_launch.wanted): on the H100 a hooked CUDA AOTI package crashed at load and a cpp_wrapper graph failed this test (2026-11-24)")
 def test_gpu_aoti_package_records_triton_kernels(tmp_path):
     with DebugMode():
         path, args = _aoti(tmp_path, "hooked_gpu", "cuda")
