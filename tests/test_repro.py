@@ -56,8 +56,15 @@ def _standalone(script, *args, cwd) -> subprocess.CompletedProcess:
                           text=True, cwd=cwd, env=env, timeout=600)
 
 
-def test_repro_of_a_deterministic_kernel_runs_standalone_and_a_changed_output_fails(recorded, tmp_path):
-    p = kdebug_cli("repro", "run.kdt", "--launch", "0", "-o", "r0", cwd=recorded)
+@pytest.fixture(scope="module")
+def repro0(recorded):
+    """`kdebug repro run.kdt --launch 0 -o r0` in the recorded directory (one
+    capture re-run), read by the tests below; they change only copies of r0."""
+    return kdebug_cli("repro", "run.kdt", "--launch", "0", "-o", "r0", cwd=recorded)
+
+
+def test_repro_of_a_deterministic_kernel_runs_standalone_and_a_changed_output_fails(recorded, repro0, tmp_path):
+    p = repro0
     assert p.returncode == 0, p.stdout + p.stderr
     assert "wrote r0 for launch 0 (cpp_fused_add_mul_sin_sum_0)" in p.stdout
     assert "the captured inputs are bitwise those of the traced launch" in p.stdout
@@ -208,7 +215,7 @@ def test_repro_of_a_multi_output_op_checks_every_output(tmp_path):
     assert data["before"]["tree"]["args"]["list"][1:] == [{"value": 1}, {"value": True}]  # dim, descending
 
 
-def test_repro_size_cap_refuses_with_the_size_and_the_flag_and_writes_nothing(recorded):
+def test_repro_size_cap_refuses_with_the_size_and_the_flag_and_writes_nothing(recorded, repro0):
     before = set(os.listdir(recorded))
     p = kdebug_cli("repro", "run.kdt", "--launch", "0", "-o", "capped", "--max-bytes", "4096", cwd=recorded)
     assert p.returncode == 2, p.stdout + p.stderr
@@ -220,10 +227,11 @@ def test_repro_size_cap_refuses_with_the_size_and_the_flag_and_writes_nothing(re
     assert p.returncode == 2 and "hold 49.0 KiB before and after the launch" in p.stderr, p.stderr
     assert "--max-bytes 50176" in p.stderr
     assert set(os.listdir(recorded)) == before  # no directory, no temporary sibling left
-    # an earlier repro in the way stays whole when the new one is refused
-    p = kdebug_cli("repro", "run.kdt", "--launch", "0", "-o", "kept", cwd=recorded)
-    assert p.returncode == 0
+    # an earlier repro in the way stays whole when the new one is refused (a copy of one kdebug repro wrote)
+    assert repro0.returncode == 0, repro0.stdout + repro0.stderr
+    shutil.copytree(recorded / "r0", recorded / "kept")
     files = sorted(os.listdir(recorded / "kept"))
+    assert "repro.py" in files and "inputs.pt" in files
     p = kdebug_cli("repro", "run.kdt", "--launch", "0", "-o", "kept", "--max-bytes", "100", cwd=recorded)
     assert p.returncode == 2 and sorted(os.listdir(recorded / "kept")) == files
 
