@@ -2,10 +2,17 @@
 Triton kernels on a GPU), compiled once per session."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -59,6 +66,31 @@ def block_step():
     step(x)
     torch.cuda.synchronize()
     return step, x
+
+
+@dataclass(frozen=True)
+class BuiltinHunt:
+    """The built-in workload's kept hunt: the finished process and its files."""
+    proc: subprocess.CompletedProcess
+    keep: Path  # --keep: the traces, hunt.json, the roots' repro directories
+    html: Path  # --html
+
+
+@pytest.fixture(scope="session")
+def builtin_hunt(tmp_path_factory) -> BuiltinHunt:
+    """`kdebug hunt --runs 2 --try-fixes --rerun-times 5 --keep DIR --html
+    PATH` of the built-in workload, in fresh processes (about a minute: two
+    runs, two per fix, one capture re-run): run once and read by the tests
+    of what a hunt prints, keeps and re-launches (test_hunt, test_repro),
+    which only read it.  The traces and the report are those of the two
+    plain runs (the fixes' runs are compared apart), so --try-fixes takes
+    nothing away from what the other tests check."""
+    d = tmp_path_factory.mktemp("builtin-hunt")
+    keep, html = d / "runs", d / "hunt.html"
+    proc = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--runs", "2", "--try-fixes", "--rerun-times", "5",
+                           "--keep", str(keep), "--html", str(html)], capture_output=True, text=True, cwd=d,
+                          env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
+    return BuiltinHunt(proc, keep, html)
 
 
 @pytest.fixture

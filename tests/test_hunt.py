@@ -51,9 +51,8 @@ def test_compiled_index_add_is_named_in_process():
 
 
 @needs_two_cores
-def test_hunt_builtin_workload_names_the_atomic_kernel(tmp_path):
-    html = tmp_path / "hunt.html"
-    p = kdebug_cli("hunt", "--runs", "2", "--keep", str(tmp_path / "runs"), "--html", str(html))
+def test_hunt_builtin_workload_names_the_atomic_kernel(builtin_hunt):
+    p, html = builtin_hunt.proc, builtin_hunt.html
     assert p.returncode == 1, p.stdout + p.stderr
     out = p.stdout
     assert "Run 1: comparing with run 0 ... 14 kernels" in out
@@ -68,7 +67,7 @@ def test_hunt_builtin_workload_names_the_atomic_kernel(tmp_path):
     from kdebug import report
 
     assert f"wrote {html}" in out and html.stat().st_size > 0
-    runs, hunt = report.resolve_inputs([str(tmp_path / "runs")])
+    runs, hunt = report.resolve_inputs([str(builtin_hunt.keep)])
     assert hunt["runs"] == 2 and "BucketedBlock" in hunt["what"] and len(runs) == 2
     meta, _ = report.build(runs, hunt=hunt)
     d = meta["comparisons"][0]["divergence"]
@@ -76,8 +75,8 @@ def test_hunt_builtin_workload_names_the_atomic_kernel(tmp_path):
 
 
 @needs_two_cores
-def test_hunt_try_fixes_says_which_fix_works():
-    p = kdebug_cli("hunt", "--runs", "2", "--try-fixes")
+def test_hunt_try_fixes_says_which_fix_works(builtin_hunt):
+    p = builtin_hunt.proc
     assert p.returncode == 1, p.stdout + p.stderr
     assert "torch.use_deterministic_algorithms(True): REMOVES the divergence" in p.stdout
     assert "torch._inductor.config.deterministic = True: does not remove it" in p.stdout

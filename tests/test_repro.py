@@ -56,8 +56,15 @@ def _standalone(script, *args, cwd) -> subprocess.CompletedProcess:
                           text=True, cwd=cwd, env=env, timeout=600)
 
 
-def test_repro_of_a_deterministic_kernel_runs_standalone_and_a_changed_output_fails(recorded, tmp_path):
-    p = kdebug_cli("repro", "run.kdt", "--launch", "0", "-o", "r0", cwd=recorded)
+@pytest.fixture(scope="module")
+def repro0(recorded):
+    """`kdebug repro run.kdt --launch 0 -o r0` in the recorded directory (one
+    capture re-run), read by the tests below; they change only copies of r0."""
+    return kdebug_cli("repro", "run.kdt", "--launch", "0", "-o", "r0", cwd=recorded)
+
+
+def test_repro_of_a_deterministic_kernel_runs_standalone_and_a_changed_output_fails(recorded, repro0, tmp_path):
+    p = repro0
     assert p.returncode == 0, p.stdout + p.stderr
     assert "wrote r0 for launch 0 (cpp_fused_add_mul_sin_sum_0)" in p.stdout
     assert "the captured inputs are bitwise those of the traced launch" in p.stdout
@@ -106,10 +113,12 @@ def test_rerun_of_a_pointwise_kernel_is_stable(recorded, monkeypatch):
 
 
 @needs_two_cores
-def test_rerun_of_the_builtin_index_add_kernel_varies(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "kdebug._runner", "--out", "run.kdt", "--builtin"],
-                       capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=600)
-    assert p.returncode == 0, p.stdout + p.stderr
+def test_rerun_of_the_builtin_index_add_kernel_varies(builtin_hunt, tmp_path):
+    # a run the hunt recorded (conftest): python -m kdebug._runner --out run0.kdt --builtin, in a fresh process
+    p = builtin_hunt.proc
+    assert p.returncode == 1, p.stdout + p.stderr
+    run0 = __import__("json").loads((builtin_hunt.keep / "hunt.json").read_text())["paths"][0]
+    shutil.copyfile(builtin_hunt.keep / run0, tmp_path / "run.kdt")
     p = kdebug_cli("rerun", "run.kdt", "--launch", "0", "--times", "5", cwd=tmp_path)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "cpp_fused_div_index_add_zeros_0 (launch 0) re-launched 5x on the recorded inputs" in p.stdout
@@ -206,7 +215,7 @@ def test_repro_of_a_multi_output_op_checks_every_output(tmp_path):
     assert data["before"]["tree"]["args"]["list"][1:] == [{"value": 1}, {"value": True}]  # dim, descending
 
 
-def test_repro_size_cap_refuses_with_the_size_and_the_flag_and_writes_nothing(recorded):
+def test_repro_size_cap_refuses_with_the_size_and_the_flag_and_writes_nothing(recorded, repro0):
     before = set(os.listdir(recorded))
     p = kdebug_cli("repro", "run.kdt", "--launch", "0", "-o", "capped", "--max-bytes", "4096", cwd=recorded)
     assert p.returncode == 2, p.stdout + p.stderr
@@ -218,10 +227,11 @@ def test_repro_size_cap_refuses_with_the_size_and_the_flag_and_writes_nothing(re
     assert p.returncode == 2 and "hold 49.0 KiB before and after the launch" in p.stderr, p.stderr
     assert "--max-bytes 50176" in p.stderr
     assert set(os.listdir(recorded)) == before  # no directory, no temporary sibling left
-    # an earlier repro in the way stays whole when the new one is refused
-    p = kdebug_cli("repro", "run.kdt", "--launch", "0", "-o", "kept", cwd=recorded)
-    assert p.returncode == 0
+    # an earlier repro in the way stays whole when the new one is refused (a copy of one kdebug repro wrote)
+    assert repro0.returncode == 0, repro0.stdout + repro0.stderr
+    shutil.copytree(recorded / "r0", recorded / "kept")
     files = sorted(os.listdir(recorded / "kept"))
+    assert "repro.py" in files and "inputs.pt" in files
     p = kdebug_cli("repro", "run.kdt", "--launch", "0", "-o", "kept", "--max-bytes", "100", cwd=recorded)
     assert p.returncode == 2 and sorted(os.listdir(recorded / "kept")) == files
 
@@ -247,16 +257,16 @@ def test_hunt_relaunches_a_planted_root_k_times_stable_on_its_inputs(tmp_path):
 
 
 @needs_two_cores
-def test_hunt_of_the_builtin_workload_states_the_relaunch_verdict(tmp_path):
-    p = kdebug_cli("hunt", "--keep", "h", "--rerun-times", "5", cwd=tmp_path)
+def test_hunt_of_the_builtin_workload_states_the_relaunch_verdict(builtin_hunt):
+    p = builtin_hunt.proc  # kdebug hunt --rerun-times 5 of the built-in workload (conftest)
     assert p.returncode == 1, p.stdout + p.stderr
-    hunt = __import__("json").loads((tmp_path / "h" / "hunt.json").read_text())
+    hunt = __import__("json").loads((builtin_hunt.keep / "hunt.json").read_text())
     m = hunt["magnitude"][0]
     r = m["rerun"]
     assert m["root"] == "kernel #0 cpp_fused_div_index_add_zeros_0" and r["times"] == 5
     assert f"re-launched 5x on the recorded inputs: {r['distinct']} different output" in p.stdout
     assert r["verdict"] == ("intrinsic" if r["distinct"] > 1 else "stable")
     # the same repro, launched again by kdebug rerun's script: the same kind of verdict on the same inputs
-    again = subprocess.run([sys.executable, str(tmp_path / "h" / m["repro"] / "repro.py"), "--times", "5"],
+    again = subprocess.run([sys.executable, str(builtin_hunt.keep / m["repro"] / "repro.py"), "--times", "5"],
                            capture_output=True, text=True, timeout=600)
     assert "launched 5 time(s) on the recorded inputs" in again.stdout
