@@ -101,13 +101,26 @@ def _current_stream() -> int:
     return torch.cuda.current_stream().cuda_stream
 
 
+def _bookkeeping(orig, self, *args, **kwargs):
+    """torch's own work in capture_begin / capture_end / replay (the RNG
+    generators' graph seed and offset: empty / fill_ on tensors of their own,
+    filled with the default generator's seed, which differs from process to
+    process) is not the program: recorded neither as launches nor as aten ops
+    (the compile region of Note [Autotuning is not the program])."""
+    _C._set_compiling(True)
+    try:
+        return orig(self, *args, **kwargs)
+    finally:
+        _C._set_compiling(False)
+
+
 def _wrap_capture_begin(orig):
     def capture_begin(self, *args, **kwargs):
         handle = _C.graph_capture_begin(torch.cuda.current_device(), 0)
         if not handle:
             return orig(self, *args, **kwargs)
         try:
-            orig(self, *args, **kwargs)
+            _bookkeeping(orig, self, *args, **kwargs)
         except BaseException:
             _C.graph_release(handle)
             raise
@@ -124,6 +137,7 @@ def _wrap_capture_end(orig):
         handle = self.__dict__.get(_HANDLE)
         if handle:
             _C.graph_capture_end(handle)
+            return _bookkeeping(orig, self, *args, **kwargs)
         return orig(self, *args, **kwargs)
 
     capture_end.__wrapped__ = orig
@@ -135,6 +149,7 @@ def _wrap_replay(orig):
         handle = self.__dict__.get(_HANDLE)
         if handle:
             _C.graph_replay(handle, _current_stream())
+            return _bookkeeping(orig, self, *args, **kwargs)
         else:
             from . import _active
 
