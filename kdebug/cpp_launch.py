@@ -58,16 +58,18 @@ def hook_tag() -> str:
 
 
 def wanted() -> bool:
-    """Whether graphs lowered now get the hook: a kdebug recording is active
-    and the graph being lowered (if any yet) runs on the CPU only.  CUDA
-    graphs are not hooked: on the H100 (torch 2.11, 2026-11-24) loading a
-    hooked CUDA AOTI package crashed the process and a hooked CUDA
-    cpp_wrapper graph's records were wrong, so they stay refused loudly
-    (Note [C++ wrapper launches])."""
+    """Whether graphs lowered now get the hook: a kdebug recording is active,
+    and the graph being lowered (if any yet) is not an AOTInductor graph for
+    CUDA: on the H100 (torch 2.11, 2026-11-24) loading a hooked CUDA AOTI
+    package crashed the process, so those stay refused loudly (Note [C++
+    wrapper launches]).  CUDA cpp_wrapper graphs are hooked (checked there:
+    the same kernels and hashes as the Python wrapper)."""
     if not _active.any_recording():
         return False
     graph = _upstream.current_graph()
-    return graph is None or set(getattr(graph, "device_types", ()) or ()) <= {"cpu"}
+    if graph is None or not getattr(graph, "aot_mode", False):
+        return True
+    return set(getattr(graph, "device_types", ()) or ()) <= {"cpu"}
 
 
 def _header() -> str:
