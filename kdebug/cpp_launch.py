@@ -60,10 +60,11 @@ def hook_tag() -> str:
 def wanted() -> bool:
     """Whether graphs lowered now get the hook: a kdebug recording is active,
     and the graph being lowered (if any yet) is not an AOTInductor graph for
-    CUDA: on the H100 (torch 2.11, 2026-11-24) loading a hooked CUDA AOTI
-    package crashed the process, so those stay refused loudly (Note [C++
-    wrapper launches]).  CUDA cpp_wrapper graphs are hooked (checked there:
-    the same kernels and hashes as the Python wrapper)."""
+    CUDA.  Those stay refused loudly (Note [C++ wrapper launches]) because
+    the hooked path could not be checked: on the lent H100 (torch 2.11,
+    2026-11-24) loading any CUDA AOTI package segfaulted in torch's loader,
+    with kdebug not even imported.  CUDA cpp_wrapper graphs are hooked
+    (checked there: the same kernels and hashes as the Python wrapper)."""
     if not _active.any_recording():
         return False
     graph = _upstream.current_graph()

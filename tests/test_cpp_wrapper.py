@@ -193,6 +193,8 @@ def test_unhooked_aoti_package_is_refused_loudly(tmp_path):
 # ---------------------------------------------------------------- GPU (Triton kernels from C++)
 
 @pytest.mark.gpu
+@pytest.mark.skip(reason="on the lent H100 (torch 2.11, 2026-11-24) aoti_load_package of any CUDA package "
+                         "segfaulted in torch's loader, kdebug not imported (devscratch check); not runnable there")
 def test_gpu_aoti_package_is_refused_loudly_not_crashed(tmp_path):
     """CUDA AOTInductor packages are not hooked, even compiled inside a
     recording: running one under kdebug says the recording is incomplete and
@@ -248,8 +250,8 @@ def test_gpu_cpp_wrapper_planted_fault_is_named(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skip(reason="the CUDA AOTI hook is off (kdebug.cpp_launch.wanted): on the H100 loading a hooked CUDA AOTI "
-                         "package crashed the process (2026-11-24)")
+@pytest.mark.skip(reason="the CUDA AOTI hook is off (kdebug.cpp_launch.wanted): it could not be checked, since on the "
+                         "lent H100 (torch 2.11) loading any CUDA AOTI package segfaulted, kdebug not imported")
 def test_gpu_aoti_package_records_triton_kernels(tmp_path):
     with DebugMode():
         path, args = _aoti(tmp_path, "hooked_gpu", "cuda")
