@@ -570,6 +570,8 @@ void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssiz
             publish_post(r, p, ctx->build, &batch);
         if (kd_tls_graph != NULL)
             kd_graph_add_launch(kd_tls_graph, r, p->first, p->n); /* Note [CUDA graph replays] */
+    } else if (kd_tls_graph != NULL) {
+        kd_graph_note_unrecorded(kd_tls_graph); /* lapped: not in the template, its replays lack it */
     }
     kd_ring_commit(r->ring, p->first, p->n);
     ctx->busy = 0;
