@@ -49,6 +49,7 @@
 #include "kd_defer.h"
 #include "kd_grow.h"
 #include "kd_launch.h"
+#include "kd_launch_ctx.h"
 #include "kd_launch_hash.h"
 #include "kd_recorder.h"
 #include "kd_results.h"
@@ -260,6 +261,7 @@ static void emit_replay(kd_graph *g, kd_recorder *r, uint64_t replay, int64_t ba
 {
     uint64_t off = 0;
     uint64_t now = kd_now_ns();
+    kd_launch_ctx *ctx = r->ring_objs != NULL ? kd_launch_ctx_get() : NULL;
     while (off < g->tmpl_n) {
         const kd_payload *src = &g->tmpl[off];
         uint32_t n = (uint32_t)src->launch.nslots + 1;
@@ -270,6 +272,20 @@ static void emit_replay(kd_graph *g, kd_recorder *r, uint64_t replay, int64_t ba
         }
         for (uint32_t i = 0; i < n; i++)
             memcpy(kd_ring_payload(r->ring, first + i), &src[i], sizeof(kd_payload));
+        /* store_original_args: a replay keeps no argument objects; a lapped
+         * launch's objects left in these slots would be drained as the
+         * replay's.  Taken out now, dropped after the commit (as
+         * kd_launch_begin does: no Python code runs in between). */
+        uint32_t nreleased = 0;
+        for (uint32_t i = 0; r->ring_objs != NULL && i < n; i++) {
+            PyObject **slot = &r->ring_objs[(first + i) & r->ring->mask];
+            if (*slot == NULL)
+                continue;
+            if (ctx != NULL && nreleased < KD_BUILD_SLOTS)
+                ctx->released[nreleased++] = *slot;
+            /* else (no memory for this thread's context): leaked, never shown */
+            *slot = NULL;
+        }
         kd_launch *h = &kd_ring_payload(r->ring, first)->launch;
         h->flags = (uint8_t)((h->flags & ~KD_LF_CAPTURED) | KD_LF_REPLAYED);
         h->graph_id = g->id;
@@ -297,6 +313,8 @@ static void emit_replay(kd_graph *g, kd_recorder *r, uint64_t replay, int64_t ba
             }
         }
         kd_ring_commit(r->ring, first, n);
+        for (uint32_t i = 0; i < nreleased; i++)
+            Py_DECREF(ctx->released[i]);
         off += n;
     }
 }
