@@ -61,6 +61,7 @@ struct kd_graph {
     int device;
     int live;             /* 0 once released */
     int capturing;
+    int nested;           /* another capture began inside this one on its thread */
     int defer_was;        /* deferral before the capture */
     uint64_t stream;      /* the capture stream */
     void *mem;            /* device: [int64 base][int64][partials] */
@@ -98,6 +99,11 @@ static void set_error(kd_graph *g, const char *msg)
 int kd_graph_hash(kd_graph *g, int device, uint64_t stream, int kinds, const kd_cuda_tensor *t, int n,
                   int64_t *k0, const char **error)
 {
+    if (g->nested) {
+        *error = "a second CUDA graph capture began inside this one on the same thread";
+        g->hash_errors += (uint64_t)n;
+        return -1;
+    }
     if (device != g->device || g->mem == NULL) {
         *error = "a hash on another device than the CUDA graph's";
         g->hash_errors += (uint64_t)n;
@@ -167,8 +173,9 @@ static kd_graph *graph_of(PyObject *handle)
 }
 
 /* graph_capture_begin(device, stream) -> handle (0: no recording on this
- * thread, nothing kept): before CUDAGraph.capture_begin (allocates the
- * graph's device buffer, flushes deferred work). */
+ * thread, or a capture already open on it: nothing kept): before
+ * CUDAGraph.capture_begin (allocates the graph's device buffer, flushes
+ * deferred work). */
 PyObject *kd_mod_graph_capture_begin(PyObject *m, PyObject *args)
 {
     (void)m;
@@ -177,8 +184,16 @@ PyObject *kd_mod_graph_capture_begin(PyObject *m, PyObject *args)
     if (!PyArg_ParseTuple(args, "iK", &device, &stream))
         return NULL;
     if (kd_tls_graph != NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "kdebug: a CUDA graph capture inside another one on this thread");
-        return NULL;
+        /* counted, not raised (the program's capture goes on): the inner graph
+         * stays unknown (its replays are counted), and the outer one, whose
+         * template now gets the inner capture's launches too, captures no more
+         * hashes (they would land in the inner graph, on the outer one's slots) */
+        kd_graph *outer = kd_tls_graph;
+        outer->nested = 1;
+        outer->unrecorded++;
+        set_error(outer, "a second CUDA graph was captured inside this one on the same thread: "
+                         "its launches are mixed into this graph's records");
+        return PyLong_FromLong(0);
     }
     kd_recorder *r = kd_active_recorder();
     if (r == NULL || !r->started)

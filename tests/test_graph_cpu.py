@@ -54,3 +54,19 @@ def test_replay_records_hold_no_lapped_objects(compiled_cpu, cpu_inputs):
     assert not held, f"{len(held)} of {len(replayed)} replay record(s) show another launch's tensors"
     _C.graph_release(h)
 
+
+def test_nested_capture_is_counted_not_raised(compiled_cpu, cpu_inputs):
+    """A second capture begun on a thread already capturing: no exception
+    reaches the program; the outer graph says its template is unreliable and
+    the inner one is left unknown (its replays counted as such)."""
+    with DebugMode(record_triton_kernels=True):
+        outer = _C.graph_capture_begin(0, 0)
+        _C.graph_capture_started(outer, 0)
+        try:
+            inner = _C.graph_capture_begin(0, 0)
+        finally:
+            _C.graph_capture_end(outer)
+    assert inner == 0
+    g = next(g for g in _C.graph_stats()["graphs"] if g["graph_id"] == outer)
+    assert g["unrecorded"] == 1, g  # complete=False (a CPU build's first error is its missing CUDA)
+    _C.graph_release(outer)
