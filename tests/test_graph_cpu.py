@@ -70,3 +70,29 @@ def test_nested_capture_is_counted_not_raised(compiled_cpu, cpu_inputs):
     g = next(g for g in _C.graph_stats()["graphs"] if g["graph_id"] == outer)
     assert g["unrecorded"] == 1, g  # complete=False (a CPU build's first error is its missing CUDA)
     _C.graph_release(outer)
+
+
+def test_since_counts_the_window_only(compiled_cpu, cpu_inputs):
+    """A recording's graphs (cudagraphs.since) count the replays in its own
+    window: not those before it began, nor those after it ended."""
+    from kdebug import cudagraphs
+
+    with DebugMode(record_triton_kernels=True):
+        h = _capture(compiled_cpu, cpu_inputs)
+        for _ in range(3):
+            _C.graph_replay(h, 0)
+    gid = int(h)
+    start = cudagraphs.snapshot()
+    with DebugMode(record_triton_kernels=True):
+        for _ in range(2):
+            _C.graph_replay(h, 0)
+    end = cudagraphs.snapshot()
+    _C.graph_replay(h, 0)
+    graphs, unknown = cudagraphs.since(start, end)
+    assert [(g.graph_id, g.replays) for g in graphs] == [(gid, 2)]
+    assert unknown == 0
+    now, _ = cudagraphs.since(start)
+    assert [(g.graph_id, g.replays) for g in now] == [(gid, 3)]
+    assert next(g for g in cudagraphs.graphs() if g.graph_id == gid).replays == 6
+    assert cudagraphs.since(end, end)[0] == []
+    _C.graph_release(h)
