@@ -675,6 +675,17 @@ extern "C" int kd_cuda_hash_enqueue_graph(int device, uint64_t stream, int kinds
     return 0;
 }
 
+extern "C" int kd_cuda_hash_prepare(int device)
+{
+    if (device < 0 || device >= 64) {
+        std::snprintf(last_error, sizeof last_error, "bad device %d", device);
+        return -1;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    KdDeviceGuard g(device);
+    return ensure(devs[device]);
+}
+
 extern "C" int64_t kd_cuda_hash_reserve(int device, int64_t n)
 {
     if (device < 0 || device >= 64 || n <= 0 || n > kCapacity / 2) {

@@ -209,8 +209,14 @@ PyObject *kd_mod_graph_capture_begin(PyObject *m, PyObject *args)
     g->stream = stream;
     g->kernel_nodes = g->other_nodes = -1;
     g->mem = kd_cuda_graph_alloc(device, KD_GRAPH_PARTIALS);
-    if (g->mem == NULL)
+    if (g->mem == NULL) {
         set_error(g, kd_cuda_graph_last_error());
+    } else if (kd_cuda_hash_prepare(device) != 0) {
+        /* the result ring, now: its first allocation inside the capture would break it */
+        set_error(g, kd_cuda_last_error());
+        kd_cuda_graph_free(device, g->mem);
+        g->mem = NULL; /* kd_graph_hash refuses: counted as hash errors */
+    }
     graphs[ngraphs++] = g;
     g->id = (uint32_t)ngraphs;
     return PyLong_FromUnsignedLong(g->id);
