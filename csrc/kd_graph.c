@@ -156,6 +156,8 @@ void kd_graph_add_launch(kd_graph *g, kd_recorder *r, uint64_t first, uint32_t n
 
 void kd_graph_note_unrecorded(kd_graph *g) { g->unrecorded++; }
 
+void kd_graph_note_hash_error(kd_graph *g) { g->hash_errors++; }
+
 void kd_graph_note_output_skipped(kd_graph *g) { g->outputs_skipped++; }
 
 /* ---- Python-facing ---- */

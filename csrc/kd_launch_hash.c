@@ -255,6 +255,13 @@ void kd_hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int 
             if ((kinds & KD_HK_XOR) && kd_hash_xor64(&v, &h->xor64[w]) != 0)
                 mark_unsupported(r, h, w, KD_HK_XOR);
         }
+    } else if (std_kinds && kd_tls_graph != NULL && m.device_type != KD_DEV_CPU) {
+        /* Note [CUDA graph replays]: the slow path copies the tensor to the
+         * host (a synchronization the capture forbids, and values that do not
+         * exist yet); not hashed, counted on the graph */
+        h->flags &= (uint8_t)~(w ? KD_HF_POST : KD_HF_PRE);
+        kd_graph_note_hash_error(kd_tls_graph);
+        kd_recorder_error(r, "a tensor kdebug hashes only on the host, during a CUDA graph capture: not hashed");
     } else if (std_kinds) {
         PyObject *res = kd_slow_hasher ? PyObject_CallFunction(kd_slow_hasher, "Oi", o, std_kinds) : NULL;
         unsigned long long v[9]; /* a HashValues (Note [HashValues] in kd_hash_py.c) */
@@ -288,7 +295,11 @@ void kd_hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int 
         }
         Py_XDECREF(res);
     }
-    if ((kinds & KD_HK_CUSTOM) && kd_custom_hasher != NULL) {
+    if ((kinds & KD_HK_CUSTOM) && kd_custom_hasher != NULL && kd_tls_graph != NULL) {
+        /* the hash_fn would read a captured tensor's values on the host */
+        kd_graph_note_hash_error(kd_tls_graph);
+        kd_recorder_error(r, "the custom hash_fn does not run during a CUDA graph capture: not hashed");
+    } else if ((kinds & KD_HK_CUSTOM) && kd_custom_hasher != NULL) {
         PyObject *res = PyObject_CallFunction(kd_custom_hasher, "OKniO", (PyObject *)r,
                                               (unsigned long long)launch_index, arg, w, o);
         if (res == NULL)

@@ -96,3 +96,26 @@ def test_since_counts_the_window_only(compiled_cpu, cpu_inputs):
     assert next(g for g in cudagraphs.graphs() if g.graph_id == gid).replays == 6
     assert cudagraphs.since(end, end)[0] == []
     _C.graph_release(h)
+
+
+def test_custom_hash_fn_does_not_run_during_capture(compiled_cpu, cpu_inputs):
+    """A hash_fn reads values on the host: during a capture the launches did
+    not run (and the host reads would break it).  Not called; counted on the
+    graph as hash errors, and as hook errors of the recording."""
+    calls = []
+
+    def fn(t):
+        calls.append(1)
+        return float(t.abs().sum())
+
+    with DebugMode(kernels_only=True) as dm:
+        with DebugMode.log_tensor_hashes(hash_fn=fn, hash_inputs=True):
+            compiled_cpu(*cpu_inputs)
+            outside = len(calls)
+            assert outside > 0
+            h = _capture(compiled_cpu, cpu_inputs)
+    assert len(calls) == outside
+    g = next(g for g in _C.graph_stats()["graphs"] if g["graph_id"] == h)
+    assert g["hash_errors"] >= outside, g
+    assert any("CUDA graph capture" in m for m in dm.kernel_stats["error_messages"])
+    _C.graph_release(h)
