@@ -286,6 +286,10 @@ template <int CAP>
 __global__ void __launch_bounds__(kThreads) hash_kernel(const __grid_constant__ BatchT<CAP> b, kd_cuda_result *res, double *partials)
 {
     constexpr int NT = kThreads;
+    // Note [CUDA graph replays]: base -1, no room was reserved for this replay
+    // (every block returns: no block waits for another)
+    if (b.base != nullptr && *b.base < 0)
+        return;
     int ti = 0;
     while (ti + 1 < b.n && (int)blockIdx.x >= b.first_block[ti + 1])
         ti++;

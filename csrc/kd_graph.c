@@ -20,7 +20,9 @@
  *    the replay: it reserves the graph's K result indices in the device's
  *    result ring (kd_cuda_hash_reserve: no synchronization unless the ring
  *    is full, as for any hash), queues one one-thread kernel on the replay's
- *    stream that writes their first index to the graph's base, and copies
+ *    stream that writes their first index to the graph's base (-1 when no
+ *    room could be reserved: the graph's hash kernels then write nothing;
+ *    after a replay on another stream it first waits for that one), and copies
  *    the template's records into the active recorder's ring, flagged
  *    KD_LF_REPLAYED with the replay index, each hash waiting for its result
  *    (Note [GPU hash results]).  Per replay: one tiny kernel launch, no
@@ -77,6 +79,8 @@ struct kd_graph {
     int64_t kernel_nodes, other_nodes; /* counted at capture_end (-1: unknown) */
     uint64_t replays;
     uint64_t replay_errors;
+    int replayed;         /* a replay's base has been set ... */
+    uint64_t last_stream; /* ... on this stream */
     char error[200];
 };
 
@@ -362,11 +366,27 @@ PyObject *kd_mod_graph_replay(PyObject *m, PyObject *args)
         /* the base is set even with no recorder: the graph's hash kernels run
          * every replay and need room in the result ring */
         base = kd_cuda_hash_reserve(g->device, g->nhash);
-        if (base < 0 || kd_cuda_graph_set_base(g->device, stream, dev_base(g), base) != 0) {
+        const char *why = base < 0 ? kd_cuda_last_error() : NULL;
+        /* CUDA runs the launches of one graph in order whatever their
+         * streams, but the base is written outside the graph: on another
+         * stream than the previous replay's, it waits for that replay, which
+         * reads the base it was given until its last hash kernel ran */
+        if (g->replayed && g->last_stream != stream &&
+            kd_cuda_stream_wait(g->device, g->last_stream, stream) != 0 && why == NULL) {
             g->replay_errors++;
-            set_error(g, base < 0 ? kd_cuda_last_error() : kd_cuda_graph_last_error());
+            set_error(g, kd_cuda_last_error());
+        }
+        /* no room: base -1, the graph's hash kernels write nothing (with the
+         * previous base they would add into results already read back) */
+        if (kd_cuda_graph_set_base(g->device, stream, dev_base(g), base < 0 ? -1 : base) != 0 && why == NULL)
+            why = kd_cuda_graph_last_error();
+        if (why != NULL) {
+            g->replay_errors++;
+            set_error(g, why);
             base = -1;
         }
+        g->replayed = 1;
+        g->last_stream = stream;
     }
     kd_recorder *r = kd_active_recorder();
     if (r == NULL || !r->started) {
