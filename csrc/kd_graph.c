@@ -90,6 +90,40 @@ static kd_graph **graphs; /* by id - 1 */
 static uint64_t ngraphs, graphs_cap;
 static uint64_t unknown_replays; /* replays of graphs captured without kdebug */
 static uint64_t released;
+static int open_captures; /* captures begun (capture_started) and not yet ended */
+/* Buffers of graphs released while a capture was open (cudaFree is not
+ * allowed then: it would break that capture), freed at the next release or
+ * capture_begin with none open. */
+static struct {
+    void *mem;
+    int device;
+} *to_free;
+static uint64_t nto_free, to_free_cap;
+
+/* Frees g's device buffer now, or later when a capture is open. */
+static void free_mem(int device, void *mem)
+{
+    if (mem == NULL)
+        return;
+    if (open_captures > 0 && kd_grow((void **)&to_free, &to_free_cap, nto_free + 1, sizeof *to_free) == 0) {
+        to_free[nto_free].mem = mem;
+        to_free[nto_free].device = device;
+        nto_free++;
+        return;
+    }
+    /* out of memory for the list: freed now (the lesser harm than a leak per graph) */
+    kd_cuda_graph_free(device, mem); /* cudaFree waits for the device: the graph is gone */
+}
+
+/* Frees the buffers free_mem kept, when no capture is open. */
+static void free_pending(void)
+{
+    if (open_captures > 0)
+        return;
+    for (uint64_t i = 0; i < nto_free; i++)
+        kd_cuda_graph_free(to_free[i].device, to_free[i].mem);
+    nto_free = 0;
+}
 
 static int64_t *dev_base(kd_graph *g) { return (int64_t *)g->mem; }
 static double *dev_partials(kd_graph *g) { return (double *)((char *)g->mem + 2 * sizeof(int64_t)); }
@@ -135,6 +169,10 @@ int kd_graph_hash(kd_graph *g, int device, uint64_t stream, int kinds, const kd_
 
 void kd_graph_add_launch(kd_graph *g, kd_recorder *r, uint64_t first, uint32_t n)
 {
+    if (!g->live) { /* released while another thread still captured into it */
+        g->unrecorded++;
+        return;
+    }
     if (kd_grow((void **)&g->tmpl, &g->tmpl_cap, g->tmpl_n + n, sizeof(kd_payload)) != 0) {
         g->unrecorded++;
         set_error(g, "out of memory for the CUDA graph's launch records");
@@ -201,6 +239,7 @@ PyObject *kd_mod_graph_capture_begin(PyObject *m, PyObject *args)
                          "its launches are mixed into this graph's records");
         return PyLong_FromLong(0);
     }
+    free_pending(); /* before the capture begins */
     kd_recorder *r = kd_active_recorder();
     if (r == NULL || !r->started)
         return PyLong_FromLong(0); /* not recording: the graph stays unknown (its replays are counted) */
@@ -241,6 +280,8 @@ PyObject *kd_mod_graph_capture_started(PyObject *m, PyObject *args)
     if (g == NULL)
         return NULL;
     g->stream = stream;
+    if (!g->capturing)
+        open_captures++;
     g->capturing = 1;
     g->defer_was = kd_defer_set(0);
     kd_tls_graph = g;
@@ -275,6 +316,7 @@ PyObject *kd_mod_graph_capture_end(PyObject *m, PyObject *handle)
             set_error(g, kd_cuda_graph_last_error());
         }
         g->capturing = 0;
+        open_captures--;
         kd_defer_set(g->defer_was);
     }
     if (kd_tls_graph == g)
@@ -414,8 +456,14 @@ PyObject *kd_mod_graph_release(PyObject *m, PyObject *handle)
         return NULL;
     if (kd_tls_graph == g)
         kd_tls_graph = NULL;
+    if (g->capturing) { /* released with its capture open (abandoned): that capture is gone */
+        g->capturing = 0;
+        open_captures--;
+        kd_defer_set(g->defer_was);
+    }
     g->live = 0;
-    kd_cuda_graph_free(g->device, g->mem); /* cudaFree waits for the device: the graph is gone */
+    free_mem(g->device, g->mem);
+    free_pending();
     g->mem = NULL;
     free(g->tmpl);
     g->tmpl = NULL;
