@@ -134,9 +134,36 @@ static void set_error(kd_graph *g, const char *msg)
         snprintf(g->error, sizeof g->error, "%s", msg);
 }
 
+/* g's capture ended without capture_end (abandoned after an error, or
+ * released): this thread stops capturing into it.  restore_defer: deferral
+ * goes back to what it was before the capture (not on the launch path, where
+ * the flush it may cause must not run). */
+static void capture_closed(kd_graph *g, int restore_defer)
+{
+    if (g->capturing) {
+        g->capturing = 0;
+        open_captures--;
+        if (restore_defer)
+            kd_defer_set(g->defer_was);
+    }
+    if (kd_tls_graph == g)
+        kd_tls_graph = NULL;
+}
+
 int kd_graph_hash(kd_graph *g, int device, uint64_t stream, int kinds, const kd_cuda_tensor *t, int n,
                   int64_t *k0, const char **error)
 {
+    if (!kd_cuda_stream_capturing(stream)) {
+        /* a kernel queued here would run now, on the graph's stale base:
+         * into other hashes' result slots */
+        *error = "a hash on a stream that is not capturing the CUDA graph";
+        g->hash_errors += (uint64_t)n;
+        if (!kd_cuda_stream_capturing(g->stream)) {
+            set_error(g, "the capture ended without capture_end (abandoned): later launches are not the graph's");
+            capture_closed(g, 0);
+        }
+        return -1;
+    }
     if (g->nested) {
         *error = "a second CUDA graph capture began inside this one on the same thread";
         g->hash_errors += (uint64_t)n;
@@ -454,13 +481,7 @@ PyObject *kd_mod_graph_release(PyObject *m, PyObject *handle)
     kd_graph *g = graph_of(handle);
     if (g == NULL)
         return NULL;
-    if (kd_tls_graph == g)
-        kd_tls_graph = NULL;
-    if (g->capturing) { /* released with its capture open (abandoned): that capture is gone */
-        g->capturing = 0;
-        open_captures--;
-        kd_defer_set(g->defer_was);
-    }
+    capture_closed(g, 1); /* released with its capture open (abandoned): that capture is gone */
     g->live = 0;
     free_mem(g->device, g->mem);
     free_pending();
