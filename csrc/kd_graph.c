@@ -227,6 +227,8 @@ void kd_graph_note_unrecorded(kd_graph *g) { g->unrecorded++; }
 
 void kd_graph_note_hash_error(kd_graph *g) { g->hash_errors++; }
 
+int kd_graph_any_open(void) { return open_captures > 0; }
+
 void kd_graph_note_output_skipped(kd_graph *g) { g->outputs_skipped++; }
 
 /* ---- Python-facing ---- */

@@ -176,16 +176,18 @@ static uint32_t describe_arg(PyObject *o, uint32_t name_id, uint8_t role, int ha
     return 1;
 }
 
-/* Before a CUDA launch runs: flush deferred work it would overwrite. */
 /* Whether this thread's launch may use the deferred queue: never while it
  * captures a CUDA graph.  The queue's switch is process-wide and another
  * thread may turn it back on during the capture (DebugMode enter / exit, a
  * compiled graph's call); a deferred hash of a captured launch would run
  * outside the graph on memory the launch never wrote, and the graph's
  * template would keep a pending flag with no graph result index
- * (Note [CUDA graph replays]). */
-static int defer_here(void) { return kd_defer_enabled() && kd_tls_graph == NULL; }
+ * (Note [CUDA graph replays]).  Nor while any capture is open: a launch
+ * from another thread into the capturing stream (the autograd engine's) did
+ * not run either (kd_batch_flush leaves it unhashed). */
+static int defer_here(void) { return kd_defer_enabled() && kd_tls_graph == NULL && !kd_graph_any_open(); }
 
+/* Before a CUDA launch runs: flush deferred work it would overwrite. */
 static void guard_writes(uint8_t dev_type, PyObject *const *args, Py_ssize_t nargs,
                          const kd_kernel_info *info, uint64_t stream)
 {

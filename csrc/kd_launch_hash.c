@@ -4,6 +4,7 @@
  * and GPU results delivered into the ring records (Note [GPU hash results]). */
 #include <string.h>
 
+#include "kd_cuda_graph.h"
 #include "kd_cuda_hash.h"
 #include "kd_defer.h"
 #include "kd_graph.h"
@@ -146,8 +147,19 @@ void kd_batch_flush(kd_recorder *r, kd_gpu_batch *b, uint64_t base)
             i = j;
             continue;
         }
-        int64_t first = kd_cuda_hash_enqueue(b->device[i], b->stream, b->kinds[i], &b->t[i], j - i);
-        const char *err = first < 0 ? kd_cuda_last_error() : NULL;
+        int64_t first;
+        const char *err = NULL;
+        if (kd_graph_any_open() && kd_cuda_stream_capturing(b->stream)) {
+            /* another thread's capture (e.g. the autograd engine's device
+             * thread during make_graphed_callables' backward): a hash kernel
+             * here would be captured with a fixed result slot, and the
+             * launch did not run */
+            first = -1;
+            err = "a launch from another thread than the one capturing a CUDA graph into its stream: not hashed";
+        } else {
+            first = kd_cuda_hash_enqueue(b->device[i], b->stream, b->kinds[i], &b->t[i], j - i);
+            err = first < 0 ? kd_cuda_last_error() : NULL;
+        }
         if (first >= 0)
             kd_direct_hash_launches++;
         for (int k = i; k < j; k++)
