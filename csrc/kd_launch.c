@@ -191,7 +191,9 @@ static int defer_here(void) { return kd_defer_enabled() && kd_tls_graph == NULL 
 static void guard_writes(uint8_t dev_type, PyObject *const *args, Py_ssize_t nargs,
                          const kd_kernel_info *info, uint64_t stream)
 {
-    if (dev_type != KD_DEV_CUDA || !defer_here())
+    /* the queue may hold other threads' work while a capture is open: only
+     * the capturing thread's launches (which do not run now) skip the guard */
+    if (dev_type != KD_DEV_CUDA || !kd_defer_enabled() || kd_tls_graph != NULL)
         return;
     for (Py_ssize_t i = 0; i < nargs; i++) {
         uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
@@ -253,7 +255,7 @@ static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *inf
     /* Note [Deferred GPU work]: pre-launch hashes of what the launch only reads
      * may wait; under check_inputs_unchanged they run before it. */
     const int defer = defer_here() && !p->cfg.check_readonly;
-    if (defer_here() && dev_type == KD_DEV_CUDA)
+    if (kd_defer_enabled() && kd_tls_graph == NULL && dev_type == KD_DEV_CUDA)
         kd_defer_guard(dev_index, stream, 0, 0); /* another stream: flush and order */
     for (Py_ssize_t i = 0; i < nargs; i++) {
         uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
