@@ -286,6 +286,10 @@ template <int CAP>
 __global__ void __launch_bounds__(kThreads) hash_kernel(const __grid_constant__ BatchT<CAP> b, kd_cuda_result *res, double *partials)
 {
     constexpr int NT = kThreads;
+    // Note [CUDA graph replays]: base -1, no room was reserved for this replay
+    // (every block returns: no block waits for another)
+    if (b.base != nullptr && *b.base < 0)
+        return;
     int ti = 0;
     while (ti + 1 < b.n && (int)blockIdx.x >= b.first_block[ti + 1])
         ti++;
@@ -673,6 +677,17 @@ extern "C" int kd_cuda_hash_enqueue_graph(int device, uint64_t stream, int kinds
         return -1;
     }
     return 0;
+}
+
+extern "C" int kd_cuda_hash_prepare(int device)
+{
+    if (device < 0 || device >= 64) {
+        std::snprintf(last_error, sizeof last_error, "bad device %d", device);
+        return -1;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    KdDeviceGuard g(device);
+    return ensure(devs[device]);
 }
 
 extern "C" int64_t kd_cuda_hash_reserve(int device, int64_t n)

@@ -46,6 +46,12 @@ int kd_cuda_hash_enqueue_graph(int device, uint64_t stream, int kinds, const kd_
     return -1;
 }
 
+int kd_cuda_hash_prepare(int device)
+{
+    (void)device;
+    return -1;
+}
+
 int64_t kd_cuda_hash_reserve(int device, int64_t n)
 {
     (void)device, (void)n;

@@ -20,7 +20,9 @@
  *    the replay: it reserves the graph's K result indices in the device's
  *    result ring (kd_cuda_hash_reserve: no synchronization unless the ring
  *    is full, as for any hash), queues one one-thread kernel on the replay's
- *    stream that writes their first index to the graph's base, and copies
+ *    stream that writes their first index to the graph's base (-1 when no
+ *    room could be reserved: the graph's hash kernels then write nothing;
+ *    after a replay on another stream it first waits for that one), and copies
  *    the template's records into the active recorder's ring, flagged
  *    KD_LF_REPLAYED with the replay index, each hash waiting for its result
  *    (Note [GPU hash results]).  Per replay: one tiny kernel launch, no
@@ -49,6 +51,7 @@
 #include "kd_defer.h"
 #include "kd_grow.h"
 #include "kd_launch.h"
+#include "kd_launch_ctx.h"
 #include "kd_launch_hash.h"
 #include "kd_recorder.h"
 #include "kd_results.h"
@@ -60,6 +63,7 @@ struct kd_graph {
     int device;
     int live;             /* 0 once released */
     int capturing;
+    int nested;           /* another capture began inside this one on its thread */
     int defer_was;        /* deferral before the capture */
     uint64_t stream;      /* the capture stream */
     void *mem;            /* device: [int64 base][int64][partials] */
@@ -75,6 +79,8 @@ struct kd_graph {
     int64_t kernel_nodes, other_nodes; /* counted at capture_end (-1: unknown) */
     uint64_t replays;
     uint64_t replay_errors;
+    int replayed;         /* a replay's base has been set ... */
+    uint64_t last_stream; /* ... on this stream */
     char error[200];
 };
 
@@ -84,6 +90,40 @@ static kd_graph **graphs; /* by id - 1 */
 static uint64_t ngraphs, graphs_cap;
 static uint64_t unknown_replays; /* replays of graphs captured without kdebug */
 static uint64_t released;
+static int open_captures; /* captures begun (capture_started) and not yet ended */
+/* Buffers of graphs released while a capture was open (cudaFree is not
+ * allowed then: it would break that capture), freed at the next release or
+ * capture_begin with none open. */
+static struct {
+    void *mem;
+    int device;
+} *to_free;
+static uint64_t nto_free, to_free_cap;
+
+/* Frees g's device buffer now, or later when a capture is open. */
+static void free_mem(int device, void *mem)
+{
+    if (mem == NULL)
+        return;
+    if (open_captures > 0 && kd_grow((void **)&to_free, &to_free_cap, nto_free + 1, sizeof *to_free) == 0) {
+        to_free[nto_free].mem = mem;
+        to_free[nto_free].device = device;
+        nto_free++;
+        return;
+    }
+    /* out of memory for the list: freed now (the lesser harm than a leak per graph) */
+    kd_cuda_graph_free(device, mem); /* cudaFree waits for the device: the graph is gone */
+}
+
+/* Frees the buffers free_mem kept, when no capture is open. */
+static void free_pending(void)
+{
+    if (open_captures > 0)
+        return;
+    for (uint64_t i = 0; i < nto_free; i++)
+        kd_cuda_graph_free(to_free[i].device, to_free[i].mem);
+    nto_free = 0;
+}
 
 static int64_t *dev_base(kd_graph *g) { return (int64_t *)g->mem; }
 static double *dev_partials(kd_graph *g) { return (double *)((char *)g->mem + 2 * sizeof(int64_t)); }
@@ -94,9 +134,41 @@ static void set_error(kd_graph *g, const char *msg)
         snprintf(g->error, sizeof g->error, "%s", msg);
 }
 
+/* g's capture ended without capture_end (abandoned after an error, or
+ * released): this thread stops capturing into it.  restore_defer: deferral
+ * goes back to what it was before the capture (not on the launch path, where
+ * the flush it may cause must not run). */
+static void capture_closed(kd_graph *g, int restore_defer)
+{
+    if (g->capturing) {
+        g->capturing = 0;
+        open_captures--;
+        if (restore_defer)
+            kd_defer_set(g->defer_was);
+    }
+    if (kd_tls_graph == g)
+        kd_tls_graph = NULL;
+}
+
 int kd_graph_hash(kd_graph *g, int device, uint64_t stream, int kinds, const kd_cuda_tensor *t, int n,
                   int64_t *k0, const char **error)
 {
+    if (!kd_cuda_stream_capturing(stream)) {
+        /* a kernel queued here would run now, on the graph's stale base:
+         * into other hashes' result slots */
+        *error = "a hash on a stream that is not capturing the CUDA graph";
+        g->hash_errors += (uint64_t)n;
+        if (!kd_cuda_stream_capturing(g->stream)) {
+            set_error(g, "the capture ended without capture_end (abandoned): later launches are not the graph's");
+            capture_closed(g, 0);
+        }
+        return -1;
+    }
+    if (g->nested) {
+        *error = "a second CUDA graph capture began inside this one on the same thread";
+        g->hash_errors += (uint64_t)n;
+        return -1;
+    }
     if (device != g->device || g->mem == NULL) {
         *error = "a hash on another device than the CUDA graph's";
         g->hash_errors += (uint64_t)n;
@@ -124,6 +196,10 @@ int kd_graph_hash(kd_graph *g, int device, uint64_t stream, int kinds, const kd_
 
 void kd_graph_add_launch(kd_graph *g, kd_recorder *r, uint64_t first, uint32_t n)
 {
+    if (!g->live) { /* released while another thread still captured into it */
+        g->unrecorded++;
+        return;
+    }
     if (kd_grow((void **)&g->tmpl, &g->tmpl_cap, g->tmpl_n + n, sizeof(kd_payload)) != 0) {
         g->unrecorded++;
         set_error(g, "out of memory for the CUDA graph's launch records");
@@ -149,6 +225,10 @@ void kd_graph_add_launch(kd_graph *g, kd_recorder *r, uint64_t first, uint32_t n
 
 void kd_graph_note_unrecorded(kd_graph *g) { g->unrecorded++; }
 
+void kd_graph_note_hash_error(kd_graph *g) { g->hash_errors++; }
+
+int kd_graph_any_open(void) { return open_captures > 0; }
+
 void kd_graph_note_output_skipped(kd_graph *g) { g->outputs_skipped++; }
 
 /* ---- Python-facing ---- */
@@ -166,8 +246,9 @@ static kd_graph *graph_of(PyObject *handle)
 }
 
 /* graph_capture_begin(device, stream) -> handle (0: no recording on this
- * thread, nothing kept): before CUDAGraph.capture_begin (allocates the
- * graph's device buffer, flushes deferred work). */
+ * thread, or a capture already open on it: nothing kept): before
+ * CUDAGraph.capture_begin (allocates the graph's device buffer, flushes
+ * deferred work). */
 PyObject *kd_mod_graph_capture_begin(PyObject *m, PyObject *args)
 {
     (void)m;
@@ -176,9 +257,18 @@ PyObject *kd_mod_graph_capture_begin(PyObject *m, PyObject *args)
     if (!PyArg_ParseTuple(args, "iK", &device, &stream))
         return NULL;
     if (kd_tls_graph != NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "kdebug: a CUDA graph capture inside another one on this thread");
-        return NULL;
+        /* counted, not raised (the program's capture goes on): the inner graph
+         * stays unknown (its replays are counted), and the outer one, whose
+         * template now gets the inner capture's launches too, captures no more
+         * hashes (they would land in the inner graph, on the outer one's slots) */
+        kd_graph *outer = kd_tls_graph;
+        outer->nested = 1;
+        outer->unrecorded++;
+        set_error(outer, "a second CUDA graph was captured inside this one on the same thread: "
+                         "its launches are mixed into this graph's records");
+        return PyLong_FromLong(0);
     }
+    free_pending(); /* before the capture begins */
     kd_recorder *r = kd_active_recorder();
     if (r == NULL || !r->started)
         return PyLong_FromLong(0); /* not recording: the graph stays unknown (its replays are counted) */
@@ -193,8 +283,14 @@ PyObject *kd_mod_graph_capture_begin(PyObject *m, PyObject *args)
     g->stream = stream;
     g->kernel_nodes = g->other_nodes = -1;
     g->mem = kd_cuda_graph_alloc(device, KD_GRAPH_PARTIALS);
-    if (g->mem == NULL)
+    if (g->mem == NULL) {
         set_error(g, kd_cuda_graph_last_error());
+    } else if (kd_cuda_hash_prepare(device) != 0) {
+        /* the result ring, now: its first allocation inside the capture would break it */
+        set_error(g, kd_cuda_last_error());
+        kd_cuda_graph_free(device, g->mem);
+        g->mem = NULL; /* kd_graph_hash refuses: counted as hash errors */
+    }
     graphs[ngraphs++] = g;
     g->id = (uint32_t)ngraphs;
     return PyLong_FromUnsignedLong(g->id);
@@ -213,6 +309,8 @@ PyObject *kd_mod_graph_capture_started(PyObject *m, PyObject *args)
     if (g == NULL)
         return NULL;
     g->stream = stream;
+    if (!g->capturing)
+        open_captures++;
     g->capturing = 1;
     g->defer_was = kd_defer_set(0);
     kd_tls_graph = g;
@@ -247,6 +345,7 @@ PyObject *kd_mod_graph_capture_end(PyObject *m, PyObject *handle)
             set_error(g, kd_cuda_graph_last_error());
         }
         g->capturing = 0;
+        open_captures--;
         kd_defer_set(g->defer_was);
     }
     if (kd_tls_graph == g)
@@ -260,6 +359,7 @@ static void emit_replay(kd_graph *g, kd_recorder *r, uint64_t replay, int64_t ba
 {
     uint64_t off = 0;
     uint64_t now = kd_now_ns();
+    kd_launch_ctx *ctx = r->ring_objs != NULL ? kd_launch_ctx_get() : NULL;
     while (off < g->tmpl_n) {
         const kd_payload *src = &g->tmpl[off];
         uint32_t n = (uint32_t)src->launch.nslots + 1;
@@ -270,6 +370,20 @@ static void emit_replay(kd_graph *g, kd_recorder *r, uint64_t replay, int64_t ba
         }
         for (uint32_t i = 0; i < n; i++)
             memcpy(kd_ring_payload(r->ring, first + i), &src[i], sizeof(kd_payload));
+        /* store_original_args: a replay keeps no argument objects; a lapped
+         * launch's objects left in these slots would be drained as the
+         * replay's.  Taken out now, dropped after the commit (as
+         * kd_launch_begin does: no Python code runs in between). */
+        uint32_t nreleased = 0;
+        for (uint32_t i = 0; r->ring_objs != NULL && i < n; i++) {
+            PyObject **slot = &r->ring_objs[(first + i) & r->ring->mask];
+            if (*slot == NULL)
+                continue;
+            if (ctx != NULL && nreleased < KD_BUILD_SLOTS)
+                ctx->released[nreleased++] = *slot;
+            /* else (no memory for this thread's context): leaked, never shown */
+            *slot = NULL;
+        }
         kd_launch *h = &kd_ring_payload(r->ring, first)->launch;
         h->flags = (uint8_t)((h->flags & ~KD_LF_CAPTURED) | KD_LF_REPLAYED);
         h->graph_id = g->id;
@@ -297,6 +411,8 @@ static void emit_replay(kd_graph *g, kd_recorder *r, uint64_t replay, int64_t ba
             }
         }
         kd_ring_commit(r->ring, first, n);
+        for (uint32_t i = 0; i < nreleased; i++)
+            Py_DECREF(ctx->released[i]);
         off += n;
     }
 }
@@ -321,11 +437,27 @@ PyObject *kd_mod_graph_replay(PyObject *m, PyObject *args)
         /* the base is set even with no recorder: the graph's hash kernels run
          * every replay and need room in the result ring */
         base = kd_cuda_hash_reserve(g->device, g->nhash);
-        if (base < 0 || kd_cuda_graph_set_base(g->device, stream, dev_base(g), base) != 0) {
+        const char *why = base < 0 ? kd_cuda_last_error() : NULL;
+        /* CUDA runs the launches of one graph in order whatever their
+         * streams, but the base is written outside the graph: on another
+         * stream than the previous replay's, it waits for that replay, which
+         * reads the base it was given until its last hash kernel ran */
+        if (g->replayed && g->last_stream != stream &&
+            kd_cuda_stream_wait(g->device, g->last_stream, stream) != 0 && why == NULL) {
             g->replay_errors++;
-            set_error(g, base < 0 ? kd_cuda_last_error() : kd_cuda_graph_last_error());
+            set_error(g, kd_cuda_last_error());
+        }
+        /* no room: base -1, the graph's hash kernels write nothing (with the
+         * previous base they would add into results already read back) */
+        if (kd_cuda_graph_set_base(g->device, stream, dev_base(g), base < 0 ? -1 : base) != 0 && why == NULL)
+            why = kd_cuda_graph_last_error();
+        if (why != NULL) {
+            g->replay_errors++;
+            set_error(g, why);
             base = -1;
         }
+        g->replayed = 1;
+        g->last_stream = stream;
     }
     kd_recorder *r = kd_active_recorder();
     if (r == NULL || !r->started) {
@@ -351,10 +483,10 @@ PyObject *kd_mod_graph_release(PyObject *m, PyObject *handle)
     kd_graph *g = graph_of(handle);
     if (g == NULL)
         return NULL;
-    if (kd_tls_graph == g)
-        kd_tls_graph = NULL;
+    capture_closed(g, 1); /* released with its capture open (abandoned): that capture is gone */
     g->live = 0;
-    kd_cuda_graph_free(g->device, g->mem); /* cudaFree waits for the device: the graph is gone */
+    free_mem(g->device, g->mem);
+    free_pending();
     g->mem = NULL;
     free(g->tmpl);
     g->tmpl = NULL;

@@ -29,6 +29,12 @@ void kd_graph_add_launch(kd_graph *g, struct kd_recorder *r, uint64_t first, uin
 /* A launch during g's capture that could not be recorded. */
 void kd_graph_note_unrecorded(kd_graph *g);
 
+/* 1 while any capture kdebug saw begin is open (on any thread). */
+int kd_graph_any_open(void);
+
+/* A tensor of a launch during g's capture that could not be hashed in it. */
+void kd_graph_note_hash_error(kd_graph *g);
+
 /* A recorded output (record_outputs) skipped because the launch was captured. */
 void kd_graph_note_output_skipped(kd_graph *g);
 

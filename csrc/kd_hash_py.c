@@ -9,6 +9,8 @@
 #include "kd_record.h"
 #include "kd_hash_py.h"
 #include "kd_cuda_describe.h"
+#include "kd_cuda_graph.h"
+#include "kd_graph.h"
 #include "kd_results.h"
 #include "kd_shim.h"
 
@@ -206,6 +208,13 @@ PyTypeObject kd_PendingHashType = {
 /* hash_async(t, kinds, stream) -> HashValues now (CPU tensors), a PendingHash
  * for a result queued on the GPU (fetch it with hash_fetch), or NotImplemented
  * (another device, or a build without CUDA: use the slow path). */
+uint64_t kd_capture_unhashed = 0;
+
+int kd_hash_capturing(uint64_t stream)
+{
+    return kd_tls_graph != NULL || kd_cuda_stream_capturing(stream);
+}
+
 PyObject *kd_mod_hash_async(PyObject *m, PyObject *args)
 {
     PyObject *t;
@@ -234,6 +243,15 @@ PyObject *kd_mod_hash_async(PyObject *m, PyObject *args)
     kd_pending_hash *p = kd_pending_new(0);
     if (p == NULL)
         return NULL;
+    if (kd_hash_capturing(stream)) {
+        /* Note [CUDA graph replays]: the stream captures a CUDA graph, so the
+         * tensor holds no values yet, and a hash kernel queued here would be
+         * captured into the graph writing a fixed result slot at every replay
+         * (others' later).  No value (counted: gpu_info()["unhashed_in_capture"]). */
+        kd_capture_unhashed++;
+        p->handle = KD_PENDING_FAILED;
+        return (PyObject *)p;
+    }
     int64_t idx = kd_cuda_hash_enqueue(meta.device_index, stream, kinds, &ct, 1);
     if (idx < 0) {
         Py_DECREF(p);
@@ -283,10 +301,11 @@ static PyObject *mod_gpu_info(PyObject *m, PyObject *unused)
 {
     (void)m;
     (void)unused;
-    return Py_BuildValue("{sOsKsLsK}", "available", kd_cuda_available() ? Py_True : Py_False,
+    return Py_BuildValue("{sOsKsLsKsK}", "available", kd_cuda_available() ? Py_True : Py_False,
                          "syncs", (unsigned long long)kd_cuda_syncs(), "in_flight",
                          (long long)kd_cuda_hash_outstanding(), "waiting",
-                         (unsigned long long)kd_results_waiting());
+                         (unsigned long long)kd_results_waiting(), "unhashed_in_capture",
+                         (unsigned long long)kd_capture_unhashed);
 }
 
 static PyMethodDef hash_methods[] = {

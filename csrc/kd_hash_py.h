@@ -51,6 +51,14 @@ PyObject *kd_pending_fetch(kd_pending_hash *p);
  * or NotImplemented; NULL with an exception on failure (m unused). */
 PyObject *kd_mod_hash_async(PyObject *m, PyObject *args);
 
+/* 1 when a hash queued on `stream` now would be captured into a CUDA graph
+ * (this thread's kd_tls_graph, or the stream capturing one kdebug did not
+ * see): such tensors are not hashed (their values do not exist yet). */
+int kd_hash_capturing(uint64_t stream);
+
+/* Tensors left unhashed because their stream was capturing a CUDA graph. */
+extern uint64_t kd_capture_unhashed;
+
 /* Adds HashValues, PendingHash and the hash functions to module m; -1 with an
  * exception on failure. */
 int kd_hash_py_module_init(PyObject *m);

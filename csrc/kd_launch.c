@@ -176,11 +176,24 @@ static uint32_t describe_arg(PyObject *o, uint32_t name_id, uint8_t role, int ha
     return 1;
 }
 
+/* Whether this thread's launch may use the deferred queue: never while it
+ * captures a CUDA graph.  The queue's switch is process-wide and another
+ * thread may turn it back on during the capture (DebugMode enter / exit, a
+ * compiled graph's call); a deferred hash of a captured launch would run
+ * outside the graph on memory the launch never wrote, and the graph's
+ * template would keep a pending flag with no graph result index
+ * (Note [CUDA graph replays]).  Nor while any capture is open: a launch
+ * from another thread into the capturing stream (the autograd engine's) did
+ * not run either (kd_batch_flush leaves it unhashed). */
+static int defer_here(void) { return kd_defer_enabled() && kd_tls_graph == NULL && !kd_graph_any_open(); }
+
 /* Before a CUDA launch runs: flush deferred work it would overwrite. */
 static void guard_writes(uint8_t dev_type, PyObject *const *args, Py_ssize_t nargs,
                          const kd_kernel_info *info, uint64_t stream)
 {
-    if (dev_type != KD_DEV_CUDA || !kd_defer_enabled())
+    /* the queue may hold other threads' work while a capture is open: only
+     * the capturing thread's launches (which do not run now) skip the guard */
+    if (dev_type != KD_DEV_CUDA || !kd_defer_enabled() || kd_tls_graph != NULL)
         return;
     for (Py_ssize_t i = 0; i < nargs; i++) {
         uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
@@ -241,8 +254,8 @@ static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *inf
     batch.n = 0;
     /* Note [Deferred GPU work]: pre-launch hashes of what the launch only reads
      * may wait; under check_inputs_unchanged they run before it. */
-    const int defer = kd_defer_enabled() && !p->cfg.check_readonly;
-    if (kd_defer_enabled() && dev_type == KD_DEV_CUDA)
+    const int defer = defer_here() && !p->cfg.check_readonly;
+    if (kd_defer_enabled() && kd_tls_graph == NULL && dev_type == KD_DEV_CUDA)
         kd_defer_guard(dev_index, stream, 0, 0); /* another stream: flush and order */
     for (Py_ssize_t i = 0; i < nargs; i++) {
         uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
@@ -502,7 +515,7 @@ static void publish_post(kd_recorder *r, kd_pending *p, const kd_payload *rec, k
     while (kd_args_next(&it))
         if (it.hash != NULL)
             merge_post(&kd_ring_payload(r->ring, p->first + it.hash_off)->hash, it.hash);
-    if (kd_defer_enabled())
+    if (defer_here())
         kd_batch_defer(r, batch, 0);
     else
         kd_batch_flush(r, batch, 0); /* after the kernel, on its stream */
@@ -561,6 +574,8 @@ void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssiz
             publish_post(r, p, ctx->build, &batch);
         if (kd_tls_graph != NULL)
             kd_graph_add_launch(kd_tls_graph, r, p->first, p->n); /* Note [CUDA graph replays] */
+    } else if (kd_tls_graph != NULL) {
+        kd_graph_note_unrecorded(kd_tls_graph); /* lapped: not in the template, its replays lack it */
     }
     kd_ring_commit(r->ring, p->first, p->n);
     ctx->busy = 0;

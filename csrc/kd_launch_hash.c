@@ -4,6 +4,7 @@
  * and GPU results delivered into the ring records (Note [GPU hash results]). */
 #include <string.h>
 
+#include "kd_cuda_graph.h"
 #include "kd_cuda_hash.h"
 #include "kd_defer.h"
 #include "kd_graph.h"
@@ -146,8 +147,19 @@ void kd_batch_flush(kd_recorder *r, kd_gpu_batch *b, uint64_t base)
             i = j;
             continue;
         }
-        int64_t first = kd_cuda_hash_enqueue(b->device[i], b->stream, b->kinds[i], &b->t[i], j - i);
-        const char *err = first < 0 ? kd_cuda_last_error() : NULL;
+        int64_t first;
+        const char *err = NULL;
+        if (kd_graph_any_open() && kd_cuda_stream_capturing(b->stream)) {
+            /* another thread's capture (e.g. the autograd engine's device
+             * thread during make_graphed_callables' backward): a hash kernel
+             * here would be captured with a fixed result slot, and the
+             * launch did not run */
+            first = -1;
+            err = "a launch from another thread than the one capturing a CUDA graph into its stream: not hashed";
+        } else {
+            first = kd_cuda_hash_enqueue(b->device[i], b->stream, b->kinds[i], &b->t[i], j - i);
+            err = first < 0 ? kd_cuda_last_error() : NULL;
+        }
         if (first >= 0)
             kd_direct_hash_launches++;
         for (int k = i; k < j; k++)
@@ -255,6 +267,13 @@ void kd_hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int 
             if ((kinds & KD_HK_XOR) && kd_hash_xor64(&v, &h->xor64[w]) != 0)
                 mark_unsupported(r, h, w, KD_HK_XOR);
         }
+    } else if (std_kinds && kd_tls_graph != NULL && m.device_type != KD_DEV_CPU) {
+        /* Note [CUDA graph replays]: the slow path copies the tensor to the
+         * host (a synchronization the capture forbids, and values that do not
+         * exist yet); not hashed, counted on the graph */
+        h->flags &= (uint8_t)~(w ? KD_HF_POST : KD_HF_PRE);
+        kd_graph_note_hash_error(kd_tls_graph);
+        kd_recorder_error(r, "a tensor kdebug hashes only on the host, during a CUDA graph capture: not hashed");
     } else if (std_kinds) {
         PyObject *res = kd_slow_hasher ? PyObject_CallFunction(kd_slow_hasher, "Oi", o, std_kinds) : NULL;
         unsigned long long v[9]; /* a HashValues (Note [HashValues] in kd_hash_py.c) */
@@ -288,7 +307,11 @@ void kd_hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int 
         }
         Py_XDECREF(res);
     }
-    if ((kinds & KD_HK_CUSTOM) && kd_custom_hasher != NULL) {
+    if ((kinds & KD_HK_CUSTOM) && kd_custom_hasher != NULL && kd_tls_graph != NULL) {
+        /* the hash_fn would read a captured tensor's values on the host */
+        kd_graph_note_hash_error(kd_tls_graph);
+        kd_recorder_error(r, "the custom hash_fn does not run during a CUDA graph capture: not hashed");
+    } else if ((kinds & KD_HK_CUSTOM) && kd_custom_hasher != NULL) {
         PyObject *res = PyObject_CallFunction(kd_custom_hasher, "OKniO", (PyObject *)r,
                                               (unsigned long long)launch_index, arg, w, o);
         if (res == NULL)

@@ -146,7 +146,8 @@ static PyObject *hash_leaf(PyObject *o, void *vctx)
         if (p == NULL)
             return NULL;
         uint64_t stream = c->stream ? c->stream : kd_shim_current_stream(meta.device_type, meta.device_index);
-        if (kd_defer_hash(o, &ct, meta.device_index, stream, c->kinds, kd_pending_sink, (PyObject *)p, 0, 0))
+        /* capturing a CUDA graph: kd_mod_hash_async below gives no value */
+        if (!kd_hash_capturing(stream) && kd_defer_hash(o, &ct, meta.device_index, stream, c->kinds, kd_pending_sink, (PyObject *)p, 0, 0))
             return (PyObject *)p;
         Py_DECREF(p); /* not queued: hashed right away below */
     }

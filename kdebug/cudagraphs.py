@@ -28,7 +28,9 @@ class GraphInfo:
     """One CUDA graph kdebug saw captured (``DebugMode.cuda_graphs``).
 
     launches: Inductor launches recorded at capture (each replay repeats
-    them); hashes: tensor hashes per replay; kernel_nodes / other_nodes: what
+    them); replays: all of them (``graphs()``), or those during the recording
+    that reports the graph (``DebugMode.cuda_graphs``); hashes: tensor hashes
+    per replay; kernel_nodes / other_nodes: what
     the graph holds (-1: could not be counted); undescribed_kernels: kernel
     nodes that are neither recorded launches nor kdebug's hash kernels
     (cuBLAS / cuDNN / aten kernels: replayed, not recorded); unrecorded,
@@ -189,10 +191,21 @@ def snapshot() -> Snapshot:
     return Snapshot({g["graph_id"]: g["replays"] for g in st["graphs"]}, st["unknown_replays"])
 
 
-def since(snap: Snapshot) -> tuple[list[GraphInfo], int]:
-    """(graphs captured or replayed after ``snap``, replays of graphs captured
-    without kdebug after it)."""
+def since(snap: Snapshot, until: Snapshot | None = None) -> tuple[list[GraphInfo], int]:
+    """(graphs captured or replayed after ``snap`` and up to ``until`` (None:
+    now), each with ``replays`` counting only the replays in that window;
+    replays of graphs captured without kdebug in it).  A recording reports
+    its own window: replays before it began or after it ended are not its."""
     st = _C.graph_stats()
-    out = [GraphInfo(**g) for g in st["graphs"]
-           if g["graph_id"] not in snap.replays or g["replays"] > snap.replays[g["graph_id"]]]
-    return out, st["unknown_replays"] - snap.unknown_replays
+    out = []
+    for g in st["graphs"]:
+        gid = g["graph_id"]
+        if until is not None and gid not in until.replays:
+            continue  # captured after the window
+        end = g["replays"] if until is None else until.replays[gid]
+        n = end - snap.replays.get(gid, 0)
+        if gid in snap.replays and n <= 0:
+            continue
+        out.append(GraphInfo(**{**g, "replays": n}))
+    end_unknown = st["unknown_replays"] if until is None else until.unknown_replays
+    return out, end_unknown - snap.unknown_replays

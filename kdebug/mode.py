@@ -337,6 +337,7 @@ class DebugMode(_upstream.DebugMode):
         self._materialized = 0
         self._bypass: Counter[str] = Counter()
         self._graphs_at_enter: cudagraphs.Snapshot | None = None
+        self._graphs_at_exit: cudagraphs.Snapshot | None = None  # None while recording
         self._warned: set[str] = set()
         self._reported = {"dropped": 0, "errors": 0, "unrecorded": 0, "outputs_skipped": 0,
                           "readonly_changed": 0, "hash_unsupported": 0}
@@ -594,6 +595,7 @@ class DebugMode(_upstream.DebugMode):
                 self._seen_at_enter = self._recorder.seen
                 if self._graphs_at_enter is None:  # Note [CUDA graph replays]: what this recording saw
                     self._graphs_at_enter = cudagraphs.snapshot()
+                self._graphs_at_exit = None
             d = _C.defer_stats()
             self._defer_failures = d["hash_failures"] + d["copy_failures"]
             prev_defer = _C._set_defer(self._defer_mode)
@@ -640,6 +642,8 @@ class DebugMode(_upstream.DebugMode):
             if self.record_triton_kernels:
                 _active.stop_recording(self, self.record_all_threads)
                 self._recorder.stop()
+                if self._graphs_at_enter is not None:  # later replays are not this recording's
+                    self._graphs_at_exit = cudagraphs.snapshot()
                 self._note_shadowed()
         finally:
             if not self.kernels_only:
@@ -854,7 +858,7 @@ class DebugMode(_upstream.DebugMode):
         graphs captured without kdebug since then)."""
         if self._graphs_at_enter is None or not cudagraphs.supported():
             return [], 0
-        return cudagraphs.since(self._graphs_at_enter)
+        return cudagraphs.since(self._graphs_at_enter, self._graphs_at_exit)
 
     @property
     def cuda_graphs(self) -> list:

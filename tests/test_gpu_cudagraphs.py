@@ -115,3 +115,31 @@ def test_hunt_names_the_atomic_kernel_replayed_from_a_cuda_graph(tmp_path):
     assert p.returncode == 1, out
     assert re.search(r"(ROOT CAUSE|FIRST DIVERGENCE).*triton_\w*index_add", out), out
     assert "INCOMPLETE" not in out, out
+
+
+def test_op_hashes_inside_a_user_capture_have_no_value():
+    """Aten ops hashed by the dispatch mode while their stream captures a CUDA
+    graph did not run: no value (counted), and no hash kernel is captured
+    into the program's graph (it would write a fixed result slot at every
+    replay, into later hashes).  The capture and the replays work."""
+    x = torch.randn(4096, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        y = x * 2  # warm-up off the default stream, as torch asks
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    before = kdebug._C.gpu_info()["unhashed_in_capture"]
+    with DebugMode() as dm, DebugMode.log_tensor_hashes("bitwise"):
+        with torch.cuda.graph(g):
+            y = x * 2
+        for _ in range(3):
+            g.replay()
+        z = x + 1
+        torch.cuda.synchronize()
+    assert torch.equal(y, x * 2)
+    assert kdebug._C.gpu_info()["unhashed_in_capture"] > before
+    muls = [op for op in dm.operators if "aten::mul" in str(op)]
+    assert muls and muls[-1].log.get("hash") is None, muls[-1].log
+    add = next(op for op in dm.operators if "aten::add" in str(op))
+    assert add.log["hash"] == hashing.bitwise(z, on_host=True), add.log

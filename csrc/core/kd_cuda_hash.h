@@ -72,6 +72,11 @@ int kd_cuda_hash_enqueue_graph(int device, uint64_t stream, int kinds, const kd_
                                const int64_t *dev_base, int64_t k0, double *partials, int64_t pcap,
                                int64_t *pnext);
 
+/* Allocates `device`'s result ring and partials if not yet done: before a
+ * CUDA graph capture (cudaMalloc / cudaMemset inside one would break it).
+ * Returns 0, or -1 (kd_cuda_last_error()). */
+int kd_cuda_hash_prepare(int device);
+
 /* Reserves n consecutive global result indices on `device` for one replay
  * (reading results back first when the ring has no room: one
  * synchronization).  Returns the first, or -1. */
