@@ -119,3 +119,23 @@ def test_custom_hash_fn_does_not_run_during_capture(compiled_cpu, cpu_inputs):
     assert g["hash_errors"] >= outside, g
     assert any("CUDA graph capture" in m for m in dm.kernel_stats["error_messages"])
     _C.graph_release(h)
+
+
+def test_graph_marks_survive_a_trace_file(compiled_cpu, cpu_inputs, tmp_path):
+    """Trace format 1.3: a captured launch's graph id and a replay's graph id
+    and replay index are written and read back (before, a loaded trace showed
+    graph 0, replay 0 for every record: values never recorded)."""
+    import kdebug
+
+    path = tmp_path / "graphs.kdt"
+    with DebugMode(trace=path) as dm:
+        compiled_cpu(*cpu_inputs)
+        h = _capture(compiled_cpu, cpu_inputs)
+        for _ in range(3):
+            _C.graph_replay(h, 0)
+    live = [k.cuda_graph for k in dm.kernels]
+    gid = next(g["graph"] for g in live if g is not None)
+    assert gid > 0 and {g["replay"] for g in live if g is not None} == {None, 0, 1, 2}
+    loaded = [k.cuda_graph for k in kdebug.load(path).kernels]
+    assert loaded == live
+    _C.graph_release(h)

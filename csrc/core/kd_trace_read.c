@@ -87,6 +87,13 @@ static uint32_t launch_fields(kd_cur *c, const kd_tr *r, const kd_tr_chunk *ch, 
     if (l.flags & KD_LF_GRID)
         for (int k = 0; k < 3; k++)
             l.grid[k] = (uint32_t)kd_cur_varint(c);
+    if (l.flags & (KD_LF_CAPTURED | KD_LF_REPLAYED)) { /* format 1.3 */
+        uint64_t gid = kd_cur_varint(c);
+        if (gid > UINT32_MAX)
+            kd_cur_fail(c, "CUDA graph id out of range");
+        l.graph_id = (uint32_t)gid;
+        l.replay_index = kd_cur_varint(c);
+    }
     l.launch_index = ch->base_launch + (uint64_t)kd_cur_svarint(c);
     l.py_index = kd_cur_varint(c);
     l.stream = ch->base_stream + (uint64_t)kd_cur_svarint(c);

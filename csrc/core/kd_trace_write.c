@@ -217,6 +217,10 @@ int kd_tw_launch(kd_tw *w, const kd_payload *p, uint32_t n, const kd_strtab *g)
     if (l->flags & KD_LF_GRID)
         for (int k = 0; k < 3; k++)
             kd_buf_varint(b, l->grid[k]);
+    if (l->flags & (KD_LF_CAPTURED | KD_LF_REPLAYED)) { /* format 1.3: Note [CUDA graph replays] */
+        kd_buf_varint(b, l->graph_id);
+        kd_buf_varint(b, l->replay_index);
+    }
     kd_buf_svarint(b, (int64_t)(l->launch_index - w->base_launch));
     kd_buf_varint(b, l->py_index);
     kd_buf_svarint(b, (int64_t)(l->stream - w->base_stream));
