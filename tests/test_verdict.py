@@ -326,8 +326,8 @@ def test_confirm_records_the_pair_again_when_the_race_did_not_recur(tmp_path, tr
     script.write_text(_SOMETIMES)
     env = dict(os.environ, KD_TEST_COUNTER=str(tmp_path / "counter"))
     keep = tmp_path / "keep"
-    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--runs", "2", "--no-magnitude", "--confirm",
-                        "--confirm-tries", str(tries), "--keep", str(keep), str(script)],
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--in-process", "--runs", "2", "--no-magnitude",
+                        "--confirm", "--confirm-tries", str(tries), "--keep", str(keep), str(script)],
                        capture_output=True, text=True, env=env)
     assert p.returncode == 1, p.stdout + p.stderr
     (verdict,) = json.loads((keep / "hunt.json").read_text())["confirm"]
