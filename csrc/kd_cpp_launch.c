@@ -170,13 +170,8 @@ static int begin(kd_recorder *r, int kind, const char *kernel_name, int n, const
         c->objs[i] = o;
         name_ids[i] = kd_strtab_intern(kd_strings, arg_names[i], strlen(arg_names[i]));
         rls[i] = roles[i] & (KD_ROLE_READ | KD_ROLE_WRITE);
-        kd_tensor_meta m;
-        if (i == 0 && kd_shim_tensor_meta(o, &m) == 1) {
-            info.device_type = (uint8_t)m.device_type;
-            info.device_index = (int8_t)m.device_index;
-            /* the wrapper launches on the device's current stream */
-            stream = m.device_type == KD_DEV_CUDA ? kd_shim_current_stream(m.device_type, m.device_index) : 0;
-        }
+        if (i == 0)
+            kd_launch_device_of(o, &info, &stream); /* the wrapper launches on the device's current stream */
     }
     info.nnames = (uint32_t)n;
     info.name_ids = name_ids;

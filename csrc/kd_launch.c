@@ -25,6 +25,17 @@ long kd_started_recorders = 0;           /* GIL */
 _Thread_local int kd_tls_compiling = 0;
 long kd_injected_faults = 0; /* GIL; tests: make the next N launch descriptions fail */
 
+int kd_launch_device_of(PyObject *o, kd_kernel_info *info, uint64_t *stream)
+{
+    kd_tensor_meta m;
+    if (kd_shim_tensor_meta(o, &m) != 1)
+        return 0;
+    info->device_type = (uint8_t)m.device_type;
+    info->device_index = (int8_t)m.device_index;
+    *stream = m.device_type == KD_DEV_CUDA ? kd_shim_current_stream(m.device_type, m.device_index) : 0;
+    return 1;
+}
+
 uint64_t kd_now_ns(void)
 {
     struct timespec ts;

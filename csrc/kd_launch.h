@@ -29,6 +29,11 @@ uint64_t kd_now_ns(void);
  * this thread is compiling or Inductor is benchmarking. */
 kd_recorder *kd_active_recorder(void);
 
+/* A launch issued from C++ (the C++ wrapper hook, the C++ op observer) runs
+ * on the current stream of its tensor o's device: sets info's device and
+ * *stream (0 for CPU) from o and returns 1, or 0 when o is no tensor. */
+int kd_launch_device_of(PyObject *o, kd_kernel_info *info, uint64_t *stream);
+
 /* A launch being recorded: begun before the kernel runs, ended after. */
 typedef struct kd_pending {
     uint64_t first;

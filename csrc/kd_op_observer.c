@@ -126,13 +126,8 @@ static void op_record(const char *name, PyObject *const *args, const char *const
     for (int i = 0; i < nargs; i++) {
         name_ids[i] = kd_strtab_intern(kd_strings, names[i], strlen(names[i]));
         rls[i] = empty ? 0 : roles[i];
-        kd_tensor_meta m;
-        if (!have_dev && kd_shim_tensor_meta(args[i], &m) == 1) {
-            have_dev = 1;
-            info.device_type = (uint8_t)m.device_type;
-            info.device_index = (int8_t)m.device_index;
-            stream = m.device_type == KD_DEV_CUDA ? kd_shim_current_stream(m.device_type, m.device_index) : 0;
-        }
+        if (!have_dev)
+            have_dev = kd_launch_device_of(args[i], &info, &stream);
     }
     info.nnames = (uint32_t)nargs;
     info.name_ids = name_ids;
