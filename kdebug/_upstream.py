@@ -349,6 +349,34 @@ def compile_callback_handler():
     return torch._dynamo.callback_handler
 
 
+def register_lasting_compile_callbacks(start, end) -> None:
+    """Registers dynamo compile start/end callbacks that outlive
+    torch._dynamo.reset(): reset() (and torch.compiler.reset()) calls
+    callback_handler.clear(), which drops every registered callback (2.11,
+    2.13), so without this a test or program that resets dynamo turned
+    kdebug's compile window off for the rest of the process (seen on the
+    H100: cpp_wrapper's compile-time autotuning launches recorded).  The
+    handler's clear is wrapped on the instance to put these two back."""
+    handler = compile_callback_handler()
+    handler.register_start_callback(start)
+    handler.register_end_callback(end)
+    orig_clear = handler.clear
+    if getattr(orig_clear, "_kdebug_keeps", None) is not None:
+        return
+
+    def clear() -> None:
+        try:
+            orig_clear()
+        finally:
+            if start not in handler.start_callbacks:
+                handler.register_start_callback(start)
+            if end not in handler.end_callbacks:
+                handler.register_end_callback(end)
+
+    clear._kdebug_keeps = (start, end)  # type: ignore[attr-defined]
+    handler.clear = clear
+
+
 def inductor_config():
     """torch._inductor.config (2.11, 2.13)."""
     import torch._inductor.config

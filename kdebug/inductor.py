@@ -480,9 +480,7 @@ def install() -> None:
 
         cpp_launch.install()  # Note [C++ wrapper launches]
 
-        handler = _upstream.compile_callback_handler()
-        handler.register_start_callback(_on_compile_start)
-        handler.register_end_callback(_on_compile_end)
+        _upstream.register_lasting_compile_callbacks(_on_compile_start, _on_compile_end)
 
         _wrap_loaded_modules()
         cudagraphs.install()  # Note [CUDA graph replays]

@@ -203,3 +203,29 @@ def test_a_saved_nested_recording_says_it_is_incomplete(fns, tmp_path):
     run = kdebug.load(str(path))
     assert not run.complete
     assert any("1 launch(es) were recorded only by a nested DebugMode" in p for p in run.problems())
+
+
+def test_the_compile_window_outlives_dynamo_reset(monkeypatch):
+    """torch._dynamo.reset() clears dynamo's compile callbacks; kdebug's
+    compile window (nothing run while compiling is recorded, Note [Autotuning
+    is not the program]) must still hold in a compile after it.  Probed where
+    Inductor generates code: kdebug's compiling depth seen there."""
+    import torch._inductor.graph as inductor_graph
+
+    seen = []
+    orig = inductor_graph.GraphLowering.codegen
+
+    def codegen(self, *a, **k):
+        seen.append(_C._set_compiling(True) - 1)  # the depth before this probe
+        _C._set_compiling(False)
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(inductor_graph.GraphLowering, "codegen", codegen)
+    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)  # generate code each time
+    for reset in (torch._dynamo.reset, torch.compiler.reset):
+        reset()
+        f = torch.compile(lambda x: x.sin() + 1)
+        with DebugMode() as dm:
+            f(torch.randn(8))
+        assert dm.complete
+    assert seen == [1, 1]
