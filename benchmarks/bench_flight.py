@@ -84,16 +84,22 @@ def main(argv=None):
     loop_ms(step, x, dev, 2, fr)  # installs the hooks, warms the recorder
     untraced, flight = [], []
     syncs = steps_rec = 0
-    for _ in range(args.rounds):
-        untraced.append(loop_ms(step, x, dev, args.steps))
+    for i in range(args.rounds):
+        if i % 2:  # the other order every other round: neither side always runs first
+            untraced.append(loop_ms(step, x, dev, args.steps))
         s0 = fr._rec.stats()["gpu_syncs"]
         flight.append(loop_ms(step, x, dev, args.steps, fr))
         syncs += fr._rec.stats()["gpu_syncs"] - s0
         steps_rec += args.steps
+        if not i % 2:
+            untraced.append(loop_ms(step, x, dev, args.steps))
     fr.close()
     launches = fr.digests[-1].launches
     base, rec = statistics.median(t[0] for t in untraced), statistics.median(t[0] for t in flight)
     cbase, crec = statistics.median(t[1] for t in untraced), statistics.median(t[1] for t in flight)
+    # each round's two loops ran back to back: their ratio cancels drift between rounds
+    paired = statistics.median(f[0] / u[0] for u, f in zip(untraced, flight))
+    best = min(t[0] for t in flight) / min(t[0] for t in untraced)
     print(f"\n{dev} {args.workload}: {blocks} blocks d={d} batch {shape}, fwd+bwd, {launches} Inductor "
           f"launches/step, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s); "
           f"FlightRecorder(every={args.every}, keep_steps={args.keep_steps}); {args.rounds} rounds x {args.steps} steps")
@@ -101,13 +107,14 @@ def main(argv=None):
     print("|---|---|---|---|---|")
     print(f"| untraced (hooks installed) | {base:.3f} | 1.000 | {cbase:.3f} | 1.000 |")
     print(f"| FlightRecorder | {rec:.3f} | {rec / base:.3f} | {crec:.3f} | {crec / cbase:.3f} |")
+    print(f"median of the rounds' paired ratios: {paired:.3f}; fastest loop / fastest loop: {best:.3f}")
     print(f"kdebug device synchronizations per recorded step: {syncs / steps_rec:.3f} "
           f"({syncs} in {steps_rec} steps, {launches * steps_rec} launches)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": dev, "workload": args.workload, "launches_per_step": launches,
                        "every": args.every, "keep_steps": args.keep_steps, "threads": torch.get_num_threads(),
-                       "untraced_wall_cpu_ms": untraced, "flight_wall_cpu_ms": flight, "ratio": rec / base,
+                       "untraced_wall_cpu_ms": untraced, "flight_wall_cpu_ms": flight, "ratio": rec / base, "paired_ratio": paired, "min_ratio": best,
                        "cpu_time_ratio": crec / cbase, "syncs": syncs, "steps": steps_rec,
                        "torch": torch.__version__}, f, indent=1)
     return 0
