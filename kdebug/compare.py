@@ -259,20 +259,25 @@ def stats_diff(sa: Stats, sb: Stats) -> str:
     return "; ".join(parts)
 
 
-def _fmt_pair(ha, hb, a: int, b: int) -> str:
+def side_name(x: "int | str") -> str:
+    """'run 1' for run number 1; a label ('rank 1': kdebug/crossrank.py) as it is."""
+    return f"run {x}" if isinstance(x, int) else str(x)
+
+
+def _fmt_pair(ha, hb, a: "int | str", b: "int | str") -> str:
     """'run 0 bitwise 0x.., run 1 0x..; norm x vs y' for (bitwise, norm)
     pairs; with the stats hash, how big the difference is (stats_diff)."""
     if (isinstance(ha, tuple) and isinstance(hb, tuple) and len(ha) == len(hb) == 2
             and isinstance(ha[0], int) and isinstance(ha[1], Stats) and isinstance(hb[1], Stats)):
-        return (f"run {a} bitwise {_fmt_hash(ha[0])}, run {b} {_fmt_hash(hb[0])}; "
+        return (f"{side_name(a)} bitwise {_fmt_hash(ha[0])}, {side_name(b)} {_fmt_hash(hb[0])}; "
                 f"{stats_diff(ha[1], hb[1])}")
     if isinstance(ha, Stats) and isinstance(hb, Stats):
         return stats_diff(ha, hb)
     if (isinstance(ha, tuple) and isinstance(hb, tuple) and len(ha) == len(hb) == 2
             and isinstance(ha[0], int) and isinstance(ha[1], float)):
-        return (f"run {a} bitwise {_fmt_hash(ha[0])}, run {b} {_fmt_hash(hb[0])}; "
+        return (f"{side_name(a)} bitwise {_fmt_hash(ha[0])}, {side_name(b)} {_fmt_hash(hb[0])}; "
                 f"norm {ha[1]:.10g} vs {hb[1]:.10g}")
-    return f"run {a} {_fmt_hash(ha)}, run {b} {_fmt_hash(hb)}"
+    return f"{side_name(a)} {_fmt_hash(ha)}, {side_name(b)} {_fmt_hash(hb)}"
 
 
 def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -328,7 +333,7 @@ class Root:
 
 @dataclass
 class Report:
-    runs: tuple[int, int]
+    runs: tuple  # (side a, side b): run numbers, or labels (side_name)
     n_a: int
     n_b: int
     compared: int                       # aligned pairs walked
@@ -518,8 +523,10 @@ def _bits(x: int):
         n += 1
 
 
-def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
-    """Compares two runs: DebugMode objects, kdebug.Run objects or trace file paths."""
+def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
+    """Compares two runs: DebugMode objects, kdebug.Run objects or trace file
+    paths.  ``runs`` names the two sides in the text: run numbers, or labels
+    such as ("rank 0", "rank 1")."""
     A, B = _Side.of(run_a), _Side.of(run_b)
     ops, aligned = _align(A.dig[:, 0], B.dig[:, 0])
     structural: list[str] = []
@@ -532,12 +539,12 @@ def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
         left = ", ".join(A.step(i).label() for i in range(i1, min(i2, i1 + 3))) + (" ..." if i2 - i1 > 3 else "")
         right = ", ".join(B.step(j).label() for j in range(j1, min(j2, j1 + 3))) + (" ..." if j2 - j1 > 3 else "")
         if tag == "replace":
-            structural.append(f"run {runs[0]} launched [{left}] ({i2 - i1} step(s)) where run {runs[1]} "
+            structural.append(f"{side_name(runs[0])} launched [{left}] ({i2 - i1} step(s)) where {side_name(runs[1])} "
                               f"launched [{right}] ({j2 - j1} step(s))")
         elif tag == "delete":
-            structural.append(f"only run {runs[0]} launched [{left}] ({i2 - i1} step(s))")
+            structural.append(f"only {side_name(runs[0])} launched [{left}] ({i2 - i1} step(s))")
         else:
-            structural.append(f"only run {runs[1]} launched [{right}] ({j2 - j1} step(s))")
+            structural.append(f"only {side_name(runs[1])} launched [{right}] ({j2 - j1} step(s))")
     if not aligned:
         structural.append(f"the runs differ over more than {ALIGN_LIMIT} steps: that part was not aligned")
     if len(seg_a) == 1 and len(seg_a[0]) == A.n == B.n:  # aligned one to one: no copy, no gather
@@ -594,19 +601,19 @@ def compare(run_a, run_b, *, runs: tuple[int, int] = (0, 1)) -> Report:
 
 def format_report(r: Report) -> str:
     a, b = r.runs
-    lines = [f"Run {b}: comparing with run {a} ... {r.kernels_b} kernels, {r.n_b - r.kernels_b} aten ops "
+    lines = [f"{side_name(b).capitalize()}: comparing with {side_name(a)} ... {r.kernels_b} kernels, {r.n_b - r.kernels_b} aten ops "
              f"({r.compared} aligned, {r.hashed} hashed)"]
     for s in r.structural[:10]:
         lines.append(f"  STRUCTURE: {s}")
     if len(r.structural) > 10:
         lines.append(f"  ... {len(r.structural) - 10} more structural differences")
     for x, y in r.config_changes[:5]:
-        lines.append(f"  CONFIG: {x.label()} grid {x.grid} config {x.config} in run {a}, "
-                     f"grid {y.grid} config {y.config} in run {b}")
+        lines.append(f"  CONFIG: {x.label()} grid {x.grid} config {x.config} in {side_name(a)}, "
+                     f"grid {y.grid} config {y.config} in {side_name(b)}")
     if len(r.config_changes) > 5:
         lines.append(f"  ... {len(r.config_changes) - 5} more launches with another grid or config")
     for x, y in r.shape_changes[:5]:
-        lines.append(f"  SHAPES: {x.label()} has other argument shapes in run {b}")
+        lines.append(f"  SHAPES: {x.label()} has other argument shapes in {side_name(b)}")
     if len(r.shape_changes) > 5:
         lines.append(f"  ... {len(r.shape_changes) - 5} more launches with other shapes")
     d = r.divergence
@@ -663,7 +670,7 @@ def _identity(side: _Side, step: Step) -> list[str]:
     return out
 
 
-def _diff_text(outs: list, a: int, b: int, limit: int = 3) -> str:
+def _diff_text(outs: list, a: "int | str", b: "int | str", limit: int = 3) -> str:
     parts = [f"{label} differ (SHAPES above)" if ha is None and hb is None else
              f"{label} differs ({_fmt_pair(ha, hb, a, b)})" for label, ha, hb in outs[:limit]]
     if len(outs) > limit:
@@ -671,13 +678,14 @@ def _diff_text(outs: list, a: int, b: int, limit: int = 3) -> str:
     return "; ".join(parts)
 
 
-def _root_lines(x: "Root", a: int, b: int) -> list[str]:
+def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
     what = "kernel" if x.step_a.kind == "kernel" else "op"
     out = []
     if x.kind == "root":
         lead = "" if x.outputs and x.outputs[0][0].startswith("output") else "output "
         out.append(f"inputs identical, {lead}{_diff_text(x.outputs, a, b)}")
-        why = f"-> this {what} is non-deterministic"
+        why = (f"-> this {what} is non-deterministic" if isinstance(b, int) else  # sides named: ranks
+               f"-> this {what} computed another result on {side_name(b)} than on {side_name(a)} from the same inputs")
     else:
         out.append(f"input {_diff_text(x.outside_inputs, a, b)}, and no recorded step wrote a differing "
                    "value into it")
@@ -693,8 +701,9 @@ def _root_lines(x: "Root", a: int, b: int) -> list[str]:
         tail.append(f"{x.absorbed} read it and wrote identical outputs")
     out.append(f"{why}; " + "; ".join(tail))
     if x.writer is not None:
+        between = "the runs" if isinstance(b, int) else f"{side_name(a)} and {side_name(b)}"
         out.append(f"-> last recorded write of that memory: {x.writer.label()} ({', '.join(x.writer_args)}), whose "
-                   "output matched between the runs: it changed after that write")
+                   f"output matched between {between}: it changed after that write")
     return out
 
 

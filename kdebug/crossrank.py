@@ -94,7 +94,8 @@ def _differs(a: Step, b: Step) -> list:
 
 def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
     """Rank ``rank``'s run against the reference rank's (Note [Cross-rank comparison])."""
-    rep = compare_runs(run_ref, run_r, runs=(reference, rank))
+    ref_name, rank_name = f"rank {reference}", f"rank {rank}"  # the sides in the text (compare.side_name)
+    rep = compare_runs(run_ref, run_r, runs=(ref_name, rank_name))
     out = RankComparison(rank, reference, rep)
     al = rep.alignment
     pa, pb = al["pa"], al["pb"]
@@ -102,7 +103,7 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
     roots_at = []
     for x in rep.roots:
         if x.kind == "root":
-            lines = _root_lines(x, reference, rank)
+            lines = _root_lines(x, ref_name, rank_name)
             out.findings.append(RankFinding("rank-local root", x.step_a, x.position,
                                             f"{x.step_a.label()} on rank {rank}: " + "; ".join(lines)))
             roots_at.append((x.position, x.step_a.label()))
@@ -118,7 +119,7 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
                 out.findings.append(RankFinding(
                     "collective", a, k,
                     f"{a.label()} on rank {rank}: its output must be the same on every rank of the group, and "
-                    f"{_diff_text(d, reference, rank)} -> the collective itself (or its transport) "
+                    f"{_diff_text(d, ref_name, rank_name)} -> the collective itself (or its transport) "
                     f"gave rank {rank} another result"))
                 roots_at.append((k, a.label()))
     for k in al["diff"].tolist():
@@ -134,7 +135,7 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
                      "inputs (data, RNG), recorded outside")
             text = getattr(A._call(int(pa[k])), "_text", None) or a.name
             out.findings.append(RankFinding("replica", a, k, f"{text} differs on rank {rank} "
-                                            f"({_diff_text(d, reference, rank)}); {cause}"))
+                                            f"({_diff_text(d, ref_name, rank_name)}); {cause}"))
     out.findings.sort(key=lambda f: f.position)
     return out
 

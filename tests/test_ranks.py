@@ -41,6 +41,10 @@ def test_planted_collective_output_names_collective_and_rank(tmp_path):
     assert rep.comparisons[0].rank == 1
     assert first.step.name.startswith("c10d::allreduce_")
     assert "on rank 1" in first.text
+    # the two sides are ranks of one run, named so (not "run 0" / "run 1")
+    assert "rank 0 " in first.text and "rank 1 " in first.text and "run 0" not in first.text, first.text
+    assert "run 0" not in str(rep) and "run 1" not in str(rep), str(rep)
+    assert "non-deterministic" not in first.text  # one run's ranks: nothing about run to run
 
 
 @pytest.mark.distributed
