@@ -516,12 +516,18 @@ def _warn_hunt_options_after_script(command: list[str], target: list[str], names
 
 
 def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in_process: bool,
-             limit: int = 3, tries: int = 3) -> list[dict]:
+             limit: int = 3, tries: int = 3, record_pair=None, rank: int = -1) -> list[dict]:
     """Note [Proof by replay] for the first ``limit`` roots of a report; prints
     and returns one verdict per root.  A root whose difference did not recur
     in the re-run pair (a race that happens now and then) proves nothing
     either way: the pair is recorded again, up to ``tries`` pairs in all, and
-    the verdict says how many it took (``tries`` in its dict)."""
+    the verdict says how many it took (``tries`` in its dict).
+
+    ``record_pair(label, envs, prefix)``: records the capture and replay
+    runs with those environments and returns the two traces to compare (or
+    None when the program failed); default: two runs of the program
+    (_record_runs).  ``rank``: the rank the replay acts in (kdebug hunt
+    --nproc: Note [Hunting ranks]); -1 in a single process."""
     import dataclasses
 
     import kdebug
@@ -534,6 +540,8 @@ def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in
     for n, root in enumerate(rep.roots[:limit], 1):
         file = os.path.join(tmp, f"confirm{n}.pt")
         spec = replay.spec_for(run_a, root, "capture", file) if root.kind == "root" else None
+        if spec is not None:
+            spec = dataclasses.replace(spec, rank=rank)
         if spec is None:
             why = ("a difference from outside the recording" if root.kind != "root"
                    else "its differing outputs could not be located in the re-run")
@@ -543,8 +551,12 @@ def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in
         for attempt in range(1, max(1, tries) + 1):
             specs = [spec, dataclasses.replace(spec, mode="replay", hits=0)]
             label = f"confirm root {n}" + (f" (try {attempt} of {tries})" if attempt > 1 else "")
-            cpaths = _record_runs(2, target, module, builtin, tmp, None, in_process, label,
-                                  envs=[{replay.ENV: s.to_env()} for s in specs], prefix=f"confirm{n}-{attempt}-")
+            envs = [{replay.ENV: s.to_env()} for s in specs]
+            if record_pair is None:
+                cpaths = _record_runs(2, target, module, builtin, tmp, None, in_process, label,
+                                      envs=envs, prefix=f"confirm{n}-{attempt}-")
+            else:
+                cpaths = record_pair(label, envs, f"confirm{n}-{attempt}-")
             if cpaths is None:
                 verdict, natural = {"confirmed": None, "why": "the program failed"}, None
                 break

@@ -18,10 +18,17 @@ as ``kdebug record --nproc N`` starts it (cli.launcher_cmd): run i writes
 
 The hunt DIVERGES (exit 1) when either finds a difference: rank R's runs
 differ, or a run's replicas disagree.  hunt.json records both, per rank and
-per run.  ``--confirm``, ``--try-fixes``, ``--in-process`` and ``--html``
-are not supported with --nproc yet, and the element-level magnitude re-run
-is not made: they are refused (or said to be skipped), never silently
-ignored.
+per run.
+
+``--confirm`` proves the first roots of one rank by replay (Note [Proof by
+replay]): the rank where the difference started (the first origin rank, else
+the first rank that diverged).  The job is started again in pairs, the
+replay specs in every rank's environment but acting only in that rank
+(Spec.rank against RANK, set by torch's launcher), and that rank's traces of
+the pair are compared; the verdicts go to hunt.json ``confirm`` with the
+rank.  ``--try-fixes``, ``--in-process`` and ``--html`` are not supported
+with --nproc yet, and the element-level magnitude re-run is not made: they
+are refused (or said to be skipped), never silently ignored.
 """
 from __future__ import annotations
 
@@ -33,8 +40,7 @@ import time
 
 from . import collectives
 
-UNSUPPORTED = (("confirm", "--confirm"), ("try_fixes", "--try-fixes"), ("in_process", "--in-process"),
-               ("html", "--html"))
+UNSUPPORTED = (("try_fixes", "--try-fixes"), ("in_process", "--in-process"), ("html", "--html"))
 
 
 def unsupported_options(args) -> list[str]:
@@ -42,16 +48,40 @@ def unsupported_options(args) -> list[str]:
     return [flag for attr, flag in UNSUPPORTED if getattr(args, attr, None)]
 
 
-def _record_job(i: int, nproc: int, out: str, target: list[str], module: bool) -> int:
+def _record_job(i, nproc: int, out: str, target: list[str], module: bool, env: dict | None = None) -> int:
+    """Starts the job once through torch's launcher (run i: a number, or a
+    label such as 'confirm root 1'), every rank recording into rank_path(out, R)."""
     from .cli import launcher_cmd
 
-    print(f"kdebug hunt: run {i}: {nproc} rank(s) through torch.distributed.run", file=sys.stderr)
+    name = f"run {i}" if isinstance(i, int) else i
+    print(f"kdebug hunt: {name}: {nproc} rank(s) through torch.distributed.run", file=sys.stderr)
     proc = subprocess.run(launcher_cmd(nproc, out, target, module), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+                          stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         print(proc.stdout[-4000:], file=sys.stderr)
-        print(f"kdebug hunt: run {i} exited with status {proc.returncode}; fix the program first", file=sys.stderr)
+        print(f"kdebug hunt: {name} exited with status {proc.returncode}; fix the program first", file=sys.stderr)
     return proc.returncode
+
+
+def _confirm_rank(args, rank: int, rep, stem0: str, tmp: str, target: list[str], module: bool) -> list[dict]:
+    """--confirm for one rank (Note [Hunting ranks]): its report's roots
+    (run 0 against a later run) proved by replay in that rank while the
+    whole job runs; one verdict per root, as the single-process hunt's."""
+    from .cli import _confirm
+    from .ranks import rank_path
+
+    def record_pair(label: str, envs: list, prefix: str):
+        paths = []
+        for k, env in enumerate(envs):
+            out = os.path.join(tmp, f"{prefix}run{k}.kdt")
+            if _record_job(f"{label}, job {k}", args.nproc, out, target, module, env) != 0:
+                return None
+            paths.append(rank_path(out, rank))
+        return paths
+
+    print(f"\nkdebug hunt: confirming rank {rank}'s roots by replay in rank {rank} (the job runs whole)")
+    return _confirm(rep, rank_path(stem0, rank), target, module, False, tmp, False,
+                    tries=args.confirm_tries, record_pair=record_pair, rank=rank)
 
 
 def _root_entry(root) -> dict:
@@ -102,7 +132,7 @@ def hunt_ranks(args, tmp: str, target: list[str], module: bool, what: str) -> in
             print(f"kdebug hunt: {s}: expected the traces of ranks 0..{nproc - 1}, found {got} (did the program "
                   "call init_process_group? every rank must run under the launcher)", file=sys.stderr)
             return 2
-    ranks = {}
+    ranks, first_bad = {}, {}
     try:
         for r in range(nproc):
             print(f"\n=== rank {r}: run to run ===")
@@ -110,6 +140,9 @@ def hunt_ranks(args, tmp: str, target: list[str], module: bool, what: str) -> in
             for rep in reports:
                 print(rep)
             ranks[r] = rank_result(r, reports)
+            bad = [rep for rep in reports if not rep.ok]
+            if bad:
+                first_bad[r] = bad[0]
         print()
         replicas = []
         for i, job in enumerate(jobs):
@@ -153,10 +186,20 @@ def hunt_ranks(args, tmp: str, target: list[str], module: bool, what: str) -> in
         for x in replicas:
             if not x["match"]:
                 print(f"  replicas: run {x['run']} DIVERGES across ranks: first at {x['first'] or 'structure'}")
+    confirm, confirm_rank = None, None
+    if getattr(args, "confirm", False) and run_diverged:
+        origins = [r for r in run_diverged if ranks[r]["origin"]]
+        r = confirm_rank = (origins or run_diverged)[0]
+        if first_bad[r].roots:  # run 0 against the first run that differs (compare_many)
+            confirm = _confirm_rank(args, r, first_bad[r], stems[0], tmp, target, module)
+        else:
+            print(f"kdebug hunt: --confirm: rank {r}'s runs differ only in structure; nothing to replay")
     hunt = {"what": what, "runs": args.runs, "nproc": nproc, "in_process": False,
             "paths": [os.path.basename(rank_path(s, 0)) for s in stems],
             "rank_paths": {r: [os.path.basename(rank_path(s, r)) for s in stems] for r in range(nproc)},
             "ranks": ranks, "replicas": replicas, "fixes": {}}
+    if confirm is not None:
+        hunt["confirm"], hunt["confirm_rank"] = confirm, confirm_rank
     with _files.replaced_atomically(os.path.join(tmp, "hunt.json")) as f:
         json.dump(hunt, f, indent=1)
     where = (f"traces in {tmp}" if args.keep else "traces removed; kdebug hunt --keep DIR keeps them")

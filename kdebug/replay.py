@@ -61,6 +61,7 @@ class Spec:
     op: bool = False   # an aten op, not a kernel
     paths: list = field(default_factory=list)
     max_bytes: int = 0  # mode "io": the most bytes of argument storages to save (0: no limit)
+    rank: int = -1      # a distributed job's rank it acts in (RANK, set by torch's launcher); -1: any process
 
     def to_env(self) -> str:
         return to_env([self])
@@ -100,10 +101,15 @@ def op_mode():
 
 
 def activate_from_env() -> None:
+    """Activates the Specs in ENV that are meant for this process: every
+    one without a rank, and under torch's launcher those of this RANK
+    (kdebug hunt --nproc --confirm replays one rank's root)."""
     text = os.environ.get(ENV)
     if text:
         data = json.loads(text)
-        activate([Spec(**d) for d in (data if isinstance(data, list) else [data])])
+        specs = [Spec(**d) for d in (data if isinstance(data, list) else [data])]
+        rank = os.environ.get("RANK")
+        activate([sp for sp in specs if sp.rank < 0 or (rank is not None and rank.isdigit() and int(rank) == sp.rank)])
 
 
 def specs() -> list[Spec]:

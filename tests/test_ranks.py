@@ -124,9 +124,12 @@ def _hunt(tmp_path, *opts, **env):
 
 @pytest.mark.distributed
 def test_hunt_nproc_names_the_rank_and_kernel_that_changed_between_runs(tmp_path):
-    # rank 1's fused relu is perturbed in the second run only (the first run leaves the mark)
+    # rank 1's fused relu is perturbed in the second run only (the first run
+    # leaves the mark), by another value in every process: --confirm's re-runs
+    # see it recur and prove it by replay in rank 1
     keep = tmp_path / "hunt"
-    p = _hunt(tmp_path, "--keep", str(keep), KD_FAULT="kernel:1", KD_FAULT_FROM_SECOND_RUN=str(tmp_path / "mark"))
+    p = _hunt(tmp_path, "--keep", str(keep), "--confirm", "--confirm-tries", "1", KD_FAULT="kernel:1",
+              KD_FAULT_FROM_SECOND_RUN=str(tmp_path / "mark"), KD_FAULT_VALUE="random")
     assert p.returncode == 1, p.stdout[-4000:]
     import json
 
@@ -140,11 +143,13 @@ def test_hunt_nproc_names_the_rank_and_kernel_that_changed_between_runs(tmp_path
     assert [x["match"] for x in hunt["replicas"]] == [True, False]  # run 0: no fault; run 1: rank 1 differs
     assert "cpp_fused_relu" in hunt["replicas"][1]["first"] and "on rank 1" in hunt["replicas"][1]["first"]
     assert "the difference started on rank(s) [1]" in p.stdout
+    assert hunt["confirm_rank"] == 1 and "cpp_fused_relu" in hunt["confirm"][0]["root"], hunt.get("confirm")
+    assert hunt["confirm"][0]["confirmed"] is True, hunt["confirm"]
 
 
 def test_hunt_nproc_refuses_options_it_does_not_support(tmp_path):
-    p = _hunt(tmp_path, "--confirm", "--try-fixes")
-    assert p.returncode == 2 and "--confirm, --try-fixes not supported with --nproc yet" in p.stdout, p.stdout
+    p = _hunt(tmp_path, "--try-fixes", "--in-process")
+    assert p.returncode == 2 and "--try-fixes, --in-process not supported with --nproc yet" in p.stdout, p.stdout
     p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--nproc", "2"], env={**os.environ, "PYTHONPATH": ROOT},
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
     assert p.returncode == 2 and "give the script of the distributed job" in p.stdout

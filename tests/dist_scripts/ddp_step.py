@@ -7,7 +7,9 @@ step; KD_DATA=per-rank gives each rank its own batch;
 KD_MARKS=0 leaves out the kdebug.replicated marks of the parameters after
 each step (the final DDP parameters are compared without them);
 KD_FAULT_FROM_SECOND_RUN=PATH plants the fault only when PATH exists (the
-faulty rank's first run creates it): a run-to-run difference for kdebug hunt; KD_FORM=inner
+faulty rank's first run creates it): a run-to-run difference for kdebug hunt;
+KD_FAULT_VALUE=random makes the planted kernel fault another value in every
+process (a difference that recurs in every re-run: kdebug hunt --confirm); KD_FORM=inner
 compiles the module inside DDP (DDP(torch.compile(model))) instead of the
 DDP module (torch.compile(DDP(model)), the default).
 
@@ -19,6 +21,7 @@ it starts a frame, so a model made only of torch.nn layers is not compiled
 at all that way: it runs eagerly, with or without kdebug (dynamo's counters
 show no graph).  kdebug's runner says so when it sees it."""
 import os
+import random
 
 import torch
 import torch.distributed as dist
@@ -58,7 +61,8 @@ if kind and mark and int(who) == rank and not os.path.exists(mark):
     kind = ""
 for step in range(2):
     if kind == "kernel" and int(who) == rank and step == 1:
-        ctx = testing.perturb_kernel_output("cpp_fused_relu", "in_out_ptr0", value=0.5)
+        value = random.SystemRandom().uniform(0.25, 0.75) if os.environ.get("KD_FAULT_VALUE") == "random" else 0.5
+        ctx = testing.perturb_kernel_output("cpp_fused_relu", "in_out_ptr0", value=value)
     elif kind == "collective" and int(who) == rank and step == 1:
         ctx = testing.perturb_collective_output("c10d::allreduce_", value=0.5)
     else:
