@@ -340,3 +340,25 @@ def test_confirm_records_the_pair_again_when_the_race_did_not_recur(tmp_path, tr
         assert verdict["confirmed"] is None and verdict["tries"] == 1, verdict
         assert verdict["text"].startswith("NOT PROVEN"), verdict
         assert int((tmp_path / "counter").read_text()) == 4
+
+
+def test_replay_specs_for_a_rank_act_only_in_that_rank(monkeypatch, tmp_path):
+    """kdebug hunt --nproc --confirm puts the specs in every rank's
+    environment: only the rank a spec names (RANK, from torch's launcher)
+    and specs without a rank are activated."""
+    from kdebug import replay
+
+    specs = [replay.Spec("k_any", 0, [0], "capture", str(tmp_path / "a.pt")),
+             replay.Spec("k_rank1", 0, [0], "capture", str(tmp_path / "b.pt"), rank=1),
+             replay.Spec("k_rank0", 0, [0], "capture", str(tmp_path / "c.pt"), rank=0)]
+    monkeypatch.setenv(replay.ENV, replay.to_env(specs))
+    try:
+        for rank, want in (("1", {"k_any", "k_rank1"}), ("0", {"k_any", "k_rank0"}), (None, {"k_any"})):
+            if rank is None:
+                monkeypatch.delenv("RANK", raising=False)
+            else:
+                monkeypatch.setenv("RANK", rank)
+            replay.activate_from_env()
+            assert {sp.name for sp in replay.specs()} == want, rank
+    finally:
+        replay.activate(None)
