@@ -221,11 +221,12 @@ def test_the_compile_window_outlives_dynamo_reset(monkeypatch):
         return orig(self, *a, **k)
 
     monkeypatch.setattr(inductor_graph.GraphLowering, "codegen", codegen)
-    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)  # generate code each time
-    for reset in (torch._dynamo.reset, torch.compiler.reset):
-        reset()
-        f = torch.compile(lambda x: x.sin() + 1)
-        with DebugMode() as dm:
-            f(torch.randn(8))
-        assert dm.complete
+    # (torch's config.patch: monkeypatch.setattr on a torch config module breaks its later patch() calls)
+    with torch._inductor.config.patch(fx_graph_cache=False):  # generate code each time
+        for reset in (torch._dynamo.reset, torch.compiler.reset):
+            reset()
+            f = torch.compile(lambda x: x.sin() + 1)
+            with DebugMode() as dm:
+                f(torch.randn(8))
+            assert dm.complete
     assert seen == [1, 1]
