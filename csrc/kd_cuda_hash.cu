@@ -574,6 +574,19 @@ int plan_blocks(Batch &b, const kd_cuda_tensor *t, int n, int kinds)
     return blocks;
 }
 
+// The hash kernel for batch b, its parameter block sized to b.n (one, up to
+// four, or a full batch); the runtime's error for the launch.
+cudaError_t launch_batch(const Batch &b, int blocks, cudaStream_t st, DeviceState &s, double *partials = nullptr)
+{
+    if (b.n == 1)
+        launch<1>(b, blocks, st, s, partials);
+    else if (b.n <= 4)
+        launch<4>(b, blocks, st, s, partials);
+    else
+        launch<KD_CUDA_BATCH>(b, blocks, st, s, partials);
+    return cudaGetLastError();
+}
+
 } // namespace
 
 extern "C" int kd_cuda_available(void)
@@ -612,14 +625,7 @@ extern "C" int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, 
     b.pstride = (kinds & HK_STATS) ? blocks : 0;
     if (norm && reserve_partials(s, (kinds & HK_STATS) ? 2 * blocks : blocks, stream, &b.pbase) != 0)
         return -1;
-    cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
-    if (n == 1)
-        launch<1>(b, blocks, st, s);
-    else if (n <= 4)
-        launch<4>(b, blocks, st, s);
-    else
-        launch<KD_CUDA_BATCH>(b, blocks, st, s);
-    cudaError_t e = cudaGetLastError();
+    cudaError_t e = launch_batch(b, blocks, reinterpret_cast<cudaStream_t>(stream), s);
     if (e != cudaSuccess) {
         set_error("launching kdebug's hash kernel", e);
         return -1;
@@ -664,14 +670,7 @@ extern "C" int kd_cuda_hash_enqueue_graph(int device, uint64_t stream, int kinds
         b.pbase = *pnext;
         *pnext += need;
     }
-    cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
-    if (n == 1)
-        launch<1>(b, blocks, st, s, partials);
-    else if (n <= 4)
-        launch<4>(b, blocks, st, s, partials);
-    else
-        launch<KD_CUDA_BATCH>(b, blocks, st, s, partials);
-    cudaError_t e = cudaGetLastError();
+    cudaError_t e = launch_batch(b, blocks, reinterpret_cast<cudaStream_t>(stream), s, partials);
     if (e != cudaSuccess) {
         set_error("capturing kdebug's hash kernel into a CUDA graph", e);
         return -1;
