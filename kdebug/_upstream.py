@@ -358,8 +358,14 @@ def register_lasting_compile_callbacks(start, end) -> None:
     H100: cpp_wrapper's compile-time autotuning launches recorded).  The
     handler's clear is wrapped on the instance to put these two back."""
     handler = compile_callback_handler()
-    handler.register_start_callback(start)
-    handler.register_end_callback(end)
+
+    def put_back() -> None:
+        if start not in handler.start_callbacks:
+            handler.register_start_callback(start)
+        if end not in handler.end_callbacks:
+            handler.register_end_callback(end)
+
+    put_back()
     orig_clear = handler.clear
     if getattr(orig_clear, "_kdebug_keeps", None) is not None:
         return
@@ -368,10 +374,7 @@ def register_lasting_compile_callbacks(start, end) -> None:
         try:
             orig_clear()
         finally:
-            if start not in handler.start_callbacks:
-                handler.register_start_callback(start)
-            if end not in handler.end_callbacks:
-                handler.register_end_callback(end)
+            put_back()
 
     clear._kdebug_keeps = (start, end)  # type: ignore[attr-defined]
     handler.clear = clear
