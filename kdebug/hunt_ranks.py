@@ -52,8 +52,9 @@ def _record_job(i, nproc: int, out: str, target: list[str], module: bool, env: d
     """Starts the job once through torch's launcher (run i: a number, or a
     label such as 'confirm root 1'), every rank recording into rank_path(out, R)."""
     from .cli import launcher_cmd
+    from .compare import side_name
 
-    name = f"run {i}" if isinstance(i, int) else i
+    name = side_name(i)
     print(f"kdebug hunt: {name}: {nproc} rank(s) through torch.distributed.run", file=sys.stderr)
     proc = subprocess.run(launcher_cmd(nproc, out, target, module), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
