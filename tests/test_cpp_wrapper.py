@@ -97,8 +97,11 @@ def test_extern_calls_kdebug_cannot_describe_make_the_recording_incomplete():
     assert any("sort" in m and "does not describe" in m for m in s["error_messages"])
 
 
-def test_planted_fault_under_cpp_wrapper_is_named_by_compare():
-    x, y = _inputs()
+def _planted_in_first_kernel(device: str):
+    """(base, bad, kernel name, its first written argument): two recordings of
+    the cpp_wrapper function, the second with that argument perturbed after
+    the first kernel ran (from kdebug's C++ launch hook)."""
+    x, y = _inputs(device)
     cw = _compile(True)
     base, _ = _record(cw, x, y)
     k0 = base.kernels[0].kernel_name
@@ -106,9 +109,14 @@ def test_planted_fault_under_cpp_wrapper_is_named_by_compare():
     with perturb_kernel_output(k0, written[0], cpp_wrapper=True) as hit:
         bad, _ = _record(cw, x, y)
     assert hit["hits"] == 1
+    return base, bad, k0, written[0]
+
+
+def test_planted_fault_under_cpp_wrapper_is_named_by_compare():
+    base, bad, k0, arg = _planted_in_first_kernel("cpu")
     r = compare(base, bad)
     d = r.divergence
-    assert not r.ok and d.kind == "output" and d.step_a.name == k0 and d.arg == written[0]
+    assert not r.ok and d.kind == "output" and d.step_a.name == k0 and d.arg == arg
     assert f"FIRST DIVERGENCE: kernel #0 {k0}" in str(r)
     # the extern mm and the kernel after it read what it wrote
     assert {x.name for x, _ in d.inherited} == {"aten::mm.out", base.kernels[2].kernel_name}
@@ -237,14 +245,7 @@ def test_gpu_cpp_wrapper_triton_launches_equal_the_python_wrappers():
 
 @pytest.mark.gpu
 def test_gpu_cpp_wrapper_planted_fault_is_named(tmp_path):
-    x, y = _inputs("cuda")
-    cw = _compile(True)
-    base, _ = _record(cw, x, y)
-    k0 = base.kernels[0].kernel_name
-    written = [n for n, r in base.kernels[0].roles.items() if "W" in r]
-    with perturb_kernel_output(k0, written[0], cpp_wrapper=True) as hit:
-        bad, _ = _record(cw, x, y)
-    assert hit["hits"] == 1
+    base, bad, k0, _ = _planted_in_first_kernel("cuda")
     d = compare(base, bad).divergence
     assert d.kind == "output" and d.step_a.name == k0
 
