@@ -93,26 +93,38 @@ class ReproError(ValueError):
 
 @dataclass
 class Program:
-    """How to run the recorded program again: what kdebug._runner takes."""
+    """How to run the recorded program again: what kdebug._runner takes.
+    ``nproc``: a distributed job, started whole through torch's launcher as
+    ``kdebug record --nproc`` starts it (cli.launcher_cmd); what is captured
+    is captured in ``rank`` only (replay.Spec.rank), whose trace is read."""
 
     target: list
     module: bool = False
     builtin: bool = False
     fix: str | None = None
+    nproc: int | None = None
+    rank: int = -1
 
     def runner_cmd(self, out: str) -> list:
-        cmd = [sys.executable, "-m", "kdebug._runner", "--out", out]
-        if self.fix:
-            cmd += ["--fix", self.fix]
-        if self.builtin:
-            cmd.append("--builtin")
-        elif self.module:
-            cmd.append("-m")
-        return cmd + ["--"] + list(self.target)
+        from .cli import _runner_cmd, launcher_cmd
+
+        if self.nproc is not None:
+            return launcher_cmd(self.nproc, out, list(self.target), self.module, self.fix, self.builtin)
+        return _runner_cmd(out, list(self.target), self.module, self.fix, self.builtin)
+
+    def trace_of(self, out: str) -> str:
+        """The trace that ``runner_cmd(out)`` writes for the rank that matters."""
+        if self.nproc is None:
+            return out
+        from .ranks import rank_path
+
+        return rank_path(out, max(self.rank, 0))
 
     def text(self) -> str:
         head = "the built-in workload" if self.builtin else "python -m" if self.module else "python"
-        return " ".join([head] + list(self.target))
+        job = f" ({self.nproc} rank(s) through torch.distributed.run, rank {self.rank} captured)" \
+            if self.nproc is not None else ""
+        return " ".join([head] + list(self.target)) + job
 
 
 @dataclass
@@ -198,9 +210,13 @@ def program_of(run) -> Program | None:
         cut = argv.index("--") if "--" in argv else len(argv)
         opts, target = argv[1:cut], argv[cut + 1:]
         fix = opts[opts.index("--fix") + 1] if "--fix" in opts[:-1] else None
+        # a rank of a job under torch's launcher (META's rank and world size):
+        # the job is started whole again, and captured in that rank
+        job = {"nproc": int(run.meta["world_size"]), "rank": int(run.meta["rank"])} \
+            if isinstance(run.meta.get("world_size"), int) and isinstance(run.meta.get("rank"), int) else {}
         if "--builtin" in opts:
-            return Program(target, builtin=True, fix=fix)
-        return Program(target, module="-m" in opts, fix=fix) if target else None
+            return Program(target, builtin=True, fix=fix, **job)
+        return Program(target, module="-m" in opts, fix=fix, **job) if target else None
     if (head.endswith("/kdebug") or head == "kdebug" or head.endswith("kdebug/__main__.py")) \
             and len(argv) > 1 and argv[1] == "record" and "--" in argv:
         return command(argv[argv.index("--"):])
@@ -285,7 +301,7 @@ def capture_many(trace: str, targets: list, out_dir: str, program: Program | Non
     os.makedirs(out_dir, exist_ok=True)
     rerun_trace = os.path.join(out_dir, "capture-run.kdt")
     specs = [replay.Spec(t.name, t.occurrence, [], "io", os.path.join(out_dir, f"capture{i}.pt"),
-                         op=t.kind == "op", max_bytes=max_bytes) for i, t in enumerate(targets)]
+                         op=t.kind == "op", max_bytes=max_bytes, rank=program.rank) for i, t in enumerate(targets)]
     for sp in specs:
         if os.path.exists(sp.path):
             os.unlink(sp.path)
@@ -296,7 +312,7 @@ def capture_many(trace: str, targets: list, out_dir: str, program: Program | Non
                           text=True, env={**os.environ, replay.ENV: replay.to_env(specs)})
     if proc.returncode != 0:
         raise ReproError(f"the re-run exited with status {proc.returncode}:\n{proc.stdout[-3000:]}")
-    again = kdebug.load(rerun_trace, quiet=True)
+    again = kdebug.load(program.trace_of(rerun_trace), quiet=True)
     out = []
     for t, sp in zip(targets, specs):
         try:
