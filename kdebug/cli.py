@@ -396,6 +396,14 @@ def _hunt(args: argparse.Namespace) -> int:
     if args.confirm_tries < 1:
         print("kdebug hunt: --confirm-tries must be at least 1", file=sys.stderr)
         return 2
+    fixes = _chosen_fixes(args.fixes)
+    if isinstance(fixes, str):
+        print(f"kdebug hunt: {fixes}", file=sys.stderr)
+        return 2
+    if args.fixes is not None and not args.try_fixes:
+        print("kdebug hunt: --fixes chooses the fixes that --try-fixes tries; add --try-fixes", file=sys.stderr)
+        return 2
+    args.fixes = fixes
     builtin = not args.command
     if args.nproc is not None:
         from .hunt_ranks import unsupported_options
@@ -409,8 +417,8 @@ def _hunt(args: argparse.Namespace) -> int:
             return 2
         bad = unsupported_options(args)
         if bad:
-            print(f"kdebug hunt --nproc: {', '.join(bad)} not supported with --nproc yet; hunt without "
-                  f"{'it' if len(bad) == 1 else 'them'} (docs/distributed.md)", file=sys.stderr)
+            print(f"kdebug hunt --nproc: {', '.join(bad)} cannot be used with --nproc: the ranks are processes "
+                  "of their own, started by torch's launcher; hunt without it (docs/distributed.md)", file=sys.stderr)
             return 2
     target, module = ([], False) if builtin else _split_command(args.command)
     if builtin:
@@ -447,6 +455,21 @@ def _hunt(args: argparse.Namespace) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _chosen_fixes(text: str | None) -> dict | str:
+    """--fixes NAME[,NAME]: {name: what it does} of the fixes --try-fixes
+    tries (all by default), or why the list is wrong."""
+    from ._runner import FIXES
+
+    if text is None:
+        return dict(FIXES)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in FIXES]
+    if bad or not names:
+        return (f"--fixes {text!r}: unknown fix(es) {', '.join(map(repr, bad)) or '(none given)'}; "
+                f"choose from {', '.join(FIXES)}")
+    return {n: FIXES[n] for n in FIXES if n in names}
+
+
 def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool, builtin: bool, what: str) -> int:
     t0 = time.perf_counter()
     print(f"kdebug hunt: {args.runs} runs of {what}, "
@@ -463,10 +486,8 @@ def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool
     hunt = {"what": what, "runs": args.runs, "in_process": args.in_process,
             "paths": [os.path.basename(p) for p in paths], "fixes": {}}
     if args.try_fixes and diverged:
-        from ._runner import FIXES
-
         print("\nkdebug hunt: trying fixes")
-        for fix, text in FIXES.items():
+        for fix, text in args.fixes.items():
             fpaths = _record_runs(args.runs, target, module, builtin, tmp, fix, args.in_process, f"fix {fix}")
             if fpaths is None:
                 print(f"  {text}: the program failed with it")
@@ -598,14 +619,17 @@ def _natural_pair(spec, root, file: str) -> tuple[str | None, bool | None]:
 
 
 def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in_process: bool,
-               times: int = 20, limit: int = 3) -> list[dict]:
+               times: int = 20, limit: int = 3, program=None, not_alone=None) -> list[dict]:
     """Note [Element-level differences]: one re-run that captures the inputs
     of the first ``limit`` roots (kernels and aten ops), then each root's
     repro launched ``times`` times on them (kdebug rerun's mechanism, Note
     [Standalone repro]): its verdict (intrinsically nondeterministic or
     stable on its inputs) and the element-level difference between the
     recorded outputs and the first launch that differs; printed and
-    returned per root."""
+    returned per root.  ``program``: how to re-run it (default: the
+    program of ``target``; a distributed job's rank: repro.Program's nproc
+    and rank).  ``not_alone(root)``: why a root cannot be launched on its
+    own (a collective needs the other ranks), or None."""
     import torch
 
     import kdebug
@@ -615,13 +639,22 @@ def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, 
 
     run_a = kdebug.load(path_a, quiet=True)
     roots = [r for r in rep.roots[:limit] if r.kind == "root"]
+    order = {r.step_a.label(): n for n, r in enumerate(roots)}
+    kept = []
+    for r in roots:
+        why = not_alone(r) if not_alone else None
+        if why:
+            print(f"  root {r.step_a.label()}: not re-launched on its own: {why}")
+            kept.append({"root": r.step_a.label(), "outputs": [], "text": f"not re-launched: {why}"})
+    skipped = {x["root"] for x in kept}
+    roots = [r for r in roots if r.step_a.label() not in skipped]
     if not roots:
-        return []
+        return kept
     targets = [repro.target_of(run_a, r.step_a.kernel_number) if r.step_a.kind == "kernel"
                else repro.target_of(run_a, op=r.step_a.index) for r in roots]
     print(f"\nkdebug hunt: intrinsic or inherited? (one re-run capturing each root's inputs, then each root "
           f"re-launched {times}x on them)")
-    program = repro.Program(list(target), module=module, builtin=builtin)
+    program = program or repro.Program(list(target), module=module, builtin=builtin)
     dirs = [os.path.join(tmp, f"repro-root{n}") for n in range(1, len(roots) + 1)]
     bar = _Progress(1 + len(roots), "re-launch")
     bar.show("capturing the roots' inputs")
@@ -630,7 +663,8 @@ def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, 
     except repro.ReproError as e:
         bar.close()
         print(f"  could not capture the roots' inputs: {e}")
-        return [{"root": r.step_a.label(), "outputs": [], "text": f"not re-launched: {e}"} for r in roots]
+        out = [{"root": r.step_a.label(), "outputs": [], "text": f"not re-launched: {e}"} for r in roots]
+        return sorted(kept + out, key=lambda x: order[x["root"]])
     bar.step("captured")
     out = []
     for n, (root, rp) in enumerate(zip(roots, made), 1):
@@ -674,7 +708,7 @@ def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, 
     bar.close()
     for entry in out:
         print(f"  root {entry['root']}: {entry['text']}")
-    return out
+    return sorted(kept + out, key=lambda x: order[x["root"]])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -735,6 +769,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="run in this process, resetting dynamo and using a fresh Inductor cache each time")
     h.add_argument("--try-fixes", action="store_true",
                    help="re-run with each candidate fix and say which remove the divergence")
+    h.add_argument("--fixes", metavar="NAME[,NAME]", default=None,
+                   help="with --try-fixes: only these fixes (deterministic_algorithms, inductor_deterministic, "
+                        "force_reduction_configs); default all")
     h.add_argument("--confirm", action="store_true",
                    help="prove each root by replay: re-run twice, the second with the root's outputs replaced by "
                         "the first's, and check that what it was blamed for no longer differs")

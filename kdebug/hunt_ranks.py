@@ -26,9 +26,23 @@ the first rank that diverged).  The job is started again in pairs, the
 replay specs in every rank's environment but acting only in that rank
 (Spec.rank against RANK, set by torch's launcher), and that rank's traces of
 the pair are compared; the verdicts go to hunt.json ``confirm`` with the
-rank.  ``--try-fixes``, ``--in-process`` and ``--html`` are not supported
-with --nproc yet, and the element-level magnitude re-run is not made: they
-are refused (or said to be skipped), never silently ignored.
+rank.  The element-level re-run (Note [Element-level differences]) is made
+for the same rank: the job is started once more with that rank capturing
+its roots' inputs (repro.Program's nproc and rank), and each root's repro is
+launched on its own, in one process; a collective root is not (it needs the
+other ranks) and says so.
+
+``--try-fixes`` starts the whole job ``--runs`` times per fix, the fix
+applied in every rank (the runner's --fix); a fix REMOVES the divergence
+when every rank's runs match and every run's replicas agree.
+
+``--html OUT.html`` writes one page per rank, named as the traces are
+(OUT.rank{R}.html): rank R's runs compared as the single-process report
+compares runs, with the job's summary (every rank's line, the replicas)
+and, on the rank they were made for, the proof by replay and the re-run.
+
+``--in-process`` is refused: the ranks are processes of their own, started
+by torch's launcher.
 """
 from __future__ import annotations
 
@@ -37,26 +51,30 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 from . import collectives
 
-UNSUPPORTED = (("try_fixes", "--try-fixes"), ("in_process", "--in-process"), ("html", "--html"))
+UNSUPPORTED = (("in_process", "--in-process"),)
 
 
 def unsupported_options(args) -> list[str]:
-    """The hunt options given that --nproc does not support yet."""
+    """The hunt options given that --nproc cannot take (the ranks are
+    processes of their own, started by torch's launcher)."""
     return [flag for attr, flag in UNSUPPORTED if getattr(args, attr, None)]
 
 
-def _record_job(i, nproc: int, out: str, target: list[str], module: bool, env: dict | None = None) -> int:
+def _record_job(i, nproc: int, out: str, target: list[str], module: bool, env: dict | None = None,
+                fix: str | None = None) -> int:
     """Starts the job once through torch's launcher (run i: a number, or a
-    label such as 'confirm root 1'), every rank recording into rank_path(out, R)."""
+    label such as 'confirm root 1'), every rank recording into rank_path(out, R)
+    (``fix``: the runner's --fix, applied in every rank)."""
     from .cli import launcher_cmd
     from .compare import side_name
 
-    name = side_name(i)
+    name = side_name(i) + (f", fix {fix}" if fix else "")
     print(f"kdebug hunt: {name}: {nproc} rank(s) through torch.distributed.run", file=sys.stderr)
-    proc = subprocess.run(launcher_cmd(nproc, out, target, module), stdout=subprocess.PIPE,
+    proc = subprocess.run(launcher_cmd(nproc, out, target, module, fix), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         print(proc.stdout[-4000:], file=sys.stderr)
@@ -101,109 +119,263 @@ def rank_result(rank: int, reports: list) -> dict:
             "origin": bool(own), "diverged_runs": [r.runs[1] for r in bad]}
 
 
-def hunt_ranks(args, tmp: str, target: list[str], module: bool, what: str) -> int:
-    """Note [Hunting ranks]; 0 match, 1 diverge, 2 error."""
-    import kdebug
+@dataclass
+class JobVerdict:
+    """A job's runs judged (Note [Hunting ranks]): per rank, its run-to-run
+    result (rank_result) and the first report that differs; per run, its
+    replicas across ranks."""
 
-    from . import _files
-    from .compare import compare_many
-    from .crossrank import compare_ranks
-    from .ranks import RankedRun, rank_path
+    ranks: dict
+    first_bad: dict
+    replicas: list
 
-    nproc = args.nproc
-    t0 = time.perf_counter()
-    print(f"kdebug hunt: {args.runs} runs of {what}, each {nproc} rank(s) started through torch.distributed.run; "
-          "rank R compared with rank R run to run, and each run's replicas with each other")
-    if not getattr(args, "no_magnitude", False):
-        print("kdebug hunt: (with --nproc the element-level magnitude re-run is not made yet)")
+    @property
+    def run_diverged(self) -> list[int]:
+        return [r for r, x in self.ranks.items() if not x["match"]]
+
+    @property
+    def rep_diverged(self) -> list[int]:
+        return [x["run"] for x in self.replicas if not x["match"]]
+
+    @property
+    def diverged(self) -> bool:
+        return bool(self.run_diverged or self.rep_diverged)
+
+    @property
+    def origins(self) -> list[int]:
+        return [r for r in self.run_diverged if self.ranks[r]["origin"]]
+
+    def focus(self) -> int | None:
+        """The rank where the difference started: the first origin rank,
+        else the first rank whose runs differ; None when they all match."""
+        return (self.origins or self.run_diverged or [None])[0]
+
+    def summary(self, nproc: int, runs: int) -> list[str]:
+        out = []
+        if not self.run_diverged:
+            out.append(f"run to run: every rank's runs match ({nproc} rank(s))")
+        else:
+            out.append(f"run to run: rank(s) {self.run_diverged} of {nproc} diverged")
+            for r in self.run_diverged:
+                x = self.ranks[r]
+                first = x["roots"][0]["root"] if x["roots"] else (x["structural"][0] if x["structural"] else "?")
+                how = ("a step computed differently here (origin)" if x["origin"] else
+                       "only collectives differ here: it received another rank's difference" if x["roots"] else
+                       "the runs' structure differs")
+                out.append(f"  rank {r}: first root {first}; {how}")
+            if self.origins:
+                out.append(f"the difference started on rank(s) {self.origins}")
+            else:
+                out.append("no rank computed differently from identical inputs: the difference entered through "
+                           "collectives or from outside the recording")
+        if not self.rep_diverged:
+            out.append(f"replicas: every run's replicas agree across ranks ({runs} run(s))")
+        else:
+            for x in self.replicas:
+                if not x["match"]:
+                    out.append(f"replicas: run {x['run']} DIVERGES across ranks: first at {x['first'] or 'structure'}")
+        return out
+
+
+def _record_jobs(args, tmp: str, target: list[str], module: bool, fix: str | None = None) -> list[str] | None:
+    """The job started ``args.runs`` times; the stems of its traces (run i:
+    rank R writes rank_path(stem i, R)), or None when a run failed."""
     stems = []
     for i in range(args.runs):
-        out = os.path.join(tmp, f"run{i}.kdt")
-        if _record_job(i, nproc, out, target, module) != 0:
-            return 2
+        out = os.path.join(tmp, f"{'fix-' + fix + '-' if fix else ''}run{i}.kdt")
+        if _record_job(i, args.nproc, out, target, module, fix=fix) != 0:
+            return None
         stems.append(out)
+    return stems
+
+
+def _load_jobs(stems: list[str], nproc: int) -> list | None:
+    import kdebug
+
+    from .ranks import RankedRun
+
     try:
         jobs = [kdebug.load(s) for s in stems]
     except kdebug.TraceFileError as e:
         print(f"kdebug hunt: {e}", file=sys.stderr)
-        return 2
+        return None
     for s, job in zip(stems, jobs):
         if not isinstance(job, RankedRun) or job.ranks != list(range(nproc)):
             got = job.ranks if isinstance(job, RankedRun) else "one process's trace"
             print(f"kdebug hunt: {s}: expected the traces of ranks 0..{nproc - 1}, found {got} (did the program "
                   "call init_process_group? every rank must run under the launcher)", file=sys.stderr)
-            return 2
+            return None
+    return jobs
+
+
+def judge_job(stems: list[str], jobs: list, nproc: int, quiet: bool = False) -> JobVerdict:
+    """Rank R run to run, and each run's replicas across ranks; prints the
+    reports unless ``quiet``.  Raises what an unreadable trace raises."""
+    from .compare import compare_many
+    from .crossrank import compare_ranks
+    from .ranks import rank_path
+
     ranks, first_bad = {}, {}
-    try:
-        for r in range(nproc):
+    for r in range(nproc):
+        if not quiet:
             print(f"\n=== rank {r}: run to run ===")
-            reports = compare_many([rank_path(s, r) for s in stems])
+        reports = compare_many([rank_path(s, r) for s in stems])
+        if not quiet:
             for rep in reports:
                 print(rep)
-            ranks[r] = rank_result(r, reports)
-            bad = [rep for rep in reports if not rep.ok]
-            if bad:
-                first_bad[r] = bad[0]
+        ranks[r] = rank_result(r, reports)
+        bad = [rep for rep in reports if not rep.ok]
+        if bad:
+            first_bad[r] = bad[0]
+    if not quiet:
         print()
-        replicas = []
-        for i, job in enumerate(jobs):
-            rep = compare_ranks(job)
+    replicas = []
+    for i, job in enumerate(jobs):
+        rep = compare_ranks(job)
+        if not quiet:
             print(f"=== run {i}: replicas across ranks ===")
             print(rep)
-            first = next((c.findings[0] for c in rep.comparisons if c.findings), None)
-            replicas.append({"run": i, "match": rep.ok,
-                             "ranks": {c.rank: {"match": c.ok, "findings": [f"{f.what} {f.text}" for f in
-                                                                            c.findings[:5]],
-                                                "structural": list(c.report.structural[:3])}
-                                       for c in rep.comparisons},
-                             "first": f"{first.what} {first.text}" if first else None})
+        first = next((c.findings[0] for c in rep.comparisons if c.findings), None)
+        replicas.append({"run": i, "match": rep.ok,
+                         "ranks": {c.rank: {"match": c.ok, "findings": [f"{f.what} {f.text}" for f in
+                                                                        c.findings[:5]],
+                                            "structural": list(c.report.structural[:3])}
+                                   for c in rep.comparisons},
+                         "first": f"{first.what} {first.text}" if first else None})
+    return JobVerdict(ranks, first_bad, replicas)
+
+
+def _try_fixes(args, tmp: str, target: list[str], module: bool) -> dict:
+    """--try-fixes for a job: each fix applied in every rank, the job run
+    ``--runs`` times; {fix text: whether every rank's runs match and every
+    run's replicas agree}."""
+    print("\nkdebug hunt: trying fixes (each applied in every rank; the whole job runs again)")
+    out = {}
+    for fix, text in args.fixes.items():
+        stems = _record_jobs(args, tmp, target, module, fix)
+        jobs = _load_jobs(stems, args.nproc) if stems is not None else None
+        if jobs is None:
+            print(f"  {text}: the job failed with it")
+            continue
+        try:
+            v = judge_job(stems, jobs, args.nproc, quiet=True)
+        except Exception as e:  # an unreadable trace: this fix is not judged
+            print(f"  {text}: its runs could not be compared: {e}")
+            continue
+        out[text] = not v.diverged
+        print(f"  {text}: {'REMOVES the divergence' if not v.diverged else 'does not remove it'}")
+        if v.diverged:  # where it still differs: the ranks' lines, without the replicas' details
+            for line in v.summary(args.nproc, args.runs):
+                if not line.startswith("replicas:"):
+                    print(f"      {line}")
+            if v.rep_diverged:
+                print(f"      replicas: run(s) {v.rep_diverged} still disagree across ranks")
+    return out
+
+
+def _not_alone(root) -> str | None:
+    if root.step_a.kind == "aten" and collectives.is_collective_name(root.step_a.name):
+        return "a collective needs the other ranks (the job's re-run proves it by replay: --confirm)"
+    return None
+
+
+def _magnitude_rank(args, rank: int, rep, stem0: str, tmp: str, target: list[str], module: bool) -> list[dict]:
+    """The element-level re-run (Note [Element-level differences]) for one
+    rank's roots: the job is started once more, capturing in that rank."""
+    from . import repro
+    from .cli import _magnitude
+    from .ranks import rank_path
+
+    program = repro.Program(list(target), module=module, nproc=args.nproc, rank=rank)
+    return _magnitude(rep, rank_path(stem0, rank), target, module, False, tmp, False, args.rerun_times,
+                      program=program, not_alone=_not_alone)
+
+
+def page_hunt(hunt: dict, rank: int) -> dict:
+    """What rank ``rank``'s report page shows of a --nproc hunt.json: its
+    traces, the job's summary, the fixes, and the proof by replay and the
+    re-run only on the rank they were made for."""
+    per = hunt.get("rank_paths") if isinstance(hunt.get("rank_paths"), dict) else {}
+    paths = per.get(str(rank)) or per.get(rank) or []
+    summary = hunt.get("summary") if isinstance(hunt.get("summary"), list) else []
+    out = {"what": f"{hunt.get('what')} (rank {rank} of {hunt.get('nproc')})",
+           "paths": [p for p in paths if isinstance(p, str)] if isinstance(paths, list) else [],
+           "fixes": hunt.get("fixes") if isinstance(hunt.get("fixes"), dict) else {},
+           "rank": rank, "nproc": hunt.get("nproc"), "summary": [str(x) for x in summary]}
+    if hunt.get("confirm_rank") == rank and "confirm" in hunt:
+        out["confirm"] = hunt["confirm"]
+    if hunt.get("magnitude_rank") == rank and "magnitude" in hunt:
+        out["magnitude"] = hunt["magnitude"]
+    return out
+
+
+def _write_pages(html: str, stems: list[str], hunt: dict) -> int:
+    """--html for a job: rank R's page at rank_path(html, R); 0, or 2."""
+    from .cli import _write_report
+    from .ranks import rank_path
+
+    for r in range(hunt["nproc"]):
+        if _write_report(rank_path(html, r), [rank_path(s, r) for s in stems], page_hunt(hunt, r)) != 0:
+            return 2
+    return 0
+
+
+def hunt_ranks(args, tmp: str, target: list[str], module: bool, what: str) -> int:
+    """Note [Hunting ranks]; 0 match, 1 diverge, 2 error."""
+    from . import _files
+    from .ranks import rank_path
+
+    nproc = args.nproc
+    if args.html:
+        for r in range(nproc):
+            problem = _files.output_problem(rank_path(args.html, r))
+            if problem:
+                print(f"kdebug hunt: {problem}", file=sys.stderr)
+                return 2
+    t0 = time.perf_counter()
+    print(f"kdebug hunt: {args.runs} runs of {what}, each {nproc} rank(s) started through torch.distributed.run; "
+          "rank R compared with rank R run to run, and each run's replicas with each other")
+    stems = _record_jobs(args, tmp, target, module)
+    jobs = _load_jobs(stems, nproc) if stems is not None else None
+    if jobs is None:
+        return 2
+    try:
+        v = judge_job(stems, jobs, nproc)
     except Exception as e:  # an unreadable trace: say so, exit 2
         print(f"kdebug hunt: could not compare the runs: {e}", file=sys.stderr)
         return 2
-    run_diverged = [r for r, x in ranks.items() if not x["match"]]
-    rep_diverged = [x["run"] for x in replicas if not x["match"]]
-    diverged = bool(run_diverged or rep_diverged)
+    summary = v.summary(nproc, args.runs)
     print("\nkdebug hunt: summary")
-    if not run_diverged:
-        print(f"  run to run: every rank's runs match ({nproc} rank(s))")
-    else:
-        origins = [r for r in run_diverged if ranks[r]["origin"]]
-        print(f"  run to run: rank(s) {run_diverged} of {nproc} diverged")
-        for r in run_diverged:
-            x = ranks[r]
-            first = x["roots"][0]["root"] if x["roots"] else (x["structural"][0] if x["structural"] else "?")
-            how = ("a step computed differently here (origin)" if x["origin"] else
-                   "only collectives differ here: it received another rank's difference" if x["roots"] else
-                   "the runs' structure differs")
-            print(f"    rank {r}: first root {first}; {how}")
-        if origins:
-            print(f"  the difference started on rank(s) {origins}")
-        else:
-            print("  no rank computed differently from identical inputs: the difference entered through "
-                  "collectives or from outside the recording")
-    if not rep_diverged:
-        print(f"  replicas: every run's replicas agree across ranks ({args.runs} run(s))")
-    else:
-        for x in replicas:
-            if not x["match"]:
-                print(f"  replicas: run {x['run']} DIVERGES across ranks: first at {x['first'] or 'structure'}")
-    confirm, confirm_rank = None, None
-    if getattr(args, "confirm", False) and run_diverged:
-        origins = [r for r in run_diverged if ranks[r]["origin"]]
-        r = confirm_rank = (origins or run_diverged)[0]
-        if first_bad[r].roots:  # run 0 against the first run that differs (compare_many)
-            confirm = _confirm_rank(args, r, first_bad[r], stems[0], tmp, target, module)
-        else:
-            print(f"kdebug hunt: --confirm: rank {r}'s runs differ only in structure; nothing to replay")
+    for line in summary:
+        print(f"  {line}")
     hunt = {"what": what, "runs": args.runs, "nproc": nproc, "in_process": False,
             "paths": [os.path.basename(rank_path(s, 0)) for s in stems],
             "rank_paths": {r: [os.path.basename(rank_path(s, r)) for s in stems] for r in range(nproc)},
-            "ranks": ranks, "replicas": replicas, "fixes": {}}
-    if confirm is not None:
-        hunt["confirm"], hunt["confirm_rank"] = confirm, confirm_rank
+            "ranks": v.ranks, "replicas": v.replicas, "summary": summary, "fixes": {}}
+    focus = v.focus()
+    if focus is not None:
+        hunt["focus_rank"] = focus
+        hunt["paths"] = list(hunt["rank_paths"][focus])
+    if args.try_fixes and v.diverged:
+        hunt["fixes"] = _try_fixes(args, tmp, target, module)
+    if focus is not None and not getattr(args, "no_magnitude", False):
+        if v.first_bad[focus].roots:
+            hunt["magnitude"] = _magnitude_rank(args, focus, v.first_bad[focus], stems[0], tmp, target, module)
+            hunt["magnitude_rank"] = focus
+    if getattr(args, "confirm", False) and focus is not None:
+        if v.first_bad[focus].roots:  # run 0 against the first run that differs (compare_many)
+            hunt["confirm"] = _confirm_rank(args, focus, v.first_bad[focus], stems[0], tmp, target, module)
+            hunt["confirm_rank"] = focus
+        else:
+            print(f"kdebug hunt: --confirm: rank {focus}'s runs differ only in structure; nothing to replay")
     with _files.replaced_atomically(os.path.join(tmp, "hunt.json")) as f:
         json.dump(hunt, f, indent=1)
+    if args.html:
+        if _write_pages(args.html, stems, json.loads(json.dumps(hunt))) != 0:
+            return 2
+        print(f"kdebug hunt: one page per rank; start with {rank_path(args.html, focus or 0)}"
+              + (f" (rank {focus}, where the difference started)" if focus is not None else ""))
     where = (f"traces in {tmp}" if args.keep else "traces removed; kdebug hunt --keep DIR keeps them")
-    print(f"\nkdebug hunt: {'runs DIVERGE' if diverged else 'all runs match'} "
+    print(f"\nkdebug hunt: {'runs DIVERGE' if v.diverged else 'all runs match'} "
           f"({time.perf_counter() - t0:.1f}s; {where})")
-    return 1 if diverged else 0
+    return 1 if v.diverged else 0

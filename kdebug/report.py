@@ -72,6 +72,12 @@ def resolve_inputs(items: Sequence) -> tuple[list, dict]:
             if os.path.exists(info_path):
                 with open(info_path) as f:
                     hunt = json.load(f)
+                if isinstance(hunt, dict) and hunt.get("nproc") is not None:
+                    # kdebug hunt --nproc: the page of the rank where the difference started
+                    from .hunt_ranks import page_hunt
+
+                    focus = hunt.get("focus_rank")
+                    hunt = page_hunt(hunt, focus if type(focus) is int and focus >= 0 else 0)
                 runs += [p if os.path.isabs(p) else os.path.join(d, p) for p in hunt.get("paths", [])]
             else:
                 found = sorted(glob.glob(os.path.join(d, "run*.kdt")),
