@@ -78,16 +78,18 @@ class BuiltinHunt:
 
 @pytest.fixture(scope="session")
 def builtin_hunt(tmp_path_factory) -> BuiltinHunt:
-    """`kdebug hunt --runs 2 --try-fixes --rerun-times 5 --keep DIR --html
-    PATH` of the built-in workload, in fresh processes (about a minute: two
-    runs, two per fix, one capture re-run): run once and read by the tests
+    """`kdebug hunt --runs 2 --try-fixes --fixes deterministic_algorithms,inductor_deterministic
+    --rerun-times 5 --keep DIR --html PATH` of the built-in workload, in fresh
+    processes (about a minute: two runs, two per fix, one capture re-run):
+    run once and read by the tests
     of what a hunt prints, keeps and re-launches (test_hunt, test_repro),
     which only read it.  The traces and the report are those of the two
     plain runs (the fixes' runs are compared apart), so --try-fixes takes
     nothing away from what the other tests check."""
     d = tmp_path_factory.mktemp("builtin-hunt")
     keep, html = d / "runs", d / "hunt.html"
-    proc = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--runs", "2", "--try-fixes", "--rerun-times", "5",
+    proc = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--runs", "2", "--try-fixes",
+                           "--fixes", "deterministic_algorithms,inductor_deterministic", "--rerun-times", "5",
                            "--keep", str(keep), "--html", str(html)], capture_output=True, text=True, cwd=d,
                           env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
     return BuiltinHunt(proc, keep, html)

@@ -70,6 +70,12 @@ def test_replicas_match(tmp_path):
     finals = sorted(t.split("'")[1] for t in texts if "final DDP" in t)
     assert finals == ["final DDP0 parameter a.bias", "final DDP0 parameter a.weight",
                       "final DDP0 parameter b.bias", "final DDP0 parameter b.weight"], finals
+    # a rank's trace says how to start its job again (kdebug repro / rerun of a rank's launch)
+    from kdebug.repro import program_of
+
+    prog = program_of(kdebug.load(rank_path(out, 1)))
+    assert (prog.nproc, prog.rank, prog.target) == (2, 1, [SCRIPT])
+    assert prog.runner_cmd("x.kdt")[1:3] == ["-m", "torch.distributed.run"] and prog.trace_of("x.kdt") == "x.rank1.kdt"
 
 
 @pytest.mark.distributed
@@ -122,14 +128,26 @@ def _hunt(tmp_path, *opts, **env):
                           stderr=subprocess.STDOUT, text=True, timeout=300)
 
 
+def _page_meta(path) -> dict:
+    import json
+    import re
+
+    page = path.read_text()
+    return json.loads(re.search(r'<script id="kd-meta" type="application/json">(.*?)</script>', page, re.S)[1])
+
+
 @pytest.mark.distributed
 def test_hunt_nproc_names_the_rank_and_kernel_that_changed_between_runs(tmp_path):
     # rank 1's fused relu is perturbed in the second run only (the first run
     # leaves the mark), by another value in every process: --confirm's re-runs
-    # see it recur and prove it by replay in rank 1
-    keep = tmp_path / "hunt"
-    p = _hunt(tmp_path, "--keep", str(keep), "--confirm", "--confirm-tries", "1", KD_FAULT="kernel:1",
-              KD_FAULT_FROM_SECOND_RUN=str(tmp_path / "mark"), KD_FAULT_VALUE="random")
+    # see it recur and prove it by replay in rank 1.  The plant stands down
+    # under torch.use_deterministic_algorithms(True): --try-fixes must apply
+    # that fix in every rank to see it remove the divergence.
+    keep, html = tmp_path / "hunt", tmp_path / "r.html"
+    p = _hunt(tmp_path, "--keep", str(keep), "--confirm", "--confirm-tries", "1", "--try-fixes",
+              "--fixes", "deterministic_algorithms", "--rerun-times", "3", "--html", str(html), KD_FAULT="kernel:1",
+              KD_FAULT_FROM_SECOND_RUN=str(tmp_path / "mark"), KD_FAULT_VALUE="random",
+              KD_FAULT_UNLESS_DETERMINISTIC="1")
     assert p.returncode == 1, p.stdout[-4000:]
     import json
 
@@ -145,11 +163,37 @@ def test_hunt_nproc_names_the_rank_and_kernel_that_changed_between_runs(tmp_path
     assert "the difference started on rank(s) [1]" in p.stdout
     assert hunt["confirm_rank"] == 1 and "cpp_fused_relu" in hunt["confirm"][0]["root"], hunt.get("confirm")
     assert hunt["confirm"][0]["confirmed"] is True, hunt["confirm"]
+    # --try-fixes: the job ran again with the fix in every rank, and matched
+    assert hunt["fixes"] == {"torch.use_deterministic_algorithms(True)": True}, p.stdout[-3000:]
+    assert "torch.use_deterministic_algorithms(True): REMOVES the divergence" in p.stdout
+    # the element-level re-run, for rank 1: the job ran once more, capturing in rank 1, and the
+    # kernel re-launched alone was stable (the fault is planted around it, in the job)
+    (mag,) = [m for m in hunt["magnitude"] if "cpp_fused_relu" in m["root"]]
+    assert hunt["magnitude_rank"] == 1 and mag["rerun"]["verdict"] == "stable", hunt["magnitude"]
+    # one page per rank; rank 1's carries the proof and the re-run, rank 0's neither; both the summary
+    assert not html.exists()
+    m0, m1 = _page_meta(tmp_path / "r.rank0.html"), _page_meta(tmp_path / "r.rank1.html")
+    assert (m0["hunt"]["rank"], m1["hunt"]["rank"]) == (0, 1)
+    assert m1["hunt"]["confirm"][0]["confirmed"] is True and m1["hunt"]["magnitude"]
+    assert "confirm" not in m0["hunt"] and "magnitude" not in m0["hunt"]
+    assert m0["hunt"]["summary"] == m1["hunt"]["summary"] == hunt["summary"]
+    assert "the difference started on rank(s) [1]" in hunt["summary"]
+    assert "cpp_fused_relu" in m1["comparisons"][0]["divergence"]["a"]["label"]
+    assert "allreduce" in m0["comparisons"][0]["divergence"]["a"]["label"]
+    # kdebug report DIR draws the rank where the difference started
+    from kdebug.report import build, resolve_inputs
+
+    runs, found = resolve_inputs([str(keep)])
+    assert found["rank"] == 1 and [os.path.basename(r) for r in runs] == ["run0.rank1.kdt", "run1.rank1.kdt"]
 
 
 def test_hunt_nproc_refuses_options_it_does_not_support(tmp_path):
-    p = _hunt(tmp_path, "--try-fixes", "--in-process")
-    assert p.returncode == 2 and "--try-fixes, --in-process not supported with --nproc yet" in p.stdout, p.stdout
+    p = _hunt(tmp_path, "--in-process")
+    assert p.returncode == 2 and "--in-process cannot be used with --nproc" in p.stdout, p.stdout
+    p = _hunt(tmp_path, "--try-fixes", "--fixes", "deterministic_algorithms,nonsense")
+    assert p.returncode == 2 and "unknown fix(es) 'nonsense'" in p.stdout, p.stdout
+    p = _hunt(tmp_path, "--fixes", "deterministic_algorithms")
+    assert p.returncode == 2 and "add --try-fixes" in p.stdout, p.stdout
     p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--nproc", "2"], env={**os.environ, "PYTHONPATH": ROOT},
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
     assert p.returncode == 2 and "give the script of the distributed job" in p.stdout

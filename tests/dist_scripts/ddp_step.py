@@ -9,7 +9,11 @@ each step (the final DDP parameters are compared without them);
 KD_FAULT_FROM_SECOND_RUN=PATH plants the fault only when PATH exists (the
 faulty rank's first run creates it): a run-to-run difference for kdebug hunt;
 KD_FAULT_VALUE=random makes the planted kernel fault another value in every
-process (a difference that recurs in every re-run: kdebug hunt --confirm); KD_FORM=inner
+process (a difference that recurs in every re-run: kdebug hunt --confirm);
+KD_FAULT_UNLESS_DETERMINISTIC=1 plants it only while
+torch.are_deterministic_algorithms_enabled() is False (a fault that kdebug hunt
+--try-fixes's deterministic_algorithms fix removes, when it is applied in every
+rank); KD_FORM=inner
 compiles the module inside DDP (DDP(torch.compile(model))) instead of the
 DDP module (torch.compile(DDP(model)), the default).
 
@@ -58,6 +62,8 @@ kind, _, who = fault.partition(":")
 mark = os.environ.get("KD_FAULT_FROM_SECOND_RUN")
 if kind and mark and int(who) == rank and not os.path.exists(mark):
     open(mark, "w").close()  # the first run of this job leaves the mark and plants nothing
+    kind = ""
+if os.environ.get("KD_FAULT_UNLESS_DETERMINISTIC") == "1" and torch.are_deterministic_algorithms_enabled():
     kind = ""
 for step in range(2):
     if kind == "kernel" and int(who) == rank and step == 1:
