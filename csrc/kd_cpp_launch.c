@@ -69,8 +69,15 @@
  * block and kept alive by its Python tensor until the after-phase.  Kernel
  * calls kdebug cannot describe (an argument that is no variable or such a
  * view; CPU Triton kernels, called outside the printer manager) report
- * KD_CPP_UNRECORDED too.  Not seen: scalar arguments (only tensors are
- * passed) and the grid of Triton launches.  Array-ref (stack-allocated) AOTI
+ * KD_CPP_UNRECORDED too.
+ *
+ * Scalars.  A C++ kernel's scalar parameters (the sizes of a dynamic-shape
+ * graph, ks0, ...) are passed by value in call order among the tensors
+ * (kd_cpp_launch_v2: a role flag per argument, the value in an int64 or a
+ * double array), recorded as the Python wrapper's pybinding call records its
+ * Python ints and floats.  Not seen: the scalars of Triton launches from the
+ * C++ wrapper (their C++ expressions were not checked on a GPU) and their
+ * grids.  Array-ref (stack-allocated) AOTI
  * models get no hook and are refused like un-hooked packages.
  */
 #include "kd_cpp_launch.h"
@@ -142,13 +149,39 @@ static int refuse(kd_recorder *r, const char *kernel_name, const char *why)
     return -1;
 }
 
+/* Argument i of a launch as a Python object: a tensor for a handle, an int
+ * or float for a scalar (KD_CPP_SCALAR_*); NULL with kd_shim_last_error()
+ * or *why set. */
+static PyObject *arg_object(int i, void *const *handles, const unsigned char *roles, const long long *ivals,
+                            const double *fvals, const char **why)
+{
+    if (roles[i] & KD_CPP_SCALAR_INT) {
+        if (ivals == NULL) {
+            *why = "a scalar argument without its value";
+            return NULL;
+        }
+        return PyLong_FromLongLong(ivals[i]);
+    }
+    if (roles[i] & KD_CPP_SCALAR_FLOAT) {
+        if (fvals == NULL) {
+            *why = "a scalar argument without its value";
+            return NULL;
+        }
+        return PyFloat_FromDouble(fvals[i]);
+    }
+    PyObject *o = kd_shim_wrap_handle(handles[i]);
+    if (o == NULL)
+        *why = kd_shim_last_error();
+    return o;
+}
+
 /* The before-phase with the GIL held: describes the launch into r's ring. */
 static int begin(kd_recorder *r, int kind, const char *kernel_name, int n, const char *const *arg_names,
-                 void *const *handles, const unsigned char *roles)
+                 void *const *handles, const unsigned char *roles, const long long *ivals, const double *fvals)
 {
     cpp_pending *c = &tls_cpp;
     if (n < 0 || n > KD_CPP_MAX_ARGS)
-        return refuse(r, kernel_name, "more tensor arguments than kdebug records from C++");
+        return refuse(r, kernel_name, "more arguments than kdebug records from C++");
     uint32_t name_ids[KD_CPP_MAX_ARGS];
     uint8_t rls[KD_CPP_MAX_ARGS];
     kd_kernel_info info; /* read by the launch path only: no Python object */
@@ -160,18 +193,22 @@ static int begin(kd_recorder *r, int kind, const char *kernel_name, int n, const
     info.device_type = KD_DEV_CPU;
     info.device_index = -1;
     uint64_t stream = 0;
+    int placed = 0;
     for (int i = 0; i < n; i++) {
-        PyObject *o = kd_shim_wrap_handle(handles[i]);
+        const char *why = "?";
+        PyObject *o = arg_object(i, handles, roles, ivals, fvals, &why);
         if (o == NULL) {
+            PyErr_Clear();
             for (int k = 0; k < i; k++)
                 Py_DECREF(c->objs[k]);
-            return refuse(r, kernel_name, kd_shim_last_error());
+            return refuse(r, kernel_name, why);
         }
         c->objs[i] = o;
         name_ids[i] = kd_strtab_intern(kd_strings, arg_names[i], strlen(arg_names[i]));
         rls[i] = roles[i] & (KD_ROLE_READ | KD_ROLE_WRITE);
-        if (i == 0)
-            kd_launch_device_of(o, &info, &stream); /* the wrapper launches on the device's current stream */
+        /* the wrapper launches on the current stream of its first tensor's device */
+        if (!placed && !(roles[i] & (KD_CPP_SCALAR_INT | KD_CPP_SCALAR_FLOAT)))
+            placed = kd_launch_device_of(o, &info, &stream);
     }
     info.nnames = (uint32_t)n;
     info.name_ids = name_ids;
@@ -189,6 +226,15 @@ static int begin(kd_recorder *r, int kind, const char *kernel_name, int n, const
 
 int kd_cpp_launch(int phase, int kind, const char *kernel_name, int n, const char *const *arg_names,
                   void *const *handles, const unsigned char *roles)
+{
+    /* HOOK_VERSION 1's modules: tensors only; a role with a scalar flag
+     * (never emitted by them) is refused in begin, as it has no value */
+    return kd_cpp_launch_v2(phase, kind, kernel_name, n, arg_names, handles, roles, NULL, NULL);
+}
+
+int kd_cpp_launch_v2(int phase, int kind, const char *kernel_name, int n, const char *const *arg_names,
+                     void *const *handles, const unsigned char *roles, const long long *ivals,
+                     const double *fvals)
 {
     if (!Py_IsInitialized())
         return 0;
@@ -212,7 +258,7 @@ int kd_cpp_launch(int phase, int kind, const char *kernel_name, int n, const cha
         if (r != NULL) {
             cpp_calls[0]++;
             rc = begin(r, kind == KD_KIND_TRITON || kind == KD_KIND_ATEN ? kind : KD_KIND_CPP,
-                       kernel_name != NULL ? kernel_name : "?", n, arg_names, handles, roles);
+                       kernel_name != NULL ? kernel_name : "?", n, arg_names, handles, roles, ivals, fvals);
         }
     } else if (phase == KD_CPP_AFTER && c->active) {
         cpp_calls[1]++;

@@ -28,7 +28,7 @@ import torch
 
 from . import _C, _active, _upstream
 
-HOOK_VERSION = 1
+HOOK_VERSION = 2  # 2: kd_cpp_launch_v2, with the C++ kernels' scalar arguments
 METADATA_KEY = "kdebug_launch_hook"
 HOOK_MARKER = "kdebug launch hook"
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
@@ -36,6 +36,9 @@ _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 # evaluated once more for kdebug, inside the hook's block (Note [C++ wrapper launches])
 _VIEW = re.compile(r"^(wrap_with_raii_handle_if_needed\()?reinterpret_tensor_wrapper\([A-Za-z_]\w*,[^()]*\)\)?$")
 _UNRECORDED = 2  # kd_cpp_launch's phase KD_CPP_UNRECORDED
+SCALAR_INT, SCALAR_FLOAT = 0x10, 0x20  # kd_cpp_launch_v2's role flags (KD_CPP_SCALAR_*)
+_INT_TYPE = re.compile(r"\b(u?int(8|16|32|64)_t|int|long|short|bool|char|size_t|ssize_t)\b")
+_FLOAT_TYPE = re.compile(r"\b(float|double)\b")
 _tls = threading.local()
 _installed = False
 # hook sites emitted / refused while lowering, for tests and the report
@@ -91,19 +94,22 @@ static inline void* kdebug_handle(const T& v) {{
         return nullptr;
 }}
 typedef int (*kdebug_launch_fn_t)(int, int, const char*, int, const char* const*, void* const*,
-                                  const unsigned char*);
+                                  const unsigned char*, const long long*, const double*);
+// n arguments in call order: a tensor's handle, or a scalar (a role flag,
+// its value in ivals / fvals, nullptr when the launch has no scalar)
 static inline void kdebug_launch(int phase, int kind, const char* name, int n, const char* const* names,
-                                 void* const* handles, const unsigned char* roles) {{
+                                 void* const* handles, const unsigned char* roles, const long long* ivals,
+                                 const double* fvals) {{
     static std::atomic<kdebug_launch_fn_t> fn{{nullptr}};
     kdebug_launch_fn_t f = fn.load(std::memory_order_relaxed);
     if (f == nullptr) {{  // kdebug's extension, if this process has loaded it
         void* lib = dlopen({path}, RTLD_NOW | RTLD_NOLOAD);
         if (lib == nullptr) return;
-        f = reinterpret_cast<kdebug_launch_fn_t>(dlsym(lib, "kd_cpp_launch"));
+        f = reinterpret_cast<kdebug_launch_fn_t>(dlsym(lib, "kd_cpp_launch_v2"));
         if (f == nullptr) return;
         fn.store(f, std::memory_order_relaxed);
     }}
-    f(phase, kind, name, n, names, handles, roles);
+    f(phase, kind, name, n, names, handles, roles, ivals, fvals);
 }}
 """
 
@@ -155,17 +161,28 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
             roles.append(inductor._role(name, mutated))
         kind = _C.KIND_TRITON
     else:
+        # tensors (pointer parameters) and scalars (sizes of a dynamic-shape
+        # graph: `const int64_t ks0`), in call order, as the Python wrapper's
+        # pybinding call passes them
         names = _cpp_param_names(call["wrapper"], call["kernel_name"], len(args))
         roles_all = inductor.cpp_roles(names, [str(t) for t in types])
         exprs, out_names, roles = [], [], []
         for a, t, n, r in zip(args, types, names, roles_all):
-            if isinstance(t, str) and "*" in t:
-                exprs.append(str(a))
-                out_names.append(n)
-                roles.append(r)
+            t = str(t)
+            if "*" in t:
+                pass  # a tensor: its role from cpp_roles
+            elif _FLOAT_TYPE.search(t):
+                r = SCALAR_FLOAT | 1  # read, as the Python path's scalars
+            elif _INT_TYPE.search(t):
+                r = SCALAR_INT | 1
+            else:
+                raise ValueError(f"argument {a!r} has a type kdebug does not record ({t!r})")
+            exprs.append(str(a))
+            out_names.append(n)
+            roles.append(r)
         kind = _C.KIND_CPP
-    for e in exprs:
-        if not (_IDENT.match(e) or _VIEW.match(e)):
+    for e, r in zip(exprs, roles):
+        if not (r & (SCALAR_INT | SCALAR_FLOAT) or _IDENT.match(e) or _VIEW.match(e)):
             raise ValueError(f"argument {e!r} is no plain variable or view of one")
     return kind, exprs, out_names, roles
 
@@ -208,19 +225,30 @@ def _emit(call: dict, phase: int, printer=None) -> None:
     kind, exprs, names, roles = site
     name = json.dumps(call.get("record_name") or call["kernel_name"])
     if exprs and phase == 0:  # the after-phase uses what the before-phase kept
+        scalar = [bool(r & (SCALAR_INT | SCALAR_FLOAT)) for r in roles]
         n_lit = ", ".join(json.dumps(n) for n in names)
         # a view: its own owning handle in the block (the Python tensor kdebug
         # makes of it keeps the view alive until the after-phase)
         views = "".join((f"auto kd_v{i} = {e}; " if e.startswith("wrap_with_raii_handle_if_needed(")
                          else f"RAIIAtenTensorHandle kd_v{i}({e}); ")
-                        for i, e in enumerate(exprs) if not _IDENT.match(e))
-        h_lit = ", ".join(f"kdebug_handle({e if _IDENT.match(e) else f'kd_v{i}'})" for i, e in enumerate(exprs))
+                        for i, e in enumerate(exprs) if not scalar[i] and not _IDENT.match(e))
+        h_lit = ", ".join("nullptr" if scalar[i] else f"kdebug_handle({e if _IDENT.match(e) else f'kd_v{i}'})"
+                          for i, e in enumerate(exprs))
         r_lit = ", ".join(str(r) for r in roles)
+        values = "nullptr, nullptr"
+        if any(scalar):  # a scalar's value, converted as the call converts it
+            i_lit = ", ".join(f"static_cast<long long>({e})" if r & SCALAR_INT else "0"
+                              for e, r in zip(exprs, roles))
+            f_lit = ", ".join(f"static_cast<double>({e})" if r & SCALAR_FLOAT else "0.0"
+                              for e, r in zip(exprs, roles))
+            views += f"const long long kd_i[] = {{{i_lit}}}; const double kd_f[] = {{{f_lit}}}; "
+            values = "kd_i, kd_f"
         writeline(
             f"{{ {views}static const char* const kd_n[] = {{{n_lit}}}; static const unsigned char kd_r[] = {{{r_lit}}}; "
-            f"void* const kd_h[] = {{{h_lit}}}; kdebug_launch({phase}, {kind}, {name}, {len(exprs)}, kd_n, kd_h, kd_r); }}")
+            f"void* const kd_h[] = {{{h_lit}}}; "
+            f"kdebug_launch({phase}, {kind}, {name}, {len(exprs)}, kd_n, kd_h, kd_r, {values}); }}")
     else:
-        writeline(f"kdebug_launch({phase}, {kind}, {name}, 0, nullptr, nullptr, nullptr);")
+        writeline(f"kdebug_launch({phase}, {kind}, {name}, 0, nullptr, nullptr, nullptr, nullptr, nullptr);")
 
 
 # ---------------------------------------------------------------- the patches

@@ -71,6 +71,37 @@ def test_cpp_wrapper_launches_equal_the_python_wrappers():
     assert kdebug._C._cpp_launch_stats() == before
 
 
+def _scalar_args(dm):
+    return [[(n, a) for n, a in zip(k.arg_names, k.args) if isinstance(a, (int, float))] for k in dm.kernels]
+
+
+def test_cpp_wrapper_records_the_scalar_arguments_of_a_dynamic_shape_graph():
+    # dynamic=True: the C++ kernels take the sizes as `const int64_t ks0, ...`;
+    # the hook passes them by value, in call order among the tensors, as the
+    # Python wrapper's pybinding call does
+    def f(x, y):
+        return (x.sin() * y).sum(0), (x.cos() + y).amax(1)
+
+    g = torch.Generator().manual_seed(1)
+    small = (torch.randn(37, 5, generator=g), torch.randn(37, 5, generator=g))
+    big = (torch.randn(41, 6, generator=g), torch.randn(41, 6, generator=g))
+    torch._dynamo.reset()
+    py = torch.compile(f, dynamic=True, options={"cpp_wrapper": False})
+    py_small, _ = _record(py, *small)
+    torch._dynamo.reset()
+    cw = torch.compile(f, dynamic=True, options={"cpp_wrapper": True})
+    cw_small, _ = _record(cw, *small)
+    cw_big, _ = _record(cw, *big)  # the same hooked module, other sizes: the values are the call's
+    assert cw_small.complete and cw_big.complete
+    small_scalars = _scalar_args(cw_small)
+    assert small_scalars == _scalar_args(py_small), (small_scalars, _scalar_args(py_small))
+    assert {v for k in small_scalars for _, v in k} == {37, 5}
+    assert {v for k in _scalar_args(cw_big) for _, v in k} == {41, 6}
+    assert all(n.startswith("ks") for k in small_scalars for n, _ in k) and any(small_scalars)
+    # the tensors keep their places and roles between the scalars
+    assert _launches(cw_small) == _launches(py_small)
+
+
 def test_extern_out_calls_are_recorded_with_the_python_paths_hashes():
     x, y = _inputs()
     py_dm, _ = _record(_compile(False), x, y)
