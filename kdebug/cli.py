@@ -347,7 +347,8 @@ def _record_runs(n: int, target: list[str], module: bool, builtin: bool, tmp: st
                 bar.close()
                 print(proc.stdout[-4000:], file=sys.stderr)
         if status != 0:
-            print(f"kdebug hunt: run {i} exited with status {status}; fix the program first", file=sys.stderr)
+            print(f"kdebug hunt: run {i} exited with status {status}"
+                  + (f" with fix {fix}" if fix else "; fix the program first"), file=sys.stderr)
             return None
         paths.append(out)
         bar.step(f"recorded run {i}")
@@ -430,7 +431,7 @@ def _hunt(args: argparse.Namespace) -> int:
             return 2
         _warn_hunt_options_after_script(args.command, target, args.hunt_options)
         what = " ".join(target)
-    if args.html:
+    if args.html and args.nproc is None:  # --nproc writes a page per rank (hunt_ranks checks each)
         from . import _files
 
         problem = _files.output_problem(args.html)
@@ -489,7 +490,8 @@ def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool
         print("\nkdebug hunt: trying fixes")
         for fix, text in args.fixes.items():
             fpaths = _record_runs(args.runs, target, module, builtin, tmp, fix, args.in_process, f"fix {fix}")
-            if fpaths is None:
+            if fpaths is None:  # kept in hunt.json as null: tried, not judged
+                hunt["fixes"][text] = None
                 print(f"  {text}: the program failed with it")
                 continue
             freps = _compare_runs(fpaths, quiet=True)

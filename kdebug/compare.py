@@ -678,14 +678,27 @@ def _diff_text(outs: list, a: "int | str", b: "int | str", limit: int = 3) -> st
     return "; ".join(parts)
 
 
+def is_collective(step) -> bool:
+    """Whether a step is a c10d collective (its output depends on other ranks)."""
+    from .collectives import is_collective_name
+
+    return step is not None and step.kind == "aten" and is_collective_name(step.name)
+
+
 def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
     what = "kernel" if x.step_a.kind == "kernel" else "op"
     out = []
     if x.kind == "root":
         lead = "" if x.outputs and x.outputs[0][0].startswith("output") else "output "
         out.append(f"inputs identical, {lead}{_diff_text(x.outputs, a, b)}")
-        why = (f"-> this {what} is non-deterministic" if isinstance(b, int) else  # sides named: ranks
-               f"-> this {what} computed another result on {side_name(b)} than on {side_name(a)} from the same inputs")
+        if is_collective(x.step_a) and isinstance(b, int):
+            why = ("-> this collective returned another result from this process's identical inputs: its output "
+                   "also depends on the other ranks' inputs (a rank whose difference started earlier sends it), "
+                   "its reduction order and its transport (kdebug hunt --nproc says which rank it came from)")
+        else:
+            why = (f"-> this {what} is non-deterministic" if isinstance(b, int) else  # sides named: ranks
+                   f"-> this {what} computed another result on {side_name(b)} than on {side_name(a)} from the "
+                   "same inputs")
     else:
         out.append(f"input {_diff_text(x.outside_inputs, a, b)}, and no recorded step wrote a differing "
                    "value into it")

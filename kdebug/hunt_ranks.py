@@ -78,7 +78,8 @@ def _record_job(i, nproc: int, out: str, target: list[str], module: bool, env: d
                           stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         print(proc.stdout[-4000:], file=sys.stderr)
-        print(f"kdebug hunt: {name} exited with status {proc.returncode}; fix the program first", file=sys.stderr)
+        print(f"kdebug hunt: {name} exited with status {proc.returncode}"
+              + ("" if fix else "; fix the program first"), file=sys.stderr)
     return proc.returncode
 
 
@@ -109,14 +110,33 @@ def _root_entry(root) -> dict:
             "consequences": root.consequences}
 
 
+# How a rank's runs differ (hunt.json ranks[R]["how"]); the first three make
+# it an origin, where the difference started
+_HOW = {
+    "computed": "a step computed differently here from identical inputs (origin)",
+    "outside": "an input changed outside the recording here: data, RNG or a step not recorded (origin)",
+    "structure": "the runs launched different work here (origin)",
+    "received": "only collectives differ here",
+}
+
+
 def rank_result(rank: int, reports: list) -> dict:
     """One rank's run-to-run result (hunt.json ``ranks[R]``)."""
     bad = [r for r in reports if not r.ok]
-    roots = [_root_entry(x) for x in bad[0].roots[:5]] if bad else []
-    structural = list(bad[0].structural[:3]) if bad else []
-    own = [x for x in roots if x["kind"] == "root" and not x["collective"]]
-    return {"rank": rank, "match": not bad, "roots": roots, "structural": structural,
-            "origin": bool(own), "diverged_runs": [r.runs[1] for r in bad]}
+    if not bad:
+        return {"rank": rank, "match": True, "roots": [], "structural": [], "origin": False, "how": None,
+                "diverged_runs": []}
+    every = [_root_entry(x) for x in bad[0].roots]
+    if any(x["kind"] == "root" and not x["collective"] for x in every):
+        how = "computed"
+    elif any(x["kind"] != "root" for x in every):
+        how = "outside"
+    elif every:
+        how = "received"
+    else:
+        how = "structure"
+    return {"rank": rank, "match": False, "roots": every[:5], "structural": list(bad[0].structural[:3]),
+            "origin": how != "received", "how": how, "diverged_runs": [r.runs[1] for r in bad]}
 
 
 @dataclass
@@ -128,6 +148,7 @@ class JobVerdict:
     ranks: dict
     first_bad: dict
     replicas: list
+    grouped: bool = True  # some rank initialized a process group (META groups)
 
     @property
     def run_diverged(self) -> list[int]:
@@ -158,17 +179,29 @@ class JobVerdict:
             out.append(f"run to run: rank(s) {self.run_diverged} of {nproc} diverged")
             for r in self.run_diverged:
                 x = self.ranks[r]
-                first = x["roots"][0]["root"] if x["roots"] else (x["structural"][0] if x["structural"] else "?")
-                how = ("a step computed differently here (origin)" if x["origin"] else
-                       "only collectives differ here: it received another rank's difference" if x["roots"] else
-                       "the runs' structure differs")
-                out.append(f"  rank {r}: first root {first}; {how}")
+                how = x.get("how") or "received"
+                if how == "structure":
+                    first = f"first difference: {x['structural'][0] if x['structural'] else '?'}"
+                elif how == "outside":
+                    first = f"first difference at {x['roots'][0]['root']}"
+                else:
+                    first = f"first root {x['roots'][0]['root']}"
+                text = _HOW[how]
+                if how == "received":
+                    text += (": it received another rank's difference" if self.origins else
+                             ", and no rank computed differently or took other inputs: the collective returned "
+                             "another result here (its reduction order, its transport)")
+                out.append(f"  rank {r}: {first}; {text}")
             if self.origins:
                 out.append(f"the difference started on rank(s) {self.origins}")
             else:
-                out.append("no rank computed differently from identical inputs: the difference entered through "
-                           "collectives or from outside the recording")
-        if not self.rep_diverged:
+                out.append(f"the difference first appears in collective outputs, on rank(s) {self.run_diverged}")
+        if not self.grouped:
+            out.append("WARNING: no rank initialized a process group (init_process_group was never called): the "
+                       "ranks ran as separate processes, no collective ran, nothing had to agree across ranks")
+        if nproc == 1:
+            out.append("replicas: one rank, nothing to compare across ranks")
+        elif not self.rep_diverged:
             out.append(f"replicas: every run's replicas agree across ranks ({runs} run(s))")
         else:
             for x in self.replicas:
@@ -242,7 +275,8 @@ def judge_job(stems: list[str], jobs: list, nproc: int, quiet: bool = False) -> 
                                             "structural": list(c.report.structural[:3])}
                                    for c in rep.comparisons},
                          "first": f"{first.what} {first.text}" if first else None})
-    return JobVerdict(ranks, first_bad, replicas)
+    grouped = any("groups" in job[r].meta for job in jobs for r in job.ranks)
+    return JobVerdict(ranks, first_bad, replicas, grouped)
 
 
 def _try_fixes(args, tmp: str, target: list[str], module: bool) -> dict:
@@ -254,12 +288,14 @@ def _try_fixes(args, tmp: str, target: list[str], module: bool) -> dict:
     for fix, text in args.fixes.items():
         stems = _record_jobs(args, tmp, target, module, fix)
         jobs = _load_jobs(stems, args.nproc) if stems is not None else None
-        if jobs is None:
-            print(f"  {text}: the job failed with it")
+        if jobs is None:  # kept in hunt.json as null: tried, not judged
+            out[text] = None
+            print(f"  {text}: the job failed with it (its output is above)")
             continue
         try:
             v = judge_job(stems, jobs, args.nproc, quiet=True)
         except Exception as e:  # an unreadable trace: this fix is not judged
+            out[text] = None
             print(f"  {text}: its runs could not be compared: {e}")
             continue
         out[text] = not v.diverged
@@ -298,7 +334,7 @@ def page_hunt(hunt: dict, rank: int) -> dict:
     per = hunt.get("rank_paths") if isinstance(hunt.get("rank_paths"), dict) else {}
     paths = per.get(str(rank)) or per.get(rank) or []
     summary = hunt.get("summary") if isinstance(hunt.get("summary"), list) else []
-    out = {"what": f"{hunt.get('what')} (rank {rank} of {hunt.get('nproc')})",
+    out = {"what": f"{hunt.get('what') or 'the job'} (rank {rank} of {hunt.get('nproc')})",
            "paths": [p for p in paths if isinstance(p, str)] if isinstance(paths, list) else [],
            "fixes": hunt.get("fixes") if isinstance(hunt.get("fixes"), dict) else {},
            "rank": rank, "nproc": hunt.get("nproc"), "summary": [str(x) for x in summary]}
@@ -309,13 +345,21 @@ def page_hunt(hunt: dict, rank: int) -> dict:
     return out
 
 
+def page_path(html: str, rank: int) -> str:
+    """Rank R's page of ``--html OUT``: OUT.rank{R}.html (OUT.html's stem)."""
+    from .ranks import rank_path
+
+    base, ext = os.path.splitext(html)
+    return rank_path(html if ext and os.sep not in ext else html + ".html", rank)
+
+
 def _write_pages(html: str, stems: list[str], hunt: dict) -> int:
-    """--html for a job: rank R's page at rank_path(html, R); 0, or 2."""
+    """--html for a job: rank R's page at page_path(html, R); 0, or 2."""
     from .cli import _write_report
     from .ranks import rank_path
 
     for r in range(hunt["nproc"]):
-        if _write_report(rank_path(html, r), [rank_path(s, r) for s in stems], page_hunt(hunt, r)) != 0:
+        if _write_report(page_path(html, r), [rank_path(s, r) for s in stems], page_hunt(hunt, r)) != 0:
             return 2
     return 0
 
@@ -328,7 +372,7 @@ def hunt_ranks(args, tmp: str, target: list[str], module: bool, what: str) -> in
     nproc = args.nproc
     if args.html:
         for r in range(nproc):
-            problem = _files.output_problem(rank_path(args.html, r))
+            problem = _files.output_problem(page_path(args.html, r))
             if problem:
                 print(f"kdebug hunt: {problem}", file=sys.stderr)
                 return 2
@@ -373,7 +417,7 @@ def hunt_ranks(args, tmp: str, target: list[str], module: bool, what: str) -> in
     if args.html:
         if _write_pages(args.html, stems, json.loads(json.dumps(hunt))) != 0:
             return 2
-        print(f"kdebug hunt: one page per rank; start with {rank_path(args.html, focus or 0)}"
+        print(f"kdebug hunt: one page per rank; start with {page_path(args.html, focus or 0)}"
               + (f" (rank {focus}, where the difference started)" if focus is not None else ""))
     where = (f"traces in {tmp}" if args.keep else "traces removed; kdebug hunt --keep DIR keeps them")
     print(f"\nkdebug hunt: {'runs DIVERGE' if v.diverged else 'all runs match'} "

@@ -46,7 +46,7 @@ import torch
 
 from . import __version__, _files, _upstream
 from .calls import _dtype_of
-from .compare import Report, _fmt_hash, _Side, compare, format_report, stats_diff
+from .compare import Report, _fmt_hash, _Side, compare, format_report, is_collective, stats_diff
 from .hashing import Stats
 
 REC_BYTES, ARG_BYTES = 80, 112  # kd_tab_rec / kd_tab_arg (static_assert in kd_trace.h)
@@ -70,15 +70,16 @@ def resolve_inputs(items: Sequence) -> tuple[list, dict]:
             d = os.fspath(it)
             info_path = os.path.join(d, "hunt.json")
             if os.path.exists(info_path):
-                with open(info_path) as f:
-                    hunt = json.load(f)
-                if isinstance(hunt, dict) and hunt.get("nproc") is not None:
+                hunt = read_hunt_json(info_path)
+                if hunt.get("nproc") is not None:
                     # kdebug hunt --nproc: the page of the rank where the difference started
                     from .hunt_ranks import page_hunt
 
                     focus = hunt.get("focus_rank")
-                    hunt = page_hunt(hunt, focus if type(focus) is int and focus >= 0 else 0)
-                runs += [p if os.path.isabs(p) else os.path.join(d, p) for p in hunt.get("paths", [])]
+                    hunt = page_hunt(hunt, 0 if focus is None else focus)
+                    if not hunt["paths"]:
+                        raise ValueError(f"{info_path}: no traces of rank {hunt['rank']} (rank_paths)")
+                runs += [os.path.join(d, p) for p in hunt.get("paths", [])]
             else:
                 found = sorted(glob.glob(os.path.join(d, "run*.kdt")),
                                key=lambda p: int(re.sub(r"\D", "", os.path.basename(p)) or 0))
@@ -93,6 +94,61 @@ def resolve_inputs(items: Sequence) -> tuple[list, dict]:
     if not runs:
         raise ValueError("no runs to report on")
     return runs, hunt
+
+
+def _plain_name(x) -> bool:
+    return (isinstance(x, str) and x not in ("", ".", "..") and "/" not in x and "\\" not in x
+            and "\0" not in x)
+
+
+def read_hunt_json(path: str) -> dict:
+    """A ``kdebug hunt --keep`` directory's hunt.json, checked: what the
+    report reads from it has the types kdebug writes, and its traces are
+    file names inside that directory (never a path elsewhere).  ValueError
+    saying which field is wrong."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            hunt = json.load(f)
+    except (ValueError, RecursionError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a readable kdebug hunt.json ({type(e).__name__}: {str(e)[:200]})") from None
+
+    def bad(field: str, want: str):
+        return ValueError(f"{path}: {field} must be {want}; this is not a hunt.json kdebug wrote "
+                          "(run kdebug hunt --keep DIR again)")
+
+    if not isinstance(hunt, dict):
+        raise bad("the file", "a JSON object")
+    if "what" in hunt and not isinstance(hunt["what"], str):
+        raise bad("what", "a string")
+    names = hunt.get("paths", [])
+    if not isinstance(names, list) or not all(_plain_name(p) for p in names):
+        raise bad("paths", "a list of trace file names in its directory")
+    fixes = hunt.get("fixes", {})
+    if not isinstance(fixes, dict) or not all(v is None or isinstance(v, bool) for v in fixes.values()):
+        raise bad("fixes", "an object of true / false / null")
+    for key in ("confirm", "magnitude"):
+        v = hunt.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, dict) and isinstance(x.get("root"), str) for x in v):
+            raise bad(key, "a list of objects, each with its root")
+    for x in hunt.get("magnitude", []):
+        if "rerun" in x and not (isinstance(x["rerun"], dict) and x["rerun"].get("verdict") in ("intrinsic", "stable")):
+            raise bad("magnitude[].rerun", "an object whose verdict is intrinsic or stable")
+    if hunt.get("nproc") is not None:
+        nproc = hunt["nproc"]
+        if type(nproc) is not int or nproc < 1:
+            raise bad("nproc", "a whole number of at least 1")
+        per = hunt.get("rank_paths")
+        if not isinstance(per, dict) or not all(
+                isinstance(v, list) and all(_plain_name(p) for p in v) for v in per.values()):
+            raise bad("rank_paths", "an object of rank -> list of trace file names in its directory")
+        for key in ("focus_rank", "confirm_rank", "magnitude_rank"):
+            r = hunt.get(key)
+            if r is not None and (type(r) is not int or not 0 <= r < nproc):
+                raise bad(key, f"a rank from 0 to {nproc - 1}")
+        summary = hunt.get("summary", [])
+        if not isinstance(summary, list) or not all(isinstance(x, str) for x in summary):
+            raise bad("summary", "a list of strings")
+    return hunt
 
 
 # ---------------------------------------------------------------- tables
@@ -286,7 +342,7 @@ def _comparison_json(rep: Report, limit: int = 2000) -> dict:
                "arg_index": d.arg_index, "hash_a": _hash_text(d.hash_a), "hash_b": _hash_text(d.hash_b),
                "magnitude": _magnitude(d.hash_a, d.hash_b),
                "writer": _step_json(d.writer), "writer_args": list(d.writer_args), "outside": d.outside,
-               "inherited": len(d.inherited), "hints": list(d.hints)}
+               "inherited": len(d.inherited), "hints": list(d.hints), "collective": is_collective(d.step_a)}
     segs = [list(op) for op in al["opcodes"] if op[0] != "equal"]
     if rep.divergence is None and rep.ok:
         verdict = "match" if rep.hashed else "nothing hashed"

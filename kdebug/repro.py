@@ -210,10 +210,7 @@ def program_of(run) -> Program | None:
         cut = argv.index("--") if "--" in argv else len(argv)
         opts, target = argv[1:cut], argv[cut + 1:]
         fix = opts[opts.index("--fix") + 1] if "--fix" in opts[:-1] else None
-        # a rank of a job under torch's launcher (META's rank and world size):
-        # the job is started whole again, and captured in that rank
-        job = {"nproc": int(run.meta["world_size"]), "rank": int(run.meta["rank"])} \
-            if isinstance(run.meta.get("world_size"), int) and isinstance(run.meta.get("rank"), int) else {}
+        job = job_of(run)
         if "--builtin" in opts:
             return Program(target, builtin=True, fix=fix, **job)
         return Program(target, module="-m" in opts, fix=fix, **job) if target else None
@@ -221,6 +218,16 @@ def program_of(run) -> Program | None:
             and len(argv) > 1 and argv[1] == "record" and "--" in argv:
         return command(argv[argv.index("--"):])
     return None
+
+
+def job_of(run) -> dict:
+    """A rank of a job under torch's launcher (META's rank and world size):
+    {"nproc", "rank"} -- the job is started whole again and captured in that
+    rank; {} for one process's trace."""
+    w, r = run.meta.get("world_size"), run.meta.get("rank")
+    if type(w) is int and type(r) is int and 0 <= r < w:
+        return {"nproc": w, "rank": r}
+    return {}
 
 
 def command(cmd: list) -> Program | None:
@@ -291,6 +298,11 @@ def capture_many(trace: str, targets: list, out_dir: str, program: Program | Non
 
     run = kdebug.load(trace, quiet=True)
     program = program or program_of(run)
+    if program is not None and program.nproc is None and job_of(run):
+        # a rank's trace with the program given after --: still that job, started whole
+        import dataclasses
+
+        program = dataclasses.replace(program, **job_of(run))
     if program is None:
         raise ReproError(f"{trace} does not say how its program was run (it was not recorded by kdebug record or "
                          "kdebug hunt); give it after --: ... -- python script.py args (run from the directory it "

@@ -27,6 +27,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not (has_cuda and has_triton):
             item.add_marker(skip)
+        # pytest -n N --dist loadgroup (pytest-xdist): a test file's tests run in
+        # one worker (its module fixtures are made once); the files that read
+        # the built-in hunt (a session fixture of a minute) share one worker
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else "?"
+        item.add_marker(pytest.mark.xdist_group(_SHARED_GROUPS.get(module, module)))
+
+
+_SHARED_GROUPS = {"test_hunt": "builtin_hunt", "test_repro": "builtin_hunt"}
 
 
 def pointwise_and_reductions(x, w, b):

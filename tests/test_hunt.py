@@ -82,6 +82,36 @@ def test_hunt_try_fixes_says_which_fix_works(builtin_hunt):
     assert "torch._inductor.config.deterministic = True: does not remove it" in p.stdout
 
 
+def test_a_fix_the_program_fails_with_is_kept_as_not_judged(tmp_path):
+    # the program diverges (a planted random perturbation) and refuses to run
+    # under torch.use_deterministic_algorithms(True): that fix is tried, and
+    # kept in hunt.json as null (the page says the program failed with it)
+    import json
+
+    script = tmp_path / "picky.py"
+    script.write_text(textwrap.dedent("""
+        import random
+        import torch
+        from kdebug.testing import perturb_kernel_output
+        if torch.are_deterministic_algorithms_enabled():
+            raise SystemExit("picky.py: refuses deterministic algorithms")
+        f = torch.compile(lambda x: (x.sin() * 2).cos() + 1)
+        x = torch.linspace(-1, 1, 64)
+        f(x)
+        with perturb_kernel_output("cpp_fused_", "out_ptr0", 0, random.SystemRandom().uniform(0.25, 0.75)):
+            f(x)
+    """))
+    keep = tmp_path / "keep"
+    p = kdebug_cli("hunt", "--in-process", "--no-magnitude", "--try-fixes", "--fixes", "deterministic_algorithms",
+                   "--keep", str(keep), "--html", str(tmp_path / "r.html"), str(script), cwd=tmp_path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "torch.use_deterministic_algorithms(True): the program failed with it" in p.stdout
+    assert json.loads((keep / "hunt.json").read_text())["fixes"] == {"torch.use_deterministic_algorithms(True)": None}
+    page = (tmp_path / "r.html").read_text()
+    meta = json.loads(re.search(r'<script id="kd-meta" type="application/json">(.*?)</script>', page, re.S)[1])
+    assert meta["hunt"]["fixes"] == {"torch.use_deterministic_algorithms(True)": None}
+
+
 def test_hunt_in_process_deterministic_script_exits_0(tmp_path):
     script = tmp_path / "det.py"
     script.write_text(textwrap.dedent("""

@@ -1,6 +1,7 @@
 """Per-rank traces, collective records and the cross-rank comparison, on gloo
 (CPU) through torch's launcher (kdebug record --nproc 2)."""
 import os
+import re
 import subprocess
 import sys
 
@@ -180,6 +181,12 @@ def test_hunt_nproc_names_the_rank_and_kernel_that_changed_between_runs(tmp_path
     assert "the difference started on rank(s) [1]" in hunt["summary"]
     assert "cpp_fused_relu" in m1["comparisons"][0]["divergence"]["a"]["label"]
     assert "allreduce" in m0["comparisons"][0]["divergence"]["a"]["label"]
+    # rank 0 received rank 1's difference through the all-reduce: its report and page say so, never
+    # "non-deterministic"
+    r0_text = p.stdout.split("=== rank 0: run to run ===")[1].split("=== rank 1")[0]
+    assert "this collective returned another result" in r0_text and "op is non-deterministic" not in r0_text
+    assert m0["comparisons"][0]["divergence"]["collective"] is True
+    assert m1["comparisons"][0]["divergence"]["collective"] is False
     # kdebug report DIR draws the rank where the difference started
     from kdebug.report import build, resolve_inputs
 
@@ -208,3 +215,122 @@ def test_compiled_ddp_compiles_inside_the_recording(tmp_path):
     out = _record(tmp_path, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), KD_NPROC="1")
     run = kdebug.load(out)
     assert run.ranks == [0] and len(run[0].kernels) >= 2 and run[0].complete
+
+
+# ---------------------------------------------------------------- the hunt's judgement, without a job
+
+
+def _rank(how_roots=(), structural=(), match=False):
+    from kdebug.hunt_ranks import rank_result
+
+    class _Step:
+        def __init__(self, name, kind):
+            self.name, self.kind = name, kind
+
+        def label(self):
+            return f"{'op' if self.kind == 'aten' else 'kernel'} #1 {self.name}"
+
+    class _Root:
+        def __init__(self, name, kind, root_kind):
+            self.step_a, self.kind, self.consequences = _Step(name, kind), root_kind, 3
+
+    class _Rep:
+        ok = match
+        runs = (0, 1)
+
+        def __init__(self):
+            self.roots = [_Root(*r) for r in how_roots]
+            self.structural = list(structural)
+
+    return _Rep()
+
+
+def _verdict(per_rank: dict, grouped=True):
+    from kdebug.hunt_ranks import JobVerdict, rank_result
+
+    ranks = {r: rank_result(r, [rep]) for r, rep in per_rank.items()}
+    return JobVerdict(ranks, {}, [{"run": 0, "match": True}], grouped)
+
+
+def test_summary_names_how_each_rank_differs():
+    coll = ("c10d::allreduce_", "aten", "root")
+    # a kernel computed differently on rank 1; rank 0 only received it
+    v = _verdict({0: _rank([coll]), 1: _rank([("cpp_fused_relu_0", "kernel", "root"), coll])})
+    text = "\n".join(v.summary(2, 2))
+    assert v.origins == [1] and v.focus() == 1
+    assert "rank 0: first root op #1 c10d::allreduce_; only collectives differ here: it received another rank's" \
+           in text and "the difference started on rank(s) [1]" in text
+    # rank 1's input changed outside the recording: it is the origin, not a receiver
+    v = _verdict({0: _rank([coll]), 1: _rank([("cpp_fused_mul_0", "kernel", "outside")])})
+    text = "\n".join(v.summary(2, 2))
+    assert v.origins == [1] and v.focus() == 1 and "an input changed outside the recording here" in text
+    assert "rank 1: first difference at kernel #1 cpp_fused_mul_0" in text
+    # only a collective differs, on rank 1 alone: no rank is said to have received anything
+    v = _verdict({0: _rank(match=True), 1: _rank([coll])})
+    text = "\n".join(v.summary(2, 2))
+    assert v.origins == [] and v.focus() == 1 and "received" not in text
+    assert "the collective returned another result here" in text
+    assert "the difference first appears in collective outputs, on rank(s) [1]" in text
+    # rank 1 launched other work (no root): the origin, labelled as a difference, not a root
+    v = _verdict({0: _rank([coll]), 1: _rank(structural=["only run 1 launched [op #9 aten::add_]"])})
+    text = "\n".join(v.summary(2, 2))
+    assert v.origins == [1] and "rank 1: first difference: only run 1 launched" in text
+    assert "first root only run" not in text
+    # one rank, or no process group: nothing is claimed to agree
+    v = _verdict({0: _rank(match=True)}, grouped=False)
+    text = "\n".join(v.summary(1, 2))
+    assert "one rank, nothing to compare across ranks" in text and "no rank initialized a process group" in text
+    assert "replicas agree" not in text
+
+
+def test_page_names_follow_the_trace_names():
+    from kdebug.hunt_ranks import page_path
+
+    assert page_path("r.html", 1) == "r.rank1.html"
+    assert page_path("/a.b/out", 0) == "/a.b/out.rank0.html"
+
+
+_GOOD = {"what": "job.py", "runs": 2, "nproc": 2, "paths": ["run0.rank1.kdt", "run1.rank1.kdt"],
+         "rank_paths": {"0": ["run0.rank0.kdt", "run1.rank0.kdt"], "1": ["run0.rank1.kdt", "run1.rank1.kdt"]},
+         "focus_rank": 1, "summary": ["x"], "fixes": {"f": True, "g": None}}
+
+
+@pytest.mark.parametrize("change, field", [
+    ([1, 2], "the file"),
+    ({"paths": ["/etc/passwd"]}, "paths"),
+    ({"paths": ["../run0.kdt"]}, "paths"),
+    ({"rank_paths": {"1": ["run0.rank1.kdt", None]}}, "rank_paths"),
+    ({"rank_paths": ["run0.rank1.kdt"]}, "rank_paths"),
+    ({"fixes": {"deterministic_algorithms": "false"}}, "fixes"),
+    ({"magnitude": [None], "magnitude_rank": 1}, "magnitude"),
+    ({"confirm": [None, 3], "confirm_rank": 1}, "confirm"),
+    ({"magnitude": [{"root": "k", "rerun": {"verdict": "junk"}}]}, "magnitude[].rerun"),
+    ({"focus_rank": "1"}, "focus_rank"),
+    ({"focus_rank": 7}, "focus_rank"),
+    ({"focus_rank": True}, "focus_rank"),
+    ({"nproc": 0}, "nproc"),
+    ({"what": ["<b>"]}, "what"),
+])
+def test_a_hostile_hunt_json_is_refused_naming_its_field(tmp_path, change, field):
+    import json
+
+    from kdebug.report import resolve_inputs
+
+    d = tmp_path / "keep"
+    d.mkdir()
+    doc = change if isinstance(change, list) else {**_GOOD, **change}
+    (d / "hunt.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=re.escape(f"{field} must be")):
+        resolve_inputs([str(d)])
+    p = subprocess.run([sys.executable, "-m", "kdebug", "report", str(d), "-o", str(tmp_path / "r.html")],
+                       env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and f"{field} must be" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_deeply_nested_hunt_json_is_refused(tmp_path):
+    from kdebug.report import resolve_inputs
+
+    (tmp_path / "hunt.json").write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(ValueError, match="not a readable kdebug hunt.json"):
+        resolve_inputs([str(tmp_path)])
