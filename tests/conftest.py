@@ -24,14 +24,16 @@ def pytest_collection_modifyitems(config, items):
     except ImportError:
         has_triton = False
     skip = pytest.mark.skip(reason="needs a CUDA device and Triton (run these on the GPU machine)")
+    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if "gpu" in item.keywords and not (has_cuda and has_triton):
             item.add_marker(skip)
         # pytest -n N --dist loadgroup (pytest-xdist): a test file's tests run in
         # one worker (its module fixtures are made once); the files that read
         # the built-in hunt (a session fixture of a minute) share one worker
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else "?"
-        item.add_marker(pytest.mark.xdist_group(_SHARED_GROUPS.get(module, module)))
+        if grouped:
+            module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else "?"
+            item.add_marker(pytest.mark.xdist_group(_SHARED_GROUPS.get(module, module)))
 
 
 _SHARED_GROUPS = {"test_hunt": "builtin_hunt", "test_repro": "builtin_hunt"}
