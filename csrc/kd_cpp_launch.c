@@ -142,7 +142,7 @@ static void finish(int raised)
 /* Counts a launch that could not be recorded, with its reason, on r. */
 static int refuse(kd_recorder *r, const char *kernel_name, const char *why)
 {
-    char msg[300];
+    char msg[640];
     snprintf(msg, sizeof msg, "a C++-wrapper launch of %s was not recorded: %s", kernel_name, why);
     kd_recorder_error(r, msg);
     r->unrecorded++;
@@ -181,7 +181,8 @@ static int begin(kd_recorder *r, int kind, const char *kernel_name, int n, const
 {
     cpp_pending *c = &tls_cpp;
     if (n < 0 || n > KD_CPP_MAX_ARGS)
-        return refuse(r, kernel_name, "more arguments than kdebug records from C++");
+        return refuse(r, kernel_name, "more arguments than kdebug records from C++ (1024); compile with "
+                                      "cpp_wrapper=False (the Python wrapper) to record it");
     uint32_t name_ids[KD_CPP_MAX_ARGS];
     uint8_t rls[KD_CPP_MAX_ARGS];
     kd_kernel_info info; /* read by the launch path only: no Python object */
@@ -269,7 +270,9 @@ int kd_cpp_launch_v2(int phase, int kind, const char *kernel_name, int n, const 
             rc = refuse(r, kernel_name != NULL ? kernel_name : "?",
                         "a call in C++-wrapper code that kdebug does not describe (an extern call "
                         "whose outputs the C shim allocates, a CPU Triton kernel, an argument that is "
-                        "no plain variable)");
+                        "no plain variable or a scalar of a type kdebug does not record: the warning "
+                        "when it was compiled names it); compile with cpp_wrapper=False (the Python "
+                        "wrapper) to record it");
     }
     PyErr_Clear();
     PyErr_Restore(et, ev, etb);

@@ -10,9 +10,11 @@
 /* Phases of kd_cpp_launch. */
 enum { KD_CPP_BEFORE = 0, KD_CPP_AFTER = 1, KD_CPP_UNRECORDED = 2 /* a call kdebug cannot describe */ };
 
-/* Most tensor arguments one reported launch may have; a launch with more is
- * counted as unrecorded. */
-#define KD_CPP_MAX_ARGS 256
+/* Most arguments (tensors and scalars) one reported launch may have; a
+ * launch with more is counted as unrecorded.  The Python wrapper's largest
+ * launches (foreach kernels over hundreds of tensors, each with its size)
+ * fit. */
+#define KD_CPP_MAX_ARGS 1024
 
 /* Called by generated C++ (found with dlopen/dlsym, hence exported) before
  * (phase KD_CPP_BEFORE) and after (KD_CPP_AFTER) each kernel launch: kind

@@ -341,6 +341,23 @@ def current_graph():
         return None
 
 
+def wrapper_output(wrapper):
+    """The IndentedBuffer a wrapper codegen's writeline writes into while it
+    generates its lines (2.13: PythonWrapperCodegen.set_writeline's dispatch
+    closure, whose `target` cell is the buffer; a bound IndentedBuffer.writeline
+    in other versions; not checked against 2.11), or None when it cannot be
+    told (Note [Fresh buffers in C++ wrappers] then treats nothing as fresh)."""
+    wl = getattr(wrapper, "writeline", None)
+    code = getattr(wl, "__code__", None)
+    if code is not None and "target" in code.co_freevars and wl.__closure__:
+        try:
+            return wl.__closure__[code.co_freevars.index("target")].cell_contents
+        except (ValueError, IndexError):
+            return None
+    out = getattr(wl, "__self__", None)
+    return None if out is wrapper else out
+
+
 def compile_callback_handler():
     """torch._dynamo.callback_handler (2.11, 2.13: register_start_callback,
     register_end_callback)."""

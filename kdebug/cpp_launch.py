@@ -114,6 +114,93 @@ static inline void kdebug_launch(int phase, int kind, const char* name, int n, c
 """
 
 
+# ---------------------------------------------------------------- fresh buffers
+
+# Note [Fresh buffers in C++ wrappers]
+# The Python wrapper's fresh buffers (Note [Fresh buffers] in inductor.py) are
+# found in its call() source; a C++ wrapper's are found the same way in the
+# C++ it has generated so far, read line by line while it is generated (the
+# lines before a kernel call are final when the call is generated): a buffer
+# is fresh from its `aoti_torch_empty_strided(..., &bufN_handle)` until a line
+# uses it; `auto bufM = std::move(bufN)` and `auto bufM =
+# ...reinterpret_tensor_wrapper(bufN, ...)` (the wrapper's buffer reuse) make
+# bufM the same memory; its RAII wrapping, `.reset()` and kdebug's own lines
+# are no use.  Any other line that names a buffer uses it.  What is not
+# recognized counts as a use, so a buffer is fresh only when it certainly is.
+_ALLOC = re.compile(r"^AOTI_TORCH_ERROR_CODE_CHECK\(aoti_torch_empty_strided\(.*&([A-Za-z_]\w*)_handle\)\);$")
+_RAII = re.compile(r"^RAIIAtenTensorHandle ([A-Za-z_]\w*)\(\1_handle\);$")
+_SAME = re.compile(r"^auto ([A-Za-z_]\w*) = (?:std::move\(|(?:wrap_with_raii_handle_if_needed\()?"
+                   r"reinterpret_tensor_wrapper\()([A-Za-z_]\w*)[,)]")
+_NO_USE = re.compile(r"^(?:[A-Za-z_]\w*\.reset\(\);|AtenTensorHandle [A-Za-z_]\w*_handle;|static constexpr .*|//.*|)$")
+_WORD = re.compile(r"[A-Za-z_]\w*")
+_VIEW_BASE = re.compile(r"reinterpret_tensor_wrapper\(([A-Za-z_]\w*),")
+
+
+class _FreshBuffers:
+    """Note [Fresh buffers in C++ wrappers] for one buffer of generated code."""
+
+    def __init__(self, out) -> None:
+        self.out, self.seen = out, 0
+        self.fresh: set[str] = set()
+        self.alias: dict[str, str] = {}
+
+    def _base(self, name: str) -> str:
+        return self.alias.get(name, name)
+
+    def _feed(self, line: str) -> None:
+        line = line.strip()
+        if "kdebug_launch" in line or _NO_USE.match(line) or _RAII.match(line):
+            return
+        m = _ALLOC.match(line)
+        if m:
+            self.alias.pop(m.group(1), None)
+            self.fresh.add(m.group(1))
+            return
+        m = _SAME.match(line)
+        if m:
+            rest = line[line.index(";") + 1:].strip() if ";" in line else ""
+            if not rest or _NO_USE.match(rest) or re.fullmatch(r"[A-Za-z_]\w*\.reset\(\);\s*//.*", rest):
+                self.alias[m.group(1)] = self._base(m.group(2))
+                return
+        for w in _WORD.findall(line):
+            self.fresh.discard(self._base(w[:-7] if w.endswith("_handle") else w))
+
+    def update(self) -> bool:
+        """Reads the lines written since the last call; False when the buffer
+        cannot be read (then no buffer counts as fresh)."""
+        lines = getattr(self.out, "_lines", None)
+        if not isinstance(lines, list):
+            return False
+        for line in lines[self.seen:]:
+            text = line if isinstance(line, str) else getattr(line, "line", None)
+            if isinstance(text, str):
+                self._feed(text)
+            elif type(line).__name__ != "LineContext":  # (a context names an op: no code)
+                self.fresh.clear()  # a line kdebug cannot read: nothing stays fresh
+        self.seen = len(lines)
+        return True
+
+    def is_fresh(self, expr: str) -> bool:
+        m = _VIEW_BASE.search(expr)
+        name = m.group(1) if m else expr
+        return _IDENT.match(name) is not None and self._base(name) in self.fresh
+
+
+def _fresh_positions(wrapper, exprs: list[str]) -> frozenset[int]:
+    """Positions of ``exprs`` (a kernel call's arguments) whose buffers are
+    fresh where the call is generated (Note [Fresh buffers in C++ wrappers])."""
+    out = _upstream.wrapper_output(wrapper)
+    if out is None:
+        return frozenset()
+    states = wrapper.__dict__.setdefault("_kdebug_fresh", {})
+    st = states.get(id(out))
+    if st is None or st.out is not out:
+        st = states[id(out)] = _FreshBuffers(out)
+    if not st.update():
+        return frozenset()
+    return frozenset(i for i, e in enumerate(exprs) if st.is_fresh(str(e)))
+
+
 # ---------------------------------------------------------------- what a call site launches
 
 def _cpp_param_names(wrapper, kernel_name: str, n: int) -> list[str]:
@@ -151,21 +238,24 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
         names = [n for n, t in signature.items() if t != "constexpr"]
         imeta = call.get("inductor_meta") or {}
         mutated = frozenset(imeta.get("mutated_arg_names") or ())
+        fresh = _fresh_positions(call["wrapper"], [str(a) for a in args])
         exprs, out_names, roles = [], [], []
         for i, (a, t) in enumerate(zip(args, types)):
             if not isinstance(t, torch.dtype):
                 continue  # a scalar
             name = names[i] if i < len(names) else f"arg{i}"
+            role = inductor._role(name, mutated)
             exprs.append(str(a))
             out_names.append(name)
-            roles.append(inductor._role(name, mutated))
+            roles.append(2 if i in fresh and role & 2 else role)  # Note [Fresh buffers]
         kind = _C.KIND_TRITON
     else:
         # tensors (pointer parameters) and scalars (sizes of a dynamic-shape
         # graph: `const int64_t ks0`), in call order, as the Python wrapper's
         # pybinding call passes them
         names = _cpp_param_names(call["wrapper"], call["kernel_name"], len(args))
-        roles_all = inductor.cpp_roles(names, [str(t) for t in types])
+        fresh = _fresh_positions(call["wrapper"], [str(a) for a in args])  # Note [Fresh buffers]
+        roles_all = inductor.cpp_roles(names, [str(t) for t in types], fresh)
         exprs, out_names, roles = [], [], []
         for a, t, n, r in zip(args, types, names, roles_all):
             t = str(t)
@@ -308,7 +398,8 @@ def _enter_site(printer) -> dict | None:
         from . import inductor
 
         inductor.warn(f"a launch of {kernel_name} in C++-wrapper code cannot be recorded ({e}); "
-                      "each of its launches is counted as unrecorded")
+                      "each of its launches is counted as unrecorded (the recording is not complete); "
+                      "compile with cpp_wrapper=False (the Python wrapper) to record it")
         _emit({"kernel_name": str(kernel_name), "site": (_C.KIND_CPP, [], [], [])}, _UNRECORDED)
     return call
 

@@ -394,13 +394,41 @@ def _patched_graph_call(orig):
     return __call__
 
 
+# Note [One caller per hooked AOTI model]
+# AOTInductor's boxed_run holds the GIL while it waits for a free model of its
+# container (a model runs one call at a time; num_runners of them).  Without
+# kdebug a running model never needs the GIL, so that wait ends.  A hooked
+# model's kernel launches take the GIL (Note [C++ wrapper launches]) and,
+# while recording, run Python code (a new tensor object, a hash function, the
+# garbage collector), during which the interpreter can hand the GIL to a
+# thread that then calls the same model and waits for it holding the GIL:
+# the running model never gets the GIL back (found by an adversarial test:
+# six threads, one package, record_all_threads=True, hung every time).  So a
+# call of a hooked model first takes a lock of its loader, in Python, where
+# waiting releases the GIL: one caller at a time enters boxed_run.  Unhooked
+# models never need the GIL and are not serialized.
+_aoti_locks: dict[int, threading.RLock] = {}
+
+
+def _aoti_lock(model) -> threading.RLock:
+    key = id(getattr(model, "loader", model))
+    lock = _aoti_locks.get(key)
+    if lock is None:
+        lock = _aoti_locks.setdefault(key, threading.RLock())  # atomic under the GIL
+    return lock
+
+
 def _patched_aoti_call(orig):
     def __call__(self, *args, **kwargs):
         mode = _active.recording()
-        if mode is not None and not cpp_launch.aoti_hooked(self):
+        hooked = cpp_launch.aoti_hooked(self)
+        if mode is not None and not hooked:
             mode._note_bypass("AOTInductor")
             _C.defer_flush()
-        return orig(self, *args, **kwargs)
+        if not hooked:
+            return orig(self, *args, **kwargs)
+        with _aoti_lock(self):  # Note [One caller per hooked AOTI model]
+            return orig(self, *args, **kwargs)
 
     __call__.__wrapped__ = orig
     return __call__

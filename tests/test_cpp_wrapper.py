@@ -102,6 +102,52 @@ def test_cpp_wrapper_records_the_scalar_arguments_of_a_dynamic_shape_graph():
     assert _launches(cw_small) == _launches(py_small)
 
 
+def test_fresh_buffers_reused_in_place_are_written_not_read():
+    # Note [Fresh buffers in C++ wrappers]: the reductions' results land in
+    # freshly allocated buffers that Inductor passes as in_out_ptr (reused in
+    # place); their bytes before the launch are uninitialized memory.  As in
+    # the Python wrapper, they are written only: no pre-launch hash of garbage
+    # (it differed from run to run and made a false input difference).
+    ln, lin = torch.nn.LayerNorm(16), torch.nn.Linear(16, 16)
+
+    def step(x):
+        y = torch.nn.functional.gelu(ln(lin(x))).sum()
+        y.backward()
+        return (x.sum() + 1).sin(), x.var(0), y
+
+    x = torch.randn(4, 16)
+
+    def kernels(cpp_wrapper):
+        torch._dynamo.reset()
+        f = torch.compile(step, options={"cpp_wrapper": cpp_wrapper})
+        dm, _ = _record(f, x)
+        return [(k.kernel_name, dict(k.roles), sorted(k.pre_hashes)) for k in dm.kernels
+                if not k.kernel_name.startswith("aten::")]
+
+    py, cw = kernels(False), kernels(True)
+    assert cw == py
+    fresh = [(name, a) for name, roles, pre in cw for a, r in roles.items() if a.startswith("in_out_ptr") and r == "W"]
+    assert fresh, cw  # the case is there: in_out_ptr buffers written only
+    assert all(a not in pre for name, roles, pre in cw for a, r in roles.items() if r == "W")
+
+
+def test_a_launch_with_hundreds_of_arguments_is_recorded_whole():
+    # a foreach kernel over 90 dynamic-size tensors: 180 pointers and 90 sizes
+    def f(*xs):
+        return torch._foreach_add(torch._foreach_mul(list(xs), 2.0), 1.0)
+
+    xs = [torch.randn(3 + i) for i in range(90)]
+    torch._dynamo.reset()
+    cw = torch.compile(f, dynamic=True, options={"cpp_wrapper": True})
+    dm, out = _record(cw, *xs)
+    assert dm.complete, dm.kernel_stats
+    torch.testing.assert_close(list(out), [x * 2 + 1 for x in xs])
+    n_args = [len(k.args) for k in dm.kernels]
+    assert sum(n_args) >= 270 and max(n_args) > 256, n_args
+    sizes = sorted(a for k in dm.kernels for a in k.args if isinstance(a, int))
+    assert sizes == sorted(x.numel() for x in xs), sizes
+
+
 def test_extern_out_calls_are_recorded_with_the_python_paths_hashes():
     x, y = _inputs()
     py_dm, _ = _record(_compile(False), x, y)
@@ -218,6 +264,59 @@ def test_aoti_package_compiled_under_kdebug_records_its_kernels(tmp_path):
     # the same output hashes as the Python wrapper's kernels
     aoti = [k.post_hashes for k in dm.kernels if k.kernel_name != "aten::mm.out"]
     assert sorted(map(str, aoti)) == sorted(map(str, (k.post_hashes for k in py_dm.kernels)))
+
+
+_THREADED_AOTI = """
+import sys, threading, time, torch
+from kdebug import DebugMode
+
+def f(x):
+    return (x.sin() @ x.t()).cos()     # an intermediate buffer, freed inside the model
+
+class M(torch.nn.Module):
+    def forward(self, x):
+        return f(x)
+
+ep = torch.export.export(M(), (torch.randn(8, 5),))
+with DebugMode():
+    path = torch._inductor.aoti_compile_and_package(ep, package_path=sys.argv[1])
+model = torch._inductor.aoti_load_package(path)
+calls = []
+
+def slow_hash(t):
+    # planted: every hash gives the GIL away for a while, inside the model's run,
+    # so the other thread certainly calls the model meanwhile
+    time.sleep(0.002)
+    calls.append(1)
+    return float(t.double().sum())
+
+def work(n):
+    for _ in range(n):
+        model(torch.randn(8, 5))
+
+with DebugMode(record_all_threads=True) as dm, DebugMode.log_tensor_hashes(slow_hash):
+    ts = [threading.Thread(target=work, args=(10,)) for _ in range(3)]
+    for t in ts:
+        t.start()
+    work(10)
+    for t in ts:
+        t.join()
+print("DONE", len(dm.kernels), dm.complete, len(calls) > 0, flush=True)
+"""
+
+
+def test_threads_calling_one_hooked_aoti_model_while_recording_do_not_deadlock(tmp_path):
+    # Note [One caller per hooked AOTI model]: without the loader's lock this hung
+    script = tmp_path / "threads.py"
+    script.write_text(_THREADED_AOTI)
+    p = subprocess.run([sys.executable, str(script), str(tmp_path / "m.pt2")], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+    done = [ln for ln in p.stdout.splitlines() if ln.startswith("DONE")]
+    assert done, p.stdout + p.stderr[-3000:]
+    _, kernels, complete, hashed = done[0].split()
+    # 4 threads x 10 calls, each an mm (extern, recorded from C++) and two C++ kernels
+    assert (int(kernels), complete, hashed) == (4 * 10 * 3, "True", "True"), done
 
 
 def test_unhooked_aoti_package_is_refused_loudly(tmp_path):
