@@ -577,10 +577,17 @@ def hunt_roots(hunt_dir: str) -> tuple[str, list]:
 
     from .compare import compare_many
 
+    from .report import read_hunt_json
+
     try:
-        with open(os.path.join(hunt_dir, "hunt.json")) as f:
-            hunt = json.load(f)
+        hunt = read_hunt_json(os.path.join(hunt_dir, "hunt.json"))  # its traces: files of that directory
+        if hunt.get("nproc") is not None:  # kdebug hunt --nproc: the rank where the difference started
+            from .hunt_ranks import page_hunt
+
+            hunt = page_hunt(hunt, hunt.get("focus_rank") or 0)
         paths = [os.path.join(hunt_dir, p) for p in hunt["paths"]]
+        if len(paths) < 2:
+            raise ValueError("it names fewer than two runs")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ReproError(f"{hunt_dir} is not a kept hunt (kdebug hunt --keep DIR writes hunt.json): {e}") from None
     run = kdebug.load(paths[0], quiet=True)

@@ -125,6 +125,23 @@ def test_rerun_of_the_builtin_index_add_kernel_varies(builtin_hunt, tmp_path):
     assert "INTRINSICALLY NONDETERMINISTIC" in p.stdout
 
 
+@needs_two_cores
+def test_repro_from_a_kept_hunt_reproduces_its_first_root(builtin_hunt, tmp_path):
+    # kdebug repro --from-hunt DIR: the hunt's hunt.json names the runs; root 1 is the index_add kernel
+    p = builtin_hunt.proc
+    assert p.returncode == 1, p.stdout + p.stderr
+    p = kdebug_cli("repro", "--from-hunt", str(builtin_hunt.keep), "-o", str(tmp_path / "r"), cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "cpp_fused_div_index_add_zeros_0" in p.stdout and (tmp_path / "r" / "repro.py").exists()
+    # a hunt.json that points outside its directory is refused, never followed
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "hunt.json").write_text('{"paths": ["/etc/passwd", "run1.kdt"]}')
+    p = kdebug_cli("repro", "--from-hunt", str(bad), "-o", str(tmp_path / "r2"), cwd=tmp_path)
+    assert p.returncode == 2 and "is not a kept hunt" in p.stderr and "paths must be" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "r2").exists()
+
+
 # ---------------------------------------------------------------- aten ops, size cap, the hunt's re-launches
 
 
