@@ -349,7 +349,7 @@ def page_path(html: str, rank: int) -> str:
     """Rank R's page of ``--html OUT``: OUT.rank{R}.html (OUT.html's stem)."""
     from .ranks import rank_path
 
-    base, ext = os.path.splitext(html)
+    ext = os.path.splitext(html)[1]
     return rank_path(html if ext and os.sep not in ext else html + ".html", rank)
 
 
