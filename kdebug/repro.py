@@ -296,6 +296,15 @@ def capture_many(trace: str, targets: list, out_dir: str, program: Program | Non
 
     from . import replay
 
+    from .collectives import is_collective_name
+
+    # a collective cannot run alone: its output is its group's (Note [Collective records])
+    alone = {i: ReproError(f"{t.label()} is a collective: its output depends on the other ranks of its group, so "
+                           "it cannot be launched on its own; kdebug hunt --nproc N --confirm proves a collective "
+                           "root by replaying the whole job")
+             for i, t in enumerate(targets) if t.kind == "op" and is_collective_name(t.name)}
+    if len(alone) == len(targets):
+        return [alone[i] for i in range(len(targets))]
     run = kdebug.load(trace, quiet=True)
     program = program or program_of(run)
     if program is not None and program.nproc is None and job_of(run):
@@ -313,20 +322,26 @@ def capture_many(trace: str, targets: list, out_dir: str, program: Program | Non
     os.makedirs(out_dir, exist_ok=True)
     rerun_trace = os.path.join(out_dir, "capture-run.kdt")
     specs = [replay.Spec(t.name, t.occurrence, [], "io", os.path.join(out_dir, f"capture{i}.pt"),
-                         op=t.kind == "op", max_bytes=max_bytes, rank=program.rank) for i, t in enumerate(targets)]
+                         op=t.kind == "op", max_bytes=max_bytes, rank=program.rank)
+             for i, t in enumerate(targets) if i not in alone]
     for sp in specs:
         if os.path.exists(sp.path):
             os.unlink(sp.path)
     if not quiet:
-        print(f"kdebug: re-running {program.text()} to capture {', '.join(t.label() for t in targets)}",
-              file=sys.stderr)
+        print(f"kdebug: re-running {program.text()} to capture "
+              f"{', '.join(t.label() for i, t in enumerate(targets) if i not in alone)}", file=sys.stderr)
     proc = subprocess.run(program.runner_cmd(rerun_trace), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, env={**os.environ, replay.ENV: replay.to_env(specs)})
     if proc.returncode != 0:
         raise ReproError(f"the re-run exited with status {proc.returncode}:\n{proc.stdout[-3000:]}")
     again = kdebug.load(program.trace_of(rerun_trace), quiet=True)
     out = []
-    for t, sp in zip(targets, specs):
+    left = iter(specs)
+    for i, t in enumerate(targets):
+        if i in alone:
+            out.append(alone[i])
+            continue
+        sp = next(left)
         try:
             data = _read_capture(t, sp.path, max_bytes)
             if t.kind == "op":

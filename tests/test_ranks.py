@@ -46,6 +46,12 @@ def test_planted_collective_output_names_collective_and_rank(tmp_path):
     assert "rank 0 " in first.text and "rank 1 " in first.text and "run 0" not in first.text, first.text
     assert "run 0" not in str(rep) and "run 1" not in str(rep), str(rep)
     assert "non-deterministic" not in first.text  # one run's ranks: nothing about run to run
+    # a collective cannot be reproduced alone: kdebug repro says so and points at the job's replay
+    p = subprocess.run([sys.executable, "-m", "kdebug", "repro", rank_path(out, 1), "--op", str(first.step.index),
+                        "-o", str(tmp_path / "r")], env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and "is a collective" in p.stderr and "--confirm" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "r").exists()
 
 
 @pytest.mark.distributed
