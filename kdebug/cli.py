@@ -621,17 +621,16 @@ def _natural_pair(spec, root, file: str) -> tuple[str | None, bool | None]:
 
 
 def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in_process: bool,
-               times: int = 20, limit: int = 3, program=None, not_alone=None) -> list[dict]:
+               times: int = 20, limit: int = 3, program=None) -> list[dict]:
     """Note [Element-level differences]: one re-run that captures the inputs
     of the first ``limit`` roots (kernels and aten ops), then each root's
     repro launched ``times`` times on them (kdebug rerun's mechanism, Note
     [Standalone repro]): its verdict (intrinsically nondeterministic or
     stable on its inputs) and the element-level difference between the
     recorded outputs and the first launch that differs; printed and
-    returned per root.  ``program``: how to re-run it (default: the
-    program of ``target``; a distributed job's rank: repro.Program's nproc
-    and rank).  ``not_alone(root)``: why a root cannot be launched on its
-    own (a collective needs the other ranks), or None."""
+    returned per root (a collective is not re-launched: repro.capture_many
+    says why).  ``program``: how to re-run it (default: the program of
+    ``target``; a distributed job's rank: repro.Program's nproc and rank)."""
     import torch
 
     import kdebug
@@ -641,17 +640,8 @@ def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, 
 
     run_a = kdebug.load(path_a, quiet=True)
     roots = [r for r in rep.roots[:limit] if r.kind == "root"]
-    order = {r.step_a.label(): n for n, r in enumerate(roots)}
-    kept = []
-    for r in roots:
-        why = not_alone(r) if not_alone else None
-        if why:
-            print(f"  root {r.step_a.label()}: not re-launched on its own: {why}")
-            kept.append({"root": r.step_a.label(), "outputs": [], "text": f"not re-launched: {why}"})
-    skipped = {x["root"] for x in kept}
-    roots = [r for r in roots if r.step_a.label() not in skipped]
     if not roots:
-        return kept
+        return []
     targets = [repro.target_of(run_a, r.step_a.kernel_number) if r.step_a.kind == "kernel"
                else repro.target_of(run_a, op=r.step_a.index) for r in roots]
     print(f"\nkdebug hunt: intrinsic or inherited? (one re-run capturing each root's inputs, then each root "
@@ -665,8 +655,7 @@ def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, 
     except repro.ReproError as e:
         bar.close()
         print(f"  could not capture the roots' inputs: {e}")
-        out = [{"root": r.step_a.label(), "outputs": [], "text": f"not re-launched: {e}"} for r in roots]
-        return sorted(kept + out, key=lambda x: order[x["root"]])
+        return [{"root": r.step_a.label(), "outputs": [], "text": f"not re-launched: {e}"} for r in roots]
     bar.step("captured")
     out = []
     for n, (root, rp) in enumerate(zip(roots, made), 1):
@@ -710,7 +699,7 @@ def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, 
     bar.close()
     for entry in out:
         print(f"  root {entry['root']}: {entry['text']}")
-    return sorted(kept + out, key=lambda x: order[x["root"]])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -232,29 +232,27 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
     if call.get("extern"):
         return _extern_site(call)
     args, types = list(call["call_args"]), list(call["arg_types"] or [])
+    fresh = _fresh_positions(call["wrapper"], [str(a) for a in args])  # Note [Fresh buffers]
     if call["triton"]:
         meta = call.get("triton_meta") or {}
         signature = meta.get("signature") or {}
         names = [n for n, t in signature.items() if t != "constexpr"]
+        names += [f"arg{i}" for i in range(len(names), len(args))]
         imeta = call.get("inductor_meta") or {}
-        mutated = frozenset(imeta.get("mutated_arg_names") or ())
-        fresh = _fresh_positions(call["wrapper"], [str(a) for a in args])
+        roles_all = inductor.triton_roles(names, frozenset(imeta.get("mutated_arg_names") or ()), fresh)
         exprs, out_names, roles = [], [], []
         for i, (a, t) in enumerate(zip(args, types)):
             if not isinstance(t, torch.dtype):
                 continue  # a scalar
-            name = names[i] if i < len(names) else f"arg{i}"
-            role = inductor._role(name, mutated)
             exprs.append(str(a))
-            out_names.append(name)
-            roles.append(2 if i in fresh and role & 2 else role)  # Note [Fresh buffers]
+            out_names.append(names[i])
+            roles.append(roles_all[i])
         kind = _C.KIND_TRITON
     else:
         # tensors (pointer parameters) and scalars (sizes of a dynamic-shape
         # graph: `const int64_t ks0`), in call order, as the Python wrapper's
         # pybinding call passes them
         names = _cpp_param_names(call["wrapper"], call["kernel_name"], len(args))
-        fresh = _fresh_positions(call["wrapper"], [str(a) for a in args])  # Note [Fresh buffers]
         roles_all = inductor.cpp_roles(names, [str(t) for t in types], fresh)
         exprs, out_names, roles = [], [], []
         for a, t, n, r in zip(args, types, names, roles_all):

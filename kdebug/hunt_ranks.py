@@ -53,7 +53,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from . import collectives
+from .compare import is_collective
 
 UNSUPPORTED = (("in_process", "--in-process"),)
 
@@ -105,8 +105,7 @@ def _confirm_rank(args, rank: int, rep, stem0: str, tmp: str, target: list[str],
 
 
 def _root_entry(root) -> dict:
-    return {"root": root.step_a.label(), "kind": root.kind,
-            "collective": root.step_a.kind == "aten" and collectives.is_collective_name(root.step_a.name),
+    return {"root": root.step_a.label(), "kind": root.kind, "collective": is_collective(root.step_a),
             "consequences": root.consequences}
 
 
@@ -309,12 +308,6 @@ def _try_fixes(args, tmp: str, target: list[str], module: bool) -> dict:
     return out
 
 
-def _not_alone(root) -> str | None:
-    if root.step_a.kind == "aten" and collectives.is_collective_name(root.step_a.name):
-        return "a collective needs the other ranks (the job's re-run proves it by replay: --confirm)"
-    return None
-
-
 def _magnitude_rank(args, rank: int, rep, stem0: str, tmp: str, target: list[str], module: bool) -> list[dict]:
     """The element-level re-run (Note [Element-level differences]) for one
     rank's roots: the job is started once more, capturing in that rank."""
@@ -324,20 +317,17 @@ def _magnitude_rank(args, rank: int, rep, stem0: str, tmp: str, target: list[str
 
     program = repro.Program(list(target), module=module, nproc=args.nproc, rank=rank)
     return _magnitude(rep, rank_path(stem0, rank), target, module, False, tmp, False, args.rerun_times,
-                      program=program, not_alone=_not_alone)
+                      program=program)
 
 
 def page_hunt(hunt: dict, rank: int) -> dict:
-    """What rank ``rank``'s report page shows of a --nproc hunt.json: its
-    traces, the job's summary, the fixes, and the proof by replay and the
+    """What rank ``rank``'s report page shows of a --nproc hunt.json (as
+    written to disk: checked by report.read_hunt_json, rank keys strings):
+    its traces, the job's summary, the fixes, and the proof by replay and the
     re-run only on the rank they were made for."""
-    per = hunt.get("rank_paths") if isinstance(hunt.get("rank_paths"), dict) else {}
-    paths = per.get(str(rank)) or per.get(rank) or []
-    summary = hunt.get("summary") if isinstance(hunt.get("summary"), list) else []
-    out = {"what": f"{hunt.get('what') or 'the job'} (rank {rank} of {hunt.get('nproc')})",
-           "paths": [p for p in paths if isinstance(p, str)] if isinstance(paths, list) else [],
-           "fixes": hunt.get("fixes") if isinstance(hunt.get("fixes"), dict) else {},
-           "rank": rank, "nproc": hunt.get("nproc"), "summary": [str(x) for x in summary]}
+    out = {"what": f"{hunt.get('what') or 'the job'} (rank {rank} of {hunt['nproc']})",
+           "paths": list(hunt["rank_paths"].get(str(rank), [])), "fixes": hunt.get("fixes", {}),
+           "rank": rank, "nproc": hunt["nproc"], "summary": list(hunt.get("summary", []))}
     if hunt.get("confirm_rank") == rank and "confirm" in hunt:
         out["confirm"] = hunt["confirm"]
     if hunt.get("magnitude_rank") == rank and "magnitude" in hunt:

@@ -145,6 +145,18 @@ def _role(name: str, mutated: frozenset[str]) -> int:
     return (1 if read else 0) | (2 if write else 0)
 
 
+def triton_roles(names: list[str], mutated: frozenset[str], fresh=()) -> list[int]:
+    """KD_ROLE_* of a Triton kernel's arguments (_role), a fresh buffer
+    (Note [Fresh buffers]: positions in ``fresh``) written only; the Python
+    wrapper's autotuners and the C++ wrapper's calls (Note [C++ wrapper
+    launches])."""
+    roles = [_role(n, mutated) for n in names]
+    for i in fresh:
+        if i < len(roles) and roles[i] & 2:
+            roles[i] = 2
+    return roles
+
+
 def triton_kernel_info(autotuner) -> _C.KernelInfo:
     """Describes a CachingAutotuner: name, argument names in call order, roles."""
     meta = getattr(autotuner, "inductor_meta", None) or {}
@@ -153,10 +165,7 @@ def triton_kernel_info(autotuner) -> _C.KernelInfo:
     # run() gets the non-constexpr arguments, in signature order
     names = [n for n, t in signature.items() if t != "constexpr"]
     mutated = frozenset(getattr(autotuner, "mutated_arg_names", ()) or ())
-    roles = [_role(n, mutated) for n in names]
-    for i in getattr(autotuner, "_kdebug_fresh", ()):  # Note [Fresh buffers]
-        if i < len(roles) and roles[i] & 2:
-            roles[i] = 2
+    roles = triton_roles(names, mutated, getattr(autotuner, "_kdebug_fresh", ()))  # Note [Fresh buffers]
     dev_type = getattr(getattr(autotuner, "device_props", None), "type", "cuda")
     dev_index = autotuner.triton_meta.get("device", 0)
     if not isinstance(dev_index, int):

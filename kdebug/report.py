@@ -70,15 +70,7 @@ def resolve_inputs(items: Sequence) -> tuple[list, dict]:
             d = os.fspath(it)
             info_path = os.path.join(d, "hunt.json")
             if os.path.exists(info_path):
-                hunt = read_hunt_json(info_path)
-                if hunt.get("nproc") is not None:
-                    # kdebug hunt --nproc: the page of the rank where the difference started
-                    from .hunt_ranks import page_hunt
-
-                    focus = hunt.get("focus_rank")
-                    hunt = page_hunt(hunt, 0 if focus is None else focus)
-                    if not hunt["paths"]:
-                        raise ValueError(f"{info_path}: no traces of rank {hunt['rank']} (rank_paths)")
+                hunt = kept_hunt(info_path)
                 runs += [os.path.join(d, p) for p in hunt.get("paths", [])]
             else:
                 found = sorted(glob.glob(os.path.join(d, "run*.kdt")),
@@ -148,6 +140,22 @@ def read_hunt_json(path: str) -> dict:
         summary = hunt.get("summary", [])
         if not isinstance(summary, list) or not all(isinstance(x, str) for x in summary):
             raise bad("summary", "a list of strings")
+    return hunt
+
+
+def kept_hunt(path: str) -> dict:
+    """What a kept hunt's hunt.json says (read_hunt_json), as one set of
+    runs: for a --nproc hunt, the page of the rank where the difference
+    started (hunt_ranks.page_hunt).  ValueError saying what is wrong."""
+    hunt = read_hunt_json(path)
+    if hunt.get("nproc") is None:
+        return hunt
+    from .hunt_ranks import page_hunt
+
+    focus = hunt.get("focus_rank")
+    hunt = page_hunt(hunt, 0 if focus is None else focus)
+    if not hunt["paths"]:
+        raise ValueError(f"{path}: no traces of rank {hunt['rank']} (rank_paths)")
     return hunt
 
 

@@ -295,7 +295,6 @@ def capture_many(trace: str, targets: list, out_dir: str, program: Program | Non
     import kdebug
 
     from . import replay
-
     from .collectives import is_collective_name
 
     # a collective cannot run alone: its output is its group's (Note [Collective records])
@@ -307,11 +306,12 @@ def capture_many(trace: str, targets: list, out_dir: str, program: Program | Non
         return [alone[i] for i in range(len(targets))]
     run = kdebug.load(trace, quiet=True)
     program = program or program_of(run)
-    if program is not None and program.nproc is None and job_of(run):
+    job = job_of(run)
+    if program is not None and program.nproc is None and job:
         # a rank's trace with the program given after --: still that job, started whole
         import dataclasses
 
-        program = dataclasses.replace(program, **job_of(run))
+        program = dataclasses.replace(program, **job)
     if program is None:
         raise ReproError(f"{trace} does not say how its program was run (it was not recorded by kdebug record or "
                          "kdebug hunt); give it after --: ... -- python script.py args (run from the directory it "
@@ -591,15 +591,10 @@ def hunt_roots(hunt_dir: str) -> tuple[str, list]:
     import kdebug
 
     from .compare import compare_many
-
-    from .report import read_hunt_json
+    from .report import kept_hunt
 
     try:
-        hunt = read_hunt_json(os.path.join(hunt_dir, "hunt.json"))  # its traces: files of that directory
-        if hunt.get("nproc") is not None:  # kdebug hunt --nproc: the rank where the difference started
-            from .hunt_ranks import page_hunt
-
-            hunt = page_hunt(hunt, hunt.get("focus_rank") or 0)
+        hunt = kept_hunt(os.path.join(hunt_dir, "hunt.json"))  # its traces: files of that directory
         paths = [os.path.join(hunt_dir, p) for p in hunt["paths"]]
         if len(paths) < 2:
             raise ValueError("it names fewer than two runs")
