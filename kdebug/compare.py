@@ -349,6 +349,9 @@ class Report:
     # positions pa / pb, positions (into pa) of pairs whose hashes / configs /
     # shapes differ, the divergence's position (or None)
     alignment: Any = field(default=None, repr=False, compare=False)
+    # steps present in one run only that are all uninitialized allocations
+    # (Note [Allocation-only differences]): human-readable lines, not structural
+    allocations: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -523,6 +526,32 @@ def _bits(x: int):
         n += 1
 
 
+# Note [Allocation-only differences]
+# A run can allocate where another does not without computing anything else:
+# torch caches (a helper's functools.lru_cache that probes a dtype's size with
+# torch.empty((), dtype=...), filled while compiling in a cold run and at run
+# time in a run whose graphs came warm from the FX graph cache; seen on the
+# H100 under mode="reduce-overhead"), the caching allocator, a lazily made
+# workspace.  An uninitialized allocation (aten::empty and its kin) computes
+# nothing: a later step that reads its memory before writing it shows up on
+# its own, by its input hashes.  So a stretch of steps that differs between
+# the runs and holds nothing but such allocations on both sides is reported
+# apart (Report.allocations, "ALLOCATION ONLY") and does not make the runs
+# differ; a stretch with any other step stays a structural difference.
+_UNINITIALIZED = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+                            "aten::new_empty_strided", "aten::empty_permuted"})
+
+
+def _only_allocations(side: "_Side", lo: int, hi: int) -> bool:
+    """Whether steps [lo, hi) of a run are all uninitialized allocations (an
+    empty range is)."""
+    for i in range(lo, hi):
+        st = side.step(i)
+        if st.kind != "aten" or st.name.split(".", 1)[0] not in _UNINITIALIZED:
+            return False
+    return True
+
+
 def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
     """Compares two runs: DebugMode objects, kdebug.Run objects or trace file
     paths.  ``runs`` names the two sides in the text: run numbers, or labels
@@ -530,6 +559,7 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
     A, B = _Side.of(run_a), _Side.of(run_b)
     ops, aligned = _align(A.dig[:, 0], B.dig[:, 0])
     structural: list[str] = []
+    allocations: list[str] = []
     seg_a, seg_b = [], []
     for tag, i1, i2, j1, j2 in ops:
         if tag == "equal":
@@ -538,6 +568,16 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
             continue
         left = ", ".join(A.step(i).label() for i in range(i1, min(i2, i1 + 3))) + (" ..." if i2 - i1 > 3 else "")
         right = ", ".join(B.step(j).label() for j in range(j1, min(j2, j1 + 3))) + (" ..." if j2 - j1 > 3 else "")
+        if _only_allocations(A, i1, i2) and _only_allocations(B, j1, j2):
+            # Note [Allocation-only differences]
+            if tag == "replace":
+                allocations.append(f"{side_name(runs[0])} allocated [{left}] where {side_name(runs[1])} "
+                                   f"allocated [{right}]")
+            elif tag == "delete":
+                allocations.append(f"only {side_name(runs[0])} allocated [{left}] ({i2 - i1} step(s))")
+            else:
+                allocations.append(f"only {side_name(runs[1])} allocated [{right}] ({j2 - j1} step(s))")
+            continue
         if tag == "replace":
             structural.append(f"{side_name(runs[0])} launched [{left}] ({i2 - i1} step(s)) where {side_name(runs[1])} "
                               f"launched [{right}] ({j2 - j1} step(s))")
@@ -596,7 +636,7 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
                  "shape": shp, "root": root, "roots": torch.tensor([x.position for x in roots], dtype=torch.int64),
                  "heirs": torch.tensor(heirs, dtype=torch.int64)}
     return Report(runs, A.n, B.n, len(pa), hashed, div, structural, config_changes, shape_changes,
-                  B.kernels, roots, benign, alignment)
+                  B.kernels, roots, benign, alignment, allocations)
 
 
 def format_report(r: Report) -> str:
@@ -607,6 +647,10 @@ def format_report(r: Report) -> str:
         lines.append(f"  STRUCTURE: {s}")
     if len(r.structural) > 10:
         lines.append(f"  ... {len(r.structural) - 10} more structural differences")
+    for s in r.allocations[:3]:
+        lines.append(f"  ALLOCATION ONLY (not a difference in what was computed): {s}")
+    if len(r.allocations) > 3:
+        lines.append(f"  ... {len(r.allocations) - 3} more allocation-only differences")
     for x, y in r.config_changes[:5]:
         lines.append(f"  CONFIG: {x.label()} grid {x.grid} config {x.config} in {side_name(a)}, "
                      f"grid {y.grid} config {y.config} in {side_name(b)}")

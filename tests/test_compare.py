@@ -112,6 +112,34 @@ def test_structural_differences_are_aligned_not_fatal(chain):
     assert len(r.structural) == 1 and "only run 1 launched" in r.structural[0]
 
 
+def test_allocation_only_differences_do_not_make_runs_differ(chain):
+    """A run that allocates where another does not (a helper's lru_cache that
+    probes a dtype's size with torch.empty, filled while compiling in one run
+    and at run time in the other: seen under reduce-overhead with a warm FX
+    graph cache) computed the same: no structural difference, reported apart."""
+    base = record(chain)
+
+    def probe(a):
+        torch.empty((), dtype=torch.float16)  # what torch._inductor.utils.get_dtype_size does
+        torch.empty_strided((4, 4), (1, 4))
+
+    r = compare(base, record(chain, between=probe))
+    assert r.ok, str(r)
+    assert r.structural == [] and r.compared == 4
+    assert len(r.allocations) == 1
+    assert r.allocations[0].startswith("only run 1 allocated [op #1 aten::empty.memory_format, "
+                                       "op #2 aten::empty_strided]"), r.allocations
+    assert "ALLOCATION ONLY" in str(r) and "STRUCTURE" not in str(r)
+
+    # an extra step that computes something stays structural, allocations beside it too
+    def fill(a):
+        torch.empty(3).fill_(1.0)
+
+    r = compare(base, record(chain, between=fill))
+    assert not r.ok and r.allocations == []
+    assert len(r.structural) == 1 and "aten::fill_" in r.structural[0], r.structural
+
+
 def test_assert_deterministic(chain):
     reports = kdebug.assert_deterministic(chain, runs=3)
     assert len(reports) == 2 and all(r.ok for r in reports)
