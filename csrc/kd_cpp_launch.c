@@ -71,13 +71,26 @@
  * view; CPU Triton kernels, called outside the printer manager) report
  * KD_CPP_UNRECORDED too.
  *
- * Scalars.  A C++ kernel's scalar parameters (the sizes of a dynamic-shape
- * graph, ks0, ...) are passed by value in call order among the tensors
- * (kd_cpp_launch_v2: a role flag per argument, the value in an int64 or a
- * double array), recorded as the Python wrapper's pybinding call records its
- * Python ints and floats.  Not seen: the scalars of Triton launches from the
- * C++ wrapper (their C++ expressions were not checked on a GPU) and their
- * grids.  Array-ref (stack-allocated) AOTI
+ * Scalars.  A kernel's scalar parameters (the sizes of a dynamic-shape
+ * graph, ks0, ...; a Triton kernel's xnumel, r0_numel too) are passed by
+ * value in call order among the tensors (kd_cpp_launch_v2: a role flag per
+ * argument, the value in an int64 or a double array), recorded as the Python
+ * wrapper's calls record their Python ints and floats.  A Triton scalar's
+ * value is the C++ expression the wrapper passes (prepare_triton_wrapper_args:
+ * sympy sizes as cexpr), its int or float kind from the kernel's signature;
+ * one whose signature type is neither is refused as unrecorded.  A Python
+ * scalar passed as a 0-d CPU tensor (UnwrapUnspecArg, read inside the call)
+ * is not seen.
+ *
+ * Triton grids and configs (HOOK_VERSION 3).  A CUDA C++ wrapper calls each
+ * Triton kernel through a function of its own that computes the grid; in a
+ * hooked module that function calls kd_cpp_grid(grid, num_warps, num_stages,
+ * shared memory, config text) right before the launch, between the call
+ * site's two phases: kept in this thread's capture (kd_tls_capture, as the
+ * Python path's runner hook does) and written into the record at the
+ * after-phase, the config text interned there (with the GIL).  2.13's lazy
+ * Triton path (autotune_at_compile_time=False) writes its launch elsewhere:
+ * those launches have no grid.  Array-ref (stack-allocated) AOTI
  * models get no hook and are refused like un-hooked packages.
  */
 #include "kd_cpp_launch.h"
@@ -99,6 +112,7 @@ typedef struct cpp_pending {
     int n;
     const char *kernel_name;         /* the generated code's string literals */
     const char *const *arg_names;
+    const char *config;              /* kd_cpp_grid's config text, interned at the after-phase */
     PyObject *objs[KD_CPP_MAX_ARGS]; /* strong references while active */
 } cpp_pending;
 
@@ -128,6 +142,9 @@ static void run_fault_hook(kd_recorder *r, cpp_pending *c)
 static void finish(int raised)
 {
     cpp_pending *c = &tls_cpp;
+    if (c->config != NULL && kd_tls_capture.have_config) /* the GIL is held here */
+        kd_tls_capture.config_id = kd_strtab_intern(kd_strings, c->config, strlen(c->config));
+    c->config = NULL;
     if (cpp_fault_hook != NULL && !raised)
         run_fault_hook(c->r, c);
     kd_launch_end(c->r, &c->p, c->objs, c->n, raised);
@@ -219,7 +236,8 @@ static int begin(kd_recorder *r, int kind, const char *kernel_name, int n, const
     c->n = n;
     c->kernel_name = kernel_name;
     c->arg_names = arg_names;
-    memset(&kd_tls_capture, 0, sizeof kd_tls_capture); /* no launcher reports a grid here */
+    memset(&kd_tls_capture, 0, sizeof kd_tls_capture); /* kd_cpp_grid may fill it */
+    c->config = NULL;
     kd_launch_begin(r, &info, c->objs, n, stream, &c->p);
     c->active = 1;
     return 0;
@@ -278,6 +296,24 @@ int kd_cpp_launch_v2(int phase, int kind, const char *kernel_name, int n, const 
     PyErr_Restore(et, ev, etb);
     PyGILState_Release(g);
     return rc;
+}
+
+void kd_cpp_grid(unsigned gx, unsigned gy, unsigned gz, int num_warps, int num_stages, int shared_mem,
+                 const char *config)
+{
+    cpp_pending *c = &tls_cpp;
+    if (!c->active) /* thread-local: no GIL needed */
+        return;
+    kd_tls_capture.have_grid = 1;
+    kd_tls_capture.grid[0] = gx;
+    kd_tls_capture.grid[1] = gy;
+    kd_tls_capture.grid[2] = gz;
+    kd_tls_capture.have_config = 1;
+    kd_tls_capture.num_warps = (uint16_t)(num_warps > 0 ? num_warps : 0);
+    kd_tls_capture.num_stages = (uint8_t)(num_stages > 0 && num_stages < 256 ? num_stages : 0);
+    kd_tls_capture.shared_mem = (uint32_t)(shared_mem > 0 ? shared_mem : 0);
+    kd_tls_capture.config_id = 0;
+    c->config = config;
 }
 
 /* _cpp_launch_stats() -> {"before": n, "after": n}: launch phases that found

@@ -45,6 +45,15 @@ __attribute__((visibility("default"))) int kd_cpp_launch_v2(int phase, int kind,
                                                             const unsigned char *roles, const long long *ivals,
                                                             const double *fvals);
 
+/* Called by the function a C++ wrapper calls a Triton kernel through, right
+ * before it launches (HOOK_VERSION 3): the launch's grid, num_warps,
+ * num_stages, shared memory and config text (a string literal of the
+ * generated code), kept for the launch this thread has pending between
+ * kd_cpp_launch's phases.  Without the GIL; does nothing when none is
+ * pending. */
+__attribute__((visibility("default"))) void kd_cpp_grid(unsigned gx, unsigned gy, unsigned gz, int num_warps,
+                                                        int num_stages, int shared_mem, const char *config);
+
 /* Adds _cpp_launch_stats() to module m; -1 with an exception. */
 int kd_cpp_launch_module_init(PyObject *m);
 

@@ -300,6 +300,39 @@ def graph_has_tensor(graph, name: str) -> bool:
     return False
 
 
+def deferred_triton_call_wrapper() -> type | None:
+    """torch._inductor.codegen.cpp_wrapper_gpu.DeferredTritonCallWrapper
+    (2.11, 2.13): generate(wrapper) writes the C++ function each Triton kernel
+    of a CUDA C++ wrapper is called through.  Inside it, generate_grid(prefix,
+    inductor_meta, params) declares ``uint32_t grid_0, grid_1, grid_2`` and
+    generate_launch_kernel(prefix, wrapper, kernel_var_name, params) then
+    writes the launch; params is CudaKernelParamCache's entry ("num_warps",
+    "shared_mem", "config": config_to_dict(launcher.config), the config's
+    kwargs with num_warps / num_stages and, with warp specialization,
+    num_consumer_groups / num_buffers_warp_spec).  2.13's lazy path
+    (autotune_at_compile_time=False) writes its launch elsewhere
+    (_generate_lazy_launch).  None when the module is missing."""
+    try:
+        from torch._inductor.codegen.cpp_wrapper_gpu import DeferredTritonCallWrapper
+    except ImportError:  # pragma: no cover - a build without it
+        return None
+    return DeferredTritonCallWrapper
+
+
+def triton_wrapper_args(wrapper, call_args: list, arg_types: list) -> tuple[list, list] | None:
+    """A CUDA C++ wrapper's Triton call arguments as it writes them:
+    CppWrapperGpu.prepare_triton_wrapper_args(call_args, arg_types) (2.11: a
+    staticmethod, 2.13: a method) makes sympy sizes C++ expressions (cexpr of
+    the simplified size), floats C++ literals, bools true / false, and marks a
+    0-d CPU tensor that stands for a Python scalar UnwrapUnspecArg (its value
+    is read inside the call).  None when the wrapper has no such method."""
+    prep = getattr(wrapper, "prepare_triton_wrapper_args", None)
+    if prep is None:
+        return None
+    args, types = prep(list(call_args), list(arg_types))
+    return list(args), list(types)
+
+
 def debug_printer_manager_class() -> type:
     """torch._inductor.codegen.debug_utils.DebugPrinterManager (2.11, 2.13):
     each wrapper's .debug_printer; set_printer_args(args, kernel_name,

@@ -28,7 +28,7 @@ import torch
 
 from . import _C, _active, _upstream
 
-HOOK_VERSION = 2  # 2: kd_cpp_launch_v2, with the C++ kernels' scalar arguments
+HOOK_VERSION = 3  # 2: kd_cpp_launch_v2, with the C++ kernels' scalar arguments; 3: Triton scalars, grids, configs
 METADATA_KEY = "kdebug_launch_hook"
 HOOK_MARKER = "kdebug launch hook"
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
@@ -110,6 +110,22 @@ static inline void kdebug_launch(int phase, int kind, const char* name, int n, c
         fn.store(f, std::memory_order_relaxed);
     }}
     f(phase, kind, name, n, names, handles, roles, ivals, fvals);
+}}
+typedef void (*kdebug_grid_fn_t)(unsigned, unsigned, unsigned, int, int, int, const char*);
+// a Triton launch's grid and config, from inside the function that launches
+// it, between the two phases of kdebug_launch
+static inline void kdebug_grid(unsigned gx, unsigned gy, unsigned gz, int warps, int stages, int shared,
+                               const char* config) {{
+    static std::atomic<kdebug_grid_fn_t> fn{{nullptr}};
+    kdebug_grid_fn_t f = fn.load(std::memory_order_relaxed);
+    if (f == nullptr) {{
+        void* lib = dlopen({path}, RTLD_NOW | RTLD_NOLOAD);
+        if (lib == nullptr) return;
+        f = reinterpret_cast<kdebug_grid_fn_t>(dlsym(lib, "kd_cpp_grid"));
+        if (f == nullptr) return;
+        fn.store(f, std::memory_order_relaxed);
+    }}
+    f(gx, gy, gz, warps, stages, shared, config);
 }}
 """
 
@@ -240,13 +256,24 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
         names += [f"arg{i}" for i in range(len(names), len(args))]
         imeta = call.get("inductor_meta") or {}
         roles_all = inductor.triton_roles(names, frozenset(imeta.get("mutated_arg_names") or ()), fresh)
+        # the scalars as the wrapper writes them into the call (C++ expressions)
+        written = _upstream.triton_wrapper_args(call["wrapper"], args, types)
         exprs, out_names, roles = [], [], []
         for i, (a, t) in enumerate(zip(args, types)):
-            if not isinstance(t, torch.dtype):
-                continue  # a scalar
-            exprs.append(str(a))
+            if isinstance(t, torch.dtype):
+                if written is not None and type(written[1][i]).__name__ == "UnwrapUnspecArg":
+                    continue  # a Python scalar passed as a 0-d CPU tensor, read inside the call: not seen
+                exprs.append(str(a))
+                out_names.append(names[i])
+                roles.append(roles_all[i])
+                continue
+            r = _triton_scalar_role(signature.get(names[i]))
+            if r is None or written is None:
+                raise ValueError(f"argument {names[i]} = {a!r} is a scalar of a type kdebug does not "
+                                 f"record ({signature.get(names[i])!r})")
+            exprs.append(str(written[0][i]))
             out_names.append(names[i])
-            roles.append(roles_all[i])
+            roles.append(r)
         kind = _C.KIND_TRITON
     else:
         # tensors (pointer parameters) and scalars (sizes of a dynamic-shape
@@ -273,6 +300,23 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
         if not (r & (SCALAR_INT | SCALAR_FLOAT) or _IDENT.match(e) or _VIEW.match(e)):
             raise ValueError(f"argument {e!r} is no plain variable or view of one")
     return kind, exprs, out_names, roles
+
+
+_TRITON_INT = re.compile(r"^u?i(1|8|16|32|64)$")
+_TRITON_FLOAT = re.compile(r"^(fp8\w*|fp16|bf16|fp32|fp64)$")
+
+
+def _triton_scalar_role(sig: str | None) -> int | None:
+    """The role flags of a Triton kernel's scalar parameter (read, an int or a
+    float value, as the Python wrapper passes Python ints and floats), from
+    its signature type ("i32", "fp32", ...); None for a type kdebug does not
+    record (or no signature type)."""
+    if isinstance(sig, str):
+        if _TRITON_INT.match(sig):
+            return SCALAR_INT | 1
+        if _TRITON_FLOAT.match(sig):
+            return SCALAR_FLOAT | 1
+    return None
 
 
 def _extern_site(call: dict) -> tuple[int, list[str], list[str], list[int]]:
@@ -361,6 +405,27 @@ def _patched_call_helper(orig):
 
     _generate_kernel_call_helper.__wrapped__ = orig
     return _generate_kernel_call_helper
+
+
+_NOT_KWARGS = frozenset({"num_warps", "num_stages", "num_consumer_groups", "num_buffers_warp_spec"})
+
+
+def _patched_launch_kernel(orig):
+    """DeferredTritonCallWrapper.generate_launch_kernel: in a hooked module,
+    the function each Triton kernel is called through reports its grid and
+    config (kdebug_grid) right before it launches, between the two phases the
+    call site reports (Note [C++ wrapper launches])."""
+    def generate_launch_kernel(self, prefix, wrapper, kernel_var_name, params):
+        if getattr(wrapper, "_kdebug_header", False):
+            cfg = dict(params.get("config") or {})
+            text = ", ".join(f"{k}={v}" for k, v in cfg.items() if k not in _NOT_KWARGS)
+            warps, stages = int(params.get("num_warps") or 0), int(cfg.get("num_stages") or 0)
+            shared = int(params.get("shared_mem") or 0)
+            prefix.writeline(f"kdebug_grid(grid_0, grid_1, grid_2, {warps}, {stages}, {shared}, {json.dumps(text)});")
+        return orig(self, prefix, wrapper, kernel_var_name, params)
+
+    generate_launch_kernel.__wrapped__ = orig
+    return generate_launch_kernel
 
 
 def _unrecorded_extern(printer) -> None:
@@ -511,6 +576,9 @@ def install() -> None:
                 self._kdebug_array_ref = True
 
             cls.__init__ = init
+    Deferred = _upstream.deferred_triton_call_wrapper()
+    if Deferred is not None and "generate_launch_kernel" in Deferred.__dict__:
+        Deferred.generate_launch_kernel = _patched_launch_kernel(Deferred.__dict__["generate_launch_kernel"])
     Line = _upstream.extern_kernel_out_line()
     Line.codegen = _patched_extern_line(Line.codegen)
     DPM = _upstream.debug_printer_manager_class()

@@ -347,6 +347,14 @@ def test_gpu_aoti_package_is_refused_loudly_not_crashed(tmp_path):
     assert not dm.complete, dm.kernel_stats
 
 
+def _triton_launches(dm):
+    """Every field of the Triton launch records: name, arguments (tensors and
+    scalars) with roles, grid, config, warps, stages, shared memory, hashes."""
+    return [(k.kernel_name, list(k.arg_names), dict(k.roles), [a for a in k.args if isinstance(a, (int, float))],
+             k.grid, k.config, k.num_warps, k.num_stages, k.shared_mem, k.pre_hashes, k.post_hashes)
+            for k in dm.kernels if not k.kernel_name.startswith("aten::")]
+
+
 @pytest.mark.gpu
 def test_gpu_cpp_wrapper_triton_launches_equal_the_python_wrappers():
     x, y = _inputs("cuda")
@@ -354,23 +362,47 @@ def test_gpu_cpp_wrapper_triton_launches_equal_the_python_wrappers():
     cw_dm, cw_out = _record(_compile(True), x, y)
     torch.testing.assert_close(cw_out, py_out)
     assert cw_dm.complete, cw_dm.kernel_stats
-    # the C++ hook records tensor arguments only (the Python wrapper also has
-    # the numels): compare the tensors' names, roles and hashes
-    def tensors(dm):
-        out = []
-        for k in dm.kernels:
-            if k.kernel_name.startswith("aten::"):
-                continue
-            hashed = set(k.pre_hashes or {}) | set(k.post_hashes or {})  # hash_inputs=True: every tensor
-            out.append((k.kernel_name, [a for a in k.arg_names if a in hashed],
-                        {a: r for a, r in dict(k.roles).items() if a in hashed}, k.pre_hashes, k.post_hashes))
-        return out
-    assert tensors(cw_dm) == tensors(py_dm) and tensors(cw_dm)
+    # the same records as the Python wrapper's: the numel scalars, the grid
+    # and config the generated C++ launched with (HOOK_VERSION 3), the hashes
+    cw, py = _triton_launches(cw_dm), _triton_launches(py_dm)
+    assert cw == py and cw, (cw, py)
+    assert all(t[4] is not None and t[5] for t in cw) and all(t[3] for t in cw)  # grid, config, numels
     assert all(isinstance(k, kdebug._TritonKernelCall) for k in cw_dm.kernels
                if not k.kernel_name.startswith("aten::"))
     mm = [k for k in cw_dm.kernels if k.kernel_name == "aten::mm.out"]
     py_mm = next(op for op in py_dm.operators if "aten::mm.out" in str(op))
     assert len(mm) == 1 and mm[0].post_hashes["out"] == py_mm.log["hash"]
+
+
+@pytest.mark.gpu
+def test_gpu_cpp_wrapper_records_triton_scalars_and_grids_of_a_dynamic_graph():
+    # dynamic=True: the Triton kernels take ks0 / xnumel / r0_numel as
+    # C++ expressions of the graph's sizes; one hooked module run at two sizes
+    # records each call's values and grid, as the Python wrapper does
+    def f(x, y):
+        return (x.sin() * y).sum(0), (x.cos() + y).amax(1)
+
+    g = torch.Generator().manual_seed(1)
+    small = tuple(torch.randn(37, 5, generator=g).cuda() for _ in range(2))
+    big = tuple(torch.randn(41, 6, generator=g).cuda() for _ in range(2))
+    torch._dynamo.reset()
+    py = torch.compile(f, dynamic=True, options={"cpp_wrapper": False})
+    py_small, _ = _record(py, *small)
+    py_big, _ = _record(py, *big)
+    torch._dynamo.reset()
+    cw = torch.compile(f, dynamic=True, options={"cpp_wrapper": True})
+    cw_small, _ = _record(cw, *small)
+    cw_big, _ = _record(cw, *big)
+    assert cw_small.complete and cw_big.complete, (cw_small.kernel_stats, cw_big.kernel_stats)
+    for c, p_, sizes in ((cw_small, py_small, {37, 5}), (cw_big, py_big, {41, 6})):
+        cl, pl = _triton_launches(c), _triton_launches(p_)
+        assert len(cl) == len(pl) and cl
+        for a, b in zip(cl, pl):
+            assert a[:4] == b[:4], (a, b)  # names, arguments, roles, scalar values
+            assert a[4] is not None and a[5]  # a grid and a config
+            if a[5:9] == b[5:9]:  # the same config chosen: the same grid and hashes
+                assert a == b, (a, b)
+        assert sizes <= {v for t in cl for v in t[3]}, cl
 
 
 @pytest.mark.gpu
