@@ -252,14 +252,22 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
     if call["triton"]:
         meta = call.get("triton_meta") or {}
         signature = meta.get("signature") or {}
-        names = [n for n, t in signature.items() if t != "constexpr"]
-        names += [f"arg{i}" for i in range(len(names), len(args))]
+        # the call passes every signature argument (a parameter specialized to
+        # a constant, e.g. xnumel = 1, too), or only the non-constexpr ones;
+        # the Python wrapper's run() gets and records the non-constexpr ones
+        sig = list(signature.items())
+        if len(sig) != len(args):
+            sig = [(n, t) for n, t in sig if t != "constexpr"]
+            sig += [(f"arg{i}", None) for i in range(len(sig), len(args))]
+        names = [n for n, _ in sig]
         imeta = call.get("inductor_meta") or {}
         roles_all = inductor.triton_roles(names, frozenset(imeta.get("mutated_arg_names") or ()), fresh)
         # the scalars as the wrapper writes them into the call (C++ expressions)
         written = _upstream.triton_wrapper_args(call["wrapper"], args, types)
         exprs, out_names, roles = [], [], []
         for i, (a, t) in enumerate(zip(args, types)):
+            if sig[i][1] == "constexpr":
+                continue  # compiled into the kernel; not an argument of its launch
             if isinstance(t, torch.dtype):
                 if written is not None and type(written[1][i]).__name__ == "UnwrapUnspecArg":
                     continue  # a Python scalar passed as a 0-d CPU tensor, read inside the call: not seen
@@ -267,7 +275,7 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
                 out_names.append(names[i])
                 roles.append(roles_all[i])
                 continue
-            r = _triton_scalar_role(signature.get(names[i]))
+            r = _triton_scalar_role(sig[i][1])
             if r is None or written is None:
                 raise ValueError(f"argument {names[i]} = {a!r} is a scalar of a type kdebug does not "
                                  f"record ({signature.get(names[i])!r})")
