@@ -251,14 +251,9 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
     fresh = _fresh_positions(call["wrapper"], [str(a) for a in args])  # Note [Fresh buffers]
     if call["triton"]:
         meta = call.get("triton_meta") or {}
-        signature = meta.get("signature") or {}
-        # the call passes every signature argument (a parameter specialized to
-        # a constant, e.g. xnumel = 1, too), or only the non-constexpr ones;
-        # the Python wrapper's run() gets and records the non-constexpr ones
-        sig = list(signature.items())
-        if len(sig) != len(args):
-            sig = [(n, t) for n, t in sig if t != "constexpr"]
-            sig += [(f"arg{i}", None) for i in range(len(sig), len(args))]
+        constants = meta.get("constants") or {}
+        sig = inductor.triton_call_params(meta)  # as the Python wrapper's run() gets them
+        sig += [(f"arg{i}", None) for i in range(len(sig), len(args))]
         names = [n for n, _ in sig]
         imeta = call.get("inductor_meta") or {}
         roles_all = inductor.triton_roles(names, frozenset(imeta.get("mutated_arg_names") or ()), fresh)
@@ -266,8 +261,6 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
         written = _upstream.triton_wrapper_args(call["wrapper"], args, types)
         exprs, out_names, roles = [], [], []
         for i, (a, t) in enumerate(zip(args, types)):
-            if sig[i][1] == "constexpr":
-                continue  # compiled into the kernel; not an argument of its launch
             if isinstance(t, torch.dtype):
                 if written is not None and type(written[1][i]).__name__ == "UnwrapUnspecArg":
                     continue  # a Python scalar passed as a 0-d CPU tensor, read inside the call: not seen
@@ -275,7 +268,7 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
                 out_names.append(names[i])
                 roles.append(roles_all[i])
                 continue
-            r = _triton_scalar_role(sig[i][1])
+            r = _triton_scalar_role(sig[i][1], constants.get(names[i]))
             if r is None or written is None:
                 raise ValueError(f"argument {names[i]} = {a!r} is a scalar of a type kdebug does not "
                                  f"record ({signature.get(names[i])!r})")
@@ -314,11 +307,18 @@ _TRITON_INT = re.compile(r"^u?i(1|8|16|32|64)$")
 _TRITON_FLOAT = re.compile(r"^(fp8\w*|fp16|bf16|fp32|fp64)$")
 
 
-def _triton_scalar_role(sig: str | None) -> int | None:
+def _triton_scalar_role(sig: str | None, constant=None) -> int | None:
     """The role flags of a Triton kernel's scalar parameter (read, an int or a
     float value, as the Python wrapper passes Python ints and floats), from
-    its signature type ("i32", "fp32", ...); None for a type kdebug does not
-    record (or no signature type)."""
+    its signature type ("i32", "fp32", ...), or for a parameter specialized to
+    a constant ("constexpr") from that constant's type; None for a type
+    kdebug does not record (or no signature type)."""
+    if sig == "constexpr":
+        if isinstance(constant, (bool, int)):
+            return SCALAR_INT | 1
+        if isinstance(constant, float):
+            return SCALAR_FLOAT | 1
+        return None
     if isinstance(sig, str):
         if _TRITON_INT.match(sig):
             return SCALAR_INT | 1

@@ -157,13 +157,23 @@ def triton_roles(names: list[str], mutated: frozenset[str], fresh=()) -> list[in
     return roles
 
 
+def triton_call_params(triton_meta: dict) -> list[tuple[str, str]]:
+    """(name, signature type) of the arguments a call of an Inductor Triton
+    kernel passes, in order: the signature's non-constexpr parameters and the
+    ones specialized to a constant (triton_meta["constants"]: xnumel = 1 of a
+    one-row reduction is passed, then compiled in); not the config's
+    meta-parameters (XBLOCK, ...).  CachingAutotuner.run() gets these, and so
+    does the C++ wrapper's call (H100, torch 2.11)."""
+    signature = triton_meta.get("signature") or {}
+    constants = triton_meta.get("constants") or {}
+    return [(n, t) for n, t in signature.items() if t != "constexpr" or n in constants]
+
+
 def triton_kernel_info(autotuner) -> _C.KernelInfo:
     """Describes a CachingAutotuner: name, argument names in call order, roles."""
     meta = getattr(autotuner, "inductor_meta", None) or {}
     name = meta.get("kernel_name") or autotuner.fn.__name__
-    signature = autotuner.triton_meta.get("signature", {})
-    # run() gets the non-constexpr arguments, in signature order
-    names = [n for n, t in signature.items() if t != "constexpr"]
+    names = [n for n, _ in triton_call_params(autotuner.triton_meta)]
     mutated = frozenset(getattr(autotuner, "mutated_arg_names", ()) or ())
     roles = triton_roles(names, mutated, getattr(autotuner, "_kdebug_fresh", ()))  # Note [Fresh buffers]
     dev_type = getattr(getattr(autotuner, "device_props", None), "type", "cuda")

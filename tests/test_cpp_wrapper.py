@@ -355,6 +355,22 @@ def _triton_launches(dm):
             for k in dm.kernels if not k.kernel_name.startswith("aten::")]
 
 
+def test_triton_call_params_keep_a_constant_passed_and_drop_meta_parameters():
+    # the triton_meta torch 2.11 gave a one-row persistent reduction on the H100:
+    # run() and the C++ call pass xnumel = 1 (specialized, then compiled in),
+    # not XBLOCK; naming by the non-constexpr parameters alone named 1 "r0_numel"
+    meta = {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "out_ptr1": "*fp32",
+                          "xnumel": "constexpr", "r0_numel": "i32", "XBLOCK": "constexpr"},
+            "constants": {"xnumel": 1}}
+    assert kdebug.inductor.triton_call_params(meta) == [
+        ("in_ptr0", "*fp32"), ("in_ptr1", "*fp32"), ("out_ptr0", "*fp32"), ("out_ptr1", "*fp32"),
+        ("xnumel", "constexpr"), ("r0_numel", "i32")]
+    from kdebug.cpp_launch import SCALAR_FLOAT, SCALAR_INT, _triton_scalar_role
+    assert _triton_scalar_role("constexpr", 1) == SCALAR_INT | 1
+    assert _triton_scalar_role("fp32") == SCALAR_FLOAT | 1 and _triton_scalar_role("i64") == SCALAR_INT | 1
+    assert _triton_scalar_role("constexpr", None) is None and _triton_scalar_role("nvTmaDesc") is None
+
+
 @pytest.mark.gpu
 def test_gpu_cpp_wrapper_triton_launches_equal_the_python_wrappers():
     x, y = _inputs("cuda")
