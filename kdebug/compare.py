@@ -568,23 +568,16 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
             continue
         left = ", ".join(A.step(i).label() for i in range(i1, min(i2, i1 + 3))) + (" ..." if i2 - i1 > 3 else "")
         right = ", ".join(B.step(j).label() for j in range(j1, min(j2, j1 + 3))) + (" ..." if j2 - j1 > 3 else "")
-        if _only_allocations(A, i1, i2) and _only_allocations(B, j1, j2):
-            # Note [Allocation-only differences]
-            if tag == "replace":
-                allocations.append(f"{side_name(runs[0])} allocated [{left}] where {side_name(runs[1])} "
-                                   f"allocated [{right}]")
-            elif tag == "delete":
-                allocations.append(f"only {side_name(runs[0])} allocated [{left}] ({i2 - i1} step(s))")
-            else:
-                allocations.append(f"only {side_name(runs[1])} allocated [{right}] ({j2 - j1} step(s))")
-            continue
+        # Note [Allocation-only differences]: such a stretch is listed apart
+        alloc = _only_allocations(A, i1, i2) and _only_allocations(B, j1, j2)
+        verb, out = ("allocated", allocations) if alloc else ("launched", structural)
         if tag == "replace":
-            structural.append(f"{side_name(runs[0])} launched [{left}] ({i2 - i1} step(s)) where {side_name(runs[1])} "
-                              f"launched [{right}] ({j2 - j1} step(s))")
+            out.append(f"{side_name(runs[0])} {verb} [{left}] ({i2 - i1} step(s)) where {side_name(runs[1])} "
+                       f"{verb} [{right}] ({j2 - j1} step(s))")
         elif tag == "delete":
-            structural.append(f"only {side_name(runs[0])} launched [{left}] ({i2 - i1} step(s))")
+            out.append(f"only {side_name(runs[0])} {verb} [{left}] ({i2 - i1} step(s))")
         else:
-            structural.append(f"only {side_name(runs[1])} launched [{right}] ({j2 - j1} step(s))")
+            out.append(f"only {side_name(runs[1])} {verb} [{right}] ({j2 - j1} step(s))")
     if not aligned:
         structural.append(f"the runs differ over more than {ALIGN_LIMIT} steps: that part was not aligned")
     if len(seg_a) == 1 and len(seg_a[0]) == A.n == B.n:  # aligned one to one: no copy, no gather
