@@ -12,6 +12,7 @@ import argparse
 import os
 import runpy
 import sys
+import time
 import traceback
 
 # Fixes ``kdebug hunt --try-fixes`` tries, applied before the program runs.
@@ -130,6 +131,42 @@ def nothing_compiled_hint(launches: int) -> str | None:
             "TORCH_LOGS=graph_breaks says where.")
 
 
+# Note [Gloo exit race]
+# Seen in CI (torch 2.13 CPU, gloo, two ranks, 1 run in ~30 on a loaded
+# 2-core machine): a rank whose program had finished ends by SIGABRT,
+# "terminate called without an active exception".  The core's backtrace: a
+# ProcessGroupGloo worker thread (runLoop) drops its reference to a
+# finished AsyncAllreduceWork; the work's tensors have Python objects, so
+# the release asks for the GIL (TensorImpl::decref_pyobject); the main
+# thread has begun interpreter finalization meanwhile, and CPython ends a
+# thread that asks for the GIL then by unwinding it, through a noexcept
+# destructor: std::terminate.  destroy_process_group() would join those
+# threads, but it does not free the group once torch._dynamo is imported
+# (the import adds references to the group object; without it the threads
+# end), so every torch.compile + gloo program has this window at exit:
+# a torch issue (its fix, destroying groups before finalization, was
+# proposed upstream and withdrawn), not kdebug's.  The thread is late only
+# when it was descheduled right after completing the work.
+#
+# What kdebug does: a rank's runner, after the program and the recording,
+# sleeps SETTLE_S without the GIL, so such a late thread finishes its
+# release before finalization.  That narrows the window, it does not close
+# it; a rank that still aborts this way makes ``kdebug hunt --nproc`` say
+# so (hunt_ranks.EXIT_RACE) rather than blame the program.
+SETTLE_S = 0.2
+
+
+def settle_ranks() -> None:
+    """Note [Gloo exit race]: in a rank of a job, gives torch.distributed's
+    backend threads SETTLE_S seconds to finish releasing their last work."""
+    if "torch.distributed" not in sys.modules:
+        return
+    from . import ranks
+
+    if ranks.current() is not None:
+        time.sleep(SETTLE_S)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kdebug._runner")
     p.add_argument("--out", required=True)
@@ -143,8 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         a.target = a.target[1:]
     if not a.builtin and not a.target:
         p.error("a script (or -m module, or --builtin) to run")
-    return record(a.out, a.target, builtin=a.builtin, module=a.module,
-                  hash_fn=a.hash.split(","), fix=a.fix)
+    status = record(a.out, a.target, builtin=a.builtin, module=a.module,
+                    hash_fn=a.hash.split(","), fix=a.fix)
+    settle_ranks()
+    return status
 
 
 if __name__ == "__main__":

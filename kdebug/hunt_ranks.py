@@ -57,6 +57,10 @@ from .compare import is_collective
 
 UNSUPPORTED = (("in_process", "--in-process"),)
 
+# Note [Gloo exit race] (kdebug/_runner.py): what a rank prints when torch's
+# gloo thread aborts it at interpreter exit
+EXIT_RACE = "terminate called without an active exception"
+
 
 def unsupported_options(args) -> list[str]:
     """The hunt options given that --nproc cannot take (the ranks are
@@ -78,6 +82,11 @@ def _record_job(i, nproc: int, out: str, target: list[str], module: bool, env: d
                           stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         print(proc.stdout[-4000:], file=sys.stderr)
+        if EXIT_RACE in proc.stdout:
+            print(f"kdebug hunt: {name}: a rank was aborted by std::terminate (\"{EXIT_RACE}\"). If it "
+                  "happened as the rank exited, it is a known torch race at exit (a gloo thread releasing "
+                  "its last collective's tensors during interpreter shutdown), not your program: "
+                  "run the hunt again.", file=sys.stderr)
         print(f"kdebug hunt: {name} exited with status {proc.returncode}"
               + ("" if fix else "; fix the program first"), file=sys.stderr)
     return proc.returncode

@@ -212,6 +212,42 @@ def test_hunt_nproc_refuses_options_it_does_not_support(tmp_path):
     assert p.returncode == 2 and "give the script of the distributed job" in p.stdout
 
 
+def test_hunt_nproc_says_when_a_rank_aborts_at_exit(tmp_path):
+    """Note [Gloo exit race]: a rank that std::terminate aborts as it exits
+    (planted: an atexit hook prints what libstdc++ prints and aborts) makes
+    the hunt stop, saying that it may be torch's exit race and to run again."""
+    script = tmp_path / "aborts_at_exit.py"
+    script.write_text(
+        "import atexit, os\n"
+        "def die():\n"
+        "    os.write(2, b'terminate called without an active exception\\n')\n"
+        "    os.abort()\n"
+        "if os.environ.get('RANK') == '1':\n"
+        "    atexit.register(die)\n")
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--nproc", "2", str(script)],
+                       env={**os.environ, "PYTHONPATH": ROOT}, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert p.returncode != 0, p.stdout
+    assert "known torch race at exit" in p.stdout and "run the hunt again" in p.stdout, p.stdout
+
+
+def test_runner_settles_only_in_a_rank(monkeypatch):
+    """Note [Gloo exit race]: the runner gives the backend's threads time
+    without the GIL before exit in a rank of a job, and only there."""
+    from kdebug import _runner
+
+    slept = []
+    monkeypatch.setattr(_runner.time, "sleep", slept.append)
+    for var in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    _runner.settle_ranks()
+    assert slept == []
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    _runner.settle_ranks()
+    assert slept == [_runner.SETTLE_S]
+
+
 @pytest.mark.distributed
 def test_compiled_ddp_compiles_inside_the_recording(tmp_path):
     # a fresh Inductor cache: the compile (DDPOptimizer's, which dynamo runs with
