@@ -56,6 +56,7 @@ C_SOURCES = [
     "csrc/core/kd_hash.c",
     "csrc/core/kd_runs.c",
     "csrc/core/kd_results.c",
+    "csrc/core/kd_inflight.c",
     "csrc/core/kd_crc32.c",
     "csrc/core/kd_trace_write.c",
     "csrc/core/kd_trace_read.c",

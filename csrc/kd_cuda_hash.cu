@@ -4,6 +4,7 @@
 #include "kd_cuda_hash.h"
 #include "kd_cuda_util.cuh"
 #include "kd_hash.h" // the definition: kd_fmix64, KD_HASH_GOLDEN
+#include "kd_inflight.h"
 #include "kd_results.h"
 
 #include <cuda_runtime.h>
@@ -435,6 +436,7 @@ struct DeviceState {
     uint64_t pstream = 0;          // the stream of every launch since the partials last wrapped
     bool pmixed = false;           // ... or launches on several streams since then
     std::vector<kd_cuda_result> stage; // [kCapacity]: collected results on their way to kd_results_deliver
+    kd_inflight inflight{};        // reservations whose writer is not queued yet (Note [Results in flight])
 };
 
 // Note [Norm partials]
@@ -500,15 +502,18 @@ int sync_device(const char *why)
     return 0;
 }
 
+// Reads back every result whose writer is queued: up to the first
+// reservation still held (Note [Results in flight]); the rest waits.
 int collect_locked(int device)
 {
     DeviceState &s = devs[device];
-    if (s.next == s.collected)
+    const int64_t limit = kd_inflight_limit(&s.inflight, s.next);
+    if (limit == s.collected)
         return 0;
     KdDeviceGuard g(device);
     if (sync_device("synchronizing to read hashes") != 0)
         return -1;
-    int64_t n = s.next - s.collected;
+    int64_t n = limit - s.collected;
     if (s.stage.empty())
         s.stage.resize(kCapacity);
     int64_t first = s.collected % kCapacity;
@@ -527,10 +532,35 @@ int collect_locked(int device)
         set_error("reading hashes back", e);
         return -1;
     }
-    for (int64_t i = 0; i < n; i++)
-        kd_results_deliver(device, s.collected + i, &s.stage[(size_t)i]);
-    s.collected = s.next;
+    for (int64_t i = 0; i < n; i++) {
+        kd_cuda_result &r = s.stage[(size_t)i];
+        if (s.inflight.used && kd_inflight_is_void(&s.inflight, s.collected + i)) {
+            r = kd_cuda_result{}; // its writer never ran: not a hash of anything (Note [Results in flight])
+            r.unsupported = 1;
+        }
+        kd_results_deliver(device, s.collected + i, &r);
+    }
+    s.collected = limit;
+    kd_inflight_collected(&s.inflight, limit);
     s.pmixed = false; // the device is idle: every partial is free
+    return 0;
+}
+
+// Room for n more results: read the ring back when it is full; a reservation
+// still held can leave too little even then (Note [Results in flight]).
+int make_room(int device, int64_t n)
+{
+    DeviceState &s = devs[device];
+    if (s.next + n - s.collected <= kCapacity)
+        return 0;
+    if (collect_locked(device) != 0)
+        return -1;
+    if (s.next + n - s.collected > kCapacity) {
+        std::snprintf(last_error, sizeof last_error,
+                      "no room for GPU hash results: %lld are held behind CUDA graph replays not yet queued",
+                      (long long)(s.next - s.collected));
+        return -1;
+    }
     return 0;
 }
 
@@ -609,7 +639,7 @@ extern "C" int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, 
     KdDeviceGuard g(device);
     if (ensure(s) != 0)
         return -1;
-    if (s.next + n - s.collected > kCapacity && collect_locked(device) != 0)
+    if (make_room(device, n) != 0)
         return -1; // the ring is full: read it back first (one synchronization)
     Batch b;
     b.n = n;
@@ -701,11 +731,25 @@ extern "C" int64_t kd_cuda_hash_reserve(int device, int64_t n)
     KdDeviceGuard g(device);
     if (ensure(s) != 0)
         return -1;
-    if (s.next + n - s.collected > kCapacity && collect_locked(device) != 0)
+    if (make_room(device, n) != 0)
         return -1;
     int64_t first = s.next;
+    if (kd_inflight_add(&s.inflight, first, n) != 0) {
+        std::snprintf(last_error, sizeof last_error,
+                      "%d CUDA graph replays on device %d hold GPU hash results not yet queued", KD_INFLIGHT_MAX,
+                      device);
+        return -1;
+    }
     s.next += n;
     return first;
+}
+
+extern "C" int kd_cuda_hash_queued(int device, int64_t first, int never)
+{
+    if (device < 0 || device >= 64 || first < 0)
+        return -1;
+    std::lock_guard<std::mutex> lock(mu);
+    return kd_inflight_done(&devs[device].inflight, first, never);
 }
 
 extern "C" int kd_cuda_stream_wait(int device, uint64_t from, uint64_t to)

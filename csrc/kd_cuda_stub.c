@@ -58,6 +58,12 @@ int64_t kd_cuda_hash_reserve(int device, int64_t n)
     return -1;
 }
 
+int kd_cuda_hash_queued(int device, int64_t first, int never)
+{
+    (void)device, (void)first, (void)never;
+    return -1;
+}
+
 void *kd_cuda_graph_alloc(int device, int64_t partials)
 {
     (void)device, (void)partials;

@@ -28,7 +28,9 @@
  *    (Note [GPU hash results]).  Per replay: one tiny kernel launch, no
  *    synchronization, no hashing on the host; the host's per-kernel work is
  *    the copy of each launch's record (120-byte payloads) and the
- *    registration of its results.
+ *    registration of its results.  The K indices stay held until the wrapper
+ *    says the replay was queued (kd_mod_graph_replay_queued): a collect in
+ *    between stops before them (Note [Results in flight] in kd_inflight.h).
  *  - What a graph holds that kdebug cannot describe.  At capture_end the
  *    graph's nodes are counted (cudaGraphGetNodes): kernel nodes beyond the
  *    recorded launches and kdebug's own hash kernels (cuBLAS / cuDNN / aten
@@ -417,6 +419,34 @@ static void emit_replay(kd_graph *g, kd_recorder *r, uint64_t replay, int64_t ba
     }
 }
 
+/* Note [Results in flight]: this thread's replay whose result indices are
+ * reserved and whose graph is not queued yet (one at a time: the wrapper
+ * calls graph_replay, the replay, then graph_replay_queued). */
+static _Thread_local struct {
+    int device;
+    int64_t first; /* -1: none held */
+} tls_held = {0, -1};
+
+static void end_held(int never)
+{
+    if (tls_held.first >= 0) {
+        kd_cuda_hash_queued(tls_held.device, tls_held.first, never);
+        tls_held.first = -1;
+    }
+}
+
+/* graph_replay_queued(ok): right after CUDAGraph.replay returned (ok true)
+ * or raised (ok false: the graph's hash results will never be written). */
+PyObject *kd_mod_graph_replay_queued(PyObject *m, PyObject *ok)
+{
+    (void)m;
+    int yes = PyObject_IsTrue(ok);
+    if (yes < 0)
+        return NULL;
+    end_held(!yes);
+    Py_RETURN_NONE;
+}
+
 /* graph_replay(handle, stream) -> replay index: right before CUDAGraph.replay
  * on `stream` (the current stream, where the replay runs).  Without an active
  * recorder nothing is recorded and -1 is returned. */
@@ -431,6 +461,7 @@ PyObject *kd_mod_graph_replay(PyObject *m, PyObject *args)
     if (g == NULL)
         return NULL;
     kd_defer_flush(); /* the replay's kernels are writers kdebug does not see (Note [Deferred GPU work]) */
+    end_held(1); /* a replay before it never said it was queued: its results are not trusted */
     uint64_t replay = g->replays++;
     int64_t base = -1;
     if (g->nhash > 0) {
@@ -438,6 +469,8 @@ PyObject *kd_mod_graph_replay(PyObject *m, PyObject *args)
          * every replay and need room in the result ring */
         base = kd_cuda_hash_reserve(g->device, g->nhash);
         const char *why = base < 0 ? kd_cuda_last_error() : NULL;
+        if (base >= 0)
+            tls_held.device = g->device, tls_held.first = base;
         /* CUDA runs the launches of one graph in order whatever their
          * streams, but the base is written outside the graph: on another
          * stream than the previous replay's, it waits for that replay, which
@@ -455,6 +488,7 @@ PyObject *kd_mod_graph_replay(PyObject *m, PyObject *args)
             g->replay_errors++;
             set_error(g, why);
             base = -1;
+            end_held(1); /* reserved, but the graph was not given the base: nothing writes those results */
         }
         g->replayed = 1;
         g->last_stream = stream;

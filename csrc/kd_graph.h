@@ -43,6 +43,7 @@ PyObject *kd_mod_graph_capture_started(PyObject *m, PyObject *args);
 PyObject *kd_mod_graph_unknown_replay(PyObject *m, PyObject *unused);
 PyObject *kd_mod_graph_capture_end(PyObject *m, PyObject *arg);
 PyObject *kd_mod_graph_replay(PyObject *m, PyObject *args);
+PyObject *kd_mod_graph_replay_queued(PyObject *m, PyObject *ok);
 PyObject *kd_mod_graph_release(PyObject *m, PyObject *arg);
 PyObject *kd_mod_graph_stats(PyObject *m, PyObject *unused);
 

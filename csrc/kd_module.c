@@ -266,6 +266,8 @@ static PyMethodDef module_methods[] = {
      "graph_capture_end(handle) -> dict: before the capture closes; the graph's counters."},
     {"graph_replay", kd_mod_graph_replay, METH_VARARGS,
      "graph_replay(handle, stream) -> replay index (-1: not recorded): right before the replay."},
+    {"graph_replay_queued", kd_mod_graph_replay_queued, METH_O,
+     "graph_replay_queued(ok): right after the replay (ok False: it raised); Note [Results in flight]."},
     {"graph_unknown_replay", kd_mod_graph_unknown_replay, METH_NOARGS,
      "graph_unknown_replay(): count a replay of a graph captured without kdebug."},
     {"graph_release", kd_mod_graph_release, METH_O, "graph_release(handle): the CUDA graph is gone."},

@@ -146,12 +146,25 @@ def _wrap_capture_end(orig):
     return capture_end
 
 
+# kdebug.testing.collect_before_replay: a collect planted between a replay's
+# reservation of its hash results and the replay (Note [Results in flight])
+_collect_in_gap = False
+
+
 def _wrap_replay(orig):
     def replay(self, *args, **kwargs):
         handle = self.__dict__.get(_HANDLE)
         if handle:
             _C.graph_replay(handle, _current_stream())
-            return _bookkeeping(orig, self, *args, **kwargs)
+            queued = False
+            try:
+                if _collect_in_gap:  # kdebug.testing.collect_before_replay
+                    _C.hash_collect()
+                out = _bookkeeping(orig, self, *args, **kwargs)
+                queued = True
+                return out
+            finally:  # Note [Results in flight]: its hash results may now be read back
+                _C.graph_replay_queued(queued)
         else:
             from . import _active
 

@@ -158,6 +158,23 @@ def launch_while_hashing(hash_fn, other, times: int = 1):
 
 
 @contextlib.contextmanager
+def collect_before_replay():
+    """Within the block, every replay of a CUDA graph that kdebug saw
+    captured reads the GPU hash results back (one synchronization) after
+    the replay's own results were reserved and before the graph is queued:
+    what a collect on another thread does when it lands in that gap (Note
+    [Results in flight] in csrc/core/kd_inflight.h), planted."""
+    from . import cudagraphs
+
+    prev = cudagraphs._collect_in_gap
+    cudagraphs._collect_in_gap = True
+    try:
+        yield
+    finally:
+        cudagraphs._collect_in_gap = prev
+
+
+@contextlib.contextmanager
 def wrong_lowering(op, scale: float | None = None, nan_above: float | None = None):
     """Within the block, Inductor lowers aten ``op`` (e.g. torch.ops.aten.tanh.default)
     wrongly: its result times ``scale``, and/or NaN wherever the result exceeds

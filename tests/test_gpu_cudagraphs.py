@@ -62,6 +62,39 @@ def test_replays_are_recorded_with_the_hashes_of_what_they_wrote():
     assert re.search(r"# CUDA graph \d+ replay 0", text) and "(not run)" in text, text
 
 
+def test_a_collect_between_reservation_and_replay_reads_no_unwritten_result():
+    """Note [Results in flight]: a read-back of the GPU hash results planted
+    between a replay's reservation of its results and the replay (where
+    another thread's collect can land) stops before them; every replay's
+    records still get the hashes of what the replay wrote, none a zero slot."""
+    from kdebug import testing
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: (x.sin() * 2).cos() + x.exp().sum(), mode="reduce-overhead")
+    x = torch.randn(4096, device="cuda")
+    outs = []
+    with DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes("bitwise"):
+        for i in range(3):  # warm-up, capture (recorded: the graph needs kdebug's capture) and a replay
+            f(x + i)
+        with testing.collect_before_replay():
+            for i in range(6):
+                outs.append(f(x + 10 + i).clone())
+    torch.cuda.synchronize()
+    assert dm.complete, dm.kernel_stats
+    _, _, replayed = _graph_kernels(dm)
+    per_replay = {}
+    for k in replayed:
+        per_replay.setdefault(k.cuda_graph["replay"], []).append(k)
+    last6 = [v for _, v in sorted(per_replay.items())][-6:]
+    assert len(per_replay) >= 6, sorted(per_replay)
+    expected = [hashing.bitwise(o, on_host=True) for o in outs]
+    got = [next(iter(v[-1].post_hashes.values())) for v in last6]
+    assert got == expected, (got, expected)
+    empty = hashing.bitwise(torch.empty(0, device="cuda"), on_host=True)  # what a zero slot reads as
+    assert all(h is not None and h != empty for v in per_replay.values() for k in v
+               for h in k.post_hashes.values()), [k.post_hashes for v in per_replay.values() for k in v]
+
+
 def test_a_graph_captured_before_recording_is_reported_incomplete():
     torch._dynamo.reset()
     f = torch.compile(lambda x: x.sin() + 1, mode="reduce-overhead")

@@ -79,8 +79,15 @@ int kd_cuda_hash_prepare(int device);
 
 /* Reserves n consecutive global result indices on `device` for one replay
  * (reading results back first when the ring has no room: one
- * synchronization).  Returns the first, or -1. */
+ * synchronization).  Returns the first, or -1.  The reservation is held
+ * (collects stop before it) until kd_cuda_hash_queued (Note [Results in
+ * flight] in kd_inflight.h). */
 int64_t kd_cuda_hash_reserve(int device, int64_t n);
+
+/* The work writing the reservation that starts at `first` is queued
+ * (never=0), or will never be (never=1: its results are delivered as not
+ * computed).  Returns 0, or -1 when no such reservation is held. */
+int kd_cuda_hash_queued(int device, int64_t first, int never);
 
 /* Orders stream `to` after the work queued so far on stream `from` (an event).
  * Returns 0, or -1 on failure. */

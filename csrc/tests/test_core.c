@@ -11,6 +11,7 @@
 
 #include "../core/kd_args.h"
 #include "../core/kd_hash.h"
+#include "../core/kd_inflight.h"
 #include "../core/kd_record.h"
 #include "../core/kd_render.h"
 #include "../core/kd_results.h"
@@ -1050,6 +1051,35 @@ static void test_results(void)
     kd_results_reset();
 }
 
+/* Note [Results in flight]: a collect stops at the first held reservation */
+static void test_inflight(void)
+{
+    kd_inflight f;
+    memset(&f, 0, sizeof f);
+    CHECK(kd_inflight_limit(&f, 100) == 100);            /* nothing held: everything taken */
+    CHECK(kd_inflight_add(&f, 40, 8) == 0);
+    CHECK(kd_inflight_add(&f, 10, 4) == 0);             /* held out of order (two threads' replays) */
+    CHECK(kd_inflight_limit(&f, 100) == 10);
+    CHECK(kd_inflight_limit(&f, 5) == 5);               /* never past what was taken */
+    CHECK(kd_inflight_done(&f, 10, 0) == 0);
+    CHECK(kd_inflight_limit(&f, 100) == 40);
+    CHECK(kd_inflight_done(&f, 10, 0) == -1);           /* not held any more */
+    CHECK(kd_inflight_done(&f, 41, 0) == -1);           /* no reservation starts there */
+    CHECK(kd_inflight_done(&f, 40, 1) == 0);            /* its writer never ran: void */
+    CHECK(kd_inflight_limit(&f, 100) == 100 && kd_inflight_held(&f) == 0);
+    CHECK(!kd_inflight_is_void(&f, 39) && kd_inflight_is_void(&f, 40) && kd_inflight_is_void(&f, 47) &&
+          !kd_inflight_is_void(&f, 48));
+    kd_inflight_collected(&f, 47);                      /* partly collected: still known */
+    CHECK(kd_inflight_is_void(&f, 47));
+    kd_inflight_collected(&f, 48);
+    CHECK(!kd_inflight_is_void(&f, 47) && f.used == 0);
+    for (int i = 0; i < KD_INFLIGHT_MAX; i++)
+        CHECK(kd_inflight_add(&f, 1000 + 10 * i, 10) == 0);
+    CHECK(kd_inflight_add(&f, 5000, 1) == -1);          /* full: refused, the caller reserves nothing */
+    CHECK(kd_inflight_add(&f, 5000, 0) == -1 && kd_inflight_held(&f) == KD_INFLIGHT_MAX);
+    CHECK(kd_inflight_limit(&f, 9000) == 1000);
+}
+
 int main(void)
 {
     test_hash_bitwise();
@@ -1067,6 +1097,7 @@ int main(void)
     test_arg_walk();
     test_doubles();
     test_results();
+    test_inflight();
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
