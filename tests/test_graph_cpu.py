@@ -139,3 +139,39 @@ def test_graph_marks_survive_a_trace_file(compiled_cpu, cpu_inputs, tmp_path):
     loaded = [k.cuda_graph for k in kdebug.load(path).kernels]
     assert loaded == live
     _C.graph_release(h)
+
+
+def test_the_replay_wrapper_says_whether_the_replay_was_queued(compiled_cpu, cpu_inputs, monkeypatch):
+    """Note [Results in flight]: the CUDAGraph.replay wrapper ends the
+    replay's reservation after the replay, saying whether it was queued (a
+    replay that raised will never write its hash results); the planted
+    collect (kdebug.testing.collect_before_replay) runs in between."""
+    from kdebug import cudagraphs, testing
+
+    calls = []
+    monkeypatch.setattr(_C, "graph_replay_queued", lambda ok: calls.append(("queued", ok)))
+    monkeypatch.setattr(_C, "hash_collect", lambda: calls.append(("collect",)) or 0)
+    monkeypatch.setattr(cudagraphs, "_current_stream", lambda: 0)  # a CPU build: no CUDA stream
+
+    class Graph:  # a CUDAGraph's Python face: kdebug's handle in its __dict__
+        def replay(self, fail=False):
+            calls.append(("replay",))
+            if fail:
+                raise RuntimeError("planted replay failure")
+
+    with DebugMode(record_triton_kernels=True):
+        g = Graph()
+        g.__dict__[cudagraphs._HANDLE] = _capture(compiled_cpu, cpu_inputs)
+        replay = cudagraphs._wrap_replay(Graph.replay)
+        replay(g)
+        with testing.collect_before_replay():
+            replay(g)
+            try:
+                replay(g, fail=True)
+            except RuntimeError:
+                pass
+            else:
+                raise AssertionError("the replay's own error must reach the caller")
+    assert calls == [("replay",), ("queued", True),
+                     ("collect",), ("replay",), ("queued", True),
+                     ("collect",), ("replay",), ("queued", False)], calls
