@@ -155,9 +155,9 @@ def _wrap_replay(orig):
     def replay(self, *args, **kwargs):
         handle = self.__dict__.get(_HANDLE)
         if handle:
-            _C.graph_replay(handle, _current_stream())
             queued = False
             try:
+                _C.graph_replay(handle, _current_stream())
                 if _collect_in_gap:  # kdebug.testing.collect_before_replay
                     _C.hash_collect()
                 out = _bookkeeping(orig, self, *args, **kwargs)
