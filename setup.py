@@ -84,6 +84,7 @@ C_SOURCES = [
     "csrc/kd_tree.c",
     "csrc/kd_defer.c",
     "csrc/kd_write_guard.c",
+    "csrc/kd_phase_timers.c",
     "csrc/kd_trace_py.c",
     "csrc/kd_launch_table_py.c",
     "csrc/kd_hash_tree.c",
@@ -136,6 +137,8 @@ class BuildExt(build_ext):
         debug = os.environ.get("KDEBUG_DEBUG") == "1"
         sanitize = os.environ.get("KDEBUG_SANITIZE", "")
         common = ["-O0", "-g"] if debug else ["-O2", "-DNDEBUG"]
+        if os.environ.get("KDEBUG_PHASE_TIMERS") == "1":  # Note [Phase timers]: a diagnostic build
+            common.append("-DKD_PHASE_TIMERS=1")
         if sanitize:
             common += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"]
             for ext in self.extensions:

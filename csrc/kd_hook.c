@@ -21,6 +21,7 @@
  */
 #include <string.h>
 
+#include "kd_phase_timers.h"
 #include "kd_hook.h"
 #include "kd_launch.h"
 #include "kd_module.h"
@@ -96,9 +97,17 @@ static PyObject *run_hook_call(kd_run_hook *self, PyObject *const *args, size_t 
                                PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    uint64_t t0 = KD_PT_NOW(); /* Note [Phase timers] */
     kd_recorder *r = kd_active_recorder();
-    if (r == NULL || nargs < 1)
+    if (r == NULL || nargs < 1) {
+#ifdef KD_PHASE_TIMERS
+        PyObject *plain = PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
+        KD_PT_ADD(KD_PT_PLAIN, t0);
+        return plain;
+#else
         return PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
+#endif
+    }
 
     uint64_t stream = 0;
     if (kwnames != NULL) {
@@ -134,8 +143,12 @@ static PyObject *run_hook_call(kd_run_hook *self, PyObject *const *args, size_t 
     kd_capture saved = kd_tls_capture;
     memset(&kd_tls_capture, 0, sizeof kd_tls_capture);
     kd_tls_capture.active = p.ok;
+    KD_PT_ADD(KD_PT_BEGIN, t0);
 
+    uint64_t t1 = KD_PT_NOW();
     PyObject *res = PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
+    KD_PT_ADD(KD_PT_LAUNCH, t1);
+    uint64_t t2 = KD_PT_NOW();
 
     kd_tls_capture.active = 0;
     if (p.ok && !kd_tls_capture.have_grid) {
@@ -181,6 +194,7 @@ static PyObject *run_hook_call(kd_run_hook *self, PyObject *const *args, size_t 
     kd_launch_end(r, &p, args + 1, nargs - 1, res == NULL);
     kd_tls_capture = saved;
     Py_DECREF(r);
+    KD_PT_ADD(KD_PT_END, t2);
     return res;
 }
 

@@ -1,6 +1,7 @@
 /* kd_module.c - the kdebug._C module: global tables and module setup. */
 #include <string.h>
 
+#include "kd_phase_timers.h"
 #include "kd_defer.h"
 #include "kd_graph.h"
 #include "kd_dispatch.h"
@@ -320,7 +321,7 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddObjectRef(m, "Recorder", (PyObject *)&kd_RecorderType) != 0 ||
         PyModule_AddObjectRef(m, "Launch", (PyObject *)&kd_LaunchType) != 0 ||
         kd_types_module_init(m) != 0 || kd_hash_py_module_init(m) != 0 || kd_tree_module_init(m) != 0 ||
-        kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 || kd_dispatch_module_init(m) != 0 || kd_op_observer_module_init(m) != 0 || kd_write_guard_module_init(m) != 0 || kd_cpp_launch_module_init(m) != 0 || kd_trace_module_init(m) != 0 || kd_launch_table_module_init(m) != 0 ||
+        kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 || kd_dispatch_module_init(m) != 0 || kd_op_observer_module_init(m) != 0 || kd_write_guard_module_init(m) != 0 || kd_phase_timers_module_init(m) != 0 || kd_cpp_launch_module_init(m) != 0 || kd_trace_module_init(m) != 0 || kd_launch_table_module_init(m) != 0 ||
         PyModule_AddIntConstant(m, "KIND_TRITON", KD_KIND_TRITON) != 0 ||
         PyModule_AddIntConstant(m, "HASH_BITWISE", KD_HK_BITWISE) != 0 ||
         PyModule_AddIntConstant(m, "HASH_NORM", KD_HK_NORM) != 0 ||

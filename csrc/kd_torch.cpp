@@ -3,6 +3,7 @@
 // object and exposes it through the extern "C" API of kd_shim.h.  Every entry
 // point catches c10::Error, std::exception and everything else, so no C++
 // exception reaches the C code that calls it.
+#include "kd_phase_timers.h"
 #include "kd_shim.h"
 
 #include <atomic>
@@ -662,7 +663,7 @@ bool trusted_namespace(const std::string &name)
 // something is to be guarded, the byte ranges of the tensors its schema says
 // it writes (alias_info isWrite: in-place self, out=, mutable lists) go to
 // the C side under the GIL before the op runs.
-std::unique_ptr<at::ObserverContext> write_guard_start(const at::RecordFunction &fn)
+std::unique_ptr<at::ObserverContext> write_guard_start_impl(const at::RecordFunction &fn)
 {
     kd_write_level_fn level_fn = wg_level;
     const int level = level_fn != nullptr ? level_fn() : 0;
@@ -735,6 +736,18 @@ std::unique_ptr<at::ObserverContext> write_guard_start(const at::RecordFunction 
         guard(qual, w, unbounded ? 0 : n, unbounded ? 1 : 0);
     PyGILState_Release(g);
     return nullptr;
+}
+
+std::unique_ptr<at::ObserverContext> write_guard_start(const at::RecordFunction &fn)
+{
+#ifdef KD_PHASE_TIMERS
+    const uint64_t t0 = KD_PT_NOW(); // Note [Phase timers]
+    auto out = write_guard_start_impl(fn);
+    KD_PT_ADD(KD_PT_GUARD, t0);
+    return out;
+#else
+    return write_guard_start_impl(fn);
+#endif
 }
 
 } // namespace
