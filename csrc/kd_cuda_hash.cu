@@ -536,7 +536,7 @@ int collect_locked(int device)
         kd_cuda_result &r = s.stage[(size_t)i];
         if (s.inflight.used && kd_inflight_is_void(&s.inflight, s.collected + i)) {
             r = kd_cuda_result{}; // its writer never ran: not a hash of anything (Note [Results in flight])
-            r.unsupported = 1;
+            r.unsupported = KD_CUDA_NOT_COMPUTED;
         }
         kd_results_deliver(device, s.collected + i, &r);
     }
@@ -734,7 +734,10 @@ extern "C" int64_t kd_cuda_hash_reserve(int device, int64_t n)
     if (make_room(device, n) != 0)
         return -1;
     int64_t first = s.next;
-    if (kd_inflight_add(&s.inflight, first, n) != 0) {
+    bool added = kd_inflight_add(&s.inflight, first, n) == 0;
+    if (!added && s.inflight.used > kd_inflight_held(&s.inflight) && collect_locked(device) == 0)
+        added = kd_inflight_add(&s.inflight, first, n) == 0; // void entries keep their slots until collected
+    if (!added) {
         std::snprintf(last_error, sizeof last_error,
                       "%d CUDA graph replays on device %d hold GPU hash results not yet queued", KD_INFLIGHT_MAX,
                       device);
@@ -742,6 +745,16 @@ extern "C" int64_t kd_cuda_hash_reserve(int device, int64_t n)
     }
     s.next += n;
     return first;
+}
+
+extern "C" int64_t kd_cuda_hash_held(void)
+{
+    std::lock_guard<std::mutex> lock(mu);
+    int64_t n = 0;
+    for (int d = 0; d < 64; d++)
+        if (devs[d].inflight.used)
+            n += kd_inflight_held(&devs[d].inflight);
+    return n;
 }
 
 extern "C" int kd_cuda_hash_queued(int device, int64_t first, int never)

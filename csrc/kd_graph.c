@@ -47,6 +47,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kd_args.h"
 #include "kd_cuda_graph.h"
@@ -432,6 +433,33 @@ static void end_held(int never)
     if (tls_held.first >= 0) {
         kd_cuda_hash_queued(tls_held.device, tls_held.first, never);
         tls_held.first = -1;
+    }
+}
+
+/* Note [Results in flight]: reads every GPU hash result back, waiting (the
+ * GIL released, at most KD_SETTLE_NS) while another thread's replay holds
+ * results that come before ones wanted here; this thread's own held replay
+ * is not waited for (it is queued only after this returns).  0, -1 on a
+ * CUDA error (kd_cuda_last_error), -2 when the other replay never said it
+ * was queued in time (its results and those after them stay to be read). */
+#define KD_SETTLE_NS 5000000000ull
+int kd_collect_gpu_results(void)
+{
+    uint64_t t0 = 0;
+    for (;;) {
+        if (kd_cuda_hash_collect() != 0)
+            return -1;
+        if (kd_cuda_hash_held() <= (tls_held.first >= 0 ? 1 : 0))
+            return 0;
+        uint64_t now = kd_now_ns();
+        if (t0 == 0)
+            t0 = now;
+        else if (now - t0 > KD_SETTLE_NS)
+            return -2;
+        Py_BEGIN_ALLOW_THREADS
+        struct timespec ts = {0, 100000}; /* 0.1 ms: the other replay needs the GIL back to say it was queued */
+        nanosleep(&ts, NULL);
+        Py_END_ALLOW_THREADS
     }
 }
 

@@ -134,6 +134,10 @@ static void pending_deliver(void *owner, uint64_t aux, int w, const kd_cuda_resu
 {
     (void)aux, (void)w;
     kd_pending_hash *p = owner;
+    if (res->unsupported == KD_CUDA_NOT_COMPUTED) { /* Note [Results in flight]: nothing computed it */
+        p->handle = KD_PENDING_FAILED;
+        return;
+    }
     p->res = *res;
     p->have = 1;
 }
@@ -180,10 +184,13 @@ PyObject *kd_pending_fetch(kd_pending_hash *p)
         kd_defer_flush();
     if (p->handle < 0) /* queuing failed: counted in defer_stats, reported by DebugMode */
         Py_RETURN_NONE;
-    if (!p->have && kd_cuda_hash_collect() != 0) {
-        PyErr_SetString(PyExc_RuntimeError, kd_cuda_last_error());
+    int rc = 0;
+    if (!p->have && p->handle >= 0 && (rc = kd_collect_gpu_results()) != 0) {
+        PyErr_SetString(PyExc_RuntimeError, rc == -2 ? KD_COLLECT_TIMEOUT_TEXT : kd_cuda_last_error());
         return NULL;
     }
+    if (p->handle < 0) /* its replay raised before it was queued: not computed (Note [Results in flight]) */
+        Py_RETURN_NONE;
     if (!p->have) {
         PyErr_SetString(PyExc_RuntimeError, "kdebug: a GPU hash result never arrived");
         return NULL;
@@ -290,8 +297,9 @@ static PyObject *mod_hash_collect(PyObject *m, PyObject *unused)
     (void)m;
     (void)unused;
     kd_defer_flush();
-    if (kd_cuda_hash_collect() != 0) {
-        PyErr_SetString(PyExc_RuntimeError, kd_cuda_last_error());
+    int rc = kd_collect_gpu_results();
+    if (rc != 0) {
+        PyErr_SetString(PyExc_RuntimeError, rc == -2 ? KD_COLLECT_TIMEOUT_TEXT : kd_cuda_last_error());
         return NULL;
     }
     return PyLong_FromUnsignedLongLong(kd_cuda_syncs());

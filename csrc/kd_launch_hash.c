@@ -72,6 +72,12 @@ static void rec_deliver(void *owner, uint64_t pos, int w, const kd_cuda_result *
     uint8_t pending = (uint8_t)(w ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE);
     if (!(h->flags & pending))
         return;
+    if (res->unsupported == KD_CUDA_NOT_COMPUTED) { /* Note [Results in flight]: no value, said so */
+        h->flags &= (uint8_t)~(w ? (KD_HF_POST | KD_HF_PENDING_POST) : (KD_HF_PRE | KD_HF_PENDING_PRE));
+        kd_recorder_error(r, "a CUDA graph replay raised before it was queued: the hashes of its launches "
+                             "were not computed");
+        return;
+    }
     h->bitwise[w] = kd_hash_finish(res->S, res->nbytes);
     h->l1[w] = res->l1;
     h->nan[w] = res->nan, h->posinf[w] = res->posinf, h->neginf[w] = res->neginf;

@@ -142,28 +142,35 @@ def nothing_compiled_hint(launches: int) -> str | None:
 # thread that asks for the GIL then by unwinding it, through a noexcept
 # destructor: std::terminate.  destroy_process_group() would join those
 # threads, but it does not free the group once torch._dynamo is imported
-# (the import adds references to the group object; without it the threads
-# end), so every torch.compile + gloo program has this window at exit:
+# (as torch.compile does; the import and a compile add references to the
+# group object, and without them the threads end), so every torch.compile +
+# gloo program has this window at exit:
 # a torch issue (its fix, destroying groups before finalization, was
 # proposed upstream and withdrawn), not kdebug's.  The thread is late only
 # when it was descheduled right after completing the work.
 #
 # What kdebug does: a rank's runner, after the program and the recording,
-# sleeps SETTLE_S without the GIL, so such a late thread finishes its
-# release before finalization.  That narrows the window, it does not close
-# it; a rank that still aborts this way makes ``kdebug hunt --nproc`` say
-# so (hunt_ranks.EXIT_RACE) rather than blame the program.
+# says that it finished and with which status (FINISHED), then sleeps
+# SETTLE_S without the GIL, so such a late thread finishes its release
+# before finalization.  That narrows the window, it does not close it; when
+# every rank said it finished with status 0 and one still aborts this way,
+# ``kdebug hunt --nproc`` says so (hunt_ranks.exit_race) rather than blame
+# the program.
 SETTLE_S = 0.2
+FINISHED = "kdebug: rank {rank} finished: status {status}"
 
 
-def settle_ranks() -> None:
-    """Note [Gloo exit race]: in a rank of a job, gives torch.distributed's
-    backend threads SETTLE_S seconds to finish releasing their last work."""
+def settle_ranks(status: int) -> None:
+    """Note [Gloo exit race]: in a rank of a job, says the program finished
+    (and its status), then gives torch.distributed's backend threads
+    SETTLE_S seconds to finish releasing their last work."""
     if "torch.distributed" not in sys.modules:
         return
     from . import ranks
 
-    if ranks.current() is not None:
+    info = ranks.current()
+    if info is not None:
+        print(FINISHED.format(rank=info.rank, status=status), file=sys.stderr, flush=True)
         time.sleep(SETTLE_S)
 
 
@@ -182,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("a script (or -m module, or --builtin) to run")
     status = record(a.out, a.target, builtin=a.builtin, module=a.module,
                     hash_fn=a.hash.split(","), fix=a.fix)
-    settle_ranks()
+    settle_ranks(status)
     return status
 
 

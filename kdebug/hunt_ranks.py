@@ -62,6 +62,19 @@ UNSUPPORTED = (("in_process", "--in-process"),)
 EXIT_RACE = "terminate called without an active exception"
 
 
+def exit_race(output: str, nproc: int) -> bool:
+    """Whether a failed job's output is torch's gloo exit race: a rank
+    aborted by std::terminate after every rank's runner said its program
+    finished with status 0 (Note [Gloo exit race])."""
+    import re
+
+    from ._runner import FINISHED
+
+    pattern = re.escape(FINISHED).replace(r"\{rank\}", r"(\d+)").replace(r"\{status\}", r"(-?\d+)")
+    ok = {int(r) for r, s in re.findall(pattern, output) if s == "0"}
+    return EXIT_RACE in output and ok == set(range(nproc))
+
+
 def unsupported_options(args) -> list[str]:
     """The hunt options given that --nproc cannot take (the ranks are
     processes of their own, started by torch's launcher)."""
@@ -82,10 +95,10 @@ def _record_job(i, nproc: int, out: str, target: list[str], module: bool, env: d
                           stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         print(proc.stdout[-4000:], file=sys.stderr)
-        if EXIT_RACE in proc.stdout:
-            print(f"kdebug hunt: {name}: a rank was aborted by std::terminate (\"{EXIT_RACE}\"). If it "
-                  "happened as the rank exited, it is a known torch race at exit (a gloo thread releasing "
-                  "its last collective's tensors during interpreter shutdown), not your program: "
+        if exit_race(proc.stdout, nproc):
+            print(f"kdebug hunt: {name}: every rank's program finished with status 0, then a rank was aborted "
+                  f"at exit by std::terminate (\"{EXIT_RACE}\"): a known torch race at exit (a gloo thread "
+                  "releasing its last collective's tensors during interpreter shutdown), not your program: "
                   "run the hunt again.", file=sys.stderr)
         print(f"kdebug hunt: {name} exited with status {proc.returncode}"
               + ("" if fix else "; fix the program first"), file=sys.stderr)

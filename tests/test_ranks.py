@@ -212,10 +212,13 @@ def test_hunt_nproc_refuses_options_it_does_not_support(tmp_path):
     assert p.returncode == 2 and "give the script of the distributed job" in p.stdout
 
 
-def test_hunt_nproc_says_when_a_rank_aborts_at_exit(tmp_path):
+@pytest.mark.parametrize("program_fails", [False, True])
+def test_hunt_nproc_says_when_a_rank_aborts_at_exit(tmp_path, program_fails):
     """Note [Gloo exit race]: a rank that std::terminate aborts as it exits
     (planted: an atexit hook prints what libstdc++ prints and aborts) makes
-    the hunt stop, saying that it may be torch's exit race and to run again."""
+    the hunt stop; when every rank's program had finished with status 0 it
+    says this is torch's exit race and to run again, and when a program
+    failed (rank 1 raises) it does not blame torch."""
     script = tmp_path / "aborts_at_exit.py"
     script.write_text(
         "import atexit, os\n"
@@ -223,15 +226,21 @@ def test_hunt_nproc_says_when_a_rank_aborts_at_exit(tmp_path):
         "    os.write(2, b'terminate called without an active exception\\n')\n"
         "    os.abort()\n"
         "if os.environ.get('RANK') == '1':\n"
-        "    atexit.register(die)\n")
+        "    atexit.register(die)\n"
+        + ("    raise RuntimeError('planted failure of the program')\n" if program_fails else ""))
     p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--nproc", "2", str(script)],
                        env={**os.environ, "PYTHONPATH": ROOT}, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=300)
     assert p.returncode != 0, p.stdout
-    assert "known torch race at exit" in p.stdout and "run the hunt again" in p.stdout, p.stdout
+    assert "kdebug: rank 0 finished: status 0" in p.stdout, p.stdout
+    if program_fails:
+        assert "planted failure of the program" in p.stdout and "known torch race" not in p.stdout, p.stdout
+        assert "fix the program first" in p.stdout, p.stdout
+    else:
+        assert "known torch race at exit" in p.stdout and "run the hunt again" in p.stdout, p.stdout
 
 
-def test_runner_settles_only_in_a_rank(monkeypatch):
+def test_runner_settles_only_in_a_rank(monkeypatch, capsys):
     """Note [Gloo exit race]: the runner gives the backend's threads time
     without the GIL before exit in a rank of a job, and only there."""
     from kdebug import _runner
@@ -240,12 +249,16 @@ def test_runner_settles_only_in_a_rank(monkeypatch):
     monkeypatch.setattr(_runner.time, "sleep", slept.append)
     for var in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
-    _runner.settle_ranks()
+    from kdebug import _upstream
+
+    monkeypatch.setattr(_upstream, "dist_rank_world", lambda: None)  # no process group left by another test
+    _runner.settle_ranks(0)
     assert slept == []
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    _runner.settle_ranks()
+    _runner.settle_ranks(3)
     assert slept == [_runner.SETTLE_S]
+    assert "kdebug: rank 1 finished: status 3" in capsys.readouterr().err
 
 
 @pytest.mark.distributed

@@ -46,12 +46,17 @@ typedef struct kd_cuda_result {
     uint64_t nan, posinf, neginf;
     uint64_t xor64;
     uint32_t ticket; /* blocks done (device side) */
-    uint32_t unsupported;
+    uint32_t unsupported; /* KD_CUDA_NOT_COMPUTED: its writer never ran (Note [Results in flight]) */
     double sum;      /* the stats hash (Note [The stats hash] in kd_hash.h) */
     double absmax;
     uint64_t isum;   /* device side: integer sum (wrapping) */
     uint64_t amax;   /* device side: absmax, as double bits (floats) or an integer */
 } kd_cuda_result;
+
+/* kd_cuda_result.unsupported of a result nothing computed: the CUDA graph
+ * replay that was to write it raised before it was queued (Note [Results in
+ * flight] in kd_inflight.h).  Its receiver records no hash. */
+#define KD_CUDA_NOT_COMPUTED 2u
 
 /* 1 when this build hashes on CUDA devices. */
 int kd_cuda_available(void);
@@ -88,6 +93,9 @@ int64_t kd_cuda_hash_reserve(int device, int64_t n);
  * (never=0), or will never be (never=1: its results are delivered as not
  * computed).  Returns 0, or -1 when no such reservation is held. */
 int kd_cuda_hash_queued(int device, int64_t first, int never);
+
+/* Reservations held (not yet queued), on all devices. */
+int64_t kd_cuda_hash_held(void);
 
 /* Orders stream `to` after the work queued so far on stream `from` (an event).
  * Returns 0, or -1 on failure. */

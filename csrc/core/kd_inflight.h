@@ -14,8 +14,14 @@
  * later.  So each such reservation is held here until its writer is queued
  * (kd_inflight_done) and a collect stops at the first index still held
  * (kd_inflight_limit); the results after it wait for the next collect.  A
- * reservation whose writer will never run (the replay raised) is ended with
- * void=1: its results are delivered marked as not computed.
+ * reader that needs every result (a recorder's drain, a PendingHash, a
+ * hash_collect()) waits, with the GIL released, until the other threads'
+ * replays are queued (kd_collect_gpu_results in kd_graph.c, at most 5 s).
+ * A reservation whose writer will never run (the replay raised) is ended
+ * with void=1: its results are delivered marked KD_CUDA_NOT_COMPUTED, and
+ * their records get no hash and an error that says why.  A void entry keeps
+ * its slot here until a collect passes it; a reservation refused for want
+ * of slots collects first.
  * No locking here: the caller holds its own lock (kd_cuda_hash.cu's mutex).
  */
 #ifndef KD_INFLIGHT_H
