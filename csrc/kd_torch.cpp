@@ -673,17 +673,14 @@ std::unique_ptr<at::ObserverContext> write_guard_start_impl(const at::RecordFunc
     int n = 0;
     bool unbounded = false;
     char qual[256] = "?";
+    std::optional<c10::OperatorName> opname;
     try {
-        std::optional<c10::OperatorName> opname = fn.operator_name();
+        opname = fn.operator_name();
         if (!opname.has_value())
             return nullptr; // a user's record_function scope, not an op: its ops come on their own
         // parts of an op already guarded, run by intra-op workers whose caller may hold the GIL
         if (at::in_parallel_region())
             return nullptr;
-        if (opname->overload_name.empty())
-            std::snprintf(qual, sizeof qual, "%s", opname->name.c_str());
-        else
-            std::snprintf(qual, sizeof qual, "%s.%s", opname->name.c_str(), opname->overload_name.c_str());
         auto handle = c10::Dispatcher::singleton().findOp(*opname);
         c10::ArrayRef<const c10::IValue> ins = fn.inputs();
         if (!handle.has_value() || !handle->hasSchema()) {
@@ -730,6 +727,12 @@ std::unique_ptr<at::ObserverContext> write_guard_start_impl(const at::RecordFunc
         return nullptr; // writes nothing that matters here: no GIL
     if (!Py_IsInitialized())
         return nullptr;
+    if (opname.has_value()) { // named only for what the guard is told (most ops stop above)
+        if (opname->overload_name.empty())
+            std::snprintf(qual, sizeof qual, "%s", opname->name.c_str());
+        else
+            std::snprintf(qual, sizeof qual, "%s.%s", opname->name.c_str(), opname->overload_name.c_str());
+    }
     PyGILState_STATE g = PyGILState_Ensure();
     kd_write_guard_fn guard = wg_guard;
     if (guard != nullptr)
