@@ -747,14 +747,20 @@ extern "C" int64_t kd_cuda_hash_reserve(int device, int64_t n)
     return first;
 }
 
-extern "C" int64_t kd_cuda_hash_held(void)
+extern "C" void kd_cuda_hash_marks(int64_t *marks)
 {
     std::lock_guard<std::mutex> lock(mu);
-    int64_t n = 0;
     for (int d = 0; d < 64; d++)
-        if (devs[d].inflight.used)
-            n += kd_inflight_held(&devs[d].inflight);
-    return n;
+        marks[d] = devs[d].next;
+}
+
+extern "C" int kd_cuda_hash_collected_to(const int64_t *marks)
+{
+    std::lock_guard<std::mutex> lock(mu);
+    for (int d = 0; d < 64; d++)
+        if (devs[d].collected < marks[d])
+            return 0;
+    return 1;
 }
 
 extern "C" int kd_cuda_hash_queued(int device, int64_t first, int never)

@@ -64,7 +64,17 @@ int kd_cuda_hash_queued(int device, int64_t first, int never)
     return -1;
 }
 
-int64_t kd_cuda_hash_held(void) { return 0; }
+void kd_cuda_hash_marks(int64_t *marks)
+{
+    for (int d = 0; d < 64; d++)
+        marks[d] = 0;
+}
+
+int kd_cuda_hash_collected_to(const int64_t *marks)
+{
+    (void)marks;
+    return 1;
+}
 
 void *kd_cuda_graph_alloc(int device, int64_t partials)
 {

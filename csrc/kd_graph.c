@@ -436,20 +436,25 @@ static void end_held(int never)
     }
 }
 
-/* Note [Results in flight]: reads every GPU hash result back, waiting (the
- * GIL released, at most KD_SETTLE_NS) while another thread's replay holds
- * results that come before ones wanted here; this thread's own held replay
- * is not waited for (it is queued only after this returns).  0, -1 on a
- * CUDA error (kd_cuda_last_error), -2 when the other replay never said it
- * was queued in time (its results and those after them stay to be read). */
+/* Note [Results in flight]: reads back every GPU hash result taken before
+ * the call, waiting (the GIL released, at most KD_SETTLE_NS) while another
+ * thread's replay holds results before them; results taken later, and this
+ * thread's own held replay (queued only after this returns), are not waited
+ * for.  0, -1 on a CUDA error (kd_cuda_last_error), -2 when the other replay
+ * never said it was queued in time (its results and those after them stay to
+ * be read). */
 #define KD_SETTLE_NS 5000000000ull
 int kd_collect_gpu_results(void)
 {
+    int64_t marks[64];
+    kd_cuda_hash_marks(marks);
+    if (tls_held.first >= 0 && tls_held.device >= 0 && tls_held.device < 64 && tls_held.first < marks[tls_held.device])
+        marks[tls_held.device] = tls_held.first;
     uint64_t t0 = 0;
     for (;;) {
         if (kd_cuda_hash_collect() != 0)
             return -1;
-        if (kd_cuda_hash_held() <= (tls_held.first >= 0 ? 1 : 0))
+        if (kd_cuda_hash_collected_to(marks))
             return 0;
         uint64_t now = kd_now_ns();
         if (t0 == 0)

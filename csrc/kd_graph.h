@@ -45,8 +45,8 @@ PyObject *kd_mod_graph_capture_end(PyObject *m, PyObject *arg);
 PyObject *kd_mod_graph_replay(PyObject *m, PyObject *args);
 PyObject *kd_mod_graph_replay_queued(PyObject *m, PyObject *ok);
 
-/* Note [Results in flight]: every GPU hash result read back, waiting for
- * other threads' replays still to be queued.  0, -1 (CUDA: kd_cuda_last_error),
+/* Note [Results in flight]: every GPU hash result taken before the call read
+ * back, waiting for other threads' replays that hold results before them.  0, -1 (CUDA: kd_cuda_last_error),
  * -2 (another thread's replay was not queued within 5 s).  GIL held; may
  * release it while waiting. */
 int kd_collect_gpu_results(void);

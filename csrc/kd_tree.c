@@ -184,10 +184,13 @@ static PyObject *resolve_leaf(PyObject *o, void *ctx)
     if (Py_TYPE(o) != &kd_PendingHashType)
         return Py_NewRef(o);
     kd_pending_hash *p = (kd_pending_hash *)o;
+    const int spec = p->spec;
+    Py_INCREF(o); /* a borrowed leaf, and the fetch may release the GIL (Note [Results in flight]) */
     PyObject *r = kd_pending_fetch(p);
+    Py_DECREF(o);
     if (r == NULL || r == Py_None)
         return r;
-    PyObject *v = PyObject_CallFunction((PyObject *)ctx, "Oi", r, p->spec);
+    PyObject *v = PyObject_CallFunction((PyObject *)ctx, "Oi", r, spec);
     Py_DECREF(r);
     return v;
 }

@@ -94,8 +94,11 @@ int64_t kd_cuda_hash_reserve(int device, int64_t n);
  * computed).  Returns 0, or -1 when no such reservation is held. */
 int kd_cuda_hash_queued(int device, int64_t first, int never);
 
-/* Reservations held (not yet queued), on all devices. */
-int64_t kd_cuda_hash_held(void);
+/* marks[d] (64 of them) = the results taken so far on device d. */
+void kd_cuda_hash_marks(int64_t *marks);
+
+/* 1 when every device has collected every result before its mark. */
+int kd_cuda_hash_collected_to(const int64_t *marks);
 
 /* Orders stream `to` after the work queued so far on stream `from` (an event).
  * Returns 0, or -1 on failure. */

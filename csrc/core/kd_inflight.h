@@ -16,7 +16,8 @@
  * (kd_inflight_limit); the results after it wait for the next collect.  A
  * reader that needs every result (a recorder's drain, a PendingHash, a
  * hash_collect()) waits, with the GIL released, until the other threads'
- * replays are queued (kd_collect_gpu_results in kd_graph.c, at most 5 s).
+ * replays holding results before the ones it wants are queued
+ * (kd_collect_gpu_results in kd_graph.c, at most 5 s).
  * A reservation whose writer will never run (the replay raised) is ended
  * with void=1: its results are delivered marked KD_CUDA_NOT_COMPUTED, and
  * their records get no hash and an error that says why.  A void entry keeps
