@@ -335,6 +335,8 @@ class DebugMode(_upstream.DebugMode):
                 f"({f['ring_capacity'] * 128} bytes of address space): pass a smaller ring_capacity "
                 "(the default, 2**20 slots, is 128 MiB, touched only as it fills)") from None
         self._materialized = 0
+        self._flush_lock = threading.Lock()  # Note [One flush at a time]
+        self._flush_owner: int | None = None
         self._bypass: Counter[str] = Counter()
         self._graphs_at_enter: cudagraphs.Snapshot | None = None
         self._graphs_at_exit: cudagraphs.Snapshot | None = None  # None while recording
@@ -407,11 +409,32 @@ class DebugMode(_upstream.DebugMode):
             if kernels:  # kernel records given back: not aten ops (Note [Launch order])
                 self._recorder.splice(self._ops, items, kernels)
 
+    # Note [One flush at a time]
+    # A flush drains the ring, then merges launches [_materialized, n) into
+    # the list.  Between the two it runs code that can let another flush in:
+    # the drain may release the GIL (Note [Results in flight]), values.drain
+    # and the aten-hash resolution run Python.  Two flushes merging the same
+    # range put its records in twice; two merging adjacent ranges out of
+    # order put later launches before earlier ones of the same op position.
+    # So flushes take turns (a lock), and one started on a thread already
+    # inside a flush returns at once: that read sees the list as it was
+    # before this flush, and the next read sees the rest.
     def _flush(self) -> None:
         """Drains the C ring and merges new kernel records into ``operators``."""
         rec = self._recorder
         if rec is None:
             return
+        me = threading.get_ident()
+        if self._flush_owner == me:
+            return
+        with self._flush_lock:
+            self._flush_owner = me
+            try:
+                self._flush_locked(rec)
+            finally:
+                self._flush_owner = None
+
+    def _flush_locked(self, rec) -> None:
         n = rec.drain()  # collects GPU hashes: one synchronization, only when results are read
         if values._sinks:  # Note [Recorded values on disk]: stream the kept outputs
             values.drain(rec)

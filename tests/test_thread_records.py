@@ -237,3 +237,47 @@ def test_threads_under_a_gil_releasing_hash_fn(compiled):
     bad = [b for k in ks for b in _check(k, idents[k.thread_id])]
     assert bad == [], f"{len(bad)} corrupt of {len(ks)}: {bad[:5]}"
     assert dm.kernel_stats["errors"] == 0 and dm.complete
+
+
+def planted_in(dm, orig, seen, where):
+    """make_call (which turns each drained launch into its record during a
+    flush's merge), with a read of dm.operators planted in its first call
+    (Note [One flush at a time])."""
+    def planted(*a, **k):
+        if "inner" not in seen:
+            seen["inner"] = None
+            if where == "same thread":
+                seen["inner"] = len(dm.operators)
+            else:
+                t = threading.Thread(target=lambda: seen.__setitem__("inner", len(dm.operators)))
+                t.start()
+                t.join(0.5)  # with the fix it waits for this flush to end; this flush goes on
+                seen["thread"] = t
+        return orig(*a, **k)
+    return planted
+
+
+@pytest.mark.parametrize("where", ["same thread", "another thread"])
+def test_a_flush_inside_a_flush_merges_each_launch_once(compiled_cpu, cpu_inputs, where, monkeypatch):
+    """Note [One flush at a time]: a read of ``operators`` that starts while a
+    flush is merging (planted: in the first make_call of the merge, where
+    Python runs and the GIL can pass to another thread) neither merges the
+    launches twice nor out of order, on the same thread or another one."""
+    from kdebug import mode
+
+    seen = {}
+    with DebugMode(record_triton_kernels=True) as dm:
+        for _ in range(3):
+            compiled_cpu(*cpu_inputs)
+        monkeypatch.setattr(mode, "make_call", planted_in(dm, mode.make_call, seen, where))
+        ops = list(dm.operators)  # the first read: a flush with launches to merge
+    launches = dm.kernel_stats["launches"]
+    assert "inner" in seen, "the planted read ran"
+    if where == "another thread":
+        seen["thread"].join(10)
+        assert not seen["thread"].is_alive()
+    kernels = [c for c in dm.operators if isinstance(c, kdebug._KernelCall)]
+    assert len(kernels) == launches == len([c for c in ops if isinstance(c, kdebug._KernelCall)]), (
+        len(kernels), launches)
+    idx = [k.launch_index for k in kernels]
+    assert idx == sorted(idx) and len(set(idx)) == len(idx), idx
