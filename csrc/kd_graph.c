@@ -440,12 +440,21 @@ static void end_held(int never)
  * the call, waiting (the GIL released, at most KD_SETTLE_NS) while another
  * thread's replay holds results before them; results taken later, and this
  * thread's own held replay (queued only after this returns), are not waited
- * for.  0, -1 on a CUDA error (kd_cuda_last_error), -2 when the other replay
- * never said it was queued in time (its results and those after them stay to
- * be read). */
+ * for.  0, or -1: a CUDA error, or the other replay never said it was queued
+ * in time (its results and those after them stay to be read);
+ * kd_collect_gpu_error() says which. */
 #define KD_SETTLE_NS 5000000000ull
+static int collect_timed_out; /* GIL */
+
+const char *kd_collect_gpu_error(void)
+{
+    return collect_timed_out ? "a CUDA graph replay on another thread held GPU hash results for more than 5 s"
+                             : kd_cuda_last_error();
+}
+
 int kd_collect_gpu_results(void)
 {
+    collect_timed_out = 0;
     int64_t marks[64];
     kd_cuda_hash_marks(marks);
     if (tls_held.first >= 0 && tls_held.device >= 0 && tls_held.device < 64 && tls_held.first < marks[tls_held.device])
@@ -459,8 +468,10 @@ int kd_collect_gpu_results(void)
         uint64_t now = kd_now_ns();
         if (t0 == 0)
             t0 = now;
-        else if (now - t0 > KD_SETTLE_NS)
-            return -2;
+        else if (now - t0 > KD_SETTLE_NS) {
+            collect_timed_out = 1;
+            return -1;
+        }
         Py_BEGIN_ALLOW_THREADS
         struct timespec ts = {0, 100000}; /* 0.1 ms: the other replay needs the GIL back to say it was queued */
         nanosleep(&ts, NULL);

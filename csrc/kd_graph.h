@@ -46,11 +46,12 @@ PyObject *kd_mod_graph_replay(PyObject *m, PyObject *args);
 PyObject *kd_mod_graph_replay_queued(PyObject *m, PyObject *ok);
 
 /* Note [Results in flight]: every GPU hash result taken before the call read
- * back, waiting for other threads' replays that hold results before them.  0, -1 (CUDA: kd_cuda_last_error),
- * -2 (another thread's replay was not queued within 5 s).  GIL held; may
- * release it while waiting. */
+ * back, waiting for other threads' replays that hold results before them.
+ * 0, or -1 with kd_collect_gpu_error() saying why (a CUDA error, or another
+ * thread's replay not queued within 5 s).  GIL held; may release it while
+ * waiting. */
 int kd_collect_gpu_results(void);
-#define KD_COLLECT_TIMEOUT_TEXT "a CUDA graph replay on another thread held GPU hash results for more than 5 s"
+const char *kd_collect_gpu_error(void);
 PyObject *kd_mod_graph_release(PyObject *m, PyObject *arg);
 PyObject *kd_mod_graph_stats(PyObject *m, PyObject *unused);
 

@@ -184,9 +184,8 @@ PyObject *kd_pending_fetch(kd_pending_hash *p)
         kd_defer_flush();
     if (p->handle < 0) /* queuing failed: counted in defer_stats, reported by DebugMode */
         Py_RETURN_NONE;
-    int rc = 0;
-    if (!p->have && p->handle >= 0 && (rc = kd_collect_gpu_results()) != 0) {
-        PyErr_SetString(PyExc_RuntimeError, rc == -2 ? KD_COLLECT_TIMEOUT_TEXT : kd_cuda_last_error());
+    if (!p->have && p->handle >= 0 && kd_collect_gpu_results() != 0) {
+        PyErr_SetString(PyExc_RuntimeError, kd_collect_gpu_error());
         return NULL;
     }
     if (p->handle < 0) /* its replay raised before it was queued: not computed (Note [Results in flight]) */
@@ -297,9 +296,8 @@ static PyObject *mod_hash_collect(PyObject *m, PyObject *unused)
     (void)m;
     (void)unused;
     kd_defer_flush();
-    int rc = kd_collect_gpu_results();
-    if (rc != 0) {
-        PyErr_SetString(PyExc_RuntimeError, rc == -2 ? KD_COLLECT_TIMEOUT_TEXT : kd_cuda_last_error());
+    if (kd_collect_gpu_results() != 0) {
+        PyErr_SetString(PyExc_RuntimeError, kd_collect_gpu_error());
         return NULL;
     }
     return PyLong_FromUnsignedLongLong(kd_cuda_syncs());

@@ -10,7 +10,7 @@
  * callback (Note [C++ write guard]) per dispatcher op.  Each thread adds into
  * a slot of its own (relaxed atomics: the reader may run on another thread);
  * _C._phase_timers() reads them.  The ordinary build compiles every timer
- * to nothing and _C._phase_timers() raises.  tools/phase_cost.py uses it.
+ * to nothing and _C._phase_timers() raises.  tools/flight_cost.py --phases prints them.
  */
 #ifndef KD_PHASE_TIMERS_H
 #define KD_PHASE_TIMERS_H

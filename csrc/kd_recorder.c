@@ -85,10 +85,9 @@ static int visit_drain(void *ctx, uint64_t first, const kd_payload *p, uint32_t 
 static void flush_hashes(kd_recorder *r, int collect)
 {
     kd_defer_flush();
-    int rc = 0;
-    if (collect && r->anchor != NULL && r->anchor->refs > 0 && (rc = kd_collect_gpu_results()) != 0) {
+    if (collect && r->anchor != NULL && r->anchor->refs > 0 && kd_collect_gpu_results() != 0) {
         char msg[300];
-        snprintf(msg, sizeof msg, "reading GPU hashes: %s", rc == -2 ? KD_COLLECT_TIMEOUT_TEXT : kd_cuda_last_error());
+        snprintf(msg, sizeof msg, "reading GPU hashes: %s", kd_collect_gpu_error());
         kd_recorder_error(r, msg);
     }
 }
