@@ -219,12 +219,24 @@ def test_hunt_nproc_says_when_a_rank_aborts_at_exit(tmp_path, program_fails):
     the hunt stop; when every rank's program had finished with status 0 it
     says this is torch's exit race and to run again, and when a program
     failed (rank 1 raises) it does not blame torch."""
+    # rank 1 aborts only once rank 0 has reached its interpreter's exit (a marker its own atexit hook
+    # writes, after its runner said it finished): the launcher stops the other ranks as soon as one dies,
+    # so without the wait whether rank 0 got to say it finished would be a race (CI at df599e6)
     script = tmp_path / "aborts_at_exit.py"
+    marker = tmp_path / "rank0_at_exit"
     script.write_text(
-        "import atexit, os\n"
+        "import atexit, os, time\n"
+        f"MARKER = {str(marker)!r}\n"
         "def die():\n"
+        "    t = time.monotonic()\n"
+        "    while not os.path.exists(MARKER) and time.monotonic() - t < 120:\n"
+        "        time.sleep(0.05)\n"
         "    os.write(2, b'terminate called without an active exception\\n')\n"
         "    os.abort()\n"
+        "def at_exit():\n"
+        "    open(MARKER, 'w').close()\n"
+        "if os.environ.get('RANK') == '0':\n"
+        "    atexit.register(at_exit)\n"
         "if os.environ.get('RANK') == '1':\n"
         "    atexit.register(die)\n"
         + ("    raise RuntimeError('planted failure of the program')\n" if program_fails else ""))
