@@ -95,13 +95,23 @@ def builtin_hunt(tmp_path_factory) -> BuiltinHunt:
     of what a hunt prints, keeps and re-launches (test_hunt, test_repro),
     which only read it.  The traces and the report are those of the two
     plain runs (the fixes' runs are compared apart), so --try-fixes takes
-    nothing away from what the other tests check."""
-    d = tmp_path_factory.mktemp("builtin-hunt")
-    keep, html = d / "runs", d / "hunt.html"
-    proc = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--runs", "2", "--try-fixes",
-                           "--fixes", "deterministic_algorithms,inductor_deterministic", "--rerun-times", "5",
-                           "--keep", str(keep), "--html", str(html)], capture_output=True, text=True, cwd=d,
-                          env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
+    nothing away from what the other tests check.
+
+    The workload's divergence is its OpenMP threads' race, and under two
+    test workers on two cores the threads can run one after the other in
+    every run of a pair (then the plain runs, or the inductor_deterministic
+    fix's runs, match); such a hunt is made once more, never judged in the
+    tests' place: a hunt that still finds them matching fails the tests."""
+    for _ in range(2):
+        d = tmp_path_factory.mktemp("builtin-hunt")
+        keep, html = d / "runs", d / "hunt.html"
+        proc = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--runs", "2", "--try-fixes",
+                               "--fixes", "deterministic_algorithms,inductor_deterministic", "--rerun-times", "5",
+                               "--keep", str(keep), "--html", str(html)], capture_output=True, text=True, cwd=d,
+                              env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
+        raced = proc.returncode == 1 and "torch._inductor.config.deterministic = True: REMOVES" not in proc.stdout
+        if raced or proc.returncode not in (0, 1):
+            break
     return BuiltinHunt(proc, keep, html)
 
 
