@@ -156,6 +156,21 @@ static PyObject *op_digests(PyObject *self, PyObject *args)
     return PyBytes_FromStringAndSize((const char *)dg, sizeof dg);
 }
 
+/* key_digest(kind, name) -> int: the KD_DG_KEY digest of a step of that kind
+ * (an aten op's: 2; a launch's: its KD_KIND_*) named `name`, as the signed
+ * int64 a digest table's column holds. */
+static PyObject *key_digest(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned int kind;
+    const char *name;
+    Py_ssize_t nl;
+    if (!PyArg_ParseTuple(args, "Is#", &kind, &name, &nl))
+        return NULL;
+    uint64_t d = kd_dg_mix(kind, kd_dg_bytes((const uint8_t *)name, (size_t)nl));
+    return PyLong_FromLongLong((long long)d);
+}
+
 /* The written-spec -> this process's spec map of dict d as an array (*n entries). */
 static uint16_t *spec_array(PyObject *d, uint32_t *n)
 {
@@ -245,6 +260,8 @@ static PyMethodDef table_methods[] = {
      "range_digest(table, start, stop) -> int: one order-free digest of launches [start, stop)"},
     {"op_digests", op_digests, METH_VARARGS,
      "op_digests(depth, flags, name, text, in_tree, out_tree) -> bytes: an aten op's 5 native u64 digests"},
+    {"key_digest", key_digest, METH_VARARGS,
+     "key_digest(kind, name) -> int: the key digest of a step of that kind and name (signed int64)"},
     {"table_fill", table_fill, METH_VARARGS,
      "table_fill(table, reader, spec_map, start, stop) -> record indices of the launches appended"},
     {NULL, NULL, 0, NULL},

@@ -140,6 +140,64 @@ def test_allocation_only_differences_do_not_make_runs_differ(chain):
     assert len(r.structural) == 1 and "aten::fill_" in r.structural[0], r.structural
 
 
+def test_an_extra_allocation_before_one_both_runs_make_is_allocation_only(chain, tmp_path):
+    """Runs are aligned on each step's key, and an aten op's key is its name:
+    an extra probe allocation just before an allocation both runs make used to
+    pair with that one (a SHAPES change: the runs 'differed') and the probe's
+    partner was reported as the extra one.  An allocation's key takes its
+    shape: the probe alone is the extra step, live and through trace files."""
+    def program(with_probe):
+        def between(a):
+            if with_probe:
+                torch.empty((), dtype=torch.float16)
+            buf = torch.empty(64, 32)  # both runs allocate this, then compute with it
+            buf.copy_(a)
+        return lambda: chain(between=between)
+
+    a, b = record(program(False)), record(program(True))
+    for left, right in ((a, b), (_saved(a, tmp_path / "a.kdt"), _saved(b, tmp_path / "b.kdt"))):
+        r = compare(left, right)
+        assert r.ok, str(r)
+        assert len(r.shape_changes) == 0 and r.structural == []
+        assert len(r.allocations) == 1 and r.allocations[0].startswith(
+            "only run 1 allocated [op #1 aten::empty.memory_format] (1 step(s))"), r.allocations
+        # the extra step is run 1's step 1, the probe (step 2 is the allocation both runs make)
+        inserted = [(j1, j2) for tag, i1, i2, j1, j2 in r.alignment["opcodes"] if tag != "equal"]
+        assert inserted == [(1, 2)], r.alignment["opcodes"]
+    assert "f16[]" in str(b.operators[1]) and "f32[64, 32]" in str(b.operators[2])
+
+
+def test_allocations_of_another_size_in_the_same_place_are_allocation_only(chain):
+    """Both runs allocate at the same place, with other sizes, and compute the
+    same: a replaced allocation, reported apart, not a SHAPES difference."""
+    def program(n):
+        return lambda: chain(between=lambda a: torch.empty(n, 3))
+
+    r = compare(record(program(5)), record(program(7)))
+    assert r.ok and len(r.shape_changes) == 0, str(r)
+    assert len(r.allocations) == 1 and r.allocations[0].startswith("run 0 allocated [op #1 aten::empty"), \
+        r.allocations
+
+
+def test_allocation_only_differences_on_the_cpp_op_path(chain):
+    """op_path="c++" records aten ops as kernel-kind records
+    (_AtenOpCall): the allocation rule goes by the op's name there too."""
+    def rec(probe):
+        with DebugMode(op_path="c++") as dm:
+            with DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+                chain(between=(lambda a: torch.empty((), dtype=torch.float16)) if probe else None)
+        return dm
+
+    r = compare(rec(False), rec(True))
+    assert r.ok and r.structural == [], str(r)
+    assert len(r.allocations) == 1 and "aten::empty.memory_format" in r.allocations[0], r.allocations
+
+
+def _saved(dm, path):
+    dm.save(str(path))
+    return str(path)
+
+
 def test_assert_deterministic(chain):
     reports = kdebug.assert_deterministic(chain, runs=3)
     assert len(reports) == 2 and all(r.ok for r in reports)
