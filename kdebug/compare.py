@@ -538,7 +538,10 @@ def _bits(x: int):
 # its own, by its input hashes.  So a stretch of steps that differs between
 # the runs and holds nothing but such allocations on both sides is reported
 # apart (Report.allocations, "ALLOCATION ONLY") and does not make the runs
-# differ; a stretch with any other step stays a structural difference.
+# differ; a stretch with any other step stays a structural difference.  The
+# runs are aligned with an allocation's shape in its key, so only allocations
+# of the same shape pair up: an extra allocation, or one of another size (a
+# later step using it shows its own shape change), is such a stretch.
 _UNINITIALIZED = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
                             "aten::new_empty_strided", "aten::empty_permuted"})
 
