@@ -252,7 +252,14 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
     if call["triton"]:
         meta = call.get("triton_meta") or {}
         constants = meta.get("constants") or {}
-        sig = inductor.triton_call_params(meta)  # as the Python wrapper's run() gets them
+        signature = meta.get("signature") or {}
+        keys = call.get("raw_keys")
+        if (isinstance(keys, (list, tuple)) and len(keys) == len(args)
+                and all(isinstance(k, str) and k in signature for k in keys)):
+            # a user-defined kernel's call names what it passes (its tl.constexpr arguments are not passed)
+            sig = [(k, signature[k]) for k in keys]
+        else:
+            sig = inductor.triton_call_params(meta)  # as the Python wrapper's run() gets them
         sig += [(f"arg{i}", None) for i in range(len(sig), len(args))]
         names = [n for n, _ in sig]
         imeta = call.get("inductor_meta") or {}
@@ -268,10 +275,12 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
                 out_names.append(names[i])
                 roles.append(roles_all[i])
                 continue
+            if sig[i][1] == "constexpr" and names[i] in constants and constants[names[i]] is None:
+                continue  # a user kernel's argument given as None: passed as -1, compiled out
             r = _triton_scalar_role(sig[i][1], constants.get(names[i]))
             if r is None or written is None:
                 raise ValueError(f"argument {names[i]} = {a!r} is a scalar of a type kdebug does not "
-                                 f"record ({signature.get(names[i])!r})")
+                                 f"record ({sig[i][1]!r})")
             exprs.append(str(written[0][i]))
             out_names.append(names[i])
             roles.append(r)
@@ -405,7 +414,8 @@ def _patched_call_helper(orig):
         elif wanted() and kwargs.get("arg_types") is not None:
             _tls.call = {"wrapper": self, "kernel_name": kernel_name, "call_args": list(call_args),
                          "arg_types": list(kwargs.get("arg_types")), "triton": kwargs.get("triton", True),
-                         "triton_meta": kwargs.get("triton_meta"), "inductor_meta": kwargs.get("inductor_meta")}
+                         "triton_meta": kwargs.get("triton_meta"), "inductor_meta": kwargs.get("inductor_meta"),
+                         "raw_keys": kwargs.get("raw_keys")}
         try:
             return orig(self, kernel_name, call_args, *args, **kwargs)
         finally:
@@ -471,7 +481,8 @@ def _enter_site(printer) -> dict | None:
         inductor.warn(f"a launch of {kernel_name} in C++-wrapper code cannot be recorded ({e}); "
                       "each of its launches is counted as unrecorded (the recording is not complete); "
                       "compile with cpp_wrapper=False (the Python wrapper) to record it")
-        _emit({"kernel_name": str(kernel_name), "site": (_C.KIND_CPP, [], [], [])}, _UNRECORDED)
+        kind = _C.KIND_TRITON if call.get("triton", True) else _C.KIND_CPP
+        _emit({"kernel_name": str(kernel_name), "site": (kind, [], [], [])}, _UNRECORDED)
     return call
 
 

@@ -157,23 +157,45 @@ def triton_roles(names: list[str], mutated: frozenset[str], fresh=()) -> list[in
     return roles
 
 
-def triton_call_params(triton_meta: dict) -> list[tuple[str, str]]:
+def triton_call_params(triton_meta: dict, constexprs: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
     """(name, signature type) of the arguments a call of an Inductor Triton
     kernel passes, in order: the signature's non-constexpr parameters and the
     ones specialized to a constant (triton_meta["constants"]: xnumel = 1 of a
-    one-row reduction is passed, then compiled in); not the config's
-    meta-parameters (XBLOCK, ...).  CachingAutotuner.run() gets these, and so
-    does the C++ wrapper's call (H100, torch 2.11)."""
+    one-row reduction is passed, then compiled in; a user kernel's argument
+    given as None is passed as -1); not the config's meta-parameters
+    (XBLOCK, ...) nor any parameter the kernel declares ``tl.constexpr``
+    (``constexprs``, from jit_constexprs: a user-defined kernel's constexpr
+    argument is in the constants, and not passed).  CachingAutotuner.run()
+    gets these, and so does the C++ wrapper's call (H100, torch 2.11; torch
+    2.13's ir.UserDefinedTritonKernel.codegen for the constexprs)."""
     signature = triton_meta.get("signature") or {}
     constants = triton_meta.get("constants") or {}
-    return [(n, t) for n, t in signature.items() if t != "constexpr" or n in constants]
+    return [(n, t) for n, t in signature.items()
+            if n not in constexprs and (t != "constexpr" or n in constants)]
+
+
+def jit_constexprs(fn) -> frozenset[str]:
+    """The names of the parameters a Triton JITFunction declares
+    ``tl.constexpr`` (through the Autotuner / Heuristics wrappers around
+    it); empty when fn is none of these."""
+    for _ in range(8):
+        params = getattr(fn, "params", None)
+        if params is not None:
+            try:
+                return frozenset(p.name for p in params if getattr(p, "is_constexpr", False))
+            except (TypeError, AttributeError):
+                return frozenset()
+        fn = getattr(fn, "fn", None)
+        if fn is None:
+            break
+    return frozenset()
 
 
 def triton_kernel_info(autotuner) -> _C.KernelInfo:
     """Describes a CachingAutotuner: name, argument names in call order, roles."""
     meta = getattr(autotuner, "inductor_meta", None) or {}
     name = meta.get("kernel_name") or autotuner.fn.__name__
-    names = [n for n, _ in triton_call_params(autotuner.triton_meta)]
+    names = [n for n, _ in triton_call_params(autotuner.triton_meta, jit_constexprs(getattr(autotuner, "fn", None)))]
     mutated = frozenset(getattr(autotuner, "mutated_arg_names", ()) or ())
     roles = triton_roles(names, mutated, getattr(autotuner, "_kdebug_fresh", ()))  # Note [Fresh buffers]
     dev_type = getattr(getattr(autotuner, "device_props", None), "type", "cuda")

@@ -371,6 +371,95 @@ def test_triton_call_params_keep_a_constant_passed_and_drop_meta_parameters():
     assert _triton_scalar_role("constexpr", None) is None and _triton_scalar_role("nvTmaDesc") is None
 
 
+class _Param:  # the face of triton.runtime.jit.KernelParam that kdebug reads
+    def __init__(self, name: str, constexpr: bool):
+        self.name, self.is_constexpr = name, constexpr
+
+
+class _Jit:  # a JITFunction's face: kernel(x_ptr, ACT: tl.constexpr, out_ptr, n, BLOCK: tl.constexpr)
+    params = [_Param("x_ptr", False), _Param("ACT", True), _Param("out_ptr", False), _Param("n", False),
+              _Param("BLOCK", True)]
+
+
+def test_triton_call_params_drop_a_user_kernels_constexpr_arguments():
+    """A user-defined Triton kernel's tl.constexpr argument is in triton_meta's
+    constants, as a specialized xnumel = 1 is, but Inductor does not pass it
+    (torch 2.13 ir.UserDefinedTritonKernel.codegen): naming run()'s arguments
+    by the signature gave out_ptr the name ACT (and the role of a read) and
+    the scalar n the name out_ptr.  The kernel's own constexpr parameters
+    decide; a parameter specialized to a constant (1 or None) stays."""
+    from kdebug.inductor import jit_constexprs, triton_call_params, triton_roles
+
+    meta = {"signature": {"x_ptr": "*fp32", "ACT": "constexpr", "out_ptr": "*fp32", "n": "i32",
+                          "BLOCK": "constexpr"},
+            "constants": {"ACT": 1}}
+    assert jit_constexprs(_Jit) == {"ACT", "BLOCK"}
+    assert jit_constexprs(type("Autotuner", (), {"fn": _Jit})) == {"ACT", "BLOCK"}  # Autotuner / Heuristics
+    assert jit_constexprs(object()) == frozenset() and jit_constexprs(None) == frozenset()
+    names = [n for n, _ in triton_call_params(meta, jit_constexprs(_Jit))]
+    assert names == ["x_ptr", "out_ptr", "n"]
+    assert triton_roles(names, frozenset({"out_ptr"}))[:2] == [1, 2]  # x_ptr read, out_ptr written
+
+
+def test_cpp_wrapper_triton_call_of_a_user_kernel_is_named_by_its_raw_keys():
+    """The C++ wrapper's call of a user kernel names what it passes (raw_keys):
+    a tl.constexpr argument is not among them; an argument given as None is
+    passed as -1 and compiled out (not recorded); a scalar of a type kdebug
+    does not record is refused with a ValueError (counted as an unrecorded
+    launch), never another exception out of Inductor's codegen."""
+    from kdebug import _C
+    from kdebug.cpp_launch import SCALAR_INT, _launch_site
+
+    class Wrapper:  # prepare_triton_wrapper_args as CppWrapperGpu's: the C++ expressions
+        @staticmethod
+        def prepare_triton_wrapper_args(args, types):
+            return [str(a) for a in args], list(types)
+
+    meta = {"signature": {"x_ptr": "*fp32", "maybe": "constexpr", "out_ptr": "*fp32", "n": "i32",
+                          "ACT": "constexpr"},
+            "constants": {"maybe": None, "ACT": 2}}
+    call = {"kernel_name": "user_kernel_0", "triton": True, "wrapper": Wrapper(),
+            "call_args": ["buf0", -1, "buf1", "s0"], "arg_types": [torch.float32, int, torch.float32, int],
+            "triton_meta": meta, "inductor_meta": {"mutated_arg_names": ["out_ptr"]},
+            "raw_keys": ["x_ptr", "maybe", "out_ptr", "n"]}
+    kind, exprs, names, roles = _launch_site(call)
+    assert (kind, exprs, names) == (_C.KIND_TRITON, ["buf0", "buf1", "s0"], ["x_ptr", "out_ptr", "n"])
+    assert roles[:2] == [1, 2] and roles[2] == SCALAR_INT | 1
+    bad = dict(call, triton_meta={"signature": dict(meta["signature"], n="nvTmaDesc"), "constants": meta["constants"]})
+    with pytest.raises(ValueError, match="argument n = 's0' is a scalar of a type kdebug does not record"):
+        _launch_site(bad)
+
+
+@pytest.mark.gpu
+def test_gpu_user_triton_kernel_with_a_constexpr_argument_is_named_in_both_wrappers():
+    """A user-defined Triton kernel whose tl.constexpr parameter comes before
+    others, compiled through both wrappers: the records name out_ptr as the
+    written output (its hash taken after the launch) and n as a scalar."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def scale_kernel(x_ptr, FACTOR: tl.constexpr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * FACTOR, mask=mask)
+
+    def f(x):
+        out = torch.empty_like(x)
+        scale_kernel[(triton.cdiv(x.numel(), 128),)](x, 3, out, x.numel(), BLOCK=128)
+        return out.sin()
+
+    x = torch.randn(1000, device="cuda")
+    for cpp_wrapper in (False, True):
+        torch._dynamo.reset()
+        dm, out = _record(torch.compile(f, options={"cpp_wrapper": cpp_wrapper}), x)
+        torch.testing.assert_close(out, (x * 3).sin())
+        assert dm.complete, (cpp_wrapper, dm.kernel_stats)
+        k = next(k for k in dm.kernels if "scale_kernel" in k.kernel_name)
+        assert list(k.arg_names) == ["x_ptr", "out_ptr", "n"], (cpp_wrapper, k.arg_names)
+        assert "out_ptr" in k.post_hashes and k.kwargs.get("n") == 1000, (cpp_wrapper, k.post_hashes, k.kwargs)
+
+
 @pytest.mark.gpu
 def test_gpu_cpp_wrapper_triton_launches_equal_the_python_wrappers():
     x, y = _inputs("cuda")
