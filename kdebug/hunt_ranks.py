@@ -97,11 +97,13 @@ def _record_job(i, nproc: int, out: str, target: list[str], module: bool, env: d
         print(proc.stdout[-4000:], file=sys.stderr)
         if exit_race(proc.stdout, nproc):
             print(f"kdebug hunt: {name}: every rank's program finished with status 0, then a rank was aborted "
-                  f"at exit by std::terminate (\"{EXIT_RACE}\"): a known torch race at exit (a gloo thread "
-                  "releasing its last collective's tensors during interpreter shutdown), not your program: "
-                  "run the hunt again.", file=sys.stderr)
-        print(f"kdebug hunt: {name} exited with status {proc.returncode}"
-              + ("" if fix else "; fix the program first"), file=sys.stderr)
+                  f"at exit by std::terminate (\"{EXIT_RACE}\"), exit status {proc.returncode}: most likely a "
+                  "known torch race at exit (a gloo thread releasing its last collective's tensors during "
+                  "interpreter shutdown): run the hunt again; if it recurs every time, look for threads your "
+                  "program or its extensions leave running at exit.", file=sys.stderr)
+        else:
+            print(f"kdebug hunt: {name} exited with status {proc.returncode}"
+                  + ("" if fix else "; fix the program first"), file=sys.stderr)
     return proc.returncode
 
 
