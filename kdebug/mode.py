@@ -335,7 +335,7 @@ class DebugMode(_upstream.DebugMode):
                 f"({f['ring_capacity'] * 128} bytes of address space): pass a smaller ring_capacity "
                 "(the default, 2**20 slots, is 128 MiB, touched only as it fills)") from None
         self._materialized = 0
-        self._flush_lock = threading.Lock()  # Note [One flush at a time]
+        self._flush_lock = threading.RLock()  # Note [One flush at a time]
         self._flush_owner: int | None = None
         self._bypass: Counter[str] = Counter()
         self._graphs_at_enter: cudagraphs.Snapshot | None = None
@@ -397,6 +397,14 @@ class DebugMode(_upstream.DebugMode):
 
     @operators.setter
     def operators(self, value) -> None:
+        lock = getattr(self, "_flush_lock", None)  # upstream's __init__ sets the list before ours makes the lock
+        if lock is None:
+            self._set_operators(value)
+            return
+        with lock:  # Note [One flush at a time]: never under a flush merging into the old list
+            self._set_operators(value)
+
+    def _set_operators(self, value) -> None:
         self._ops = _OperatorList(self, value)
         self._materialized = 0
         if getattr(self, "_recorder", None) is not None:
@@ -418,7 +426,12 @@ class DebugMode(_upstream.DebugMode):
     # order put later launches before earlier ones of the same op position.
     # So flushes take turns (a lock), and one started on a thread already
     # inside a flush returns at once: that read sees the list as it was
-    # before this flush, and the next read sees the rest.
+    # before this flush, and the next read sees the rest.  Setting
+    # ``operators`` (a reset) takes the same lock, so it never swaps the list
+    # and clears the recorder under a flush merging into the old one.  The
+    # lock is reentrant: a signal handler that reads the list on a thread
+    # that holds it, before the owner is set or after it is cleared, runs its
+    # own whole flush before or after the other instead of deadlocking.
     def _flush(self) -> None:
         """Drains the C ring and merges new kernel records into ``operators``."""
         rec = self._recorder

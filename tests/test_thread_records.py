@@ -281,3 +281,38 @@ def test_a_flush_inside_a_flush_merges_each_launch_once(compiled_cpu, cpu_inputs
         len(kernels), launches)
     idx = [k.launch_index for k in kernels]
     assert idx == sorted(idx) and len(set(idx)) == len(idx), idx
+
+
+def test_a_reset_from_another_thread_waits_for_a_flush(compiled_cpu, cpu_inputs, monkeypatch):
+    """Note [One flush at a time]: ``dm.operators = []`` on another thread
+    while a flush is merging (planted in the merge's first make_call) waits
+    for that flush: the launches before the reset never land in the new
+    list, and the launches after it are recorded there, each once."""
+    from kdebug import mode
+
+    seen = {}
+    orig = mode.make_call
+
+    def planted(*a, **k):
+        if "thread" not in seen:
+            t = threading.Thread(target=lambda: setattr(dm, "operators", []))
+            t.start()
+            t.join(0.5)  # with the fix the reset waits for this flush; this flush goes on
+            seen["thread"] = t
+        return orig(*a, **k)
+
+    with DebugMode(record_triton_kernels=True) as dm:
+        for _ in range(3):
+            compiled_cpu(*cpu_inputs)
+        monkeypatch.setattr(mode, "make_call", planted)
+        before = [c for c in dm.operators if isinstance(c, kdebug._KernelCall)]  # the flush
+        monkeypatch.setattr(mode, "make_call", orig)
+        assert "thread" in seen, "the planted reset ran"
+        seen["thread"].join(10)
+        assert not seen["thread"].is_alive()
+        per_call = len(before) // 3
+        assert per_call > 0 and len(before) == 3 * per_call
+        assert [c for c in dm.operators if isinstance(c, kdebug._KernelCall)] == []  # reset after the flush
+        compiled_cpu(*cpu_inputs)
+    kernels = [c for c in dm.operators if isinstance(c, kdebug._KernelCall)]
+    assert len(kernels) == per_call, (len(kernels), per_call)
