@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kd_args.h"
 #include "kd_cuda_hash.h"
 #include "kd_defer.h"
 #include "kd_hook.h"
@@ -61,9 +62,21 @@ static int grow_store_objs(kd_recorder *r, uint64_t need)
     return 0;
 }
 
+/* Whether a launch record has a hash side still waiting for its GPU result. */
+static int launch_pending(const kd_payload *p, uint32_t n)
+{
+    kd_arg_iter it = kd_args_begin(p, n);
+    while (kd_args_next(&it))
+        if (it.hash != NULL && (it.hash->flags & (KD_HF_PENDING_PRE | KD_HF_PENDING_POST)))
+            return 1;
+    return 0;
+}
+
 static int visit_drain(void *ctx, uint64_t first, const kd_payload *p, uint32_t n)
 {
     kd_recorder *r = ctx;
+    if (r->drain_holds_pending && launch_pending(p, n))
+        return 1; /* Note [Results in flight]: it stays in the ring for a later drain */
     uint64_t base = r->table.store.npayloads;
     if ((r->ring_objs != NULL && grow_store_objs(r, base + n) != 0) ||
         kd_store_append(&r->table.store, p, n) != 0) {
@@ -81,21 +94,34 @@ static int visit_drain(void *ctx, uint64_t first, const kd_payload *p, uint32_t 
 }
 
 /* Queued GPU hashes of this recorder: launched, and with collect, their
- * results in its records (one device synchronization when any is in flight). */
-static void flush_hashes(kd_recorder *r, int collect)
+ * results in its records (one device synchronization when any is in flight).
+ * 0, or -1 when the collect failed (said as the recorder's error). */
+static int flush_hashes(kd_recorder *r, int collect)
 {
     kd_defer_flush();
     if (collect && r->anchor != NULL && r->anchor->refs > 0 && kd_collect_gpu_results() != 0) {
         char msg[300];
         snprintf(msg, sizeof msg, "reading GPU hashes: %s", kd_collect_gpu_error());
         kd_recorder_error(r, msg);
+        return -1;
     }
+    return 0;
 }
 
+/* Note [Results in flight]: after a successful collect, a record still
+ * waiting for a GPU result waits for a result held by a replay queued after
+ * this reader's marks (another thread's, in a loop, say): the ring read
+ * stops there and leaves it and the launches after it for a later drain,
+ * rather than moving it into the store, where its result could no longer be
+ * delivered and its result index would stand where its hash belongs.  After
+ * a failed collect (said as an error) nothing more will come for such
+ * records: they are taken, their waiting sides absent. */
 uint64_t kd_recorder_drain(kd_recorder *r)
 {
-    flush_hashes(r, 1); /* results land in the ring: before it is read */
+    int ok = flush_hashes(r, 1) == 0; /* results land in the ring: before it is read */
+    r->drain_holds_pending = ok && r->anchor != NULL && r->anchor->refs > 0;
     kd_ring_read(r->ring, r->drain_scratch, r->drain_cap, visit_drain, r);
+    r->drain_holds_pending = 0;
     return r->table.store.nlaunches;
 }
 

@@ -64,6 +64,7 @@ typedef struct kd_recorder {
     uint64_t unrecorded;        /* GIL; launches not recorded because of such a failure */
     uint64_t suppressed;        /* GIL; launches left out on purpose (compile, benchmark) */
     uint64_t drain_failures;    /* GIL; launches lost when the store could not grow */
+    int drain_holds_pending;    /* GIL; during a drain: stop at a launch still waiting for a GPU result */
     uint64_t hash_unsupported;  /* GIL; tensors a hash kind could not decode */
     uint64_t readonly_changed;  /* GIL; read-only arguments whose bytes changed */
     uint64_t output_bytes;      /* GIL; bytes of recorded outputs */

@@ -414,7 +414,9 @@ static PyObject *get_objects(kd_launch_view *v, void *c)
 
 static PyObject *hash_side(const kd_hash_rec *h, int w)
 {
-    if (!(h->flags & (w ? KD_HF_POST : KD_HF_PRE)))
+    /* a side still waiting for its GPU result holds the result's index, not a
+     * hash: absent, as the trace writer and the launch digests take it */
+    if (!(h->flags & (w ? KD_HF_POST : KD_HF_PRE)) || (h->flags & (w ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE)))
         Py_RETURN_NONE;
     const int stats = (h->kinds & KD_HK_STATS) != 0; /* Note [Room for the stats] */
     return kd_hash_values(h->bitwise[w], h->l1[w], h->nan[w], h->posinf[w], h->neginf[w], stats ? 0 : h->xor64[w],

@@ -176,3 +176,52 @@ def test_op_hashes_inside_a_user_capture_have_no_value():
     assert muls and muls[-1].log.get("hash") is None, muls[-1].log
     add = next(op for op in dm.operators if "aten::add" in str(op))
     assert add.log["hash"] == hashing.bitwise(z, on_host=True), add.log
+
+
+def test_a_drain_on_another_thread_takes_no_replay_record_before_its_result():
+    """Note [Results in flight]: a thread replays a graph in a loop while the
+    main thread reads ``operators`` (each read drains, and collects the GPU
+    results taken before it).  A replay queued after a read's marks still
+    holds its results when that read's ring walk reaches its records: the
+    walk stops there instead of moving them into the store, where their
+    results could not be delivered and the result index stood as a hash.
+    Every replay's records end with the hash of what the graph wrote."""
+    import threading
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: (x.sin() * 2).cos() + 1)
+    x = torch.randn(1 << 16, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        f(x)  # compiled and warm, off the default stream, as torch asks before a capture
+    torch.cuda.current_stream().wait_stream(s)
+    replays = 300
+    with DebugMode(kernels_only=True, record_all_threads=True) as dm, DebugMode.log_tensor_hashes("bitwise"):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = f(x)
+        done = threading.Event()
+
+        def loop():
+            for _ in range(replays):
+                g.replay()
+            done.set()
+
+        t = threading.Thread(target=loop)
+        t.start()
+        reads = 0
+        while not done.is_set():
+            len(dm.operators)
+            reads += 1
+        t.join()
+        torch.cuda.synchronize()
+    assert reads > 0 and dm.complete, dm.kernel_stats
+    expected = hashing.bitwise(out, on_host=True)
+    _, captured, replayed = _graph_kernels(dm)
+    per_replay = {}
+    for k in replayed:
+        per_replay.setdefault(k.cuda_graph["replay"], []).append(k)
+    assert len(per_replay) == replays and all(len(v) == len(captured) for v in per_replay.values())
+    got = [next(iter(v[-1].post_hashes.values())) for _, v in sorted(per_replay.items())]
+    assert got == [expected] * replays, [h for h in got if h != expected][:5]
