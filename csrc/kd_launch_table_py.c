@@ -149,7 +149,8 @@ static PyObject *op_digests(PyObject *self, PyObject *args)
     uint64_t dg[KD_DG_N];
 #define KD_BYTES(o) (o) ? (const uint8_t *)PyBytes_AS_STRING(o) : NULL, (o) ? (size_t)PyBytes_GET_SIZE(o) : 0
     kd_op_digests(kd_dg_bytes((const uint8_t *)name, (size_t)nl), depth,
-                  kd_text_prefix_digest((const uint8_t *)text, (size_t)tl), flags, KD_BYTES(ib), KD_BYTES(ob), dg);
+                  kd_text_prefix_digest((const uint8_t *)text, (size_t)tl),
+                  kd_text_value_digest((const uint8_t *)text, (size_t)tl), flags, KD_BYTES(ib), KD_BYTES(ob), dg);
 #undef KD_BYTES
     Py_XDECREF(ib);
     Py_XDECREF(ob);

@@ -78,12 +78,69 @@ def _step(i: int, op) -> Step:
     ext = getattr(op, "_kd_extents", None)
     pre = dataflow.tree_values(log.get("input_hash"), "in", ext.inputs if ext else None)
     post = dataflow.tree_values(log.get("hash"), "out", ext.outputs if ext else None)
+    if "hash" not in log:  # Note [Returned values] (csrc/core/kd_trace_digest.c)
+        value = returned_value(_op_text(op))
+        if value is not None:
+            post[VALUE] = value
     name = _op_name(op)
     slots = dataflow.op_slots(ext, getattr(op, "op", None))
     reads, writes = slots if slots is not None else ([], [])
     labels = {s.key: s.label for s in reads + writes}
+    if VALUE in post:
+        labels[VALUE] = _VALUE_SLOT.label
     return Step(i, "aten", name, pre=pre, post=post, reads=reads, writes=writes,
                 flow_known=slots is not None, labels=labels)
+
+
+# Note [Returned values] (csrc/core/kd_trace_digest.c): an op that returns no
+# tensor is compared by the value it handed the program, under this key of its
+# Step's post, as the output "returned value"
+VALUE = "value"
+_VALUE_WORDS = frozenset({"True", "False", "None", "inf", "nan", "e", "E"})
+_VALUE_CHARS = frozenset("0123456789.+-, ()[]")
+_VALUE_SLOT = dataflow.Slot(VALUE, "returned value", ("?", -1), 0, 0)
+
+
+def returned_value(text: str) -> str | None:
+    """The output of an op's rendered text when it is a plain value (numbers,
+    True / False / None, inf / nan, tuples and lists of them), else None:
+    the same rule as kd_text_value_digest."""
+    k = text.find("  ->  ")
+    if k < 0:
+        return None
+    v = text[k + 6:]
+    if not v:
+        return None
+    i = 0
+    while i < len(v):
+        c = v[i]
+        if ("A" <= c <= "Z") or ("a" <= c <= "z"):
+            j = i
+            while j < len(v) and (("A" <= v[j] <= "Z") or ("a" <= v[j] <= "z")):
+                j += 1
+            if v[i:j] not in _VALUE_WORDS:
+                return None
+            i = j
+        elif c in _VALUE_CHARS:
+            i += 1
+        else:
+            return None
+    return v
+
+
+def _op_text(op) -> str:
+    """An aten-op entry's rendered text, without its log (a trace's or a live call's)."""
+    text = getattr(op, "_text", None)
+    if text is not None:
+        return text
+    saved = getattr(op, "log", None)
+    try:
+        op.log = None
+        return op.render([])
+    except Exception:  # noqa: BLE001 (an entry kdebug cannot render is compared without its value)
+        return ""
+    finally:
+        op.log = saved
 
 
 def _op_name(op) -> str:
@@ -318,6 +375,9 @@ class Root:
     outputs: list               # (label, hash in run a, hash in run b) of each differing output
     outside_inputs: list = field(default_factory=list)  # (label, hash a, hash b) of inputs from outside
     consequences: int = 0       # later steps whose outputs changed because of it (transitively)
+    values: list = field(default_factory=list)  # (step label, value a, value b) of the ops, this one or
+                                # later ones it changed, that handed the program another value (Note
+                                # [Returned values]): never benign
     reaches_end: int = 0        # differing writes from it that nothing recorded read and that were
                                 # still in memory when the recording ended: kept tensors (Note [Final
                                 # state]), or possibly kept where the final state is not known
@@ -473,6 +533,8 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
                 outside.append(s)
         out_diff = [] if b is None else \
             [s for s in a.writes if (s.key in a.post or s.key in b.post) and a.post.get(s.key) != b.post.get(s.key)]
+        if b is not None and (VALUE in a.post or VALUE in b.post) and a.post.get(VALUE) != b.post.get(VALUE):
+            out_diff.append(_VALUE_SLOT)  # Note [Returned values]: the program got another value
         if b is not None and not a.flow_known:
             # an op recorded without extents: its hashes alone, unlinked
             pre_differs = any(a.pre.get(x) != b.pre.get(x) for x in set(a.pre) | set(b.pre))
@@ -491,9 +553,13 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
             caused.append([])
             written.append([])
             causes |= 1 << n
+            if _VALUE_SLOT in out_diff:  # Note [Returned values]: it handed the program another value itself
+                found[n].values.append((a.label(), a.post.get(VALUE), b.post.get(VALUE)))
         elif out_diff:
             for r in _bits(causes):
                 caused[r].append(k)
+                if _VALUE_SLOT in out_diff:
+                    found[r].values.append((a.label(), a.post.get(VALUE), b.post.get(VALUE)))
         elif causes:
             for r in _bits(causes):  # read a difference, wrote identical outputs
                 found[r].absorbed += 1
@@ -511,7 +577,7 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
         r.reaches_end = sum(1 for w in unread if kept is None or id(w) in kept)
         r.freed = len(unread) - r.reaches_end
         r.kept_known = kept is not None
-        r.benign = r.consequences == 0 and r.reaches_end == 0
+        r.benign = r.consequences == 0 and r.reaches_end == 0 and not r.values
     ranked = sorted((r for r in found if not r.benign), key=lambda r: (-r.consequences, -r.reaches_end, r.position))
     benign = [r for r in found if r.benign]
     inherited = {r.position: torch.tensor(caused[n], dtype=torch.int64) for n, r in enumerate(found)}
@@ -783,6 +849,11 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
     if x.absorbed:
         tail.append(f"{x.absorbed} read it and wrote identical outputs")
     out.append(f"{why}; " + "; ".join(tail))
+    if x.values:  # Note [Returned values]
+        shown = "; ".join(f"{lab} returned {va} in {side_name(a)}, {vb} in {side_name(b)}"
+                          for lab, va, vb in x.values[:3])
+        more = f" (and {len(x.values) - 3} more)" if len(x.values) > 3 else ""
+        out.append(f"-> the program got other values because of it: {shown}{more}")
     if x.writer is not None:
         between = "the runs" if isinstance(b, int) else f"{side_name(a)} and {side_name(b)}"
         out.append(f"-> last recorded write of that memory: {x.writer.label()} ({', '.join(x.writer_args)}), whose "

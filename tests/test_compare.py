@@ -238,3 +238,60 @@ def test_training_step_with_a_concatenation_buffer_matches_itself():
     assert any("cat" in n for n in aliased), aliased
     r = compare(runs[0], runs[1])
     assert r.ok, str(r)
+
+
+def test_a_difference_read_only_by_item_reaches_the_program(tmp_path):
+    """Note [Returned values]: a kernel's differing output whose only reader
+    is .item() (aten::_local_scalar_dense, which returns no tensor) handed the
+    program another number: the runs differ, the kernel is the root, and the
+    values the program got are named.  Before, the op's value was not
+    compared, so the tensor counted as read into an identical output
+    (absorbed) and then freed: BENIGN, 'the runs match'."""
+    f = torch.compile(lambda x: (x.sin() * 2).sum())
+    x = torch.randn(64, 32)
+    f(x)
+    with DebugMode() as probe:
+        f(x)
+    kernel = probe.kernels[0].kernel_name
+
+    def run(delta):
+        with DebugMode() as dm, DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            if delta:
+                with perturb_kernel_output(kernel, "out_ptr0", 0, delta) as hit:
+                    v = f(x).item()  # the result tensor is a temporary: freed right after
+                assert hit["hits"] == 1
+            else:
+                v = f(x).item()
+        return dm, v
+
+    (a, va), (b, vb) = run(0), run(0.5)
+    assert va != vb  # what the program printed differs (Python's own floats)
+    for left, right in ((a, b), (_saved(a, tmp_path / "a.kdt"), _saved(b, tmp_path / "b.kdt"))):
+        r = compare(left, right)
+        assert not r.ok and r.benign == [], str(r)
+        top = r.roots[0]
+        assert top.step_a.name == kernel and top.consequences == 1, str(r)
+        assert len(top.values) == 1 and "aten::_local_scalar_dense" in top.values[0][0], top.values
+        assert top.values[0][1:] == (repr(va), repr(vb)), top.values
+        assert f"returned {va!r} in run 0, {vb!r} in run 1" in str(r)
+    # the same value in both runs is no difference
+    assert compare(run(0)[0], run(0)[0]).ok
+
+
+def test_an_op_returning_a_value_is_compared_by_it():
+    """Note [Returned values]: an op that returns no tensor and reads
+    identical inputs, but hands the program another value, is a root by that
+    value (planted: bool() of a tensor changed outside any recording)."""
+    x = torch.zeros(())
+
+    def run(v):
+        with DebugMode() as dm, DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            y = x + 1
+        y.fill_(v)  # no DebugMode sees this write
+        with dm, DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            bool(y)
+        return dm
+
+    r = compare(run(1.0), run(0.0))
+    assert not r.ok, str(r)
+    assert any("aten::is_nonzero" in x.step_a.name or "_local_scalar_dense" in x.step_a.name for x in r.roots), str(r)

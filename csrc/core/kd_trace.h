@@ -130,6 +130,7 @@ typedef struct kd_tr {
     uint32_t *str_len;
     uint64_t *str_dg;  /* digest of each string's bytes */
     uint64_t *str_pdg; /* of an op text's part before its output ("  ->  ") */
+    uint64_t *str_vdg; /* of an op text's output when it is a plain value, else 0 (Note [Returned values]) */
     uint64_t nrec;
     uint64_t *rec_off;   /* offset of each record's first byte */
     uint32_t *rec_chunk; /* its chunk's index into chunks */

@@ -23,12 +23,21 @@ uint64_t kd_dg_bytes(const uint8_t *p, size_t n);
 /* Digest of an op's rendered text up to its output ("  ->  "), or of all of it. */
 uint64_t kd_text_prefix_digest(const uint8_t *s, size_t n);
 
+/* Note [Returned values]: digest of an op text's output when it is a plain
+ * value -- numbers, True / False / None, inf / nan, tuples and lists of them,
+ * what .item() and other ops that return no tensor hand the program -- and 0
+ * when the text has no output or its output is anything else (a tensor). */
+uint64_t kd_text_value_digest(const uint8_t *s, size_t n);
+
 /* The KD_DG_N digests of an op record from its parts: the digest of its name's
- * bytes, its depth, kd_text_prefix_digest of its text, its KD_OPF_* flags and
- * its encoded input / output hash trees.  A live op and its trace record
- * digest alike (Note [Launch table]). */
-void kd_op_digests(uint64_t name_dg, uint32_t depth, uint64_t text_pdg, uint32_t flags, const uint8_t *in_tree,
-                   size_t in_len, const uint8_t *out_tree, size_t out_len, uint64_t out[KD_DG_N]);
+ * bytes, its depth, kd_text_prefix_digest and kd_text_value_digest of its
+ * text, its KD_OPF_* flags and its encoded input / output hash trees.  An op
+ * with no output hash is compared by its returned value, when it returned one
+ * (Note [Returned values]).  A live op and its trace record digest alike
+ * (Note [Launch table]). */
+void kd_op_digests(uint64_t name_dg, uint32_t depth, uint64_t text_pdg, uint64_t text_vdg, uint32_t flags,
+                   const uint8_t *in_tree, size_t in_len, const uint8_t *out_tree, size_t out_len,
+                   uint64_t out[KD_DG_N]);
 
 /* The KD_DG_N digests of a decoded op record (kd_tr_digests), computed once by kd_tr_open. */
 void kd_tr_op_digests(const kd_tr *r, const kd_tr_op *op, uint64_t out[KD_DG_N]);

@@ -379,13 +379,15 @@ static int read_file(kd_tr *r, const uint8_t *data, size_t size, kd_payload **sc
     if (hdr < KD_TRACE_HEADER_BYTES || hdr > size)
         return set_err(r, 12, "bad header length");
     uint64_t str_cap = 0, rec_cap = 0, chunk_cap = 0, meta_cap = 0, meta_cap2 = 0;
-    uint64_t rec_cap2 = 0, rec_cap3 = 0, str_cap2 = 0, str_cap3 = 0, str_cap4 = 0;
+    uint64_t rec_cap2 = 0, rec_cap3 = 0, str_cap2 = 0, str_cap3 = 0, str_cap4 = 0, str_cap5 = 0;
     if (kd_grow((void **)&r->str_off, &str_cap, 1, sizeof *r->str_off) ||
         kd_grow((void **)&r->str_len, &str_cap2, 1, sizeof *r->str_len) ||
         kd_grow((void **)&r->str_dg, &str_cap3, 1, sizeof *r->str_dg) ||
-        kd_grow((void **)&r->str_pdg, &str_cap4, 1, sizeof *r->str_pdg))
+        kd_grow((void **)&r->str_pdg, &str_cap4, 1, sizeof *r->str_pdg) ||
+        kd_grow((void **)&r->str_vdg, &str_cap5, 1, sizeof *r->str_vdg))
         return set_err(r, 0, "out of memory");
     r->str_dg[0] = r->str_pdg[0] = kd_dg_bytes(NULL, 0);
+    r->str_vdg[0] = 0;
     uint64_t dg_cap = 0;
     size_t pos = hdr;
     while (pos < size) {
@@ -419,7 +421,8 @@ static int read_file(kd_tr *r, const uint8_t *data, size_t size, kd_payload **sc
             if (!c.bad && (kd_grow((void **)&r->str_off, &str_cap, r->nstr + n + 1, sizeof *r->str_off) ||
                            kd_grow((void **)&r->str_len, &str_cap2, r->nstr + n + 1, sizeof *r->str_len) ||
                            kd_grow((void **)&r->str_dg, &str_cap3, r->nstr + n + 1, sizeof *r->str_dg) ||
-                           kd_grow((void **)&r->str_pdg, &str_cap4, r->nstr + n + 1, sizeof *r->str_pdg)))
+                           kd_grow((void **)&r->str_pdg, &str_cap4, r->nstr + n + 1, sizeof *r->str_pdg) ||
+                           kd_grow((void **)&r->str_vdg, &str_cap5, r->nstr + n + 1, sizeof *r->str_vdg)))
                 return set_err(r, pos, "out of memory");
             for (uint64_t i = 0; i < n && !c.bad; i++) {
                 size_t sl = kd_cur_len(&c);
@@ -435,6 +438,7 @@ static int read_file(kd_tr *r, const uint8_t *data, size_t size, kd_payload **sc
                 const uint8_t *sp = data + c.pos;
                 r->str_dg[r->nstr] = kd_dg_bytes(sp, sl);
                 r->str_pdg[r->nstr] = kd_text_prefix_digest(sp, sl);
+                r->str_vdg[r->nstr] = kd_text_value_digest(sp, sl);
                 c.pos += sl;
             }
         } else if (type == KD_CHUNK_RECORDS) {
@@ -523,6 +527,7 @@ void kd_tr_free(kd_tr *r)
     free(r->str_len);
     free(r->str_dg);
     free(r->str_pdg);
+    free(r->str_vdg);
     free(r->dg);
     free(r->rec_off);
     free(r->rec_chunk);

@@ -11,6 +11,7 @@
 #include "../core/kd_record.h"
 #include "../core/kd_strtab.h"
 #include "../core/kd_trace.h"
+#include "../core/kd_trace_digest.h"
 
 #include "kd_check.h"
 
@@ -560,6 +561,36 @@ static void test_launch_table(void)
     kd_strtab_free(g2);
 }
 
+/* Note [Returned values]: an op text's output is digested when it is a plain
+ * value (numbers, bools, None, inf / nan, tuples and lists of them), and
+ * only then; equal values digest alike, other values differently. */
+static uint64_t vdg(const char *s)
+{
+    return kd_text_value_digest((const uint8_t *)s, strlen(s));
+}
+
+static void test_returned_values(void)
+{
+    const char *values[] = {"aten::_local_scalar_dense(t: f32[])  ->  -45.00395965576172",
+                            "aten::is_nonzero(t: b8[])  ->  True",
+                            "aten::equal(t: f32[3], t: f32[3])  ->  False",
+                            "aten::x(t: f32[])  ->  1e-05",
+                            "aten::x(t: f32[])  ->  (3, [inf, -nan], None)",
+                            "aten::_local_scalar_dense(t: i64[])  ->  7"};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++)
+        CHECK(vdg(values[i]) != 0);
+    CHECK(vdg(values[0]) == vdg("aten::_local_scalar_dense(t: f32[])  ->  -45.00395965576172"));
+    CHECK(vdg(values[0]) != vdg("aten::_local_scalar_dense(t: f32[])  ->  -45.003929138183594"));
+    CHECK(vdg(values[1]) != vdg(values[2]));
+    const char *others[] = {"aten::add.Tensor(t: f32[3], t: f32[3])  ->  t: f32[3]",
+                            "aten::split(t: f32[4], 2)  ->  [t: f32[2], t: f32[2]]",
+                            "aten::f(t: f32[])  ->  <torch._C.Generator object at 0x7f00>",
+                            "aten::g(t: f32[])  ->  ", "aten::h(t: f32[])", "", "aten::k()  ->  Truth",
+                            "aten::m()  ->  'text'"};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+        CHECK(vdg(others[i]) == 0);
+}
+
 int main(void)
 {
     test_crc();
@@ -571,6 +602,7 @@ int main(void)
     test_length_flips();
     test_fuzz();
     test_foreign();
+    test_returned_values();
     printf("test_trace: %d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }
