@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 import torch
 
-from . import _C, _upstream, dataflow
+from . import _C, _upstream, dataflow, program_reads
 from .calls import TensorInfo, _KernelCall
 from .final_state import FinalState
 from .hashing import Stats
@@ -78,11 +78,14 @@ def _step(i: int, op) -> Step:
     ext = getattr(op, "_kd_extents", None)
     pre = dataflow.tree_values(log.get("input_hash"), "in", ext.inputs if ext else None)
     post = dataflow.tree_values(log.get("hash"), "out", ext.outputs if ext else None)
-    if "hash" not in log:  # Note [Returned values] (csrc/core/kd_trace_digest.c)
+    name = _op_name(op)
+    if name in program_reads.NAMES and name != program_reads.PRINT:
+        if pre:  # Note [Program reads]: the program got the values it read
+            post[VALUE] = next(iter(pre.values()))
+    elif "hash" not in log:  # a print's value is the digest of the text it made  # Note [Returned values] (csrc/core/kd_trace_digest.c)
         value = returned_value(_op_text(op))
         if value is not None:
             post[VALUE] = value
-    name = _op_name(op)
     slots = dataflow.op_slots(ext, getattr(op, "op", None))
     reads, writes = slots if slots is not None else ([], [])
     labels = {s.key: s.label for s in reads + writes}
@@ -849,8 +852,11 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
     if x.absorbed:
         tail.append(f"{x.absorbed} read it and wrote identical outputs")
     out.append(f"{why}; " + "; ".join(tail))
-    if x.values:  # Note [Returned values]
+    if x.values:  # Note [Returned values], Note [Program reads]
         shown = "; ".join(f"{lab} returned {va} in {side_name(a)}, {vb} in {side_name(b)}"
+                          if isinstance(va, str) and isinstance(vb, str) and program_reads.PRINT not in lab else
+                          f"{lab} printed other text" if program_reads.PRINT in lab else
+                          f"{lab} read other values ({_fmt_pair(va, vb, a, b)})"
                           for lab, va, vb in x.values[:3])
         more = f" (and {len(x.values) - 3} more)" if len(x.values) > 3 else ""
         out.append(f"-> the program got other values because of it: {shown}{more}")

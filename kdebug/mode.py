@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _active, _argtext, _aten_hooks, _flags, _upstream, collectives, cudagraphs, hashing, inductor, values
+from . import _C, _active, _argtext, _aten_hooks, _flags, _upstream, collectives, cudagraphs, hashing, inductor, program_reads, values
 from ._boundary import HashHook, OpInfo
 from .calls import _VERBOSE, RECORDED_ATTRIBUTES, _AtenOpCall, _CppKernelCall, _KernelCall, make_call
 
@@ -322,6 +322,7 @@ class DebugMode(_upstream.DebugMode):
         self._defer_failures = 0
         self.record_final_state = f["record_final_state"]
         self.final_state: dict | None = None  # Note [Final state], taken at exit when asked for
+        self._reads_installed = False  # Note [Program reads] (kdebug/program_reads.py)
         # Note [First non-finite value] (kdebug/finite.py): the stats hash of what
         # every step writes ("inputs": and reads), entered with the mode
         self.check_finite = f["check_finite"]
@@ -652,6 +653,11 @@ class DebugMode(_upstream.DebugMode):
                 ctx.__enter__()
                 self._finite_ctx = ctx
                 undo.callback(self._leave_finite)
+            if self.record_final_state and not self.kernels_only:
+                # Note [Program reads]: print / tolist / numpy / pickle of a tensor, recorded
+                program_reads.install()
+                undo.callback(program_reads.uninstall)
+                self._reads_installed = True
             self._prev_defer = prev_defer
             self._entered = True
             self._enter_thread = threading.get_ident()
@@ -669,6 +675,9 @@ class DebugMode(_upstream.DebugMode):
             raise RuntimeError("a kdebug DebugMode must be exited on the thread that entered it, "
                                "innermost first")
         self._entered = False
+        if self._reads_installed:
+            self._reads_installed = False
+            program_reads.uninstall()
         try:
             self._leave_finite()
             if self._prev_defer is not None:

@@ -1,0 +1,102 @@
+"""Note [Program reads] (kdebug/program_reads.py): a tensor's values leaving
+for the program through print / tolist / numpy / pickle (torch.save), which
+call no aten op, are recorded while a DebugMode records the final state,
+and a difference that reached the program that way decides the verdict.
+Real Inductor C++ kernels, with the difference planted in one run."""
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from kdebug import DebugMode, program_reads
+from kdebug.compare import compare
+from kdebug.testing import perturb_kernel_output
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    f = torch.compile(lambda x, i: torch.zeros(4, 3).index_add(0, i, x) * 2)
+    x = torch.randn(64, 3, generator=torch.Generator().manual_seed(0))
+    i = torch.arange(64) % 4
+    f(x, i)
+    with DebugMode() as probe:
+        f(x, i)
+    return f, x, i, probe.kernels[0].kernel_name
+
+
+def _run(kernel, how, delta):
+    """One recorded run whose result leaves through ``how`` and is dropped;
+    ``delta`` is added to the kernel's first output element."""
+    f, x, i, name = kernel
+    with DebugMode(record_final_state=True) as dm, DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+        with perturb_kernel_output(name, "out_ptr1", 0, delta) as hit:  # the returned product
+            y = f(x, i)
+        kept = x + 1  # written after the kernel and held at the end: the final state is known
+        assert hit["hits"] == 1
+        if how == "print":
+            got = repr(y)
+        elif how == "format":
+            got = f"{y}"
+        elif how == "tolist":
+            got = y.tolist()
+        elif how == "save":
+            buf = io.BytesIO()
+            torch.save(y, buf)
+            got = buf.getvalue()
+        else:
+            got = None
+        del y  # nothing the program holds at the end
+    assert kept is not None
+    return dm, got
+
+
+@pytest.mark.parametrize("how", ["print", "format", "tolist", "save"])
+def test_a_difference_that_left_for_the_program_is_not_benign(kernel, how):
+    (a, got_a), (b, got_b) = _run(kernel, how, 0.0), _run(kernel, how, 0.5)
+    assert got_a != got_b  # what the program printed / listed / saved differs (Python's own objects)
+    r = compare(a, b)
+    assert not r.ok and r.benign == [], str(r)
+    top = r.roots[0]
+    name = {"print": "kdebug::print", "format": "kdebug::print", "tolist": "kdebug::tolist",
+            "save": "kdebug::pickle"}[how]
+    assert top.step_a.name == kernel[3] and any(name in v[0] for v in top.values), str(r)
+    assert "the program got other values because of it" in str(r)
+
+
+def test_without_a_read_the_freed_difference_stays_benign(kernel):
+    # the same planted difference, dropped unread: benign, the runs match
+    (a, _), (b, _) = _run(kernel, None, 0.0), _run(kernel, None, 0.5)
+    r = compare(a, b)
+    assert r.ok and len(r.benign) == 1 and r.benign[0].step_a.name == kernel[3], str(r)
+
+
+def test_a_difference_below_the_printed_precision_prints_the_same_text(kernel):
+    (a, got_a), (b, got_b) = _run(kernel, "print", 0.0), _run(kernel, "print", 1e-7)
+    assert got_a == got_b  # torch prints 4 decimals
+    r = compare(a, b)
+    assert r.ok and len(r.benign) == 1 and r.benign[0].absorbed == 1, str(r)
+
+
+def test_reads_are_recorded_only_while_asked_and_the_tensor_methods_come_back(kernel):
+    before = {k: torch.Tensor.__dict__.get(k) for k in ("__repr__", "tolist", "numpy", "__array__", "__reduce_ex__")}
+    y = torch.ones(3)
+    with DebugMode() as plain, DebugMode.log_tensor_hashes(hash_fn="bitwise"):
+        repr(y)
+        y.tolist()
+    assert not any("kdebug::" in str(op) for op in plain.operators)  # not asked: upstream's op list
+    with DebugMode(record_final_state=True) as dm, DebugMode.log_tensor_hashes(hash_fn="bitwise"):
+        with DebugMode(record_final_state=True):  # nested: installed once, removed with the outer
+            pass
+        assert "tolist" in torch.Tensor.__dict__
+        print(y)
+        y.tolist()
+        torch.save(y, io.BytesIO())
+        str(torch.nn.Parameter(torch.ones(2)))  # one read, though its repr calls Tensor.__repr__
+        # kdebug's own code saving a tensor (its replays do) is not the program's read
+        exec(compile("torch.save(y, io.BytesIO())", "<kdebug internal>", "exec"),
+             {"__name__": "kdebug.replay", "torch": torch, "io": io, "y": y})
+    names = [op.op for op in dm.operators if isinstance(op, program_reads.ProgramRead)]
+    assert names == ["kdebug::print", "kdebug::tolist", "kdebug::pickle", "kdebug::print"], names
+    assert {k: torch.Tensor.__dict__.get(k) for k in before} == before
