@@ -23,7 +23,14 @@ Arguments are rendered as upstream renders them, except:
   out (``<torch._C.Foo object>``, ``<function f>``); if an address is still
   left, the leaf shows as its type name only (``<module.Type>``);
 - a called object whose upstream name holds an address (record_torchfunction
-  records of property getters) gets a stable name (``stable_op``).
+  records of property getters) gets a stable name (``stable_op``);
+- a storage (``aten::set_.source_Storage``: how torch.load, DataLoader
+  workers and pickled tensors rebuild a tensor) by its type, size and device,
+  ``UntypedStorage(nbytes=8192, device=cpu)``: its str() lists every byte on a
+  line of its own, which made a trace of a script loading an 8 MB checkpoint
+  run out of memory, and kept two runs that rebuilt the same batches in
+  another order from aligning (its contents show in the hash of the tensor
+  the op returns).
 
 Both the C formatter (csrc/kd_fmt.c calls ``leaf_text`` for leaves it does
 not know) and records made through upstream's Python code
@@ -68,6 +75,18 @@ def generator_text(g: torch.Generator) -> str:
     return "Generator(" + ", ".join(parts) + ")"
 
 
+def storage_text(x: Any) -> str:
+    """``UntypedStorage(nbytes=N, device=cpu)`` (a TypedStorage also says its
+    dtype): a storage by its size, never its bytes."""
+    if isinstance(x, torch.TypedStorage):
+        return f"TypedStorage(dtype={x.dtype}, size={x.size()}, device={x.device})"
+    return f"{type(x).__name__}(nbytes={x.nbytes()}, device={x.device})"
+
+
+def _is_storage(x: Any) -> bool:
+    return isinstance(x, (torch.UntypedStorage, torch.TypedStorage))
+
+
 def _scrub(s: str, x: Any) -> str:
     """s with its addresses cut out, or the type name when that is not enough."""
     s = _AT_ADDRESS.sub("", s)
@@ -86,6 +105,8 @@ def leaf_text(x: Any, top: bool) -> Any:
     own rendering is to be used."""
     if isinstance(x, torch.Generator):
         return generator_text(x)
+    if _is_storage(x):
+        return storage_text(x)
     if _is_special(x):
         return NotImplemented
     s = str(x) if top else repr(x)
@@ -118,6 +139,9 @@ def _stable_leaf(x: Any) -> Any:
         return x
     if isinstance(x, torch.Generator):
         t = generator_text(x)
+        return _Shown(t, t)
+    if _is_storage(x):
+        t = storage_text(x)
         return _Shown(t, t)
     if _is_special(x):
         return x

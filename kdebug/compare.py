@@ -378,6 +378,7 @@ class Root:
     outputs: list               # (label, hash in run a, hash in run b) of each differing output
     outside_inputs: list = field(default_factory=list)  # (label, hash a, hash b) of inputs from outside
     consequences: int = 0       # later steps whose outputs changed because of it (transitively)
+    code: tuple | None = None   # a kernel compiled from other source in the two runs: (sha256 a, sha256 b)
     values: list = field(default_factory=list)  # (step label, value a, value b) of the ops, this one or
                                 # later ones it changed, that handed the program another value (Note
                                 # [Returned values]): never benign
@@ -457,10 +458,56 @@ def _hints(step: Step, kind: str, config_changed: bool) -> list[str]:
 ALIGN_LIMIT = 40000
 
 
-def _align(ka: torch.Tensor, kb: torch.Tensor) -> tuple[list, bool]:
+# Note [Aligning by content]
+# Runs are aligned on each step's key (its name, for an aten op): a program
+# whose steps all have the same names in the same order pairs position by
+# position, and a root and everything it changed line up with their
+# counterparts.  Where the sequences of names differ, names alone can pair the
+# wrong steps: a training loop's iterations all look alike, and a DataLoader
+# with workers rebuilds each batch it receives (aten::empty + aten::set_ from
+# the worker's storage) when it arrives, one or two per next() call as timing
+# has it; aligned by names, iteration k of one run paired with iteration k+1
+# of the other (different weights: invented roots at every addmm, found by a
+# trust pass).  So where the names differ, the part between the common prefix
+# and suffix is aligned first on each step's whole digest row (name, shapes,
+# input and output hashes): identical computations pair whatever their
+# position; what is left between two such pairs is aligned by names, as
+# before (after a real root every step differs, so that is where its heirs
+# pair with their counterparts).
+
+
+def _content_keys(side: "_Side", weak: torch.Tensor) -> torch.Tensor:
+    """Each step's key with its shapes, input and output digests mixed in."""
+    d = side.dig
+    return weak ^ (d[:, 2] * 0x2545F4914F6CDD1D) ^ (d[:, 3] * 0x1B873593A1D2E3F5) ^ (d[:, 4] * 0x5851F42D4C957F2D)
+
+
+def _by_content(wa: list, wb: list, sa: list, sb: list) -> list:
+    """Opcodes aligning two stretches: identical digest rows first, the gaps
+    between them by names (Note [Aligning by content])."""
+    ops: list = []
+    for t, i1, i2, j1, j2 in difflib.SequenceMatcher(None, sa, sb, autojunk=False).get_opcodes():
+        if t == "equal" or i1 == i2 or j1 == j2:
+            ops.append((t, i1, i2, j1, j2))
+            continue
+        sm = difflib.SequenceMatcher(None, wa[i1:i2], wb[j1:j2], autojunk=False)
+        ops += [(u, x1 + i1, x2 + i1, y1 + j1, y2 + j1) for u, x1, x2, y1, y2 in sm.get_opcodes()]
+    merged: list = []
+    for op in ops:
+        if merged and merged[-1][0] == op[0] == "equal" and merged[-1][2] == op[1] and merged[-1][4] == op[3]:
+            merged[-1] = ("equal", merged[-1][1], op[2], merged[-1][3], op[4])
+        else:
+            merged.append(op)
+    return merged
+
+
+def _align(ka: torch.Tensor, kb: torch.Tensor, ca: torch.Tensor | None = None,
+           cb: torch.Tensor | None = None) -> tuple[list, bool]:
     """difflib-style opcodes aligning two key columns: common prefix and suffix
-    found with tensor ops, the part between aligned by difflib.  The flag is
-    False when that part was too long to align."""
+    found with tensor ops, the part between aligned by difflib -- by content
+    first where content keys ``ca`` / ``cb`` are given and the names differ
+    (Note [Aligning by content]).  The flag is False when that part was too
+    long to align."""
     na, nb = len(ka), len(kb)
     n = min(na, nb)
     neq = (ka[:n] != kb[:n]).nonzero()
@@ -474,8 +521,11 @@ def _align(ka: torch.Tensor, kb: torch.Tensor) -> tuple[list, bool]:
     ops: list = [("equal", 0, p, 0, p)] if p else []
     aligned = True
     if (a1 - p) + (b1 - p) <= ALIGN_LIMIT:
-        sm = difflib.SequenceMatcher(None, ka[p:a1].tolist(), kb[p:b1].tolist(), autojunk=False)
-        ops += [(t, i1 + p, i2 + p, j1 + p, j2 + p) for t, i1, i2, j1, j2 in sm.get_opcodes()]
+        wa, wb = ka[p:a1].tolist(), kb[p:b1].tolist()
+        mid = difflib.SequenceMatcher(None, wa, wb, autojunk=False).get_opcodes()
+        if ca is not None and cb is not None and any(t != "equal" for t, *_ in mid):
+            mid = _by_content(wa, wb, ca[p:a1].tolist(), cb[p:b1].tolist())
+        ops += [(t, i1 + p, i2 + p, j1 + p, j2 + p) for t, i1, i2, j1, j2 in mid]
     else:
         ops.append(("replace", p, a1, p, b1))
         aligned = False
@@ -558,6 +608,8 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
             causes |= 1 << n
             if _VALUE_SLOT in out_diff:  # Note [Returned values]: it handed the program another value itself
                 found[n].values.append((a.label(), a.post.get(VALUE), b.post.get(VALUE)))
+            if kind == "root" and a.kind == "kernel":
+                found[n].code = _code_differs(A, B, a, b)
         elif out_diff:
             for r in _bits(causes):
                 caused[r].append(k)
@@ -613,6 +665,10 @@ def _bits(x: int):
 # later step using it shows its own shape change), is such a stretch.
 _UNINITIALIZED = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
                             "aten::new_empty_strided", "aten::empty_permuted"})
+# aten::set_ makes a tensor show a storage's bytes (torch.load, a DataLoader
+# worker's batch, unpickling): it computes nothing either, and whoever reads
+# the tensor shows by its input hashes what it read
+_NO_COMPUTE = _UNINITIALIZED | {"aten::set_"}
 
 
 # The op path records an allocation as an aten op (kind "aten"), the C++ op
@@ -623,7 +679,7 @@ _UNINITIALIZED = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_l
 
 
 def _is_allocation(step: Step) -> bool:
-    return step.name.split(".", 1)[0] in _UNINITIALIZED
+    return step.name.split(".", 1)[0] in _NO_COMPUTE
 
 
 def _only_allocations(side: "_Side", lo: int, hi: int) -> bool:
@@ -635,10 +691,10 @@ def _only_allocations(side: "_Side", lo: int, hi: int) -> bool:
 @functools.lru_cache(maxsize=None)
 def _allocation_keys() -> torch.Tensor:
     """The key digests an allocation step can have: every overload of the
-    _UNINITIALIZED ops in this torch's registry, as an aten op (kind 2) and
+    _NO_COMPUTE ops in this torch's registry, as an aten op (kind 2) and
     as the C++ op path's record (KD_KIND_ATEN, 3)."""
     names = set()
-    for op in _UNINITIALIZED:
+    for op in _NO_COMPUTE:
         names |= {op, op + ".default"}
         packet = getattr(torch.ops.aten, op.split("::", 1)[1], None)
         if packet is not None:
@@ -659,7 +715,8 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
     paths.  ``runs`` names the two sides in the text: run numbers, or labels
     such as ("rank 0", "rank 1")."""
     A, B = _Side.of(run_a), _Side.of(run_b)
-    ops, aligned = _align(_alignment_keys(A), _alignment_keys(B))
+    ka, kb = _alignment_keys(A), _alignment_keys(B)
+    ops, aligned = _align(ka, kb, _content_keys(A, ka), _content_keys(B, kb))
     structural: list[str] = []
     allocations: list[str] = []
     seg_a, seg_b = [], []
@@ -724,6 +781,10 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
         div.inherited = _Pairs(A, B, pa[inherited_pos[top.position]], pb[inherited_pos[top.position]]) \
             if inherited_pos.get(top.position) is not None else _Pairs(A, B, pa[:0], pb[:0])
         div.hints = _hints(a, div.kind, bool(len(cfg)) and int(cfg[0]) <= root)
+        if top.code is not None:  # not the kernel's doing: where the constant came from is the question
+            div.hints = ["find the value Dynamo compiled into this kernel as a constant (a Python number "
+                         "computed from time, an unseeded random draw, a counter, a global): it differed "
+                         "between the runs; pass it as a tensor, or make it the same in every run"]
         top.writer, top.writer_args = div.writer, div.writer_args
         div.identity = _identity(A, a)
     heirs = sorted({k for x in roots for k in inherited_pos[x.position].tolist()})
@@ -786,18 +847,34 @@ def format_report(r: Report) -> str:
     return "\n".join(lines)
 
 
+def _provenance(side: _Side, step: Step) -> list:
+    if side._trace is not None:
+        return side._trace.provenance(step.name)
+    from . import provenance
+
+    return provenance.provenances(step.name)
+
+
+def _code_differs(A: _Side, B: _Side, a: Step, b: Step) -> tuple | None:
+    """(sha256 in run a, in run b) when the two runs compiled the kernel of
+    this name from different source, known from their provenance: a value
+    specialized into the code (a Python float or int, a global, a shape)
+    differed, and the kernel computing differently proves nothing about its
+    determinism (Note [Kernel code])."""
+    codes_a = {e.code_sha256 for e in _provenance(A, a) if e.code_sha256}
+    codes_b = {e.code_sha256 for e in _provenance(B, b) if e.code_sha256}
+    if codes_a and codes_b and codes_a.isdisjoint(codes_b):
+        return min(codes_a), min(codes_b)
+    return None
+
+
 def _identity(side: _Side, step: Step) -> list[str]:
     """What a kernel step computes, from its run's provenance (a trace's META,
     or this process's for a live run): one block per distinct kernel of the
     name, each its fused FX nodes, user source lines and module."""
     if step.kind != "kernel":
         return []
-    if side._trace is not None:
-        entries = side._trace.provenance(step.name)
-    else:
-        from . import provenance
-
-        entries = provenance.provenances(step.name)
+    entries = _provenance(side, step)
     out = []
     for k, e in enumerate(entries):
         which = (f" (kernel {k + 1} of {len(entries)} of this name"
@@ -834,6 +911,11 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
             why = ("-> this collective returned another result from this process's identical inputs: its output "
                    "also depends on the other ranks' inputs (a rank whose difference started earlier sends it), "
                    "its reduction order and its transport (kdebug hunt --nproc says which rank it came from)")
+        elif x.code is not None:
+            why = (f"-> the two runs compiled different code for this kernel (sha256 {x.code[0][:12]} in "
+                   f"{side_name(a)}, {x.code[1][:12]} in {side_name(b)}): a value compiled into it as a constant "
+                   "(a Python float or int, a global, a shape) differed between the runs, so its other result "
+                   "says nothing about its determinism; kdebug show --source N of each run shows the two codes")
         else:
             why = (f"-> this {what} is non-deterministic" if isinstance(b, int) else  # sides named: ranks
                    f"-> this {what} computed another result on {side_name(b)} than on {side_name(a)} from the "

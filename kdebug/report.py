@@ -338,7 +338,8 @@ def _root_json(x) -> dict:
     return {"a": _step_json(x.step_a), "b": _step_json(x.step_b), "kind": x.kind,
             "outputs": [lab for lab, _, _ in x.outputs], "inputs": [lab for lab, _, _ in x.outside_inputs],
             "consequences": x.consequences, "reaches_end": x.reaches_end, "absorbed": x.absorbed,
-            "freed": x.freed, "values": [[lab, str(va), str(vb)] for lab, va, vb in x.values[:10]]}
+            "freed": x.freed, "values": [[lab, str(va), str(vb)] for lab, va, vb in x.values[:10]],
+            "code": list(x.code) if x.code else None}
 
 
 def _comparison_json(rep: Report, limit: int = 2000) -> dict:

@@ -2,6 +2,8 @@
 faults are found and classified, inherited launches counted."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -295,3 +297,72 @@ def test_an_op_returning_a_value_is_compared_by_it():
     r = compare(run(1.0), run(0.0))
     assert not r.ok, str(r)
     assert any("aten::is_nonzero" in x.step_a.name or "_local_scalar_dense" in x.step_a.name for x in r.roots), str(r)
+
+
+def test_a_kernel_compiled_from_other_code_is_not_called_non_deterministic(tmp_path):
+    """Two runs whose compiled kernel embeds a Python float that differs
+    between them (a constant in the generated code): the kernel's output
+    differs with identical inputs, but the runs compiled different code for
+    it, which the verdict says instead of 'non-deterministic' and the
+    atomic-add hint (Note [Kernel code]; found by a trust pass: a value from
+    time.time())."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "scaled.py"
+    script.write_text("import os, torch\n"
+                      "SCALE = float(os.environ['KD_TEST_SCALE'])\n"
+                      "f = torch.compile(lambda x: (x.sin() * SCALE).sum(0))\n"
+                      "x = torch.linspace(-1, 1, 256).reshape(16, 16)\n"
+                      "out = f(x)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for name, scale in (("a", "1.25"), ("b", "1.5")):
+        p = subprocess.run([sys.executable, "-m", "kdebug", "record", "-o", str(tmp_path / f"{name}.kdt"), "--",
+                            str(script)], env={**os.environ, "KD_TEST_SCALE": scale, "PYTHONPATH": root},
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+    r = compare(str(tmp_path / "a.kdt"), str(tmp_path / "b.kdt"))
+    assert not r.ok and r.roots[0].code is not None, str(r)
+    text = str(r)
+    assert "the two runs compiled different code for this kernel" in text, text
+    assert "is non-deterministic" not in text and "atomic" not in text, text
+    # the same code in both runs: a real non-determinism keeps its wording (planted in test_fault_in_a_later_kernel)
+
+
+def test_batches_rebuilt_at_other_times_align_by_content():
+    """Note [Aligning by content]: a DataLoader with workers rebuilds each
+    batch it receives (aten::empty + aten::set_ from the worker's storage)
+    when it arrives, one or two per next() as timing has it.  Here run 0
+    rebuilds each batch right before its training step and run 1 rebuilds
+    them two at a time (torch.load: the same empty + set_); the steps are
+    the same computations.  Aligned by names alone, the runs' iterations
+    paired off by one (different weights: invented roots); by content they
+    match, and the shifted rebuilds are listed as ALLOCATION ONLY."""
+    import io
+
+    torch.manual_seed(0)
+    w = torch.randn(8, 8)
+    step = torch.compile(lambda w, x: (w - 0.1 * (x @ w).tanh().sum(0)).contiguous())
+    batches = []
+    for k in range(6):
+        buf = io.BytesIO()
+        torch.save(torch.randn(4, 8, generator=torch.Generator().manual_seed(k)), buf)
+        batches.append(buf.getvalue())
+    step(w, torch.randn(4, 8))
+
+    def run(ahead: int):
+        v = w.clone()
+        got: dict = {}
+        with DebugMode() as dm, DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            for k in range(6):
+                for j in range(k, min(k + ahead, 6)):  # what has arrived by now
+                    if j not in got:
+                        got[j] = torch.load(io.BytesIO(batches[j]))
+                v = step(v, got.pop(k))
+        return dm, v
+
+    (a, va), (b, vb) = run(1), run(3)
+    assert torch.equal(va, vb)  # the same training, bitwise (torch's own comparison)
+    r = compare(a, b)
+    assert r.ok and r.structural == [] and len(r.shape_changes) == 0 and r.roots == [], str(r)
+    assert r.allocations and all("aten::set_" in s or "aten::empty" in s for s in r.allocations), r.allocations
