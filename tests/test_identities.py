@@ -282,3 +282,22 @@ def test_diff_of_two_processes_with_a_generator(tmp_path):
         paths.append(str(out))
     rep = kdebug.compare(*paths)
     assert rep.ok and rep.hashed > 0, str(rep)
+
+
+@pytest.mark.parametrize("flags", [{}, {"record_ids": True}])
+def test_storage_arguments_render_by_size_not_bytes(flags):
+    """torch.load rebuilds a tensor with aten::set_ from a storage, whose str()
+    lists every byte on a line of its own (a trace of an 8 MB checkpoint load
+    ran out of memory): both the C formatter and upstream's path show it by
+    type, size and device; its contents show in the output hash."""
+    import io
+
+    buf = io.BytesIO()
+    torch.save(torch.arange(250_000, dtype=torch.float32), buf)
+    with DebugMode(**flags) as dm, DebugMode.log_tensor_hashes(hash_fn="bitwise"):
+        buf.seek(0)
+        t = torch.load(buf)
+    op = next(o for o in dm.operators if "aten::set_" in str(o))
+    text = op.render([])
+    assert "UntypedStorage(nbytes=1000000, device=cpu)" in text and len(text) < 400, text[:400]
+    assert torch.equal(t, torch.arange(250_000, dtype=torch.float32))
