@@ -356,6 +356,9 @@ class Divergence:
     hash_b: Any
     writer: Step | None = None          # input divergence: the last recorded writer in run a
     writer_args: list = field(default_factory=list)
+    # input divergence: run b read what this step wrote, which is not the counterpart of run a's
+    # writer (Note [Other tensors passed]): (step in b, its counterpart in a or None)
+    other_writer: tuple | None = None
     # input divergence: the memory changed after its last recorded write
     # (that write's hashes match between the runs), or no recorded launch wrote it
     outside: bool = False
@@ -394,6 +397,7 @@ class Root:
     keys: list = field(default_factory=list)  # hash keys (argument names) of `outside_inputs` or else `outputs`
     writer: Step | None = None  # "outside": the last recorded write of that input's memory, when one is known
     writer_args: list = field(default_factory=list)
+    other_writer: tuple | None = None  # "outside": Divergence.other_writer (Note [Other tensors passed])
 
 
 @dataclass
@@ -417,6 +421,9 @@ class Report:
     # steps present in one run only that are all uninitialized allocations
     # (Note [Allocation-only differences]): human-readable lines, not structural
     allocations: list = field(default_factory=list)
+    # steps re-paired with the same computation elsewhere in the other run
+    # (Note [Reordered steps]): human-readable lines, not differences
+    reordered: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -499,6 +506,64 @@ def _by_content(wa: list, wb: list, sa: list, sb: list) -> list:
         else:
             merged.append(op)
     return merged
+
+
+# Note [Reordered steps]
+# Two runs can do the same independent computations in another order with
+# the same names in the same places: per-task heads evaluated in the order of
+# a Python set (its order follows PYTHONHASHSEED, another in every process),
+# dict insertion order that depends on data.  Paired by position, head A of
+# one run met head B of the other, and the first of them was reported as an
+# input difference "from outside" whose memory "changed after its last
+# write" (found by a trust pass).  So after alignment, among the pairs whose
+# digest rows differ, a step of run a is re-paired with a step of run b,
+# within REORDER_WINDOW aligned positions, whose whole digest row (name,
+# shapes, input and output hashes) is identical: the same computation, run
+# elsewhere.  Such steps are listed as REORDERED, not as differences; the
+# pairs left over keep their order among themselves.  Only identical rows
+# are re-paired, so what the reordering changed (a sum of the heads taken in
+# another order) still differs, and is reported.
+REORDER_WINDOW = 4096
+_REORDER_LIMIT = 200_000  # differing pairs beyond which no re-pairing is tried (a Python loop each)
+
+
+def _reorders(ca: torch.Tensor, cb: torch.Tensor, pa: torch.Tensor, pb: torch.Tensor,
+              rows: torch.Tensor) -> tuple[torch.Tensor, list[int]] | None:
+    """Note [Reordered steps]: (pb re-paired, the aligned positions whose
+    step moved) among the differing pairs ``rows``, or None when none moved."""
+    import bisect
+
+    if len(rows) < 2 or len(rows) > _REORDER_LIMIT:
+        return None
+    ks = rows.tolist()
+    key_a = ca[pa[rows]].tolist()
+    key_b = cb[pb[rows]].tolist()
+    where: dict[int, list[int]] = {}
+    for k, kb in zip(ks, key_b):
+        where.setdefault(kb, []).append(k)
+    used: set[int] = set()
+    match: dict[int, int] = {}
+    for k, kk in zip(ks, key_a):
+        cand = where.get(kk)
+        if not cand:
+            continue
+        i = bisect.bisect_left(cand, k - REORDER_WINDOW)
+        while i < len(cand) and (cand[i] in used):
+            i += 1
+        if i < len(cand) and cand[i] <= k + REORDER_WINDOW:
+            match[k] = cand[i]
+            used.add(cand[i])
+    if not any(k != j for k, j in match.items()):
+        return None
+    new_pb = pb.clone()
+    old = {k: int(pb[k]) for k in ks}
+    left_b = [k for k in ks if k not in used]
+    left_a = [k for k in ks if k not in match]
+    for k, j in match.items():
+        new_pb[k] = old[j]
+    for k, j in zip(left_a, left_b):  # the rest keep their order among themselves
+        new_pb[k] = old[j]
+    return new_pb, sorted(k for k, j in match.items() if k != j)
 
 
 def _align(ka: torch.Tensor, kb: torch.Tensor, ca: torch.Tensor | None = None,
@@ -716,7 +781,8 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
     such as ("rank 0", "rank 1")."""
     A, B = _Side.of(run_a), _Side.of(run_b)
     ka, kb = _alignment_keys(A), _alignment_keys(B)
-    ops, aligned = _align(ka, kb, _content_keys(A, ka), _content_keys(B, kb))
+    ca_full, cb_full = _content_keys(A, ka), _content_keys(B, kb)
+    ops, aligned = _align(ka, kb, ca_full, cb_full)
     structural: list[str] = []
     allocations: list[str] = []
     seg_a, seg_b = [], []
@@ -747,6 +813,16 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
         pb = torch.cat(seg_b) if seg_b else torch.zeros(0, dtype=torch.int64)
         da, db = A.dig[pa], B.dig[pb]
     ne = da != db  # one pass over both digest tables
+    reordered: list[str] = []
+    moved = _reorders(ca_full, cb_full, pa, pb, (ne[:, 0] | ne[:, 2] | ne[:, 3] | ne[:, 4]).nonzero().flatten())
+    if moved is not None:  # Note [Reordered steps]
+        pb, at = moved
+        da, db = A.dig[pa], B.dig[pb]
+        ne = da != db
+        first = at[0]
+        reordered.append(f"{len(at)} step(s) ran in another order in {side_name(runs[1])} than in "
+                         f"{side_name(runs[0])} (first: {A.step(int(pa[first])).label()} here, "
+                         f"{B.step(int(pb[first])).label()} there): the same computations, on the same inputs")
     cfg = ne[:, 1].nonzero().flatten()
     shp = ne[:, 2].nonzero().flatten()
     diff = (ne[:, 3] | ne[:, 4]).nonzero().flatten()
@@ -769,15 +845,10 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
         else:
             _, ha, hb = top.outside_inputs[0] if top.outside_inputs else top.outputs[0]
             div = Divergence("input", a, b, arg, idx, ha, hb, outside=True)
-            slot = next((s for s in a.reads if s.key == arg), None)
-            if slot is not None:  # name the last recorded write of that memory (it matched, or is unhashed)
-                dt = {"cpu": 0, "cuda": 1}.get(slot.device[0], -1)
-                leaf = _C.tree_leaf_digest(ha) if ha is not None else 0  # an op writer: by its output hash
-                found = A.trace.last_writer(a.index, dt, slot.device[1], slot.lo, slot.hi, leaf)
-                if found is not None:
-                    w = div.writer = A.step(found.index)
-                    div.writer_args = ([n for bit, n in enumerate(w.arg_names) if found.mask >> bit & 1]
-                                       if w.kind == "kernel" else ["output"])
+            for x in roots[:10]:  # the ones the text shows
+                if x.kind == "outside":
+                    _explain_outside(A, B, x, pa, pb)
+            div.writer, div.writer_args, div.other_writer = top.writer, top.writer_args, top.other_writer
         div.inherited = _Pairs(A, B, pa[inherited_pos[top.position]], pb[inherited_pos[top.position]]) \
             if inherited_pos.get(top.position) is not None else _Pairs(A, B, pa[:0], pb[:0])
         div.hints = _hints(a, div.kind, bool(len(cfg)) and int(cfg[0]) <= root)
@@ -785,14 +856,13 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
             div.hints = ["find the value Dynamo compiled into this kernel as a constant (a Python number "
                          "computed from time, an unseeded random draw, a counter, a global): it differed "
                          "between the runs; pass it as a tensor, or make it the same in every run"]
-        top.writer, top.writer_args = div.writer, div.writer_args
         div.identity = _identity(A, a)
     heirs = sorted({k for x in roots for k in inherited_pos[x.position].tolist()})
     alignment = {"opcodes": ops, "aligned": aligned, "pa": pa, "pb": pb, "diff": diff, "config": cfg,
                  "shape": shp, "root": root, "roots": torch.tensor([x.position for x in roots], dtype=torch.int64),
                  "heirs": torch.tensor(heirs, dtype=torch.int64)}
     return Report(runs, A.n, B.n, len(pa), hashed, div, structural, config_changes, shape_changes,
-                  B.kernels, roots, benign, alignment, allocations)
+                  B.kernels, roots, benign, alignment, allocations, reordered)
 
 
 def format_report(r: Report) -> str:
@@ -805,6 +875,8 @@ def format_report(r: Report) -> str:
         lines.append(f"  ... {len(r.structural) - 10} more structural differences")
     for s in r.allocations[:3]:
         lines.append(f"  ALLOCATION ONLY (not a difference in what was computed): {s}")
+    for s in r.reordered:
+        lines.append(f"  REORDERED (not a difference in what was computed): {s}")
     if len(r.allocations) > 3:
         lines.append(f"  ... {len(r.allocations) - 3} more allocation-only differences")
     for x, y in r.config_changes[:5]:
@@ -845,6 +917,57 @@ def format_report(r: Report) -> str:
             lines.append(f"    ... {len(r.roots) - 10} more roots")
     lines += _benign_lines(r)
     return "\n".join(lines)
+
+
+def _explain_outside(A: _Side, B: _Side, x: "Root", pa: torch.Tensor, pb: torch.Tensor) -> None:
+    """Sets an "outside" root's last recorded writer of its differing input
+    (its output matched, or is unhashed) and, where run b read another
+    tensor there, that one (Note [Other tensors passed])."""
+    a, b = x.step_a, x.step_b
+    arg = x.keys[0]
+    _, ha, hb = x.outside_inputs[0] if x.outside_inputs else x.outputs[0]
+    slot = next((s for s in a.reads if s.key == arg), None)
+    if slot is None:
+        return
+    dt = {"cpu": 0, "cuda": 1}.get(slot.device[0], -1)
+    leaf = _C.tree_leaf_digest(ha) if ha is not None else 0  # an op writer: by its output hash
+    found = A.trace.last_writer(a.index, dt, slot.device[1], slot.lo, slot.hi, leaf)
+    if found is None:
+        return
+    w = x.writer = A.step(found.index)
+    x.writer_args = ([n for bit, n in enumerate(w.arg_names) if found.mask >> bit & 1]
+                     if w.kind == "kernel" else ["output"])
+    x.other_writer = _other_writer(A, B, b, arg, hb, pa, pb, found.index)
+
+
+# Note [Other tensors passed]
+# An input that differs while its last recorded writer's output matched
+# between the runs reads as "the memory changed after that write".  But the
+# other run may have read another tensor altogether: its read resolves to a
+# writer that is not the counterpart of this run's writer (a loop over a set
+# whose order follows PYTHONHASHSEED summed the heads in another order, a
+# branch on data took the other arm).  Then that is what the verdict says:
+# the runs passed other tensors here, naming both writers.
+
+
+def _other_writer(A: _Side, B: _Side, b: Step, arg: str, hb, pa: torch.Tensor, pb: torch.Tensor,
+                  writer_a: int) -> tuple | None:
+    """(run b's writer of what its step read as ``arg``, that writer's
+    counterpart in run a or None) when it is not the counterpart of run a's
+    writer ``writer_a``; None otherwise or when run b's writer is unknown."""
+    slot = next((s for s in b.reads if s.key == arg), None)
+    if slot is None:
+        return None
+    dt = {"cpu": 0, "cuda": 1}.get(slot.device[0], -1)
+    leaf = _C.tree_leaf_digest(hb) if hb is not None else 0
+    found = B.trace.last_writer(b.index, dt, slot.device[1], slot.lo, slot.hi, leaf)
+    if found is None:
+        return None
+    k = (pa == writer_a).nonzero().flatten()
+    if len(k) and int(pb[int(k[0])]) == found.index:
+        return None  # the counterpart of run a's writer: the same tensor, changed after it
+    kb = (pb == found.index).nonzero().flatten()
+    return B.step(found.index), (A.step(int(pa[int(kb[0])])) if len(kb) else None)
 
 
 def _provenance(side: _Side, step: Step) -> list:
@@ -920,6 +1043,9 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
             why = (f"-> this {what} is non-deterministic" if isinstance(b, int) else  # sides named: ranks
                    f"-> this {what} computed another result on {side_name(b)} than on {side_name(a)} from the "
                    "same inputs")
+    elif x.other_writer is not None:  # Note [Other tensors passed]
+        out.append(f"input {_diff_text(x.outside_inputs, a, b)}")
+        why = "-> the runs read other tensors at this step (below)"
     else:
         out.append(f"input {_diff_text(x.outside_inputs, a, b)}, and no recorded step wrote a differing "
                    "value into it")
@@ -942,7 +1068,14 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
                           for lab, va, vb in x.values[:3])
         more = f" (and {len(x.values) - 3} more)" if len(x.values) > 3 else ""
         out.append(f"-> the program got other values because of it: {shown}{more}")
-    if x.writer is not None:
+    if x.writer is not None and x.other_writer is not None:  # Note [Other tensors passed]
+        wb, counterpart = x.other_writer
+        twin = f" (the counterpart of {counterpart.label()} in {side_name(a)})" if counterpart is not None else ""
+        out.append(f"-> the runs passed other tensors here: {side_name(a)} read what {x.writer.label()} wrote, "
+                   f"{side_name(b)} what its {wb.label()} wrote{twin}: the program took another path or order "
+                   "here (a loop over a set or a dict, whose order follows PYTHONHASHSEED in each process, or "
+                   "control flow on data)")
+    elif x.writer is not None:
         between = "the runs" if isinstance(b, int) else f"{side_name(a)} and {side_name(b)}"
         out.append(f"-> last recorded write of that memory: {x.writer.label()} ({', '.join(x.writer_args)}), whose "
                    f"output matched between {between}: it changed after that write")

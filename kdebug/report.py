@@ -351,7 +351,9 @@ def _comparison_json(rep: Report, limit: int = 2000) -> dict:
                "arg_index": d.arg_index, "hash_a": _hash_text(d.hash_a), "hash_b": _hash_text(d.hash_b),
                "magnitude": _magnitude(d.hash_a, d.hash_b),
                "writer": _step_json(d.writer), "writer_args": list(d.writer_args), "outside": d.outside,
-               "inherited": len(d.inherited), "hints": list(d.hints), "collective": is_collective(d.step_a)}
+               "inherited": len(d.inherited), "hints": list(d.hints), "collective": is_collective(d.step_a),
+               "other_writer": (None if d.other_writer is None else
+                                {"b": _step_json(d.other_writer[0]), "a": _step_json(d.other_writer[1])})}
     segs = [list(op) for op in al["opcodes"] if op[0] != "equal"]
     if rep.divergence is None and rep.ok:
         verdict = "match" if rep.hashed else "nothing hashed"

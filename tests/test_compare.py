@@ -366,3 +366,43 @@ def test_batches_rebuilt_at_other_times_align_by_content():
     r = compare(a, b)
     assert r.ok and r.structural == [] and len(r.shape_changes) == 0 and r.roots == [], str(r)
     assert r.allocations and all("aten::set_" in s or "aten::empty" in s for s in r.allocations), r.allocations
+
+
+def _heads_run(order, combine):
+    """Two task heads evaluated in ``order`` (as a loop over a Python set
+    runs them: its order follows PYTHONHASHSEED), their results stored by
+    name, or summed in that order (``combine``)."""
+    torch.manual_seed(0)
+    heads = {n: torch.nn.Linear(16, 16) for n in ("a", "b")}
+    x = torch.randn(4, 16)
+    with DebugMode() as dm, DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+        out = {n: heads[n](x).tanh() for n in order}
+        total = None
+        if combine:
+            for n in order:
+                total = out[n] if total is None else total + out[n] * 0.5
+    return dm, out, total
+
+
+def test_independent_work_in_another_order_is_reordered_not_a_difference():
+    """Note [Reordered steps]: the heads ran in another order, their results
+    are the same: re-paired by content, the runs match, REORDERED is said."""
+    (a, oa, _), (b, ob, _) = _heads_run("ab", False), _heads_run("ba", False)
+    assert all(torch.equal(oa[n], ob[n]) for n in "ab")
+    r = compare(a, b)
+    assert r.ok and r.roots == [] and r.benign == [], str(r)
+    assert len(r.reordered) == 1 and "ran in another order in run 1" in r.reordered[0], r.reordered
+    assert "REORDERED" in str(r)
+
+
+def test_results_combined_in_another_order_name_the_other_tensors():
+    """Note [Other tensors passed]: the heads' results combined in another
+    order differ (torch.equal says so); the first step that combined them read
+    other tensors in the two runs, and the verdict says so rather than 'the
+    memory changed after its last write'."""
+    (a, _, ta), (b, _, tb) = _heads_run("ab", True), _heads_run("ba", True)
+    assert not torch.equal(ta, tb)
+    r = compare(a, b)
+    assert not r.ok and r.roots, str(r)
+    text = str(r)
+    assert "the runs passed other tensors here" in text and "it changed after that write" not in text, text
