@@ -609,6 +609,21 @@ def _kept_writes(mm: dataflow.MemoryMap, final) -> set[int] | None:
     return kept or None
 
 
+# Note [Differences that die out]
+# A root is benign when its difference reached nothing the program kept at
+# the end (Note [Final state]), printed or read (Note [Returned values], Note
+# [Program reads]): every differing tensor it wrote, and every one written by
+# the steps it changed, was read into identical outputs (an argmax of a
+# product whose last bits moved), overwritten, or freed unread.  Before, a
+# root that changed any later step counted, so a difference absorbed one step
+# after the root was benign and one absorbed two steps after it was not (an
+# index_add feeding a matmul feeding an argmax that picked the same classes:
+# the program's results were identical and the hunt said DIVERGE; found by a
+# trust pass).  An op recorded without memory extents is not linked to what
+# it reads: where one read a differing input, a difference may have gone on
+# unseen, and only roots that changed nothing are benign.
+
+
 def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[list, list, dict]:
     """Note [Data flow]: walks the aligned steps from the first one whose hashes
     differ, linking every read to the last earlier write of overlapping memory.
@@ -619,6 +634,7 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
         return [], [], {}
     diffset = set(diff.tolist())
     other_args = set(shp.tolist())  # argument shapes or an op's non-tensor arguments differ
+    opaque = False  # a step recorded without extents read a difference (Note [Differences that die out])
     mm = dataflow.MemoryMap()
     found: list[Root] = []
     caused: list[list[int]] = []        # per root number: positions it caused
@@ -659,6 +675,7 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
             out_keys = [x for x in sorted(set(a.post) | set(b.post)) if a.post.get(x) != b.post.get(x)]
             if out_keys and not pre_differs:
                 out_diff = [dataflow.Slot(x, a.labels.get(x, x), ("?", -1), 0, 0) for x in out_keys]
+            opaque |= pre_differs  # Note [Differences that die out]: it may carry a difference on unseen
         if out_diff and k in other_args and not in_diff:
             # it was given other arguments (shapes, a generator's state, a scalar): not its own doing
             outside.append(dataflow.Slot("args", "non-tensor arguments / shapes", ("?", -1), 0, 0))
@@ -697,7 +714,8 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
         r.reaches_end = sum(1 for w in unread if kept is None or id(w) in kept)
         r.freed = len(unread) - r.reaches_end
         r.kept_known = kept is not None
-        r.benign = r.consequences == 0 and r.reaches_end == 0 and not r.values
+        # Note [Differences that die out]
+        r.benign = r.reaches_end == 0 and not r.values and (r.consequences == 0 or not opaque)
     ranked = sorted((r for r in found if not r.benign), key=lambda r: (-r.consequences, -r.reaches_end, r.position))
     benign = [r for r in found if r.benign]
     inherited = {r.position: torch.tensor(caused[n], dtype=torch.int64) for n, r in enumerate(found)}
@@ -1085,9 +1103,12 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
 def _benign_lines(r: "Report") -> list[str]:
     if not r.benign:
         return []
-    lines = ["  BENIGN (differences no later output depends on and nothing kept at the end holds):"]
+    lines = ["  BENIGN (differences that died out: nothing the program kept at the end, printed or read depends "
+             "on them):"]
     for x in r.benign[:10]:
         fate = []
+        if x.consequences:  # Note [Differences that die out]
+            fate.append(f"changed {x.consequences} later launch(es)/op(s), whose differences died out too")
         if x.absorbed:
             fate.append(f"read by {x.absorbed} later launch(es)/op(s) whose outputs matched")
         if x.freed:

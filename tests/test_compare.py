@@ -406,3 +406,39 @@ def test_results_combined_in_another_order_name_the_other_tensors():
     assert not r.ok and r.roots, str(r)
     text = str(r)
     assert "the runs passed other tensors here" in text and "it changed after that write" not in text, text
+
+
+def test_a_difference_that_dies_two_steps_later_is_benign():
+    """Note [Differences that die out]: a kernel's planted difference changes
+    a matmul's product, whose argmax picks the same classes: nothing the
+    program keeps differs (torch.equal), the runs match and the kernel is
+    benign, having changed one step.  Keeping the product instead makes the
+    same difference count."""
+    f = torch.compile(lambda x: (x.sin() * 2).contiguous())
+    x = torch.randn(32, 16, generator=torch.Generator().manual_seed(0))
+    w = torch.randn(16, 8, generator=torch.Generator().manual_seed(1))
+    f(x)
+    with DebugMode() as probe:
+        f(x)
+    name = probe.kernels[0].kernel_name
+
+    def run(delta, keep_product):
+        with DebugMode(record_final_state=True) as dm, \
+                DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            with perturb_kernel_output(name, "out_ptr0", 0, delta):
+                y = f(x)
+            prod = y @ w
+            kept = prod if keep_product else prod.argmax(1)
+            del y, prod
+        return dm, kept
+
+    (a, ka), (b, kb) = run(0.0, False), run(1e-6, False)
+    assert torch.equal(ka, kb)  # the same classes
+    r = compare(a, b)
+    assert r.ok and r.roots == [], str(r)
+    assert len(r.benign) == 1 and r.benign[0].step_a.name == name and r.benign[0].consequences == 1, str(r)
+    assert "whose differences died out too" in str(r)
+    (a, ka), (b, kb) = run(0.0, True), run(1e-6, True)
+    assert not torch.equal(ka, kb)
+    r = compare(a, b)
+    assert not r.ok and r.roots[0].step_a.name == name and r.roots[0].reaches_end >= 1, str(r)
