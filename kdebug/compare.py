@@ -440,10 +440,28 @@ class Report:
 _ATOMIC_OPS = ("index_add", "scatter_add", "index_put", "scatter_reduce", "embedding_dense_backward")
 
 
+@functools.lru_cache(maxsize=512)
+def draws_random(name: str) -> bool:
+    """Whether aten op ``name`` ('aten::randint.low_out') draws from a random
+    generator (torch.Tag.nondeterministic_seeded); False for anything else."""
+    try:
+        ns, rest = name.split("::", 1)
+        base, _, overload = rest.partition(".")
+        op = getattr(getattr(getattr(torch.ops, ns), base), overload or "default")
+        return torch.Tag.nondeterministic_seeded in op.tags
+    except (AttributeError, ValueError, RuntimeError):
+        return False
+
+
 def _hints(step: Step, kind: str, config_changed: bool) -> list[str]:
     out = []
     name = step.name
-    if any(k in name for k in _ATOMIC_OPS):
+    if step.kind == "aten" and kind == "output" and draws_random(name):
+        out.append("this op draws random numbers; with identical inputs, the generator it drew from was in "
+                   "another state: seed it before the work (torch.manual_seed(...)), or pass a seeded "
+                   "torch.Generator (Inductor draws its kernels' RNG seeds from the default generator with "
+                   "aten::randint.low_out)")
+    elif any(k in name for k in _ATOMIC_OPS):
         out.append("this accumulates with atomic adds (index_add / scatter_add / index_put(accumulate=True) / "
                    "embedding backward), whose order varies run to run: torch.use_deterministic_algorithms(True) "
                    "makes Inductor and aten use a deterministic implementation")
@@ -1057,6 +1075,9 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
                    f"{side_name(a)}, {x.code[1][:12]} in {side_name(b)}): a value compiled into it as a constant "
                    "(a Python float or int, a global, a shape) differed between the runs, so its other result "
                    "says nothing about its determinism; kdebug show --source N of each run shows the two codes")
+        elif x.step_a.kind == "aten" and draws_random(x.step_a.name):
+            why = ("-> this op drew other random numbers: the generator it uses was in another state "
+                   "(an unseeded program, or one seeded from time)")
         else:
             why = (f"-> this {what} is non-deterministic" if isinstance(b, int) else  # sides named: ranks
                    f"-> this {what} computed another result on {side_name(b)} than on {side_name(a)} from the "
@@ -1088,7 +1109,8 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
         out.append(f"-> the program got other values because of it: {shown}{more}")
     if x.writer is not None and x.other_writer is not None:  # Note [Other tensors passed]
         wb, counterpart = x.other_writer
-        twin = f" (the counterpart of {counterpart.label()} in {side_name(a)})" if counterpart is not None else ""
+        twin = (f" (the counterpart of {counterpart.label()} in {side_name(a)})" if counterpart is not None else
+                f" (a step only {side_name(b)} ran there)")
         out.append(f"-> the runs passed other tensors here: {side_name(a)} read what {x.writer.label()} wrote, "
                    f"{side_name(b)} what its {wb.label()} wrote{twin}: the program took another path or order "
                    "here (a loop over a set or a dict, whose order follows PYTHONHASHSEED in each process, or "

@@ -442,3 +442,21 @@ def test_a_difference_that_dies_two_steps_later_is_benign():
     assert not torch.equal(ka, kb)
     r = compare(a, b)
     assert not r.ok and r.roots[0].step_a.name == name and r.roots[0].reaches_end >= 1, str(r)
+
+
+def test_a_random_op_drawing_other_numbers_says_to_seed():
+    """An aten op that draws from the default generator, whose state is not
+    recorded, with identical inputs and other outputs: the verdict says it
+    drew other random numbers and how to seed, not 'non-deterministic'."""
+    def run(seed):
+        torch.manual_seed(seed)
+        with DebugMode() as dm, DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            kept = torch.rand(8) * 2
+        return dm, kept
+
+    (a, ka), (b, kb) = run(0), run(1)
+    assert not torch.equal(ka, kb)
+    r = compare(a, b)
+    text = str(r)
+    assert not r.ok and "aten::rand" in r.roots[0].step_a.name, text
+    assert "drew other random numbers" in text and "torch.manual_seed" in text and "is non-deterministic" not in text
