@@ -79,7 +79,7 @@ def _step(i: int, op) -> Step:
     pre = dataflow.tree_values(log.get("input_hash"), "in", ext.inputs if ext else None)
     post = dataflow.tree_values(log.get("hash"), "out", ext.outputs if ext else None)
     name = _op_name(op)
-    if name in program_reads.NAMES and name != program_reads.PRINT:
+    if name in program_reads.VALUE_READS:
         if pre:  # Note [Program reads]: the program got the values it read
             post[VALUE] = next(iter(pre.values()))
     elif "hash" not in log:  # a print's value is the digest of the text it made  # Note [Returned values] (csrc/core/kd_trace_digest.c)
@@ -382,6 +382,8 @@ class Root:
     outside_inputs: list = field(default_factory=list)  # (label, hash a, hash b) of inputs from outside
     consequences: int = 0       # later steps whose outputs changed because of it (transitively)
     code: tuple | None = None   # a kernel compiled from other source in the two runs: (sha256 a, sha256 b)
+    sent: int = 0               # collectives that read its difference and returned identical outputs: it
+                                # went to the other ranks, mixed with theirs (never benign)
     values: list = field(default_factory=list)  # (step label, value a, value b) of the ops, this one or
                                 # later ones it changed, that handed the program another value (Note
                                 # [Returned values]): never benign
@@ -630,9 +632,18 @@ def _kept_writes(mm: dataflow.MemoryMap, final) -> set[int] | None:
 # Note [Differences that die out]
 # A root is benign when its difference reached nothing the program kept at
 # the end (Note [Final state]), printed or read (Note [Returned values], Note
-# [Program reads]): every differing tensor it wrote, and every one written by
-# the steps it changed, was read into identical outputs (an argmax of a
-# product whose last bits moved), overwritten, or freed unread.  Before, a
+# [Program reads]), and died out: every differing tensor written by the steps
+# it changed was read into identical outputs (an argmax of a product whose
+# last bits moved) or overwritten.  Its own differing outputs may also have
+# been freed unread (a workspace nothing reads), but not theirs: a result
+# that propagated and was then dropped is what a program's main() does with
+# the model it trained when it returns (a DDP step whose rank-local fault
+# reached the parameters, held in main()'s locals, was called benign by a
+# first version of this rule that let every freed tensor count).  A
+# collective that read a difference and returned what it returned before did
+# not absorb it: it sent it to the other ranks, mixed with theirs (a
+# rank-local fault averaged into every rank's gradients), so such a root is
+# never benign.  Before, a
 # root that changed any later step counted, so a difference absorbed one step
 # after the root was benign and one absorbed two steps after it was not (an
 # index_add feeding a matmul feeding an argmax that picked the same classes:
@@ -653,6 +664,7 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
     diffset = set(diff.tolist())
     other_args = set(shp.tolist())  # argument shapes or an op's non-tensor arguments differ
     opaque = False  # a step recorded without extents read a difference (Note [Differences that die out])
+    own: set[int] = set()  # ids of the differing Writes of the roots themselves
     mm = dataflow.MemoryMap()
     found: list[Root] = []
     caused: list[list[int]] = []        # per root number: positions it caused
@@ -715,6 +727,9 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
                 caused[r].append(k)
                 if _VALUE_SLOT in out_diff:
                     found[r].values.append((a.label(), a.post.get(VALUE), b.post.get(VALUE)))
+        elif causes and is_collective(a):
+            for r in _bits(causes):  # Note [Differences that die out]: it went to the other ranks
+                found[r].sent += 1
         elif causes:
             for r in _bits(causes):  # read a difference, wrote identical outputs
                 found[r].absorbed += 1
@@ -724,6 +739,8 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
             if w.differs:
                 for r in _bits(causes):
                     written[r].append(w)
+                    if found[r].position == k:
+                        own.add(id(w))  # the root's own differing write
     alive = mm.owners()
     kept = _kept_writes(mm, final)
     for n, r in enumerate(found):
@@ -732,8 +749,11 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
         r.reaches_end = sum(1 for w in unread if kept is None or id(w) in kept)
         r.freed = len(unread) - r.reaches_end
         r.kept_known = kept is not None
-        # Note [Differences that die out]
-        r.benign = r.reaches_end == 0 and not r.values and (r.consequences == 0 or not opaque)
+        # Note [Differences that die out]: what the steps it changed wrote was read into identical
+        # outputs or overwritten, none of it left unread (freed or kept)
+        dangling = any(id(w) not in own for w in unread)
+        r.benign = (r.reaches_end == 0 and not r.values and not r.sent
+                    and (r.consequences == 0 or not (opaque or dangling)))
     ranked = sorted((r for r in found if not r.benign), key=lambda r: (-r.consequences, -r.reaches_end, r.position))
     benign = [r for r in found if r.benign]
     inherited = {r.position: torch.tensor(caused[n], dtype=torch.int64) for n, r in enumerate(found)}
@@ -1098,6 +1118,8 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
         tail.append(f"{x.freed} differing tensor(s) from it were freed unread")
     if x.absorbed:
         tail.append(f"{x.absorbed} read it and wrote identical outputs")
+    if x.sent:
+        tail.append(f"{x.sent} collective(s) sent it to the other ranks")
     out.append(f"{why}; " + "; ".join(tail))
     if x.values:  # Note [Returned values], Note [Program reads]
         shown = "; ".join(f"{lab} returned {va} in {side_name(a)}, {vb} in {side_name(b)}"

@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import collectives
+from . import collectives, program_reads
 from .compare import Report, Step, _diff_text, _root_lines, _Side
 from .compare import compare as compare_runs
 
-MARK = "kdebug::replicated"
+MARK = program_reads.REPLICATED
 
 
 @dataclass

@@ -47,6 +47,11 @@ from . import _C, _upstream
 # the pseudo-op names, one per way out
 PRINT, TOLIST, NUMPY, PICKLE = "kdebug::print", "kdebug::tolist", "kdebug::numpy", "kdebug::pickle"
 NAMES = frozenset({PRINT, TOLIST, NUMPY, PICKLE})
+# kdebug.replicated's record (kdebug/crossrank.py, and the final DDP parameters
+# of kdebug/ddp_final.py): a value the program declared its result, read with
+# its hash; compared as what the program got, as these reads are
+REPLICATED = "kdebug::replicated"
+VALUE_READS = frozenset({TOLIST, NUMPY, PICKLE, REPLICATED})  # compared by the hash of what they read
 
 # torch.Tensor attribute -> the pseudo-op its call records
 _ENTRY_POINTS = {"__repr__": PRINT, "tolist": TOLIST, "numpy": NUMPY, "__array__": NUMPY,
