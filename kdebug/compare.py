@@ -649,8 +649,9 @@ def _kept_writes(mm: dataflow.MemoryMap, final) -> set[int] | None:
 # index_add feeding a matmul feeding an argmax that picked the same classes:
 # the program's results were identical and the hunt said DIVERGE; found by a
 # trust pass).  An op recorded without memory extents is not linked to what
-# it reads: where one read a differing input, a difference may have gone on
-# unseen, and only roots that changed nothing are benign.
+# it reads, and a step whose outputs are not hashed cannot say whether they
+# changed: where one read a difference, it may have gone on unseen, and only
+# roots that changed nothing are benign.
 
 
 def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[list, list, dict]:
@@ -733,6 +734,8 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
         elif causes:
             for r in _bits(causes):  # read a difference, wrote identical outputs
                 found[r].absorbed += 1
+            if a.writes and int(A.dig[i, 4]) == 0:
+                opaque = True  # its outputs are not hashed: whether the difference went on is not known
         for s in a.writes:
             w = dataflow.Write(s, s in out_diff, causes if s in out_diff else 0)
             mm.paint(w)
