@@ -146,6 +146,24 @@ def _op_text(op) -> str:
         op.log = saved
 
 
+def _text_delta(ta: str, tb: str, a: "int | str", b: "int | str", width: int = 70) -> str:
+    """Where two op texts differ: '...<part of ta>... in run 0, ...<part of tb>... in run 1'."""
+    ta, tb = ta.split("  ->  ")[0], tb.split("  ->  ")[0]
+    p = 0
+    while p < min(len(ta), len(tb)) and ta[p] == tb[p]:
+        p += 1
+    s = 0
+    while s < min(len(ta), len(tb)) - p and ta[len(ta) - 1 - s] == tb[len(tb) - 1 - s]:
+        s += 1
+    lo = max(0, p - 20)
+
+    def part(t: str) -> str:
+        mid = t[lo:len(t) - s + 10]
+        return ("..." if lo else "") + (mid[:width] + "..." if len(mid) > width else mid)
+
+    return f"{part(ta)} in {side_name(a)}, {part(tb)} in {side_name(b)}"
+
+
 def _op_name(op) -> str:
     """The name an aten-op entry is compared by (a trace's or a live call's)."""
     return op._name if hasattr(op, "_name") else _upstream.get_call_name(op)
@@ -917,7 +935,10 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
                          "between the runs; pass it as a tensor, or make it the same in every run"]
         div.identity = _identity(A, a)
     heirs = sorted({k for x in roots for k in inherited_pos[x.position].tolist()})
-    alignment = {"opcodes": ops, "aligned": aligned, "pa": pa, "pb": pb, "diff": diff, "config": cfg,
+    texts = {(int(i), int(j)): (_op_text(A._call(int(i))), _op_text(B._call(int(j))))
+             for i, j in zip(pa[shp[:5]].tolist(), pb[shp[:5]].tolist()) if A.step(int(i)).kind == "aten"}
+    alignment = {"shape_texts": texts,  # the first shape changes' op texts, for the report's SHAPES lines
+                 "opcodes": ops, "aligned": aligned, "pa": pa, "pb": pb, "diff": diff, "config": cfg,
                  "shape": shp, "root": root, "roots": torch.tensor([x.position for x in roots], dtype=torch.int64),
                  "heirs": torch.tensor(heirs, dtype=torch.int64)}
     return Report(runs, A.n, B.n, len(pa), hashed, div, structural, config_changes, shape_changes,
@@ -944,7 +965,13 @@ def format_report(r: Report) -> str:
     if len(r.config_changes) > 5:
         lines.append(f"  ... {len(r.config_changes) - 5} more launches with another grid or config")
     for x, y in r.shape_changes[:5]:
-        lines.append(f"  SHAPES: {x.label()} has other argument shapes in {side_name(b)}")
+        texts = (r.alignment or {}).get("shape_texts", {}).get((x.index, y.index))
+        if texts is not None:
+            ta, tb = texts
+            lines.append(f"  SHAPES: {x.label()} was called with other arguments in {side_name(b)}: "
+                         f"{_text_delta(ta, tb, a, b)}")
+        else:
+            lines.append(f"  SHAPES: {x.label()} has other argument shapes in {side_name(b)}")
     if len(r.shape_changes) > 5:
         lines.append(f"  ... {len(r.shape_changes) - 5} more launches with other shapes")
     d = r.divergence

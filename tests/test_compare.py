@@ -460,3 +460,18 @@ def test_a_random_op_drawing_other_numbers_says_to_seed():
     text = str(r)
     assert not r.ok and "aten::rand" in r.roots[0].step_a.name, text
     assert "drew other random numbers" in text and "torch.manual_seed" in text and "is non-deterministic" not in text
+
+
+def test_an_op_called_with_other_arguments_shows_where_its_text_differs():
+    """SHAPES for an aten op covers every argument of its text (a generator's
+    state too): the line shows the part of the two texts that differs."""
+    def run(seed):
+        g = torch.Generator().manual_seed(seed)
+        with DebugMode() as dm, DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            kept = torch.randn(4, generator=g) + 1
+        return dm, kept
+
+    r = compare(run(0)[0], run(1)[0])
+    line = next(x for x in str(r).splitlines() if "SHAPES:" in x)
+    assert "aten::randn.generator was called with other arguments in run 1" in line, line
+    assert "seed=0" in line and "seed=1" in line, line
