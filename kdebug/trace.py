@@ -245,6 +245,19 @@ class Stream:
         self.interval = interval
         self.last = time.monotonic()
         self.closed = False
+        self.pid = os.getpid()  # Note [Forked children]
+
+    # Note [Forked children]
+    # A process forked while a recording runs (DataLoader workers, a
+    # multiprocessing pool, torch.multiprocessing) inherits the mode, its
+    # records and this stream's open file: its own aten ops (a dataset's
+    # __getitem__) went on being streamed into the parent's trace, through the
+    # shared descriptor, and the hunt refused the corrupt file ("END chunk's
+    # record count differs"; found by a trust pass on a training script with
+    # DataLoader(num_workers=2)).  Only the process that opened the stream
+    # writes it; a child's records stay in its memory and die with it.
+    def _ours(self) -> bool:
+        return os.getpid() == self.pid
 
     def reopen(self) -> None:
         if self.closed:
@@ -252,9 +265,11 @@ class Stream:
             self.closed = False
 
     def due(self) -> bool:
-        return time.monotonic() - self.last >= self.interval
+        return self._ours() and time.monotonic() - self.last >= self.interval
 
     def write_new(self, final: bool = False) -> None:
+        if not self._ours():
+            return
         self.dm._flush()  # drain the ring, resolve GPU hashes, merge kernels into operators
         ops = self.dm.operators
         n = list.__len__(ops)
@@ -274,7 +289,7 @@ class Stream:
         self.last = time.monotonic()
 
     def close(self) -> None:
-        if self.closed:
+        if self.closed or not self._ours():
             return
         self.write_new(final=True)  # collectives still in flight: written without their output hash
         _finish(self.w, self.dm)

@@ -271,6 +271,7 @@ class Sink:
         self.launches = self.tensors = self.bytes = self.skipped = self.write_failed = 0
         self.error: str | None = None
         self.lock = threading.Lock()
+        self.pid = os.getpid()  # Note [Forked children] (kdebug/trace.py): a child never writes the file
 
     def wants(self, recorder, name: str, launch_index: int) -> bool:
         if self.writer is None:
@@ -290,7 +291,7 @@ class Sink:
         """Writes the pending launches of ``recorder`` whose clones are ready
         and releases them (with cpu_only, only all-CPU ones)."""
         entry = self.pending.get(id(recorder))
-        if entry is None or not entry[1] or self.writer is None:
+        if entry is None or not entry[1] or self.writer is None or os.getpid() != self.pid:
             return
         # kdebug's own tensor work: not the program's aten ops (no dispatch mode sees it)
         with self.lock, _upstream.disable_torch_dispatch(), torch.no_grad():
@@ -334,7 +335,7 @@ class Sink:
         """Writes what is pending and the summary; returns warnings to give."""
         for recorder, _ in list(self.pending.values()):
             self.write(recorder)
-        if self.writer is None:
+        if self.writer is None or os.getpid() != self.pid:
             return []
         over = sum(rec.stats()["outputs_skipped"] - self.skipped_at_start[k]
                    for k, (rec, _) in self.pending.items())

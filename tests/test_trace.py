@@ -3,6 +3,7 @@ a killed process, corrupt / truncated / foreign files, a fuzzed reader, and
 upstream's check_hash_mismatches on loaded logs.  Real Inductor C++ kernels."""
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -218,3 +219,32 @@ def test_check_hash_mismatches_on_loaded_logs(program, tmp_path):
     kern = [m for m in allm if m["call_type"] == "cpp kernel"]
     assert kern[0]["call"] == k1 and kern[0]["arg_name"] == "out_ptr0" and not kern[0]["is_input_hash"]
     assert len(allm) == len(ops) + len(kern)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_never_writes_the_parents_trace(tmp_path):
+    """Note [Forked children] (kdebug/trace.py): a process forked while a
+    recording streams its trace (a DataLoader worker) inherits the stream and
+    its file; its own ops, streamed, went into the parent's file and the
+    trace could no longer be read.  The child's stream writes nothing."""
+    import kdebug
+
+    path = tmp_path / "run.kdt"
+    x = torch.ones(8)
+    with DebugMode(trace=str(path)) as dm, DebugMode.log_tensor_hashes(hash_fn="bitwise"):
+        y = x + 1
+        pid = os.fork()
+        if pid == 0:  # the child: ops of its own, and a stream write as its interval would make
+            try:
+                for _ in range(50):
+                    y = y * 2
+                dm._stream.write_new()
+                dm._stream.close()
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        z = y - 3
+    run = kdebug.load(str(path))
+    names = [c._name for c in (run.call(i) for i in range(len(run)))]
+    assert names == ["aten::add.Tensor", "aten::sub.Tensor"], names
+    assert torch.equal(z, x - 2)
