@@ -88,6 +88,10 @@ def _step(i: int, op) -> Step:
             post[VALUE] = value
     slots = dataflow.op_slots(ext, getattr(op, "op", None))
     reads, writes = slots if slots is not None else ([], [])
+    if name.startswith("aten::set_"):
+        # it shows a storage's bytes: it reads the memory its output now covers (whoever wrote that
+        # storage through another tensor is where a difference in it came from)
+        reads = reads + [dataflow.Slot("storage/" + s.key, "its storage", s.device, s.lo, s.hi) for s in writes]
     labels = {s.key: s.label for s in reads + writes}
     if VALUE in post:
         labels[VALUE] = _VALUE_SLOT.label
@@ -102,6 +106,8 @@ VALUE = "value"
 _VALUE_WORDS = frozenset({"True", "False", "None", "inf", "nan", "e", "E"})
 _VALUE_CHARS = frozenset("0123456789.+-, ()[]")
 _VALUE_SLOT = dataflow.Slot(VALUE, "returned value", ("?", -1), 0, 0)
+_STORAGE_SLOT = dataflow.Slot("storage", "the storage it was rebuilt on (torch.load, unpickling, a DataLoader "
+                              "worker's batch)", ("?", -1), 0, 0)
 
 
 def returned_value(text: str) -> str | None:
@@ -405,9 +411,9 @@ class Root:
     values: list = field(default_factory=list)  # (step label, value a, value b) of the ops, this one or
                                 # later ones it changed, that handed the program another value (Note
                                 # [Returned values]): never benign
-    reaches_end: int = 0        # differing writes from it that nothing recorded read and that were
-                                # still in memory when the recording ended: kept tensors (Note [Final
-                                # state]), or possibly kept where the final state is not known
+    reaches_end: int = 0        # differing writes from it (read or not) still in memory when the
+                                # recording ended: kept tensors (Note [Final state]), or possibly kept
+                                # where the final state is not known
     kept_known: bool = False    # the final state said which of them were kept
     freed: int = 0              # differing writes from it that nothing recorded read, in memory the
                                 # program no longer held at the end (Note [Final state])
@@ -728,6 +734,10 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
         if out_diff and k in other_args and not in_diff:
             # it was given other arguments (shapes, a generator's state, a scalar): not its own doing
             outside.append(dataflow.Slot("args", "non-tensor arguments / shapes", ("?", -1), 0, 0))
+        elif out_diff and not in_diff and a.kind == "aten" and a.name.startswith("aten::set_"):
+            # a tensor rebuilt on a storage's bytes (torch.load, unpickling, a DataLoader worker's batch):
+            # those bytes came from outside the recording, nothing here computed them
+            outside.append(_STORAGE_SLOT)
         if out_diff and (outside or not in_diff):
             n = len(found)
             kind = "outside" if outside else "root"
@@ -766,9 +776,12 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
     kept = _kept_writes(mm, final)
     for n, r in enumerate(found):
         r.consequences = len(caused[n])
-        unread = [w for w in written[n] if id(w) in alive and not w.read]
-        r.reaches_end = sum(1 for w in unread if kept is None or id(w) in kept)
-        r.freed = len(unread) - r.reaches_end
+        held = [w for w in written[n] if id(w) in alive]
+        unread = [w for w in held if not w.read]
+        # a differing tensor the program still held at the end counts whether or not a step read it
+        # (a kept result checked once by an op whose output matched was benign; found by a trust pass)
+        r.reaches_end = sum(1 for w in held if kept is None or id(w) in kept)
+        r.freed = sum(1 for w in unread if kept is not None and id(w) not in kept)
         r.kept_known = kept is not None
         # Note [Differences that die out]: what the steps it changed wrote was read into identical
         # outputs or overwritten, none of it left unread (freed or kept)

@@ -353,7 +353,8 @@ def test_batches_rebuilt_at_other_times_align_by_content():
     def run(ahead: int):
         v = w.clone()
         got: dict = {}
-        with DebugMode() as dm, DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+        with DebugMode(record_final_state=True) as dm, \
+                DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
             for k in range(6):
                 for j in range(k, min(k + ahead, 6)):  # what has arrived by now
                     if j not in got:
@@ -365,6 +366,9 @@ def test_batches_rebuilt_at_other_times_align_by_content():
     assert torch.equal(va, vb)  # the same training, bitwise (torch's own comparison)
     r = compare(a, b)
     assert r.ok and r.structural == [] and len(r.shape_changes) == 0 and r.roots == [], str(r)
+    # a rebuilt batch paired with another one is data from outside that nothing kept: benign, never
+    # 'non-deterministic'
+    assert all(x.kind == "outside" for x in r.benign), str(r)
     assert r.allocations and all("aten::set_" in s or "aten::empty" in s for s in r.allocations), r.allocations
 
 
@@ -475,3 +479,56 @@ def test_an_op_called_with_other_arguments_shows_where_its_text_differs():
     line = next(x for x in str(r).splitlines() if "SHAPES:" in x)
     assert "aten::randn.generator was called with other arguments in run 1" in line, line
     assert "seed=0" in line and "seed=1" in line, line
+
+
+def test_a_kept_result_read_once_still_counts_as_kept():
+    """A differing tensor the program keeps counts as reaching the end even
+    when a step read it into an identical output (a finiteness check, a count
+    of positives): before, any read took it off the kept list and the root
+    was benign (found by a trust pass: assert_deterministic passed while the
+    two results differed)."""
+    f = torch.compile(lambda x: (x.sin() * 2).contiguous())
+    x = torch.randn(32, 16, generator=torch.Generator().manual_seed(0))
+    f(x)
+    with DebugMode() as probe:
+        f(x)
+    name = probe.kernels[0].kernel_name
+
+    def run(delta):
+        with DebugMode(record_final_state=True) as dm, \
+                DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            with perturb_kernel_output(name, "out_ptr0", 0, delta):
+                kept = f(x)
+            torch.isfinite(kept).all()  # read, into the same answer
+        return dm, kept
+
+    (a, ka), (b, kb) = run(0.0), run(1e-6)
+    assert not torch.equal(ka, kb)
+    r = compare(a, b)
+    assert not r.ok and r.roots[0].step_a.name == name and r.roots[0].reaches_end >= 1, str(r)
+
+
+def test_a_tensor_set_on_another_tensors_storage_inherits_its_difference():
+    """aten::set_ shows a storage's bytes: set on the storage of a kernel's
+    differing output, it inherits the kernel's difference (the kernel is the
+    root, not set_, and the kernel's write is not taken as overwritten)."""
+    f = torch.compile(lambda x: (x.sin() * 2).contiguous())
+    x = torch.randn(32, generator=torch.Generator().manual_seed(0))
+    f(x)
+    with DebugMode() as probe:
+        f(x)
+    name = probe.kernels[0].kernel_name
+
+    def run(delta):
+        with DebugMode(record_final_state=True) as dm, \
+                DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            with perturb_kernel_output(name, "out_ptr0", 0, delta):
+                y = f(x)
+            alias = torch.empty(0).set_(y.untyped_storage(), 0, (32,), (1,))
+            kept = alias.tolist()
+        return dm, kept
+
+    (a, ka), (b, kb) = run(0.0), run(0.5)
+    assert ka != kb
+    r = compare(a, b)
+    assert not r.ok and r.roots[0].step_a.name == name and r.roots[0].consequences >= 1, str(r)
