@@ -103,7 +103,7 @@ def _step(i: int, op) -> Step:
 # tensor is compared by the value it handed the program, under this key of its
 # Step's post, as the output "returned value"
 VALUE = "value"
-_VALUE_WORDS = frozenset({"True", "False", "None", "inf", "nan", "e", "E"})
+_VALUE_WORDS = frozenset({"True", "False", "None", "inf", "nan", "e", "E", "j", "infj", "nanj"})
 _VALUE_CHARS = frozenset("0123456789.+-, ()[]")
 _VALUE_SLOT = dataflow.Slot(VALUE, "returned value", ("?", -1), 0, 0)
 _STORAGE_SLOT = dataflow.Slot("storage", "the storage it was rebuilt on (torch.load, unpickling, a DataLoader "
@@ -563,7 +563,11 @@ def _by_content(wa: list, wb: list, sa: list, sb: list) -> list:
 # digest rows differ, a step of run a is re-paired with a step of run b,
 # within REORDER_WINDOW aligned positions, whose whole digest row (name,
 # shapes, input and output hashes) is identical: the same computation, run
-# elsewhere.  Such steps are listed as REORDERED, not as differences; the
+# elsewhere -- except a step that hands the program a value (a print, an
+# .item(), a save: Note [Returned values]): which value the program got at
+# which point is its output (results stored under names in the order of a
+# set: printed or saved under the wrong names), so those keep their place.
+# Such steps are listed as REORDERED, not as differences; the
 # pairs left over keep their order among themselves.  Only identical rows
 # are re-paired, so what the reordering changed (a sum of the heads taken in
 # another order) still differs, and is reported.
@@ -572,7 +576,7 @@ _REORDER_LIMIT = 200_000  # differing pairs beyond which no re-pairing is tried 
 
 
 def _reorders(ca: torch.Tensor, cb: torch.Tensor, pa: torch.Tensor, pb: torch.Tensor,
-              rows: torch.Tensor) -> tuple[torch.Tensor, list[int]] | None:
+              rows: torch.Tensor, hands_value=None) -> tuple[torch.Tensor, list[int]] | None:
     """Note [Reordered steps]: (pb re-paired, the aligned positions whose
     step moved) among the differing pairs ``rows``, or None when none moved."""
     import bisect
@@ -595,6 +599,8 @@ def _reorders(ca: torch.Tensor, cb: torch.Tensor, pa: torch.Tensor, pb: torch.Te
         while i < len(cand) and (cand[i] in used):
             i += 1
         if i < len(cand) and cand[i] <= k + REORDER_WINDOW:
+            if cand[i] != k and hands_value is not None and hands_value(int(pa[k])):
+                continue  # which value the program got where is the program's output: never moved
             match[k] = cand[i]
             used.add(cand[i])
     if not any(k != j for k, j in match.items()):
@@ -904,7 +910,8 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
         da, db = A.dig[pa], B.dig[pb]
     ne = da != db  # one pass over both digest tables
     reordered: list[str] = []
-    moved = _reorders(ca_full, cb_full, pa, pb, (ne[:, 0] | ne[:, 2] | ne[:, 3] | ne[:, 4]).nonzero().flatten())
+    moved = _reorders(ca_full, cb_full, pa, pb, (ne[:, 0] | ne[:, 2] | ne[:, 3] | ne[:, 4]).nonzero().flatten(),
+                      lambda i: VALUE in A.step(i).post)
     if moved is not None:  # Note [Reordered steps]
         pb, at = moved
         da, db = A.dig[pa], B.dig[pb]

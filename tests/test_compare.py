@@ -532,3 +532,43 @@ def test_a_tensor_set_on_another_tensors_storage_inherits_its_difference():
     assert ka != kb
     r = compare(a, b)
     assert not r.ok and r.roots[0].step_a.name == name and r.roots[0].consequences >= 1, str(r)
+
+
+def test_reordered_work_whose_results_went_under_other_names_differs():
+    """Note [Reordered steps]: the heads ran in another order and their results
+    were then named by position, so the program printed each head's result
+    under the other's name: the reads that hand values to the program keep
+    their place, and the runs differ (before, they were re-paired too: match)."""
+    def run(order):
+        torch.manual_seed(0)
+        heads = {n: torch.nn.Linear(16, 16) for n in ("a", "b")}
+        x = torch.randn(4, 16)
+        with DebugMode(record_final_state=True) as dm, \
+                DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            outs = [heads[n](x).tanh() for n in order]
+            named = dict(zip(["cls", "reg"], outs))
+            text = [repr(named[k]) for k in ("cls", "reg")]
+            del outs, named
+        return dm, text
+
+    (a, ta), (b, tb) = run("ab"), run("ba")
+    assert ta != tb  # what the program printed under each name differs
+    r = compare(a, b)
+    assert not r.ok, str(r)
+    assert "kdebug::print" in str(r), str(r)
+
+
+def test_item_of_a_complex_tensor_is_compared_by_its_value():
+    """Note [Returned values]: a complex .item() renders as (a+bj)."""
+    def run(v):
+        with DebugMode() as dm, DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            y = torch.full((1,), complex(1.0, 2.0)) * 2
+        y.add_(v)  # no DebugMode sees this write
+        with dm, DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            got = y.item()
+        return dm, got
+
+    (a, ga), (b, gb) = run(0), run(1e-3)
+    assert ga != gb
+    r = compare(a, b)
+    assert not r.ok and any(x.values for x in r.roots), str(r)

@@ -76,7 +76,8 @@ uint64_t kd_text_prefix_digest(const uint8_t *s, size_t n)
  * compare's "returned value" output), not only by its inputs: a run whose
  * printed loss differed was said to match when the only reader of the
  * differing tensor was .item().  Only plain values count: numbers, True,
- * False, None, inf, nan, and tuples / lists of them; an object's repr (which
+ * False, None, inf, nan, complex numbers ("(1+2j)"), and tuples / lists of
+ * them; an object's repr (which
  * may hold an address) or a tensor's text does not. */
 static int is_word(const uint8_t *s, size_t n, const char *w)
 {
@@ -103,7 +104,8 @@ uint64_t kd_text_value_digest(const uint8_t *s, size_t n)
             const uint8_t *w = v + i;
             size_t wl = j - i;
             if (!(is_word(w, wl, "True") || is_word(w, wl, "False") || is_word(w, wl, "None") ||
-                  is_word(w, wl, "inf") || is_word(w, wl, "nan") || is_word(w, wl, "e") || is_word(w, wl, "E")))
+                  is_word(w, wl, "inf") || is_word(w, wl, "nan") || is_word(w, wl, "e") || is_word(w, wl, "E") ||
+                  is_word(w, wl, "j") || is_word(w, wl, "infj") || is_word(w, wl, "nanj")))
                 return 0;
             i = j;
         } else if ((c >= '0' && c <= '9') || c == '.' || c == '+' || c == '-' || c == ',' || c == ' ' ||

@@ -576,7 +576,8 @@ static void test_returned_values(void)
                             "aten::equal(t: f32[3], t: f32[3])  ->  False",
                             "aten::x(t: f32[])  ->  1e-05",
                             "aten::x(t: f32[])  ->  (3, [inf, -nan], None)",
-                            "aten::_local_scalar_dense(t: i64[])  ->  7"};
+                            "aten::_local_scalar_dense(t: i64[])  ->  7",
+                            "aten::_local_scalar_dense(t: c64[])  ->  (0.5-1.25j)"};
     for (size_t i = 0; i < sizeof values / sizeof values[0]; i++)
         CHECK(vdg(values[i]) != 0);
     CHECK(vdg(values[0]) == vdg("aten::_local_scalar_dense(t: f32[])  ->  -45.00395965576172"));
