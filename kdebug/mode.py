@@ -655,8 +655,8 @@ class DebugMode(_upstream.DebugMode):
                 undo.callback(self._leave_finite)
             if self.record_final_state and not self.kernels_only:
                 # Note [Program reads]: print / tolist / numpy / pickle of a tensor, recorded
-                program_reads.install()
-                undo.callback(program_reads.uninstall)
+                program_reads.install(self)
+                undo.callback(program_reads.uninstall, self)
                 self._reads_installed = True
             self._prev_defer = prev_defer
             self._entered = True
@@ -677,7 +677,7 @@ class DebugMode(_upstream.DebugMode):
         self._entered = False
         if self._reads_installed:
             self._reads_installed = False
-            program_reads.uninstall()
+            program_reads.uninstall(self)
         try:
             self._leave_finite()
             if self._prev_defer is not None:

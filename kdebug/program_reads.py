@@ -4,8 +4,10 @@ Note [Program reads]
 A program hands a tensor's values to the world in ways that call no aten
 op: ``print(t)`` / ``repr`` / ``str`` / f-strings (torch formats under
 ``_disable_current_modes``), ``t.tolist()`` and ``t.numpy()`` /
-``np.asarray(t)`` (they read the storage directly), and ``torch.save`` /
-``pickle`` (``Tensor.__reduce_ex__``).  A recording sees nothing of them,
+``np.asarray(t)`` (they read the storage directly), ``torch.save`` /
+``pickle`` (``Tensor.__reduce_ex__``, which writes the tensor's whole
+storage, a view's base included; ``torch.save`` of a storage itself) and a
+storage's ``tolist``.  A recording sees nothing of them,
 so a differing tensor whose only reader was one of these and which the
 program then dropped counted as *freed unread* (benign): a script that
 printed, saved or serialized a nondeterministic result was said to match
@@ -25,7 +27,10 @@ that wrote the memory, as any op's, and compares what the program got (Note
 a print the text it made (its digest is the record's returned value: a
 difference below the printed precision prints the same text, and is read
 into an identical output like any absorbed one).  A root whose difference
-reached the program this way is never benign.  Only the outermost read counts (``repr``
+reached the program this way is never benign.  A read on a thread of its
+own (an asynchronous checkpoint, a logging thread) goes to the one mode
+recording program reads in the process, with its thread's hash spec.  Only
+the outermost read counts (``repr``
 calling ``tolist`` inside is one read); reads made while no hash spec is
 active, of tensors without data (meta, fake) or of tensor subclasses
 that are not plain tensors are not recorded.  These records are kdebug's
@@ -53,13 +58,17 @@ NAMES = frozenset({PRINT, TOLIST, NUMPY, PICKLE})
 REPLICATED = "kdebug::replicated"
 VALUE_READS = frozenset({TOLIST, NUMPY, PICKLE, REPLICATED})  # compared by the hash of what they read
 
-# torch.Tensor attribute -> the pseudo-op its call records
-_ENTRY_POINTS = {"__repr__": PRINT, "tolist": TOLIST, "numpy": NUMPY, "__array__": NUMPY,
-                 "__reduce_ex__": PICKLE}
+# (owner, attribute) -> (the pseudo-op its call records, reads the whole storage, is torch.save)
+_ENTRY_POINTS = {(torch.Tensor, "__repr__"): (PRINT, False, False), (torch.Tensor, "tolist"): (TOLIST, False, False),
+                 (torch.Tensor, "numpy"): (NUMPY, False, False), (torch.Tensor, "__array__"): (NUMPY, False, False),
+                 (torch.Tensor, "__reduce_ex__"): (PICKLE, True, False),
+                 (torch.UntypedStorage, "tolist"): (TOLIST, True, False),
+                 (torch.TypedStorage, "tolist"): (TOLIST, True, False)}
+_SAVE = ((torch, "save"), (torch.serialization, "save"))  # functions: torch.save(obj, f, ...)
 
 _lock = threading.Lock()
 _installed = 0
-_saved: dict[str, tuple[bool, object]] = {}  # name -> (defined on torch.Tensor itself, the original)
+_saved: dict[tuple, tuple[bool, object]] = {}  # (owner, attr) -> (defined on the owner itself, the original)
 _local = threading.local()  # .busy: inside a wrapped call on this thread
 
 
@@ -105,60 +114,124 @@ def _asked_by_kdebug(frame) -> bool:
     f = frame
     while f is not None:
         mod = f.f_globals.get("__name__", "") or ""
-        if mod.split(".", 1)[0] in _PASS_THROUGH:
+        if mod.split(".", 1)[0] in _PASS_THROUGH or mod == __name__:  # this module's own wrappers too
             f = f.f_back
             continue
         return (mod == "kdebug" or mod.startswith("kdebug.")) and mod != "kdebug._runner"
     return False
 
 
-def _record(t, name: str, frame, printed: str | None = None) -> None:
-    """Appends the read of ``t`` to the active kdebug DebugMode that records
-    program reads, if any (``printed``: the text a print / repr made of it)."""
-    from . import _active, _aten_hooks, hashing
-    from .collectives import _shape_text
+_modes: list = []  # the entered modes that record program reads, first entered first
+
+
+def _mode_for_this_read():
+    """The mode this thread's read goes to: the active kdebug DebugMode on
+    this thread when it records program reads; else, on a thread of its own
+    (an async checkpoint, a logging thread), the one such mode entered in the
+    process, when there is exactly one."""
+    from . import _active
     from .mode import DebugMode
 
-    if (not isinstance(t, torch.Tensor) or t.is_meta
-            or getattr(type(t), "__torch_dispatch__", None) is not torch.Tensor.__torch_dispatch__):
-        return  # no data, or a wrapper subclass whose reads are its own
     dm = _active.debug_mode()
-    if not isinstance(dm, DebugMode) or not dm._entered or dm.kernels_only or not dm.record_final_state:
+    if isinstance(dm, DebugMode):
+        return dm if dm in _modes else None
+    return _modes[0] if len(_modes) == 1 else None
+
+
+def _data_of(x, whole: bool):
+    """(the tensor whose values are read, its shape text) for a tensor or a
+    storage; ``whole``: the bytes of the tensor's whole storage (what pickling
+    writes, a view's base included); None for what has no data to hash."""
+    from .collectives import _shape_text
+
+    if isinstance(x, torch.TypedStorage):
+        x = x.untyped()
+    if isinstance(x, torch.UntypedStorage):
+        st = x
+    elif (isinstance(x, torch.Tensor) and not x.is_meta
+          and getattr(type(x), "__torch_dispatch__", None) is torch.Tensor.__torch_dispatch__):
+        if not whole:
+            return x.detach(), _shape_text(x)
+        st = x.untyped_storage()
+    else:
+        return None  # no data, or a wrapper subclass whose reads are its own
+    if st.device.type == "meta":
+        return None
+    b = torch.empty(0, dtype=torch.uint8, device=st.device).set_(st, 0, (st.nbytes(),), (1,))
+    return b, f"storage nbytes={st.nbytes()}"
+
+
+def _record(x, name: str, frame, printed: str | None = None, whole: bool = False) -> None:
+    """Appends the read of ``x`` (a tensor or a storage) to the mode that
+    records program reads, if any (``printed``: the text a print / repr made
+    of it)."""
+    from . import _aten_hooks, hashing
+
+    dm = _mode_for_this_read()
+    if dm is None or not dm._entered:
         return
     entry = _aten_hooks.this_thread().hash_entry
+    if entry is None and dm._hook_owner is not None:  # a thread of its own: the recording thread's spec
+        entry = dm._hook_owner.hash_entry
     if entry is None or _asked_by_kdebug(frame):
         return
     with _upstream.disable_torch_dispatch():
-        d = t.detach()
+        got = _data_of(x, whole)
+        if got is None:
+            return
+        d, shape = got
         h = hashing.start_value(d, entry.spec)
-    text = f"{name}({_shape_text(t)})"
+        ext = _C.tree_extents(((d,), {}))
+    text = f"{name}({shape})"
     if printed is not None:  # what reached the program is this text: compared by its digest
         text += f"  ->  {int.from_bytes(hashlib.blake2b(printed.encode(), digest_size=8).digest(), 'little')}"
-    call = ProgramRead(name, text, getattr(dm, "call_depth", 0))
+    call = ProgramRead(name, text, 0)
     call.log["input_hash"] = ((h,), {})
-    ext = _C.tree_extents(((d,), {}))
     call._kd_extents = _C.OpExtents((None if ext is NotImplemented else ext, None))
     list.append(dm._ops, call)
 
 
-def _try_record(t, name: str, frame, printed: str | None = None) -> None:
+def _try_record(x, name: str, frame, printed: str | None = None, whole: bool = False) -> None:
     try:
-        _record(t, name, frame, printed)
+        _record(x, name, frame, printed, whole)
     except Exception:  # noqa: BLE001 (never the program's problem: the read is just not recorded)
         pass
 
 
-def _wrapper(orig, name: str):
+def _storages(obj, depth: int = 0, out: list | None = None) -> list:
+    """The storages handed to torch.save directly or inside dicts, lists and
+    tuples (tensors are seen at their own pickling, Tensor.__reduce_ex__)."""
+    out = [] if out is None else out
+    if len(out) > 10000 or depth > 8:
+        return out
+    if isinstance(obj, (torch.UntypedStorage, torch.TypedStorage)):
+        out.append(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _storages(v, depth + 1, out)
+    elif isinstance(obj, (list, tuple, set)):
+        for v in obj:
+            _storages(v, depth + 1, out)
+    return out
+
+
+def _wrapper(orig, name: str, whole: bool = False, saving: bool = False):
     def read(self, *args, **kwargs):
         if getattr(_local, "busy", False):
             return orig(self, *args, **kwargs)
         _local.busy = True
         try:
+            frame = sys._getframe(1)
             if name == PRINT:  # the text is what the program got
                 out = orig(self, *args, **kwargs)
-                _try_record(self, name, sys._getframe(1), out if isinstance(out, str) else None)
+                _try_record(self, name, frame, out if isinstance(out, str) else None)
                 return out
-            _try_record(self, name, sys._getframe(1))
+            if saving:  # torch.save(obj, f): storages in obj (its tensors record at their __reduce_ex__)
+                for st in _storages(self):
+                    _try_record(st, name, frame, whole=True)
+                _local.busy = False  # the tensors' own pickling inside is the program's read
+                return orig(self, *args, **kwargs)
+            _try_record(self, name, frame, whole=whole)
             return orig(self, *args, **kwargs)
         finally:
             _local.busy = False
@@ -169,32 +242,52 @@ def _wrapper(orig, name: str):
     return read
 
 
-def install() -> None:
-    """Wraps the entry points (once, however many modes ask)."""
+def install(mode) -> None:
+    """Wraps the entry points (once, however many modes ask); ``mode`` records
+    program reads until uninstall(mode)."""
     global _installed
     with _lock:
+        _modes.append(mode)
         _installed += 1
         if _installed > 1:
             return
-        for attr, name in _ENTRY_POINTS.items():
-            own = attr in torch.Tensor.__dict__
-            orig = getattr(torch.Tensor, attr)
-            _saved[attr] = (own, torch.Tensor.__dict__[attr] if own else None)
-            setattr(torch.Tensor, attr, _wrapper(orig, name))
+        for (owner, attr), (name, whole, _) in _ENTRY_POINTS.items():
+            own = attr in owner.__dict__
+            orig = getattr(owner, attr)
+            _saved[(owner, attr)] = (own, owner.__dict__[attr] if own else None)
+            setattr(owner, attr, _wrapper(orig, name, whole=whole))
+        for owner, attr in _SAVE:
+            orig = getattr(owner, attr)
+            _saved[(owner, attr)] = (True, orig)
+            setattr(owner, attr, _save_wrapper(orig))
 
 
-def uninstall() -> None:
-    """Undoes one install(); the last restores every entry point as it was."""
+def _save_wrapper(orig):
+    inner = _wrapper(lambda obj, *a, **k: orig(obj, *a, **k), PICKLE, saving=True)
+
+    def save(obj, *args, **kwargs):
+        return inner(obj, *args, **kwargs)
+
+    save.__wrapped__ = orig
+    save.__name__ = "save"
+    save.__doc__ = orig.__doc__
+    return save
+
+
+def uninstall(mode) -> None:
+    """Undoes install(mode); the last restores every entry point as it was."""
     global _installed
     with _lock:
+        if mode in _modes:
+            _modes.remove(mode)
         if _installed == 0:
             return
         _installed -= 1
         if _installed:
             return
-        for attr, (own, orig) in _saved.items():
+        for (owner, attr), (own, orig) in _saved.items():
             if own:
-                setattr(torch.Tensor, attr, orig)
+                setattr(owner, attr, orig)
             else:
-                delattr(torch.Tensor, attr)
+                delattr(owner, attr)
         _saved.clear()

@@ -45,6 +45,24 @@ def _run(kernel, how, delta):
             buf = io.BytesIO()
             torch.save(y, buf)
             got = buf.getvalue()
+        elif how == "save_view":  # a row that does not hold the difference: torch.save writes the whole storage
+            buf = io.BytesIO()
+            torch.save({"row": y[1:2]}, buf)
+            got = buf.getvalue()
+        elif how == "save_storage":
+            buf = io.BytesIO()
+            torch.save(y.untyped_storage(), buf)
+            got = buf.getvalue()
+        elif how == "storage_tolist":
+            got = y.untyped_storage().tolist()
+        elif how == "thread_save":  # an asynchronous checkpoint: the read happens on a thread of its own
+            import threading
+
+            buf = io.BytesIO()
+            t = threading.Thread(target=torch.save, args=(y, buf))
+            t.start()
+            t.join()
+            got = buf.getvalue()
         else:
             got = None
         del y  # nothing the program holds at the end
@@ -52,7 +70,8 @@ def _run(kernel, how, delta):
     return dm, got
 
 
-@pytest.mark.parametrize("how", ["print", "format", "tolist", "save"])
+@pytest.mark.parametrize("how", ["print", "format", "tolist", "save", "save_view", "save_storage", "storage_tolist",
+                                 "thread_save"])
 def test_a_difference_that_left_for_the_program_is_not_benign(kernel, how):
     (a, got_a), (b, got_b) = _run(kernel, how, 0.0), _run(kernel, how, 0.5)
     assert got_a != got_b  # what the program printed / listed / saved differs (Python's own objects)
@@ -60,7 +79,8 @@ def test_a_difference_that_left_for_the_program_is_not_benign(kernel, how):
     assert not r.ok and r.benign == [], str(r)
     top = r.roots[0]
     name = {"print": "kdebug::print", "format": "kdebug::print", "tolist": "kdebug::tolist",
-            "save": "kdebug::pickle"}[how]
+            "save": "kdebug::pickle", "save_view": "kdebug::pickle", "save_storage": "kdebug::pickle",
+            "storage_tolist": "kdebug::tolist", "thread_save": "kdebug::pickle"}[how]
     assert top.step_a.name == kernel[3] and any(name in v[0] for v in top.values), str(r)
     assert "the program got other values because of it" in str(r)
 
