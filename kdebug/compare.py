@@ -424,6 +424,7 @@ class Root:
     writer: Step | None = None  # "outside": the last recorded write of that input's memory, when one is known
     writer_args: list = field(default_factory=list)
     other_writer: tuple | None = None  # "outside": Divergence.other_writer (Note [Other tensors passed])
+    writer_paired: bool = True  # "outside": its writer has a counterpart in the other run
 
 
 @dataclass
@@ -740,6 +741,10 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
         if out_diff and k in other_args and not in_diff:
             # it was given other arguments (shapes, a generator's state, a scalar): not its own doing
             outside.append(dataflow.Slot("args", "non-tensor arguments / shapes", ("?", -1), 0, 0))
+        elif out_diff and in_diff and not causes:
+            # its differing input was written by steps only this run ran (a stretch in one run only, such
+            # as an allocation-only one that rebinds a tensor's storage): no root to charge, so it is one
+            outside.extend(in_diff)
         elif out_diff and not in_diff and a.kind == "aten" and a.name.startswith("aten::set_"):
             # a tensor rebuilt on a storage's bytes (torch.load, unpickling, a DataLoader worker's batch):
             # those bytes came from outside the recording, nothing here computed them
@@ -1043,6 +1048,7 @@ def _explain_outside(A: _Side, B: _Side, x: "Root", pa: torch.Tensor, pb: torch.
     w = x.writer = A.step(found.index)
     x.writer_args = ([n for bit, n in enumerate(w.arg_names) if found.mask >> bit & 1]
                      if w.kind == "kernel" else ["output"])
+    x.writer_paired = bool(len((pa == found.index).nonzero()))
     x.other_writer = _other_writer(A, B, b, arg, hb, pa, pb, found.index)
 
 
@@ -1187,6 +1193,9 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
                    f"{side_name(b)} what its {wb.label()} wrote{twin}: the program took another path or order "
                    "here (a loop over a set or a dict, whose order follows PYTHONHASHSEED in each process, or "
                    "control flow on data)")
+    elif x.writer is not None and not x.writer_paired:
+        out.append(f"-> last recorded write of that memory: {x.writer.label()} ({', '.join(x.writer_args)}), a step "
+                   f"only {side_name(a)} ran (STRUCTURE / ALLOCATION ONLY above)")
     elif x.writer is not None:
         between = "the runs" if isinstance(b, int) else f"{side_name(a)} and {side_name(b)}"
         out.append(f"-> last recorded write of that memory: {x.writer.label()} ({', '.join(x.writer_args)}), whose "

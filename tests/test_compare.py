@@ -572,3 +572,27 @@ def test_item_of_a_complex_tensor_is_compared_by_its_value():
     assert ga != gb
     r = compare(a, b)
     assert not r.ok and any(x.values for x in r.roots), str(r)
+
+
+def test_a_storage_rebound_in_one_run_only_still_makes_its_readers_differ():
+    """An ALLOCATION ONLY stretch (empty + set_) that only run 0 ran rebinds
+    the buffer a later op reads: that op's differing input came from a step
+    only run 0 ran, so it is a root and the runs differ (before: no root to
+    charge, and with another harmless difference before it the runs matched;
+    found by a trust pass)."""
+    stale = torch.arange(8, dtype=torch.float32)
+    fresh = torch.arange(8, dtype=torch.float32) * 2
+
+    def run(reload):
+        with DebugMode(record_final_state=True) as dm, \
+                DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            buf = fresh.clone()
+            if reload:  # as a stale torch.load of a cache would
+                buf = torch.empty(0).set_(stale.untyped_storage(), 0, (8,), (1,))
+            text = repr(buf.sum() * 3)
+        return dm, text
+
+    (a, ta), (b, tb) = run(True), run(False)
+    assert ta != tb
+    r = compare(a, b)
+    assert not r.ok and r.roots, str(r)
