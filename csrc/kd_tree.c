@@ -96,18 +96,25 @@ static PyObject *extent_leaf(PyObject *o, void *ctx)
         Py_RETURN_NONE;
     if (r < 0)
         Py_RETURN_NOTIMPLEMENTED;
-    uint64_t span = 1;
+    uint64_t span = 1, numel = 1;
     for (int d = 0; d < m.ndim; d++) {
         if (m.sizes[d] == 0) {
             span = 0;
+            numel = 0;
             break;
         }
         span += (uint64_t)(m.sizes[d] - 1) * (uint64_t)(m.strides[d] < 0 ? -m.strides[d] : m.strides[d]);
+        numel *= (uint64_t)m.sizes[d];
     }
     int itemsize = kd_itemsize(m.dtype);
-    uint64_t lo = m.data_ptr, hi = m.data_ptr + span * (uint64_t)(itemsize > 0 ? itemsize : 1);
+    uint64_t isz = (uint64_t)(itemsize > 0 ? itemsize : 1);
+    uint64_t lo = m.data_ptr, hi = m.data_ptr + span * isz;
+    /* Note [Partial writes] (kdebug/dataflow.py): the bytes the elements cover (a broadcast view's
+     * elements overlap: never more than the range) */
+    uint64_t nbytes = numel * isz < hi - lo ? numel * isz : hi - lo;
     return KD_RECORD(kd_ExtentType, PyLong_FromLong(m.device_type), PyLong_FromLong(m.device_index),
-                     PyLong_FromUnsignedLongLong((unsigned long long)lo), PyLong_FromUnsignedLongLong((unsigned long long)hi));
+                     PyLong_FromUnsignedLongLong((unsigned long long)lo), PyLong_FromUnsignedLongLong((unsigned long long)hi),
+                     PyLong_FromUnsignedLongLong((unsigned long long)nbytes));
 }
 
 /* tree_extents(obj) -> obj with every tensor leaf replaced by its extent

@@ -66,6 +66,7 @@ static PyStructSequence_Field extent_fields[] = {
     FIELD("device_index", "device index, -1 for none"),
     FIELD("lo", "first byte"),
     FIELD("hi", "one past the last byte"),
+    FIELD("nbytes", "bytes its elements cover: less than hi - lo for a view with gaps (Note [Partial writes])"),
     END,
 };
 static PyStructSequence_Field op_extents_fields[] = {
@@ -224,12 +225,14 @@ static PyObject *mod_register_types(PyObject *m, PyObject *args, PyObject *kw)
 
 /* ---- extents read back from a trace ---- */
 
-/* Whether o is a plain tuple of four ints (an extent as the trace keeps it). */
+/* Whether o is a plain tuple of four ints (an extent as a trace before 1.4
+ * keeps it: its elements cover every byte) or five (1.4: and the bytes they
+ * cover). */
 static int is_extent_tuple(PyObject *o)
 {
-    if (!PyTuple_CheckExact(o) || PyTuple_GET_SIZE(o) != 4)
+    if (!PyTuple_CheckExact(o) || (PyTuple_GET_SIZE(o) != 4 && PyTuple_GET_SIZE(o) != 5))
         return 0;
-    for (int i = 0; i < 4; i++)
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); i++)
         if (!PyLong_CheckExact(PyTuple_GET_ITEM(o, i)))
             return 0;
     return 1;
@@ -241,9 +244,14 @@ static PyObject *typed_leaves(PyObject *o, int depth)
 {
     if (depth > KD_TREE_MAX_DEPTH || !(PyTuple_Check(o) || PyList_Check(o) || PyDict_Check(o)))
         return Py_NewRef(o);
-    if (is_extent_tuple(o))
+    if (is_extent_tuple(o)) {
+        PyObject *nbytes = PyTuple_GET_SIZE(o) == 5 ? Py_NewRef(PyTuple_GET_ITEM(o, 4))
+                                                    : PyNumber_Subtract(PyTuple_GET_ITEM(o, 3), PyTuple_GET_ITEM(o, 2));
+        if (nbytes == NULL)
+            return NULL;
         return KD_RECORD(kd_ExtentType, Py_NewRef(PyTuple_GET_ITEM(o, 0)), Py_NewRef(PyTuple_GET_ITEM(o, 1)),
-                         Py_NewRef(PyTuple_GET_ITEM(o, 2)), Py_NewRef(PyTuple_GET_ITEM(o, 3)));
+                         Py_NewRef(PyTuple_GET_ITEM(o, 2)), Py_NewRef(PyTuple_GET_ITEM(o, 3)), nbytes);
+    }
     if (PyDict_Check(o)) {
         PyObject *d = PyDict_New(), *k, *v;
         Py_ssize_t pos = 0;

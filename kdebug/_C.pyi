@@ -72,6 +72,7 @@ class Extent(tuple[Any, ...]):
     device_index: int
     lo: int
     hi: int
+    nbytes: int
 
 class OpExtents(tuple[Any, ...]):
     """An aten call's extent trees (call._kd_extents, TraceOp.extents)."""

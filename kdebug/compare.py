@@ -411,9 +411,9 @@ class Root:
     values: list = field(default_factory=list)  # (step label, value a, value b) of the ops, this one or
                                 # later ones it changed, that handed the program another value (Note
                                 # [Returned values]): never benign
-    reaches_end: int = 0        # differing writes from it (read or not) still in memory when the
-                                # recording ended: kept tensors (Note [Final state]), or possibly kept
-                                # where the final state is not known
+    reaches_end: int = 0        # differing writes from it still in memory when the recording ended:
+                                # kept tensors, read or not (Note [Final state]), or, where the final
+                                # state is not known, the unread ones (possibly kept)
     kept_known: bool = False    # the final state said which of them were kept
     freed: int = 0              # differing writes from it that nothing recorded read, in memory the
                                 # program no longer held at the end (Note [Final state])
@@ -789,9 +789,10 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
         r.consequences = len(caused[n])
         held = [w for w in written[n] if id(w) in alive]
         unread = [w for w in held if not w.read]
-        # a differing tensor the program still held at the end counts whether or not a step read it
-        # (a kept result checked once by an op whose output matched was benign; found by a trust pass)
-        r.reaches_end = sum(1 for w in held if kept is None or id(w) in kept)
+        # a differing tensor the final state says the program still held counts whether or not a step
+        # read it (a kept result checked once by an op whose output matched was benign; found by a trust
+        # pass); with no final state, an unread one counts as possibly kept
+        r.reaches_end = (sum(1 for w in held if id(w) in kept) if kept is not None else len(unread))
         r.freed = sum(1 for w in unread if kept is not None and id(w) not in kept)
         r.kept_known = kept is not None
         # Note [Differences that die out]: what the steps it changed wrote was read into identical

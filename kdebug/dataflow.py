@@ -50,6 +50,13 @@ class Slot:
     device: tuple            # (device type, index)
     lo: int
     hi: int
+    dense: bool = True       # its elements cover every byte of [lo, hi) (Note [Partial writes])
+
+
+def tensor_dense(t: TensorInfo) -> bool:
+    """Whether a tensor's elements cover every byte of its extent (not a view with gaps)."""
+    lo, hi = tensor_extent(t)
+    return t.numel() * getattr(t.dtype, "itemsize", 1) >= hi - lo
 
 
 def tensor_extent(t: TensorInfo) -> tuple[int, int]:
@@ -73,7 +80,7 @@ def kernel_slots(tensors: dict, arg_names: tuple) -> tuple[list, list]:
         idx = arg_names.index(name) if name in arg_names else None
         label = f"{name} (index {idx})" if idx is not None else name
         lo, hi = tensor_extent(t)
-        s = Slot(name, label, _device(t), lo, hi)
+        s = Slot(name, label, _device(t), lo, hi, tensor_dense(t))
         if t.reads:
             reads.append(s)
         if t.writes:
@@ -152,7 +159,8 @@ def op_slots(extents, op) -> tuple[list, list] | None:
                 continue
             label = _input_label(path, schema) if side == "in" else _output_label(path, schema)
             out.append(Slot(path_key(side, path), label,
-                            (_DEV_NAMES.get(leaf.device_type, leaf.device_type), leaf.device_index), leaf.lo, leaf.hi))
+                            (_DEV_NAMES.get(leaf.device_type, leaf.device_type), leaf.device_index), leaf.lo, leaf.hi,
+                            getattr(leaf, "nbytes", leaf.hi - leaf.lo) >= leaf.hi - leaf.lo))
     return reads, writes
 
 
@@ -195,16 +203,38 @@ class Write:
     causes: int = 0          # bit set of root numbers its difference came from
     read: bool = False       # a later step read it
 
+# Note [Partial writes]
+# A write is painted over its extent, first to one past the last byte of the
+# tensor it wrote, and takes those bytes from earlier writes.  A view with
+# gaps (a column x[:, 0], a diagonal, every other element) covers only some
+# of them: painted whole, ``x[:, 0] = 0`` after a kernel that wrote x took
+# all of x from that kernel, whose difference then looked overwritten (a
+# root called benign while the kept x differed; a stencil reading x blamed
+# as reading from outside; found by a trust pass).  So a write whose
+# elements do not cover its extent (Extent.nbytes, trace format 1.4) is laid
+# over it without taking bytes from anyone: the earlier writers keep them,
+# and a later read of the range links to both.  A later write that covers it
+# whole takes its range as usual.
+
+
 class MemoryMap:
-    """Byte ranges per device, each owned by the last Write painted over it."""
+    """Byte ranges per device, each owned by the last Write painted over it,
+    and partial writes laid over them (Note [Partial writes])."""
 
     def __init__(self):
         self._maps: dict[tuple, tuple[list, list, list]] = {}
+        self._over: dict[tuple, list[Write]] = {}  # partial writes per device, oldest first
 
     def paint(self, w: Write) -> None:
         lo, hi = w.slot.lo, w.slot.hi
         if hi <= lo:
             return
+        over = self._over.get(w.slot.device)
+        if not w.slot.dense:
+            self._over.setdefault(w.slot.device, []).append(w)
+            return
+        if over:  # a whole write takes the partial writes it covers
+            over[:] = [o for o in over if not (lo <= o.slot.lo and o.slot.hi <= hi)]
         starts, ends, owners = self._maps.setdefault(w.slot.device, ([], [], []))
         i = bisect.bisect_right(ends, lo)         # first interval ending after lo
         j = bisect.bisect_left(starts, hi)        # first interval starting at or after hi
@@ -218,23 +248,27 @@ class MemoryMap:
 
     def owners(self) -> set[int]:
         """ids of the Writes that still own some byte (were not wholly overwritten)."""
-        return {id(w) for _, _, owners in self._maps.values() for w in owners}
+        return ({id(w) for _, _, owners in self._maps.values() for w in owners}
+                | {id(w) for ws in self._over.values() for w in ws})
 
     def spans(self):
-        """(device, lo, hi, Write) of every byte range, in address order per device."""
+        """(device, lo, hi, Write) of every byte range, in address order per
+        device, then the partial writes laid over them."""
         for dev, (starts, ends, owners) in self._maps.items():
             yield from ((dev, lo, hi, w) for lo, hi, w in zip(starts, ends, owners))
+        for dev, ws in self._over.items():
+            yield from ((dev, w.slot.lo, w.slot.hi, w) for w in ws)
 
     def writers(self, slot: Slot) -> list[Write]:
         """The Writes owning any byte of the slot's range, in address order."""
-        m = self._maps.get(slot.device)
-        if m is None or slot.hi <= slot.lo:
+        if slot.hi <= slot.lo:
             return []
-        starts, ends, owners = m
+        starts, ends, owners = self._maps.get(slot.device, ([], [], []))
         i = bisect.bisect_right(ends, slot.lo)
         j = bisect.bisect_left(starts, slot.hi)
         seen, out = set(), []
-        for w in owners[i:j]:
+        over = [o for o in self._over.get(slot.device, ()) if o.slot.lo < slot.hi and slot.lo < o.slot.hi]
+        for w in owners[i:j] + over:
             if id(w) not in seen:
                 seen.add(id(w))
                 out.append(w)

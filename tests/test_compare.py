@@ -596,3 +596,33 @@ def test_a_storage_rebound_in_one_run_only_still_makes_its_readers_differ():
     assert ta != tb
     r = compare(a, b)
     assert not r.ok and r.roots, str(r)
+
+
+@pytest.mark.parametrize("through_traces", [False, True])
+def test_a_write_through_a_view_with_gaps_does_not_hide_the_rest(tmp_path, through_traces):
+    """Note [Partial writes] (kdebug/dataflow.py): after a kernel's planted
+    difference in a kept grid (off its diagonal), the program zeroes the diagonal
+    (fill_diagonal_: a view with gaps whose extent is all of u).  Taken
+    as writing all of it, the kernel's difference looked overwritten: benign,
+    the runs matched while the kept grid differed."""
+    f = torch.compile(lambda x: (x.sin() * 2).contiguous())
+    x = torch.randn(16, 16, generator=torch.Generator().manual_seed(0))
+    f(x)
+    with DebugMode() as probe:
+        f(x)
+    name = probe.kernels[0].kernel_name
+
+    def run(delta):
+        with DebugMode(record_final_state=True) as dm, \
+                DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+            with perturb_kernel_output(name, "out_ptr0", 0, delta) as hit:  # its first element
+                u = f(x).flip(1)  # ... now in the last column
+            assert hit["hits"] == 1
+            u.fill_diagonal_(0)  # a view with gaps whose extent is all of u
+        return dm, u
+
+    (a, ua), (b, ub) = run(0.0), run(0.5)
+    assert not torch.equal(ua, ub)  # the kept grid differs
+    left, right = (a, b) if not through_traces else (_saved(a, tmp_path / "a.kdt"), _saved(b, tmp_path / "b.kdt"))
+    r = compare(left, right)
+    assert not r.ok and r.roots and r.roots[0].step_a.name == name and r.roots[0].reaches_end >= 1, str(r)

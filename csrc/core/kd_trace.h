@@ -31,7 +31,7 @@
 
 #define KD_TRACE_MAGIC "KDTRACE\x1a"
 #define KD_TRACE_VERSION_MAJOR 1
-#define KD_TRACE_VERSION_MINOR 3 /* 1.2: the stats hash (kind 16, tree node 10); 1.3: CUDA graph launches (flags 16 / 32 + graph id, replay index) */
+#define KD_TRACE_VERSION_MINOR 4 /* 1.2: the stats hash (kind 16, tree node 10); 1.3: CUDA graph launches (flags 16 / 32 + graph id, replay index); 1.4: an op extent's fifth int, the bytes its elements cover */
 #define KD_TRACE_HEADER_BYTES 32
 #define KD_CHUNK_HEADER_BYTES 16
 #define KD_CHUNK_MAX_BODY (64u << 20)
