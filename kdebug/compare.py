@@ -1076,11 +1076,14 @@ def _other_writer(A: _Side, B: _Side, b: Step, arg: str, hb, pa: torch.Tensor, p
     found = B.trace.last_writer(b.index, dt, slot.device[1], slot.lo, slot.hi, leaf)
     if found is None:
         return None
+    wb = B.step(found.index)
+    if not any(w.device == slot.device and w.lo < slot.hi and slot.lo < w.hi for w in wb.writes):
+        return None  # an op matched by its output's value, not its memory: not known to be what was read
     k = (pa == writer_a).nonzero().flatten()
     if len(k) and int(pb[int(k[0])]) == found.index:
         return None  # the counterpart of run a's writer: the same tensor, changed after it
     kb = (pb == found.index).nonzero().flatten()
-    return B.step(found.index), (A.step(int(pa[int(kb[0])])) if len(kb) else None)
+    return wb, (A.step(int(pa[int(kb[0])])) if len(kb) else None)
 
 
 def _provenance(side: _Side, step: Step) -> list:

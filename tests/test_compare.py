@@ -93,6 +93,7 @@ def test_write_outside_the_recorded_launches_is_an_input_divergence(chain):
     assert d.outside and d.writer is not None and d.writer.name == k1  # K1 wrote it, and matched
     assert [x.name for x, _ in d.inherited] == [k4]
     assert "outside the recorded launches" in str(r)
+    assert "passed other tensors" not in str(r)  # the same tensor, changed unseen (Note [Other tensors passed])
 
 
 def test_structural_differences_are_aligned_not_fatal(chain):
