@@ -1119,7 +1119,9 @@ def _identity(side: _Side, step: Step) -> list[str]:
         which = (f" (kernel {k + 1} of {len(entries)} of this name"
                  + (f", code {e.code_sha256[:12]})" if e.code_sha256 else ")")) if len(entries) > 1 else ""
         out.append("fuses: " + (", ".join(e.nodes) if e.nodes else "(FX nodes unknown)") + which)
-        out += [f"from: {s}" for s in e.source]
+        # a provenance file is written by the compile that first produced this code, perhaps another program's
+        first = " (when this code was first compiled, perhaps by another script)" if e.origin == "provenance file" else ""
+        out += [f"from{first}: {s}" for s in e.source]
         if e.module:
             out.append(f"module: {e.module}")
     return out

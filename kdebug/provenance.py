@@ -146,8 +146,10 @@ class KernelProvenance:
         if self.writes:
             out.append("writes: " + ", ".join(f"{b} = {n if n is not None else '?'}"
                                               for b, n in self.writes.items()))
+        first = " (when this code was first compiled, perhaps by another script)" \
+            if self.origin == "provenance file" else ""
         for s in self.source:
-            out.append(f"source: {s}")
+            out.append(f"source{first}: {s}")
         if self.unknown:
             out.append(f"unknown: {', '.join(self.unknown)} (from {self.origin})")
         return out
