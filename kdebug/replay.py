@@ -604,11 +604,21 @@ def _judge(original, root, replayed, hits: int) -> dict:
         return {"confirmed": False, "still": [], "text": "NOT CONFIRMED: the re-runs launched other kernels"}
     others = {x.step_a.label() for x in original.roots if x is not root}
     still = [x.step_a.label() for x in replayed.roots]
+    itself = root.step_a.label()
+    # a root whose difference dies out before the end (Note [Differences that die out]) is judged by
+    # its consequences: its own record keeps the natural (differing) output, what read it must match
+    if any(x is root for x in getattr(original, "benign", ())) and not root.consequences:
+        return {"confirmed": None, "still": still,
+                "text": "NOT PROVEN: nothing after it differed in the first place, so a replay has nothing to clear"}
+    lingering = [x for x in getattr(replayed, "benign", ()) if x.step_a.label() == itself and x.consequences]
+    if lingering:
+        return {"confirmed": False, "still": still + [itself],
+                "text": f"NOT CONFIRMED: with its outputs replayed the re-run still differs after {itself} "
+                        f"({lingering[0].consequences} later launch(es)/op(s), dying out before the end)"}
     if not replayed.roots:
         text = (f"CONFIRMED by replay: with its outputs taken from the run before, the re-run matches "
                 f"it ({root.consequences} later launch(es)/op(s) it was blamed for now match)")
         return {"confirmed": True, "still": [], "text": text}
-    itself = root.step_a.label()
     unexplained = [x.step_a.label() for x in replayed.roots
                    if x.step_a.label() == itself or (x.kind != "root" and x.step_a.label() not in others)]
     if unexplained:

@@ -84,7 +84,9 @@ def test_an_aten_op_root_is_replayed_and_confirmed(jitter, tmp_path):
     match the first; replaying an innocent op does not."""
     base = _with_jitter(jitter, 1)
     original = kdebug.compare(base, _with_jitter(jitter, 2))
-    root = original.roots[0]
+    # a few ULP of one element can round away in the kernels after it: the runs then match, the op
+    # listed among the benign roots (Note [Differences that die out]); replaying proves it either way
+    root = (original.roots or original.benign)[0]
     assert root.step_a.kind == "aten" and "jitter_matmul" in root.step_a.name
     run_a = kdebug.load(_save(base, tmp_path / "a.kdt"))
     spec = replay.spec_for(run_a, root, "capture", str(tmp_path / "op.pt"))
