@@ -138,8 +138,12 @@ static PyObject *run_hook_call(kd_run_hook *self, PyObject *const *args, size_t 
         return PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
     }
     Py_INCREF(r); /* the launch may run Python code that stops the recorder */
+    /* the kernel's arguments: not the launcher's own trailing ones (a user kernel's grid) */
+    Py_ssize_t nkern = nargs - 1;
+    if (info->launcher_args && nkern >= (Py_ssize_t)info->launcher_args)
+        nkern -= (Py_ssize_t)info->launcher_args;
     kd_pending p;
-    kd_launch_begin(r, info, args + 1, nargs - 1, stream, &p);
+    kd_launch_begin(r, info, args + 1, nkern, stream, &p);
     kd_capture saved = kd_tls_capture;
     memset(&kd_tls_capture, 0, sizeof kd_tls_capture);
     kd_tls_capture.active = p.ok;
@@ -191,7 +195,7 @@ static PyObject *run_hook_call(kd_run_hook *self, PyObject *const *args, size_t 
         Py_XDECREF(g);
         PyErr_Restore(et, ev, etb);
     }
-    kd_launch_end(r, &p, args + 1, nargs - 1, res == NULL);
+    kd_launch_end(r, &p, args + 1, nkern, res == NULL);
     kd_tls_capture = saved;
     Py_DECREF(r);
     KD_PT_ADD(KD_PT_END, t2);

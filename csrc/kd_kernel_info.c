@@ -23,16 +23,20 @@ static uint32_t intern_obj(PyObject *s)
     return id;
 }
 
-/* KernelInfo(kind, name, arg_names, roles, device_type, device_index) */
+/* KernelInfo(kind, name, arg_names, roles, device_type, device_index, launcher_args=0) */
 static PyObject *info_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    int kind, dtype, dindex;
+    int kind, dtype, dindex, extra = 0;
     PyObject *name, *names, *roles;
     static char *kwlist[] = {"kind", "name", "arg_names", "roles", "device_type",
-                             "device_index", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iUOOii", kwlist, &kind, &name, &names,
-                                     &roles, &dtype, &dindex))
+                             "device_index", "launcher_args", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iUOOii|i", kwlist, &kind, &name, &names,
+                                     &roles, &dtype, &dindex, &extra))
         return NULL;
+    if (extra < 0 || extra > 64) {
+        PyErr_SetString(PyExc_ValueError, "launcher_args must be 0..64");
+        return NULL;
+    }
     if (kind != KD_KIND_TRITON && kind != KD_KIND_CPP) {
         PyErr_SetString(PyExc_ValueError, "kind must be 1 (triton) or 2 (cpp)");
         return NULL;
@@ -57,6 +61,7 @@ static PyObject *info_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (self->name_id == 0)
         goto error;
     self->nnames = (uint32_t)n;
+    self->launcher_args = (uint32_t)extra;
     self->name_ids = PyMem_Calloc((size_t)n + 1, sizeof(uint32_t));
     self->roles = PyMem_Calloc((size_t)n + 1, 1);
     if (self->name_ids == NULL || self->roles == NULL) {
@@ -120,7 +125,15 @@ static PyObject *info_get_roles(kd_kernel_info *self, void *c)
     return t;
 }
 
+static PyObject *info_get_launcher_args(kd_kernel_info *self, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLong(self->launcher_args);
+}
+
 static PyGetSetDef info_getset[] = {
+    {"launcher_args", (getter)info_get_launcher_args, NULL,
+     "trailing launcher arguments not passed to the kernel (not recorded)", NULL},
     {"name", (getter)info_get_name, NULL, "kernel name", NULL},
     {"arg_names", (getter)info_get_arg_names, NULL, "argument names", NULL},
     {"roles", (getter)info_get_roles, NULL, "argument roles (1 read, 2 write)", NULL},

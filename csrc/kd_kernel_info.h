@@ -20,6 +20,8 @@ typedef struct kd_kernel_info {
     uint32_t nnames;
     uint32_t *name_ids; /* argument names, in call order */
     uint8_t *roles;     /* KD_ROLE_* per argument */
+    uint32_t launcher_args; /* trailing arguments the launcher takes and the kernel does not
+                             * (Inductor's extra_launcher_args: the grid of a user kernel) */
 } kd_kernel_info;
 
 #endif

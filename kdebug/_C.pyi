@@ -124,8 +124,9 @@ class KernelInfo:
     name: str
     arg_names: tuple[str, ...]
     roles: tuple[int, ...]
+    launcher_args: int  # trailing launcher arguments not passed to the kernel, not recorded
     def __init__(self, kind: int, name: str, arg_names: Sequence[str], roles: Sequence[int],
-                 device_type: int, device_index: int) -> None: ...
+                 device_type: int, device_index: int, launcher_args: int = 0) -> None: ...
 
 class Launch:
     kind: str

@@ -253,16 +253,26 @@ def _launch_site(call: dict) -> tuple[int, list[str], list[str], list[int]] | No
         meta = call.get("triton_meta") or {}
         constants = meta.get("constants") or {}
         signature = meta.get("signature") or {}
+        imeta = call.get("inductor_meta") or {}
         keys = call.get("raw_keys")
+        extra = len(imeta.get("extra_launcher_args") or ())
+        if extra and len(args) > extra:
+            # a user kernel's grid, computed by the wrapper and passed to the launcher after the
+            # kernel's arguments (Inductor's extra_launcher_args, torch >= 2.7; its raw_keys are ""):
+            # not the kernel's
+            if isinstance(keys, (list, tuple)) and len(keys) == len(args):
+                keys = list(keys)[:-extra]
+            args, types = args[:-extra], types[:len(args) - extra]
         if (isinstance(keys, (list, tuple)) and len(keys) == len(args)
                 and all(isinstance(k, str) and k in signature for k in keys)):
             # a user-defined kernel's call names what it passes (its tl.constexpr arguments are not passed)
             sig = [(k, signature[k]) for k in keys]
         else:
-            sig = inductor.triton_call_params(meta)  # as the Python wrapper's run() gets them
+            # as the Python wrapper's run() gets them; a user kernel's tl.constexpr parameters are not
+            # passed (inductor_meta["declared_constexpr_names"], torch 2.13)
+            sig = inductor.triton_call_params(meta, frozenset(imeta.get("declared_constexpr_names") or ()))
         sig += [(f"arg{i}", None) for i in range(len(sig), len(args))]
         names = [n for n, _ in sig]
-        imeta = call.get("inductor_meta") or {}
         roles_all = inductor.triton_roles(names, frozenset(imeta.get("mutated_arg_names") or ()), fresh)
         # the scalars as the wrapper writes them into the call (C++ expressions)
         written = _upstream.triton_wrapper_args(call["wrapper"], args, types)

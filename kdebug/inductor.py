@@ -195,15 +195,19 @@ def triton_kernel_info(autotuner) -> _C.KernelInfo:
     """Describes a CachingAutotuner: name, argument names in call order, roles."""
     meta = getattr(autotuner, "inductor_meta", None) or {}
     name = meta.get("kernel_name") or autotuner.fn.__name__
-    names = [n for n, _ in triton_call_params(autotuner.triton_meta, jit_constexprs(getattr(autotuner, "fn", None)))]
+    constexprs = jit_constexprs(getattr(autotuner, "fn", None)) | frozenset(meta.get("declared_constexpr_names") or ())
+    names = [n for n, _ in triton_call_params(autotuner.triton_meta, constexprs)]
     mutated = frozenset(getattr(autotuner, "mutated_arg_names", ()) or ())
     roles = triton_roles(names, mutated, getattr(autotuner, "_kdebug_fresh", ()))  # Note [Fresh buffers]
     dev_type = getattr(getattr(autotuner, "device_props", None), "type", "cuda")
     dev_index = autotuner.triton_meta.get("device", 0)
     if not isinstance(dev_index, int):
         dev_index = getattr(dev_index, "index", 0) or 0
+    # Inductor appends launcher-only arguments to a user kernel's call (extra_launcher_args: the grid
+    # it computed, torch >= 2.7); run() takes them, the kernel does not: they are not recorded
+    extra = len(meta.get("extra_launcher_args") or ())
     return _C.KernelInfo(_C.KIND_TRITON, name, names, roles,
-                         _DEVICE_TYPES.get(dev_type, 1), dev_index)
+                         _DEVICE_TYPES.get(dev_type, 1), dev_index, extra)
 
 
 def _wrap_runner(launcher, cfg_id: int, warps: int, stages: int, shared: int) -> bool:
