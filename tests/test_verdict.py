@@ -18,14 +18,26 @@ from kdebug.testing import perturb_kernel_output
 from kdebug.workloads import TinyBlock, train_step_fn
 
 
-@pytest.fixture(scope="module")
-def step():
+def _train_step():
     torch.manual_seed(0)
     model = TinyBlock(d=32, heads=4)
     x = torch.randn(2, 8, 32)
     fn = train_step_fn(model)
     fn(x)
     return lambda: fn(x)
+
+
+@pytest.fixture(scope="module")
+def step():
+    return _train_step()
+
+
+@pytest.fixture()
+def fresh_step():
+    """A training step of its own: each call updates the parameters, so a test whose planted
+    difference must survive to the end does not depend on how many steps other tests took
+    (under xdist, which tests ran before it in the worker)."""
+    return _train_step()
 
 
 def record(fn, *faults):
@@ -218,7 +230,7 @@ def test_replaying_a_launch_that_is_not_the_root_does_not_confirm(step, tmp_path
     assert culprit.kernel_name in verdict["text"]
 
 
-def test_replay_confirms_a_root_whose_heir_is_the_next_root(step, tmp_path):
+def test_replay_confirms_a_root_whose_heir_is_the_next_root(fresh_step, tmp_path):
     """Two faults in a chain: the later kernel reads the earlier one's output,
     so in the original comparison it is an heir, hidden.  Replaying the first
     root's outputs clears everything it was blamed for and leaves the second
@@ -226,10 +238,10 @@ def test_replay_confirms_a_root_whose_heir_is_the_next_root(step, tmp_path):
     from kdebug import replay
     from kdebug.testing import _scopes
 
-    base = record(step)
+    base = record(fresh_step)
     kernels = base.kernels
     first, second = kernels[3], kernels[9]
-    original = kdebug.compare(base, record(step, (first.kernel_name, "out_ptr0", 0, 0.5),
+    original = kdebug.compare(base, record(fresh_step, (first.kernel_name, "out_ptr0", 0, 0.5),
                                            (second.kernel_name, "out_ptr0", 0, 0.5)))
     assert [x.step_a.kernel_number for x in original.roots] == [3]  # the second is hidden among its heirs
     assert 9 in [x.kernel_number for x, _ in original.divergence.inherited]
@@ -241,7 +253,7 @@ def test_replay_confirms_a_root_whose_heir_is_the_next_root(step, tmp_path):
         try:
             for scope in _scopes():
                 replay.attach(scope)
-            runs.append(record(step, (first.kernel_name, "out_ptr0", 0, noise),
+            runs.append(record(fresh_step, (first.kernel_name, "out_ptr0", 0, noise),
                                (second.kernel_name, "out_ptr0", 0, noise)))
         finally:
             replay.activate(None)
