@@ -16,6 +16,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def pytest_collection_modifyitems(config, items):
+    # pytest -n 2 --dist loadfile (pytest-xdist): a test file's tests run in one worker, so its
+    # module fixtures, and the built-in hunt (a session fixture of a minute, read only by
+    # test_hunt.py), are made once.  (--dist loadgroup with xdist_group marks no longer groups
+    # under pytest 9: xdist 3.8 renames item._nodeid, which pytest 9's nodeid does not read.)
     has_cuda = torch.cuda.is_available()
     try:
         import triton  # noqa: F401
@@ -24,19 +28,9 @@ def pytest_collection_modifyitems(config, items):
     except ImportError:
         has_triton = False
     skip = pytest.mark.skip(reason="needs a CUDA device and Triton (run these on the GPU machine)")
-    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if "gpu" in item.keywords and not (has_cuda and has_triton):
             item.add_marker(skip)
-        # pytest -n N --dist loadgroup (pytest-xdist): a test file's tests run in
-        # one worker (its module fixtures are made once); the files that read
-        # the built-in hunt (a session fixture of a minute) share one worker
-        if grouped:
-            module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else "?"
-            item.add_marker(pytest.mark.xdist_group(_SHARED_GROUPS.get(module, module)))
-
-
-_SHARED_GROUPS = {"test_hunt": "builtin_hunt", "test_repro": "builtin_hunt"}
 
 
 def pointwise_and_reductions(x, w, b):
@@ -92,7 +86,7 @@ def builtin_hunt(tmp_path_factory) -> BuiltinHunt:
     --rerun-times 5 --keep DIR --html PATH` of the built-in workload, in fresh
     processes (about a minute: two runs, two per fix, one capture re-run):
     run once and read by the tests
-    of what a hunt prints, keeps and re-launches (test_hunt, test_repro),
+    of what a hunt prints, keeps and re-launches (test_hunt.py),
     which only read it.  The traces and the report are those of the two
     plain runs (the fixes' runs are compared apart), so --try-fixes takes
     nothing away from what the other tests check.

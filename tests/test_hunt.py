@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -212,3 +213,60 @@ def test_pytest_plugin_marker_fixture_and_report_section(pytester):
     assert "FIRST DIVERGENCE: kernel #0 cpp_fused_mul_sin" in out
     assert "PASSED test_det.py::test_marked_deterministic" in out
     assert "FAILED test_det.py::test_marked_non_deterministic" in out
+
+
+# ---------------------------------------------------------------- the built-in hunt's runs, re-launched
+# (these read the builtin_hunt session fixture, like the tests above: in one file, so that
+# pytest -n 2 --dist loadfile makes the hunt once)
+
+def _repro_cli(*args, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kdebug", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))},
+                          timeout=600)
+
+
+@needs_two_cores
+def test_rerun_of_the_builtin_index_add_kernel_varies(builtin_hunt, tmp_path):
+    # a run the hunt recorded (conftest): python -m kdebug._runner --out run0.kdt --builtin, in a fresh process
+    p = builtin_hunt.proc
+    assert p.returncode == 1, p.stdout + p.stderr
+    run0 = __import__("json").loads((builtin_hunt.keep / "hunt.json").read_text())["paths"][0]
+    shutil.copyfile(builtin_hunt.keep / run0, tmp_path / "run.kdt")
+    p = _repro_cli("rerun", "run.kdt", "--launch", "0", "--times", "5", cwd=tmp_path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "cpp_fused_div_index_add_zeros_0 (launch 0) re-launched 5x on the recorded inputs" in p.stdout
+    assert "INTRINSICALLY NONDETERMINISTIC" in p.stdout
+
+
+@needs_two_cores
+def test_repro_from_a_kept_hunt_reproduces_its_first_root(builtin_hunt, tmp_path):
+    # kdebug repro --from-hunt DIR: the hunt's hunt.json names the runs; root 1 is the index_add kernel
+    p = builtin_hunt.proc
+    assert p.returncode == 1, p.stdout + p.stderr
+    p = _repro_cli("repro", "--from-hunt", str(builtin_hunt.keep), "-o", str(tmp_path / "r"), cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "cpp_fused_div_index_add_zeros_0" in p.stdout and (tmp_path / "r" / "repro.py").exists()
+    # a hunt.json that points outside its directory is refused, never followed
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "hunt.json").write_text('{"paths": ["/etc/passwd", "run1.kdt"]}')
+    p = _repro_cli("repro", "--from-hunt", str(bad), "-o", str(tmp_path / "r2"), cwd=tmp_path)
+    assert p.returncode == 2 and "is not a kept hunt" in p.stderr and "paths must be" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "r2").exists()
+
+
+@needs_two_cores
+def test_hunt_of_the_builtin_workload_states_the_relaunch_verdict(builtin_hunt):
+    p = builtin_hunt.proc  # kdebug hunt --rerun-times 5 of the built-in workload (conftest)
+    assert p.returncode == 1, p.stdout + p.stderr
+    hunt = __import__("json").loads((builtin_hunt.keep / "hunt.json").read_text())
+    m = hunt["magnitude"][0]
+    r = m["rerun"]
+    assert m["root"] == "kernel #0 cpp_fused_div_index_add_zeros_0" and r["times"] == 5
+    assert f"re-launched 5x on the recorded inputs: {r['distinct']} different output" in p.stdout
+    assert r["verdict"] == ("intrinsic" if r["distinct"] > 1 else "stable")
+    # the same repro, launched again by kdebug rerun's script: the same kind of verdict on the same inputs
+    again = subprocess.run([sys.executable, str(builtin_hunt.keep / m["repro"] / "repro.py"), "--times", "5"],
+                           capture_output=True, text=True, timeout=600)
+    assert "launched 5 time(s) on the recorded inputs" in again.stdout
+
