@@ -48,8 +48,12 @@ class Transformer(nn.Module):
 
 
 def train_step_fn(model: nn.Module):
-    """A compiled forward + backward step returning the loss."""
-    compiled = torch.compile(model)
+    """A compiled forward + backward step returning the loss.  Static shapes
+    (dynamic=False): Dynamo's cache is per code object, shared by every
+    instance of the model's class, so a second instance of another size in the
+    same process would otherwise recompile both with dynamic shapes, and which
+    kernels a step launches would depend on what ran before it."""
+    compiled = torch.compile(model, dynamic=False)
 
     def step(x: torch.Tensor) -> torch.Tensor:
         model.zero_grad(set_to_none=True)

@@ -73,5 +73,10 @@ def test_a_changed_output_changes_only_its_launch_digests(step, tmp_path):
     base.save(str(tmp_path / "base.kdt"))
     live = compare(base, bad)
     files = compare(str(tmp_path / "base.kdt"), str(tmp_path / "bad.kdt"))
-    assert not live.ok and str(live) == str(files)
-    assert live.divergence.step_a.name == files.divergence.step_a.name == name
+    assert str(live) == str(files)
+    # the planted kernel is the root; whether its one changed element reaches the end depends on the
+    # step's data (which the module's earlier tests trained): a difference that dies out is a benign root
+    # (Note [Differences that die out]), listed as such in both reports
+    live_root, file_root = (live.roots or live.benign), (files.roots or files.benign)
+    assert live_root and file_root and bool(live.roots) == (not live.ok) and bool(files.roots) == (not files.ok)
+    assert live_root[0].step_a.name == file_root[0].step_a.name == name
