@@ -2,6 +2,7 @@
 faults are found and classified, inherited launches counted."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -201,6 +202,25 @@ def _saved(dm, path):
     return str(path)
 
 
+def _sin_kernel(x):
+    """(f, the name of its one C++ kernel): f = torch.compile((x.sin() * 2).contiguous()), compiled for
+    x and warm.  Static shapes: the tests call it with other sizes, and one compiled lambda seeing a
+    second size would recompile with dynamic shapes."""
+    f = torch.compile(lambda x: (x.sin() * 2).contiguous(), dynamic=False)
+    f(x)
+    with DebugMode() as probe:
+        f(x)
+    return f, probe.kernels[0].kernel_name
+
+
+@contextlib.contextmanager
+def _recording():
+    """A recording that keeps the final state, with bitwise hashes of inputs and outputs."""
+    with DebugMode(record_final_state=True) as dm, \
+            DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+        yield dm
+
+
 def test_assert_deterministic(chain):
     reports = kdebug.assert_deterministic(chain, runs=3)
     assert len(reports) == 2 and all(r.ok for r in reports)
@@ -354,8 +374,7 @@ def test_batches_rebuilt_at_other_times_align_by_content():
     def run(ahead: int):
         v = w.clone()
         got: dict = {}
-        with DebugMode(record_final_state=True) as dm, \
-                DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+        with _recording() as dm:
             for k in range(6):
                 for j in range(k, min(k + ahead, 6)):  # what has arrived by now
                     if j not in got:
@@ -419,17 +438,12 @@ def test_a_difference_that_dies_two_steps_later_is_benign():
     program keeps differs (torch.equal), the runs match and the kernel is
     benign, having changed one step.  Keeping the product instead makes the
     same difference count."""
-    f = torch.compile(lambda x: (x.sin() * 2).contiguous())
     x = torch.randn(32, 16, generator=torch.Generator().manual_seed(0))
     w = torch.randn(16, 8, generator=torch.Generator().manual_seed(1))
-    f(x)
-    with DebugMode() as probe:
-        f(x)
-    name = probe.kernels[0].kernel_name
+    f, name = _sin_kernel(x)
 
     def run(delta, keep_product):
-        with DebugMode(record_final_state=True) as dm, \
-                DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+        with _recording() as dm:
             with perturb_kernel_output(name, "out_ptr0", 0, delta):
                 y = f(x)
             prod = y @ w
@@ -488,16 +502,11 @@ def test_a_kept_result_read_once_still_counts_as_kept():
     of positives): before, any read took it off the kept list and the root
     was benign (found by a trust pass: assert_deterministic passed while the
     two results differed)."""
-    f = torch.compile(lambda x: (x.sin() * 2).contiguous())
     x = torch.randn(32, 16, generator=torch.Generator().manual_seed(0))
-    f(x)
-    with DebugMode() as probe:
-        f(x)
-    name = probe.kernels[0].kernel_name
+    f, name = _sin_kernel(x)
 
     def run(delta):
-        with DebugMode(record_final_state=True) as dm, \
-                DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+        with _recording() as dm:
             with perturb_kernel_output(name, "out_ptr0", 0, delta):
                 kept = f(x)
             torch.isfinite(kept).all()  # read, into the same answer
@@ -513,16 +522,11 @@ def test_a_tensor_set_on_another_tensors_storage_inherits_its_difference():
     """aten::set_ shows a storage's bytes: set on the storage of a kernel's
     differing output, it inherits the kernel's difference (the kernel is the
     root, not set_, and the kernel's write is not taken as overwritten)."""
-    f = torch.compile(lambda x: (x.sin() * 2).contiguous())
     x = torch.randn(32, generator=torch.Generator().manual_seed(0))
-    f(x)
-    with DebugMode() as probe:
-        f(x)
-    name = probe.kernels[0].kernel_name
+    f, name = _sin_kernel(x)
 
     def run(delta):
-        with DebugMode(record_final_state=True) as dm, \
-                DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+        with _recording() as dm:
             with perturb_kernel_output(name, "out_ptr0", 0, delta):
                 y = f(x)
             alias = torch.empty(0).set_(y.untyped_storage(), 0, (32,), (1,))
@@ -544,8 +548,7 @@ def test_reordered_work_whose_results_went_under_other_names_differs():
         torch.manual_seed(0)
         heads = {n: torch.nn.Linear(16, 16) for n in ("a", "b")}
         x = torch.randn(4, 16)
-        with DebugMode(record_final_state=True) as dm, \
-                DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+        with _recording() as dm:
             outs = [heads[n](x).tanh() for n in order]
             named = dict(zip(["cls", "reg"], outs))
             text = [repr(named[k]) for k in ("cls", "reg")]
@@ -585,8 +588,7 @@ def test_a_storage_rebound_in_one_run_only_still_makes_its_readers_differ():
     fresh = torch.arange(8, dtype=torch.float32) * 2
 
     def run(reload):
-        with DebugMode(record_final_state=True) as dm, \
-                DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+        with _recording() as dm:
             buf = fresh.clone()
             if reload:  # as a stale torch.load of a cache would
                 buf = torch.empty(0).set_(stale.untyped_storage(), 0, (8,), (1,))
@@ -606,16 +608,11 @@ def test_a_write_through_a_view_with_gaps_does_not_hide_the_rest(tmp_path, throu
     (fill_diagonal_: a view with gaps whose extent is all of u).  Taken
     as writing all of it, the kernel's difference looked overwritten: benign,
     the runs matched while the kept grid differed."""
-    f = torch.compile(lambda x: (x.sin() * 2).contiguous())
     x = torch.randn(16, 16, generator=torch.Generator().manual_seed(0))
-    f(x)
-    with DebugMode() as probe:
-        f(x)
-    name = probe.kernels[0].kernel_name
+    f, name = _sin_kernel(x)
 
     def run(delta):
-        with DebugMode(record_final_state=True) as dm, \
-                DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+        with _recording() as dm:
             with perturb_kernel_output(name, "out_ptr0", 0, delta) as hit:  # its first element
                 u = f(x).flip(1)  # ... now in the last column
             assert hit["hits"] == 1
