@@ -58,12 +58,12 @@ NAMES = frozenset({PRINT, TOLIST, NUMPY, PICKLE})
 REPLICATED = "kdebug::replicated"
 VALUE_READS = frozenset({TOLIST, NUMPY, PICKLE, REPLICATED})  # compared by the hash of what they read
 
-# (owner, attribute) -> (the pseudo-op its call records, reads the whole storage, is torch.save)
-_ENTRY_POINTS = {(torch.Tensor, "__repr__"): (PRINT, False, False), (torch.Tensor, "tolist"): (TOLIST, False, False),
-                 (torch.Tensor, "numpy"): (NUMPY, False, False), (torch.Tensor, "__array__"): (NUMPY, False, False),
-                 (torch.Tensor, "__reduce_ex__"): (PICKLE, True, False),
-                 (torch.UntypedStorage, "tolist"): (TOLIST, True, False),
-                 (torch.TypedStorage, "tolist"): (TOLIST, True, False)}
+# (owner, attribute) -> (the pseudo-op its call records, reads the whole storage)
+_ENTRY_POINTS = {(torch.Tensor, "__repr__"): (PRINT, False), (torch.Tensor, "tolist"): (TOLIST, False),
+                 (torch.Tensor, "numpy"): (NUMPY, False), (torch.Tensor, "__array__"): (NUMPY, False),
+                 (torch.Tensor, "__reduce_ex__"): (PICKLE, True),
+                 (torch.UntypedStorage, "tolist"): (TOLIST, True),
+                 (torch.TypedStorage, "tolist"): (TOLIST, True)}
 _SAVE = ((torch, "save"), (torch.serialization, "save"))  # functions: torch.save(obj, f, ...)
 
 _lock = threading.Lock()
@@ -251,7 +251,7 @@ def install(mode) -> None:
         _installed += 1
         if _installed > 1:
             return
-        for (owner, attr), (name, whole, _) in _ENTRY_POINTS.items():
+        for (owner, attr), (name, whole) in _ENTRY_POINTS.items():
             own = attr in owner.__dict__
             orig = getattr(owner, attr)
             _saved[(owner, attr)] = (own, owner.__dict__[attr] if own else None)
@@ -259,19 +259,7 @@ def install(mode) -> None:
         for owner, attr in _SAVE:
             orig = getattr(owner, attr)
             _saved[(owner, attr)] = (True, orig)
-            setattr(owner, attr, _save_wrapper(orig))
-
-
-def _save_wrapper(orig):
-    inner = _wrapper(lambda obj, *a, **k: orig(obj, *a, **k), PICKLE, saving=True)
-
-    def save(obj, *args, **kwargs):
-        return inner(obj, *args, **kwargs)
-
-    save.__wrapped__ = orig
-    save.__name__ = "save"
-    save.__doc__ = orig.__doc__
-    return save
+            setattr(owner, attr, _wrapper(orig, PICKLE, saving=True))  # torch.save(obj, f, ...): obj is "self"
 
 
 def uninstall(mode) -> None:
