@@ -65,6 +65,7 @@ def main(argv=None):
     p.add_argument("--every", type=int, default=10, help="FlightRecorder(every=...)")
     p.add_argument("--keep-steps", type=int, default=4)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    p.add_argument("--compare-steps", type=int, default=200, help="steps of the loop timing fr.step() alone")
     p.add_argument("--json", help="write results here")
     args = p.parse_args(argv)
     dev = args.device
@@ -95,6 +96,18 @@ def main(argv=None):
             untraced.append(loop_ms(step, x, dev, args.steps))
     fr.close()
     launches = fr.digests[-1].launches
+    # the compare itself: fr.step() timed alone in a loop of its own (host time of the call)
+    cfr = kdebug.FlightRecorder(every=args.every, keep_steps=args.keep_steps, trace="/tmp/kdebug_bench_flight_c.kdt")
+    plain_calls, compare_calls = [], []
+    c0 = cfr._rec.stats()["gpu_syncs"]
+    with cfr:
+        for _ in range(args.compare_steps):
+            step(x)
+            t0 = time.perf_counter()
+            cfr.step()
+            (compare_calls if cfr._step % cfr.every == 0 else plain_calls).append((time.perf_counter() - t0) * 1e3)
+    csyncs = cfr._rec.stats()["gpu_syncs"] - c0
+    cfr.close()
     base, rec = statistics.median(t[0] for t in untraced), statistics.median(t[0] for t in flight)
     cbase, crec = statistics.median(t[1] for t in untraced), statistics.median(t[1] for t in flight)
     # each round's two loops ran back to back: their ratio cancels drift between rounds
@@ -110,12 +123,19 @@ def main(argv=None):
     print(f"median of the rounds' paired ratios: {paired:.3f}; fastest loop / fastest loop: {best:.3f}")
     print(f"kdebug device synchronizations per recorded step: {syncs / steps_rec:.3f} "
           f"({syncs} in {steps_rec} steps, {launches * steps_rec} launches)")
+    if compare_calls:
+        print(f"fr.step() alone, {args.compare_steps} steps: a compare {statistics.median(compare_calls):.3f} ms median "
+              f"({len(compare_calls)} compares, max {max(compare_calls):.3f}), other steps "
+              f"{statistics.median(plain_calls) * 1e3:.1f} us median; kdebug device synchronizations {csyncs}, "
+              f"waiting compares {cfr.stats['waiting_compares']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": dev, "workload": args.workload, "launches_per_step": launches,
                        "every": args.every, "keep_steps": args.keep_steps, "threads": torch.get_num_threads(),
                        "untraced_wall_cpu_ms": untraced, "flight_wall_cpu_ms": flight, "ratio": rec / base, "paired_ratio": paired, "min_ratio": best,
                        "cpu_time_ratio": crec / cbase, "syncs": syncs, "steps": steps_rec,
+                       "compare_call_ms": compare_calls, "step_call_ms_median": statistics.median(plain_calls) if plain_calls else None,
+                       "compare_loop_syncs": csyncs, "waiting_compares": cfr.stats["waiting_compares"],
                        "torch": torch.__version__}, f, indent=1)
     return 0
 

@@ -22,6 +22,7 @@ constexpr int kNormBlocks = 1024;     // max blocks per tensor when the norm is 
 constexpr int kMaxBlocks = 4096;      // otherwise
 constexpr int64_t kPartials = 1 << 20; // the norm's per-block partial sums: a ring per device
 constexpr uint64_t kGolden = KD_HASH_GOLDEN;
+constexpr int kMaxStreams = 8;        // hash streams a read-back without waiting orders itself after
 enum { HK_BITWISE = 1, HK_NORM = 2, HK_XOR = 4, HK_STATS = 16 };
 
 // The kernel's parameter block, sized to the batch: a launch copies all of
@@ -437,6 +438,16 @@ struct DeviceState {
     bool pmixed = false;           // ... or launches on several streams since then
     std::vector<kd_cuda_result> stage; // [kCapacity]: collected results on their way to kd_results_deliver
     kd_inflight inflight{};        // reservations whose writer is not queued yet (Note [Results in flight])
+    // Note [Reading results without waiting]
+    cudaStream_t copy_stream = nullptr; // non-blocking: ordered after the hash streams by events only
+    cudaEvent_t copy_done = nullptr;    // recorded after the copy and the clearing of its slots
+    kd_cuda_result *pinned = nullptr;   // [kCapacity] page-locked host copy of the results
+    int64_t copy_from = -1, copy_to = -1; // results [from, to) on their way to `pinned` (-1: none)
+    bool copy_needs_sync = false;        // its event was not recorded: only a blocking collect delivers it
+    uint64_t streams[kMaxStreams] = {};  // streams hash kernels ran on since the last copy began
+    cudaEvent_t stream_ev[kMaxStreams] = {};
+    int nstreams = 0;
+    bool streams_overflow = false;       // more than kMaxStreams: the copy waits for the device
 };
 
 // Note [Norm partials]
@@ -502,6 +513,35 @@ int sync_device(const char *why)
     return 0;
 }
 
+// Hands results [from, to) of `stage` (index i: result from + i) to their
+// receivers and marks them collected.
+void deliver(int device, DeviceState &s, const kd_cuda_result *stage, int64_t from, int64_t to)
+{
+    for (int64_t i = from; i < to; i++) {
+        kd_cuda_result r = stage[(size_t)(i - from)];
+        if (s.inflight.used && kd_inflight_is_void(&s.inflight, i)) {
+            r = kd_cuda_result{}; // its writer never ran: not a hash of anything (Note [Results in flight])
+            r.unsupported = KD_CUDA_NOT_COMPUTED;
+        }
+        kd_results_deliver(device, i, &r);
+    }
+    s.collected = to;
+    kd_inflight_collected(&s.inflight, to);
+}
+
+// The read-back without waiting has landed in `pinned`: its results go out.
+void deliver_copy(int device, DeviceState &s)
+{
+    const int64_t from = s.copy_from, to = s.copy_to;
+    s.copy_from = s.copy_to = -1;
+    s.copy_needs_sync = false;
+    const int64_t first = from % kCapacity, n = to - from;
+    const int64_t run1 = n < kCapacity - first ? n : kCapacity - first;
+    deliver(device, s, s.pinned + first, from, from + run1);
+    if (run1 < n)
+        deliver(device, s, s.pinned, from + run1, to);
+}
+
 // Reads back every result whose writer is queued: up to the first
 // reservation still held (Note [Results in flight]); the rest waits.
 int collect_locked(int device)
@@ -513,6 +553,10 @@ int collect_locked(int device)
     KdDeviceGuard g(device);
     if (sync_device("synchronizing to read hashes") != 0)
         return -1;
+    if (s.copy_from >= 0) // a read-back without waiting was under way: it is done now
+        deliver_copy(device, s);
+    if (limit == s.collected)
+        return 0;
     int64_t n = limit - s.collected;
     if (s.stage.empty())
         s.stage.resize(kCapacity);
@@ -532,17 +576,91 @@ int collect_locked(int device)
         set_error("reading hashes back", e);
         return -1;
     }
-    for (int64_t i = 0; i < n; i++) {
-        kd_cuda_result &r = s.stage[(size_t)i];
-        if (s.inflight.used && kd_inflight_is_void(&s.inflight, s.collected + i)) {
-            r = kd_cuda_result{}; // its writer never ran: not a hash of anything (Note [Results in flight])
-            r.unsupported = KD_CUDA_NOT_COMPUTED;
-        }
-        kd_results_deliver(device, s.collected + i, &r);
-    }
-    s.collected = limit;
-    kd_inflight_collected(&s.inflight, limit);
+    deliver(device, s, s.stage.data(), s.collected, limit);
+    s.nstreams = 0;
+    s.streams_overflow = false;
     s.pmixed = false; // the device is idle: every partial is free
+    return 0;
+}
+
+// A hash kernel ran on `stream` (Note [Reading results without waiting]).
+void note_stream(DeviceState &s, uint64_t stream)
+{
+    for (int i = 0; i < s.nstreams; i++)
+        if (s.streams[i] == stream)
+            return;
+    if (s.nstreams == kMaxStreams)
+        s.streams_overflow = true;
+    else
+        s.streams[s.nstreams++] = stream;
+}
+
+// Note [Reading results without waiting]
+// kd_cuda_hash_collect synchronizes the device: right for a user reading
+// results now, wasteful for a reader that can take them later (the flight
+// recorder's compare, every K steps).  kd_cuda_hash_collect_ready never
+// waits.  It delivers a read-back begun earlier once its event has passed
+// (cudaEventQuery), then begins the next one for every result queued since:
+// on a stream of its own (non-blocking, so the legacy default stream does
+// not order it), after an event recorded on each stream a hash kernel ran on
+// since the last read-back began, a cudaMemcpyAsync of the results into
+// page-locked memory, a cudaMemsetAsync clearing their slots, and the event.
+// Results stay "not collected" until delivered, so make_room never reuses a
+// slot whose clearing may still be queued; a blocking collect that meets a
+// read-back in flight synchronizes (which finishes it) and delivers it
+// first, so results go out once and in index order.  It takes no part when
+// CUDA graph reservations are held or were made since the last collect (the
+// replays' streams are not tracked), nor after kernels on more than
+// kMaxStreams streams: those results wait for a blocking collect.
+int begin_copy(int device, DeviceState &s)
+{
+    const int64_t from = s.collected, to = s.next;
+    if (to == from || s.inflight.used || s.streams_overflow)
+        return 0;
+    cudaError_t e = cudaSuccess;
+    if (s.copy_stream == nullptr)
+        e = cudaStreamCreateWithFlags(&s.copy_stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess && s.copy_done == nullptr)
+        e = cudaEventCreateWithFlags(&s.copy_done, cudaEventDisableTiming);
+    if (e == cudaSuccess && s.pinned == nullptr)
+        e = cudaHostAlloc(reinterpret_cast<void **>(&s.pinned), sizeof(kd_cuda_result) * kCapacity,
+                          cudaHostAllocDefault);
+    for (int i = 0; e == cudaSuccess && i < s.nstreams; i++) {
+        if (s.stream_ev[i] == nullptr)
+            e = cudaEventCreateWithFlags(&s.stream_ev[i], cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaEventRecord(s.stream_ev[i], reinterpret_cast<cudaStream_t>(s.streams[i]));
+        if (e == cudaSuccess)
+            e = cudaStreamWaitEvent(s.copy_stream, s.stream_ev[i], 0);
+    }
+    const int64_t first = from % kCapacity, n = to - from;
+    const int64_t run1 = n < kCapacity - first ? n : kCapacity - first;
+    const size_t sz = sizeof(kd_cuda_result);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(s.pinned + first, s.res + first, sz * run1, cudaMemcpyDeviceToHost, s.copy_stream);
+    if (e == cudaSuccess && run1 < n)
+        e = cudaMemcpyAsync(s.pinned, s.res, sz * (n - run1), cudaMemcpyDeviceToHost, s.copy_stream);
+    if (e != cudaSuccess) { // nothing cleared: the results stay for a blocking collect
+        set_error("reading hashes back without waiting", e);
+        s.streams_overflow = true; // none without waiting until a blocking collect
+        return -1;
+    }
+    // from here on the results are in the copy's hands: a failure leaves it for a
+    // blocking collect, whose synchronization finishes what was queued
+    s.copy_from = from;
+    s.copy_to = to;
+    s.nstreams = 0;
+    e = cudaMemsetAsync(s.res + first, 0, sz * run1, s.copy_stream);
+    if (e == cudaSuccess && run1 < n)
+        e = cudaMemsetAsync(s.res, 0, sz * (n - run1), s.copy_stream);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(s.copy_done, s.copy_stream);
+    if (e != cudaSuccess) {
+        set_error("reading hashes back without waiting", e);
+        s.copy_needs_sync = true;
+        s.streams_overflow = true;
+        return -1;
+    }
     return 0;
 }
 
@@ -660,6 +778,7 @@ extern "C" int64_t kd_cuda_hash_enqueue(int device, uint64_t stream, int kinds, 
         set_error("launching kdebug's hash kernel", e);
         return -1;
     }
+    note_stream(s, stream);
     int64_t first = s.next;
     s.next += n;
     return first;
@@ -799,6 +918,34 @@ extern "C" int kd_cuda_hash_collect(void)
     for (int d = 0; d < 64; d++)
         if (devs[d].next != devs[d].collected && collect_locked(d) != 0)
             rc = -1;
+    return rc;
+}
+
+extern "C" int kd_cuda_hash_collect_ready(void)
+{
+    std::lock_guard<std::mutex> lock(mu);
+    int rc = 0;
+    for (int d = 0; d < 64; d++) {
+        DeviceState &s = devs[d];
+        if (s.next == s.collected)
+            continue;
+        KdDeviceGuard g(d);
+        if (s.copy_from >= 0) {
+            if (s.copy_needs_sync)
+                continue;
+            cudaError_t e = cudaEventQuery(s.copy_done);
+            if (e == cudaErrorNotReady)
+                continue;
+            if (e != cudaSuccess) {
+                set_error("reading hashes back without waiting", e);
+                rc = -1;
+                continue; // the next blocking collect synchronizes and reports it
+            }
+            deliver_copy(d, s);
+        }
+        if (begin_copy(d, s) != 0)
+            rc = -1;
+    }
     return rc;
 }
 

@@ -3,6 +3,7 @@
 
 #include "kd_phase_timers.h"
 #include "kd_defer.h"
+#include "kd_cuda_hash.h"
 #include "kd_graph.h"
 #include "kd_dispatch.h"
 #include "kd_op_observer.h"
@@ -226,6 +227,25 @@ static PyObject *mod_defer_flush(PyObject *m, PyObject *unused)
     return PyLong_FromLong(kd_defer_flush());
 }
 
+/* Note [Reading results without waiting] (kd_cuda_hash.cu). */
+static PyObject *mod_collect_ready(PyObject *m, PyObject *args)
+{
+    (void)m;
+    long long at_least = 0;
+    if (!PyArg_ParseTuple(args, "|L:collect_ready", &at_least))
+        return NULL;
+    if (at_least > 0) {
+        kd_defer_stats st;
+        kd_defer_get_stats(&st);
+        if (kd_cuda_hash_outstanding() + (long long)st.pending < at_least)
+            return PyLong_FromLong(0);
+    }
+    int rc = kd_defer_flush();
+    if (kd_cuda_hash_collect_ready() != 0)
+        rc = -1;
+    return PyLong_FromLong(rc);
+}
+
 static PyObject *mod_defer_stats(PyObject *m, PyObject *unused)
 {
     (void)m, (void)unused;
@@ -276,6 +296,11 @@ static PyMethodDef module_methods[] = {
     {"_empty_like", mod_empty_like, METH_O, "_empty_like(t): what record_outputs copies into (tests)."},
     {"_set_defer", mod_set_defer, METH_O, "_set_defer(mode) -> previous: batch GPU hashes / copies: 0 off, 1 under a dispatch mode, 2 with the C++ write guard (Note [Deferred GPU work])."},
     {"defer_flush", mod_defer_flush, METH_NOARGS, "defer_flush(): launch every deferred GPU hash / copy now."},
+    {"collect_ready", mod_collect_ready, METH_VARARGS,
+     "collect_ready(at_least=0) -> 0, or -1 on a CUDA error (kept for a blocking collect): deferred GPU "
+     "hashes launched, hashes read back earlier handed to their records, the rest begun reading back; "
+     "never waits (Note [Reading results without waiting]).  Does nothing while fewer than at_least "
+     "GPU hashes are queued or in flight."},
     {"defer_stats", mod_defer_stats, METH_NOARGS, "defer_stats() -> counters of the deferred GPU work."},
     {"_set_hash_config", mod_set_hash_config, METH_VARARGS,
      "Set what launches hash: (kinds, hash_inputs, check_readonly, spec); returns the previous."},

@@ -75,8 +75,11 @@ static int launch_pending(const kd_payload *p, uint32_t n)
 static int visit_drain(void *ctx, uint64_t first, const kd_payload *p, uint32_t n)
 {
     kd_recorder *r = ctx;
-    if (r->drain_holds_pending && launch_pending(p, n))
+    if (r->drain_holds_pending && launch_pending(p, n)) {
+        if (p->tag == KD_TAG_LAUNCH)
+            r->held_from = p->launch.launch_index;
         return 1; /* Note [Results in flight]: it stays in the ring for a later drain */
+    }
     uint64_t base = r->table.store.npayloads;
     if ((r->ring_objs != NULL && grow_store_objs(r, base + n) != 0) ||
         kd_store_append(&r->table.store, p, n) != 0) {
@@ -120,6 +123,22 @@ uint64_t kd_recorder_drain(kd_recorder *r)
 {
     int ok = flush_hashes(r, 1) == 0; /* results land in the ring: before it is read */
     r->drain_holds_pending = ok && r->anchor != NULL && r->anchor->refs > 0;
+    r->held_from = UINT64_MAX;
+    kd_ring_read(r->ring, r->drain_scratch, r->drain_cap, visit_drain, r);
+    r->drain_holds_pending = 0;
+    return r->table.store.nlaunches;
+}
+
+uint64_t kd_recorder_drain_ready(kd_recorder *r)
+{
+    kd_defer_flush(); /* queued hashes launched (no waiting), so that a later call finds them done */
+    if (kd_cuda_hash_collect_ready() != 0) { /* not fatal: a blocking drain collects them later */
+        char msg[300];
+        snprintf(msg, sizeof msg, "reading GPU hashes back without waiting: %s", kd_cuda_last_error());
+        kd_recorder_error(r, msg);
+    }
+    r->drain_holds_pending = 1;
+    r->held_from = UINT64_MAX;
     kd_ring_read(r->ring, r->drain_scratch, r->drain_cap, visit_drain, r);
     r->drain_holds_pending = 0;
     return r->table.store.nlaunches;
@@ -182,6 +201,7 @@ static PyObject *rec_new(PyTypeObject *type, PyObject *args, PyObject *kw)
      * buffers of the last one are taken over instead of allocated again. */
     self->ring = kd_ring_reuse(capacity, policy);
     self->drain_cap = KD_BUILD_SLOTS;
+    self->held_from = UINT64_MAX;
     self->drain_scratch = take_spare(&spare_scratch);
     self->store_objects = store_objects;
     self->anchor = kd_result_anchor_new(self);
@@ -321,10 +341,13 @@ static PyObject *rec_stop(kd_recorder *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *rec_drain(kd_recorder *self, PyObject *unused)
+static PyObject *rec_drain(kd_recorder *self, PyObject *args, PyObject *kwargs)
 {
-    (void)unused;
-    return PyLong_FromUnsignedLongLong(kd_recorder_drain(self));
+    static char *kwlist[] = {"wait", NULL};
+    int wait = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$p:drain", kwlist, &wait))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(wait ? kd_recorder_drain(self) : kd_recorder_drain_ready(self));
 }
 
 /* splice(ops, items, merged): ops[:] = items and the count of kernel records
@@ -527,6 +550,15 @@ static PyObject *rec_get_slots_used(kd_recorder *self, void *c)
     return PyLong_FromUnsignedLongLong((unsigned long long)(atomic_load(&g->head) - atomic_load(&g->tail)));
 }
 
+/* After the last drain: the first launch it left waiting for a GPU result. */
+static PyObject *rec_get_held_from(kd_recorder *self, void *c)
+{
+    (void)c;
+    if (self->held_from == UINT64_MAX)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong((unsigned long long)self->held_from);
+}
+
 /* The ring's capacity in slots. */
 static PyObject *rec_get_capacity(kd_recorder *self, void *c)
 {
@@ -539,6 +571,9 @@ static PyGetSetDef rec_getset[] = {
     {"slots_used", (getter)rec_get_slots_used, NULL,
      "ring slots not yet drained (stats()['slots_used'] without its cost)", NULL},
     {"capacity", (getter)rec_get_capacity, NULL, "the ring's capacity in slots", NULL},
+    {"held_from", (getter)rec_get_held_from, NULL,
+     "after the last drain: the launch index of the first launch left in the ring waiting for its GPU "
+     "hashes, or None", NULL},
     {"owner_thread", (getter)rec_get_owner_thread, NULL,
      "threading.get_ident() of the thread that last started it", NULL},
     {"outputs", (getter)rec_get_outputs, NULL,
@@ -552,9 +587,11 @@ static PyMethodDef rec_methods[] = {
     {"start", (PyCFunction)(void (*)(void))rec_start, METH_VARARGS | METH_KEYWORDS,
      "start(mode=None, ops=None, all_threads=False): record launches from now on."},
     {"stop", (PyCFunction)rec_stop, METH_NOARGS, "Stop recording."},
-    {"drain", (PyCFunction)rec_drain, METH_NOARGS,
-     "Move complete launches from the ring to the store, with their GPU hashes (collected first: one "
-     "device synchronization when any is in flight); returns the stored count."},
+    {"drain", (PyCFunction)(void (*)(void))rec_drain, METH_VARARGS | METH_KEYWORDS,
+     "drain(*, wait=True): move complete launches from the ring to the store, with their GPU hashes "
+     "(collected first: one device synchronization when any is in flight); returns the stored count. "
+     "wait=False never synchronizes: it takes the hashes already read back, begins reading back the "
+     "rest, and stops at the first launch still waiting for one (held_from)."},
     {"clear", (PyCFunction)rec_clear, METH_NOARGS, "Forget every launch and counter."},
     {"forget", (PyCFunction)rec_forget, METH_O,
      "forget(n): drop the oldest n stored launches; the rest move down by n (views detach)."},

@@ -65,6 +65,8 @@ typedef struct kd_recorder {
     uint64_t suppressed;        /* GIL; launches left out on purpose (compile, benchmark) */
     uint64_t drain_failures;    /* GIL; launches lost when the store could not grow */
     int drain_holds_pending;    /* GIL; during a drain: stop at a launch still waiting for a GPU result */
+    uint64_t held_from;         /* GIL; after the last drain: the launch index of the first launch it left in
+                                 * the ring waiting for a GPU result, or UINT64_MAX */
     uint64_t hash_unsupported;  /* GIL; tensors a hash kind could not decode */
     uint64_t readonly_changed;  /* GIL; read-only arguments whose bytes changed */
     uint64_t output_bytes;      /* GIL; bytes of recorded outputs */
@@ -89,5 +91,9 @@ void kd_recorder_error(kd_recorder *r, const char *what);
  * its GPU hashes in flight (one device synchronization; they land in the ring
  * records first).  Returns the number of launches in the store. */
 uint64_t kd_recorder_drain(kd_recorder *r);
+/* Note [Reading results without waiting]: the drain without a device
+ * synchronization (results already read back only); stops at the first
+ * launch still waiting for one (held_from). */
+uint64_t kd_recorder_drain_ready(kd_recorder *r);
 
 #endif

@@ -29,9 +29,21 @@ Nothing is drained, digested or synchronized in between, unless the ring is
 more than half full (then it is drained early: one device synchronization,
 never per kernel).
 
-Digests.  At a compare (and at a dump) the ring is drained into the
-recorder's table (one device synchronization collects the GPU hashes), and
-each closed step gets one 64-bit digest from C (``_C.range_digest``,
+Digests.  At a compare the ring is drained into the recorder's table
+without a device synchronization (Note [Reading results without waiting] in
+csrc/kd_cuda_hash.cu): the GPU hashes that the previous compare began reading
+back (an asynchronous copy on a stream of kdebug's, ordered after the hash
+kernels by events, polled with cudaEventQuery) are handed to their records,
+the rest begin reading back, and the drain stops at the first launch still
+waiting for its hashes (``Recorder.held_from``): steps before it are
+digested now, the others at the next compare, one window late.  Only when a
+step of an earlier window is still waiting (the device a whole window
+behind, or hashes of CUDA graph replays, which this path does not read)
+does the compare wait for the device (``stats["waiting_compares"]``).
+``step()`` begins a read-back itself once 2048 GPU hashes are queued, so a
+long window never fills the device's result ring (8192; full, it is read
+back with a synchronization).  A dump drains with a synchronization: every
+step.  Each closed step gets one 64-bit digest from C (``_C.range_digest``,
 kd_ltab_range_digest): over its launches, each launch's kernel name and kind,
 argument shapes and scalar values, and the bitwise hashes of what it wrote,
 summed, so two threads' launches interleaved differently (autograd's device
@@ -41,12 +53,15 @@ differently and still compute the same values.  A step that lost launches
 (ring overwritten, hook errors: ``kernel_stats``' counters) is incomplete:
 its digest is not compared, and it is counted and warned about.
 
-Comparing.  Every ``every`` steps each rank puts its last ``every`` step
-digests into a fixed-size int64 vector (row 0: rank, rows: step, launches,
-lost, digest) and the ranks exchange them with one ``all_gather`` on the
-default process group (gloo: CPU tensors; NCCL: the current CUDA device).
-The first step whose digests differ among ranks where it is complete is the
-first divergence; ranks are grouped by digest, the largest group is taken as
+Comparing.  Every ``every`` steps each rank puts its step digests not yet
+compared (at most ``2 * every``) into a fixed-size int64 vector (row 0: rank,
+rows sent, steps closed; rows: step, launches, lost, digest) and the ranks
+exchange them with one ``all_gather`` on the default process group (gloo:
+CPU tensors; NCCL: the current CUDA device).  Ranks that closed different
+numbers of steps are not compared (warned).  The steps every rank sent are
+compared; a step some rank has not digested yet (its hashes still being read
+back) is sent again at the next compare.  The first compared step whose
+digests differ among ranks where it is complete is the first divergence; ranks are grouped by digest, the largest group is taken as
 the reference (a tie goes to the group with the lowest rank) and the others
 are named.  With two ranks that disagree no majority exists: rank 0's side
 is the reference, so rank 1 is named; the summary says so.  Every rank sees
@@ -89,6 +104,11 @@ from . import _C, inductor
 from .ranks import rank_path
 
 _ROW = 4  # step, launches, lost, digest
+# GPU hash results queued or in flight at which step() begins reading them back
+# (without waiting): a quarter of the device's result ring (KD_CUDA_CAPACITY
+# 8192), so that a long window does not fill it (a full ring is read back with
+# a device synchronization).  Below that the compare reads them back.
+_READ_BACK_AT = 2048
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,18 +154,30 @@ def _unsigned(d: int) -> int:
     return d + (1 << 64) if d < 0 else d
 
 
-def compare_rows(gathered: list[list[tuple[int, int, int, int]]]) -> tuple[Divergence | None, int, bool]:
-    """The first divergence among ranks' step rows (rank r's rows:
-    (step, launches, lost, digest)), the number of steps not compared because
-    some rank lost launches in them, and whether the ranks' step numbers
-    disagree (then nothing is compared)."""
-    n = len(gathered[0])
-    if any(len(g) != n for g in gathered) or any(
-            [row[0] for row in g] != [row[0] for row in gathered[0]] for g in gathered):
-        return None, n, True
+@dataclasses.dataclass(frozen=True)
+class RowsCompared:
+    """What one compare of gathered step rows found: the first divergence
+    (or None), how many steps were not compared because some rank lost
+    launches in them, whether the ranks' closed-step counts disagree (then
+    nothing is compared), and the steps compared (those every rank had
+    digested: the others wait for the next compare)."""
+    divergence: Divergence | None
+    skipped: int
+    unaligned: bool
+    compared: tuple[int, ...]
+
+
+def compare_rows(gathered: list[list[tuple[int, int, int, int]]], closed: list[int] | None = None) -> RowsCompared:
+    """Compares ranks' step rows (rank r's rows: (step, launches, lost,
+    digest), in step order) over the steps every rank has; ``closed``: each
+    rank's count of closed steps (None: not checked)."""
+    if closed is not None and len(set(closed)) > 1:
+        return RowsCompared(None, 0, True, ())
+    by_rank = [{r[0]: r for r in g} for g in gathered]
+    common = sorted(set.intersection(*(set(b) for b in by_rank))) if by_rank else []
     skipped = 0
-    for i in range(n):
-        rows = [g[i] for g in gathered]
+    for i, step in enumerate(common):
+        rows = [b[step] for b in by_rank]
         if any(r[2] for r in rows):
             skipped += 1
             continue
@@ -158,9 +190,9 @@ def compare_rows(gathered: list[list[tuple[int, int, int, int]]]) -> tuple[Diver
         reference = tuple(ordered[0][1])
         differing = tuple(sorted(r for k, rs in ordered[1:] for r in rs))
         by_digest = {k[1]: tuple(rs) for k, rs in ordered}
-        return (Divergence(step=rows[0][0], detected_at=-1, ranks=differing, groups=by_digest,
-                           reference=reference), skipped, False)
-    return None, skipped, False
+        return RowsCompared(Divergence(step=step, detected_at=-1, ranks=differing, groups=by_digest,
+                                       reference=reference), skipped, False, tuple(common[:i + 1]))
+    return RowsCompared(None, skipped, False, tuple(common))
 
 
 class FlightRecorder:
@@ -225,7 +257,7 @@ class FlightRecorder:
         self.dumped: str | None = None  # path of the last dump
         self.stats = {"steps": 0, "compares": 0, "early_drains": 0, "uncompared_steps": 0,
                       "incomplete_steps": 0, "forgotten_launches": 0, "digests_dropped": 0,
-                      "compare_errors": 0}
+                      "compare_errors": 0, "waiting_compares": 0}
         self._installed = False
         self._dumping = False
         self._prev_handlers: dict[int, Any] = {}
@@ -293,14 +325,21 @@ class FlightRecorder:
         elif rec.slots_used * 2 > rec.capacity:
             self.stats["early_drains"] += 1
             self._drain()
+        elif _C.collect_ready(_READ_BACK_AT) != 0:  # many GPU hashes queued: read back without waiting
+            self._warn_once("collect", "kdebug FlightRecorder: reading GPU hashes back without waiting "
+                            "failed; the next compare waits for them")
 
     # ---------------------------------------------------------- drain, digests, memory
-    def _drain(self) -> None:
+    def _drain(self, wait: bool = True) -> None:
         """Drains the ring into the table, digests every closed step not yet
-        digested, and forgets launches older than the last keep_steps closed steps."""
+        digested, and forgets launches older than the last keep_steps closed
+        steps.  ``wait=False`` never synchronizes the device: launches whose
+        GPU hashes are not read back yet stay in the ring, and the steps they
+        belong to are digested by a later drain."""
         rec = self._rec
         old = len(self._lix)
-        n = rec.drain()
+        n = rec.drain(wait=wait)
+        held = rec.held_from  # the first launch left waiting for its GPU hashes (None: none)
         if n > old:
             first, last = rec.launch(old).launch_index, rec.launch(n - 1).launch_index
             if last - first + 1 == n - old:
@@ -313,6 +352,8 @@ class FlightRecorder:
         for step, a, b in self._closed:
             if step in self._digested:
                 continue
+            if held is not None and b > held:
+                break  # its launches are not all drained: a later drain digests it
             lo, hi = bisect_left(self._lix, a), bisect_left(self._lix, b)
             d = StepDigest(step=step, launches=b - a, lost=(b - a) - (hi - lo),
                            digest=_C.range_digest(rec, lo, hi))
@@ -326,7 +367,7 @@ class FlightRecorder:
             if self.digests.maxlen is not None and len(self.digests) == self.digests.maxlen:
                 self.stats["digests_dropped"] += 1
             self.digests.append(d)
-        while len(self._closed) > self.keep_steps:
+        while len(self._closed) > self.keep_steps and self._closed[0][0] in self._digested:
             step, _, _ = self._closed.popleft()
             self._digested.pop(step, None)
         keep_from = self._closed[0][1] if self._closed else self._open_from
@@ -355,23 +396,35 @@ class FlightRecorder:
         return self._world()[1]
 
     def _compare(self) -> None:
-        self._drain()
-        rows, self._pending = self._pending[-self.every:], []
+        # Note [Reading results without waiting]: steps whose GPU hashes are read back are
+        # compared now, the rest at the next compare; only a step of an earlier window still
+        # waiting (the device a whole window behind) makes it wait for the device
+        self._drain(wait=False)
+        if self._closed and self._closed[0][0] < self._step - self.every and self._closed[0][0] not in self._digested:
+            self.stats["waiting_compares"] += 1
+            self._drain()
         dist, rank, world = self._world()
         if dist is None or self.divergence is not None:  # one rank: the collective still runs (NCCL's path tested alone)
+            self._pending = []
             return
+        cap = 2 * self.every
+        if len(self._pending) > cap:  # older rows left by failed compares
+            self.stats["uncompared_steps"] += len(self._pending) - cap
+            del self._pending[:-cap]
+        rows = self._pending
         try:
-            vec = torch.full((self.every + 1, _ROW), -1, dtype=torch.int64)
-            vec[0, 0], vec[0, 1] = rank, len(rows)
+            vec = torch.full((cap + 1, _ROW), -1, dtype=torch.int64)
+            vec[0, 0], vec[0, 1], vec[0, 2] = rank, len(rows), self._step
             for i, d in enumerate(rows):
                 vec[i + 1] = torch.tensor([d.step, d.launches, d.lost, _signed(d.digest)], dtype=torch.int64)
             if dist.get_backend(self.group) == "nccl":
                 vec = vec.to(torch.device("cuda", torch.cuda.current_device()))
             out = [torch.empty_like(vec) for _ in range(world)]
             dist.all_gather(out, vec, group=self.group)
-            gathered = []
+            gathered, closed = [], []
             for t in out:
                 t = t.cpu().tolist()
+                closed.append(t[0][2])
                 gathered.append([(r[0], r[1], r[2], _unsigned(r[3])) for r in t[1:1 + t[0][1]]])
         except Exception as e:  # never the training job's problem: say so, keep the evidence
             self.stats["compare_errors"] += 1
@@ -379,14 +432,18 @@ class FlightRecorder:
                             "steps are still recorded")
             return
         self.stats["compares"] += 1
-        div, skipped, unaligned = compare_rows(gathered)
-        self.stats["uncompared_steps"] += skipped
-        if unaligned:
+        res = compare_rows(gathered, closed)
+        if res.unaligned:
+            self.stats["uncompared_steps"] += len(rows)
+            self._pending = []
             self._warn_once("unaligned", "kdebug FlightRecorder: ranks are at different step numbers "
                             "(each rank must call step() as often); nothing was compared")
             return
-        if div is not None:
-            self.divergence = dataclasses.replace(div, detected_at=self._step - 1)
+        done = set(res.compared)
+        self._pending = [d for d in rows if d.step not in done]  # not yet digested on every rank: next time
+        self.stats["uncompared_steps"] += res.skipped
+        if res.divergence is not None:
+            self.divergence = dataclasses.replace(res.divergence, detected_at=self._step - 1)
             inductor.warn("kdebug FlightRecorder: " + self.divergence.text(), stacklevel=4)
             self._dump_once("replicas diverged")
 

@@ -21,18 +21,20 @@ import kdebug
 import kdebug.testing
 
 
-def make_step(seed: int = 0):
-    """A compiled MLP training step (forward, backward, SGD), C++ kernels;
-    gradients averaged across ranks when a process group is up."""
+def make_step(seed: int = 0, device: str = "cpu", perturb_at: int | None = None):
+    """A compiled MLP training step (forward, backward, SGD), C++ kernels (or
+    Triton on "cuda"); gradients averaged across ranks when a process group
+    is up; ``perturb_at``: that step's input gets 1e-3 added."""
     torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     cm = torch.compile(model)
     g = torch.Generator().manual_seed(seed + 1)
-    xs = [torch.randn(8, 16, generator=g) for _ in range(4)]
+    xs = [torch.randn(8, 16, generator=g).to(device) for _ in range(4)]
 
     def step(i: int) -> None:
-        loss = cm(xs[i % len(xs)]).square().mean()
+        x = xs[i % len(xs)]
+        loss = cm(x + 1e-3 if i == perturb_at else x).square().mean()
         loss.backward()
         if torch.distributed.is_initialized():
             for p in model.parameters():
@@ -81,17 +83,23 @@ def exception_mode(out: str) -> None:
         pass
 
 
-def ranks_mode(out: str, fault_step: int, steps: int, every: int) -> None:
+def ranks_mode(out: str, fault_step: int, steps: int, every: int, device: str = "cpu") -> None:
     torch.distributed.init_process_group("gloo")
     rank = torch.distributed.get_rank()
     result = {}
     for phase in ("match", "fault"):
-        step = make_step()
+        # on "cuda" (both ranks on the one device) rank 1's input is perturbed instead
+        planted = phase == "fault" and rank == 1 and device == "cuda"
+        step = make_step(device=device, perturb_at=fault_step if planted else None)
         step(0)  # compiled before recording
+        if device == "cuda":
+            step(1)
+            torch.cuda.synchronize()
         fr = kdebug.FlightRecorder(every=every, keep_steps=3, trace=os.path.join(out, f"{phase}.kdt"))
+        syncs = fr._rec.stats()["gpu_syncs"]
         with fr:
             for i in range(steps):
-                if phase == "fault" and rank == 1 and i == fault_step:
+                if phase == "fault" and rank == 1 and i == fault_step and device == "cpu":
                     with kdebug.testing.perturb_kernel_output("cpp_fused_relu", "in_out_ptr0", value=0.5) as hit:
                         step(i)
                     assert hit["hits"] == 1, hit
@@ -103,7 +111,8 @@ def ranks_mode(out: str, fault_step: int, steps: int, every: int) -> None:
         result[phase] = {"dumped": fr.dumped, "stats": fr.stats,
                          "divergence": None if d is None else {"step": d.step, "detected_at": d.detected_at,
                                                                "ranks": list(d.ranks)},
-                         "digests": [[x.step, x.launches, x.lost, x.digest] for x in fr.digests]}
+                         "digests": [[x.step, x.launches, x.lost, x.digest] for x in fr.digests],
+                         "gpu_syncs": fr._rec.stats()["gpu_syncs"] - syncs}
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
     torch.distributed.destroy_process_group()
@@ -124,4 +133,4 @@ if __name__ == "__main__":
     elif mode == "exception":
         exception_mode(out)
     elif mode == "ranks":
-        ranks_mode(out, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        ranks_mode(out, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), *sys.argv[6:7])

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 import kdebug
+from kdebug import DebugMode
 import kdebug.testing
-from kdebug.flight import Divergence, compare_rows
+from kdebug.flight import Divergence, RowsCompared, compare_rows
 
 from flight_worker import make_step
 
@@ -187,18 +188,30 @@ def test_dump_on_sigterm(tmp_path, previous):
 def test_compare_rows():
     """The verdict from gathered rows (step, launches, lost, digest)."""
     same = [(0, 3, 0, 11), (1, 3, 0, 12), (2, 3, 0, 13)]
-    assert compare_rows([same, same, same]) == (None, 0, False)
+    assert compare_rows([same, same, same]) == RowsCompared(None, 0, False, (0, 1, 2))
     bad = [(0, 3, 0, 11), (1, 3, 0, 99), (2, 3, 0, 98)]
-    div, skipped, unaligned = compare_rows([same, same, bad])
-    assert div == Divergence(step=1, detected_at=-1, ranks=(2,), groups={12: (0, 1), 99: (2,)}, reference=(0, 1))
+    res = compare_rows([same, same, bad])
+    assert res.divergence == Divergence(step=1, detected_at=-1, ranks=(2,), groups={12: (0, 1), 99: (2,)},
+                                        reference=(0, 1))
+    assert res.compared == (0, 1)  # up to the divergence
     # a step where some rank lost launches is not compared
     lossy = [(0, 3, 0, 11), (1, 3, 1, 77), (2, 3, 0, 98)]
-    div, skipped, _ = compare_rows([same, lossy])
-    assert (div.step, div.ranks, skipped) == (2, (1,), 1)
+    res = compare_rows([same, lossy])
+    assert (res.divergence.step, res.divergence.ranks, res.skipped) == (2, (1,), 1)
     # two ranks, no majority: rank 0's side is the reference
-    div, _, _ = compare_rows([bad, same])
-    assert div.ranks == (1,) and div.reference == (0,)
-    assert compare_rows([same, [(5, 3, 0, 11)] + same[1:]])[2] is True
+    res = compare_rows([bad, same])
+    assert res.divergence.ranks == (1,) and res.divergence.reference == (0,)
+    # ranks that closed different numbers of steps: nothing compared
+    assert compare_rows([same, same], closed=[3, 4]) == RowsCompared(None, 0, True, ())
+    # Note [Reading results without waiting]: a rank whose GPU hashes for step 2 are not
+    # read back yet sends steps 0-1 only: steps 0-1 are compared, step 2 waits (even where it
+    # differs on the other rank)
+    late = same[:2]
+    assert compare_rows([bad[:1] + same[1:2] + bad[2:], late], closed=[3, 3]) == \
+        RowsCompared(None, 0, False, (0, 1))
+    # rows of a step the other rank sent at the last compare are compared now
+    res = compare_rows([[(2, 3, 0, 98), (3, 3, 0, 14)], [(2, 3, 0, 13), (3, 3, 0, 14)]])
+    assert res.divergence.step == 2 and res.compared == (2,)
 
 
 def test_two_ranks_gloo(tmp_path):
@@ -261,6 +274,85 @@ def test_gpu_flight_recorder_adds_no_synchronization(block_step, tmp_path):
     assert len(run.kernels) == sum(s["launches"] for s in steps)
     assert all(k.kind == "triton" and k.post_hashes for k in run.kernels)
     assert [d.launches for d in fr.digests] == [steps[0]["launches"]] * 6
+
+
+def _gloo_one_rank():
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    return dist
+
+
+@pytest.mark.gpu
+def test_gpu_flight_compare_reads_hashes_back_without_waiting(block_step, tmp_path):
+    """Note [Reading results without waiting]: with the device idle before
+    each fr.step() (the test synchronizes; kdebug does not), each compare
+    takes the steps whose GPU hashes the compare before it began reading back
+    (one window late) and begins reading back the rest, without one device
+    synchronization of kdebug's; the hashes it delivered are those a blocking
+    recording of the same step computes."""
+    step, x = block_step
+    with DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes("bitwise"):
+        step(x)
+    ref = [(k.kernel_name, k.post_hashes) for k in dm.kernels]
+    assert ref and all(h for _, h in ref)
+    dist = _gloo_one_rank()
+    try:
+        fr = kdebug.FlightRecorder(every=2, keep_steps=2, trace=str(tmp_path / "w.kdt"))
+        with fr:
+            step(x)
+            torch.cuda.synchronize()
+            fr.step()
+            syncs = fr._rec.stats()["gpu_syncs"]
+            for _ in range(7):
+                step(x)
+                torch.cuda.synchronize()
+                fr.step()
+            assert fr._rec.stats()["gpu_syncs"] == syncs
+            # compares after steps 1, 3, 5, 7: each digests the window the one before began
+            # reading back (none, 0-1, 2-3, 4-5); steps 6-7 are on their way
+            assert [d.step for d in fr.digests] == list(range(6))
+            assert fr.stats["compares"] == 4 and fr.stats["waiting_compares"] == 0
+            assert fr._pending == [] and all(d.complete and d.launches == len(ref) for d in fr.digests)
+        fr.close()
+        run = kdebug.load(fr.dump())  # a blocking drain: step 7 too
+        assert [s["step"] for s in run.meta["flight"]["steps"]] == [6, 7]
+        assert [d.step for d in fr.digests] == list(range(8))
+        kernels = [(k.kernel_name, k.post_hashes) for k in run.kernels]
+        assert kernels == ref + ref
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+def test_gpu_flight_two_ranks_on_one_device_name_the_planted_rank(tmp_path):
+    """Two gloo ranks, both on the one GPU, compiled Triton kernels, hashes
+    read back without waiting: replicas that match compare every step once,
+    kdebug synchronizing only for a compare that found a step of an earlier
+    window still unread; rank 1's input perturbed at step 4 is named by the
+    compare after step 8 (each compare takes the window the one before began
+    reading back), or the one after step 5 where the hashes were read back
+    by step() already."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           WORKER, str(tmp_path), "ranks", "4", "9", "3", "cuda"]
+    r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
+    for k in range(2):
+        m, f = res[k]["match"], res[k]["fault"]
+        assert m["divergence"] is None and m["dumped"] is None and m["stats"]["compares"] == 3
+        assert m["gpu_syncs"] == m["stats"]["waiting_compares"], m
+        assert f["divergence"]["step"] == 4 and f["divergence"]["ranks"] == [1]
+        assert f["divergence"]["detected_at"] in (5, 8), f["divergence"]
+        assert all(d[2] == 0 for d in m["digests"])  # every step complete
+    a, b = res[0]["match"]["digests"], res[1]["match"]["digests"]
+    n = min(len(a), len(b))  # steps 0-5 at least (steps 6-8 may be on their way)
+    assert n >= 6 and a[:n] == b[:n] and [d[0] for d in a[:n]] == list(range(n))
 
 
 @pytest.mark.gpu

@@ -126,6 +126,7 @@ def test_flight_recorder_defers(block_step, tmp_path):
                 step(x)
                 fr.step()
         fr.close()
+        fr.dump()  # waits for the last steps' hashes (a compare takes those already read back)
         launched.append(_launched(s0, _C.defer_stats()))
         digests.append([(d.launches, d.lost, d.digest) for d in fr.digests])
     assert len(digests[0]) == 3 and all(lost == 0 for _, lost, _ in digests[0])

@@ -108,6 +108,13 @@ int kd_cuda_stream_wait(int device, uint64_t from, uint64_t to);
  * kd_results_deliver, in index order.  Returns 0, or -1 on failure. */
 int kd_cuda_hash_collect(void);
 
+/* Note [Reading results without waiting] (kd_cuda_hash.cu): never
+ * synchronizes.  Delivers the results of a read-back begun by an earlier call
+ * once it has landed, then begins one for every result queued since (none
+ * while CUDA graph reservations are held).  Returns 0, or -1 on a CUDA error
+ * (kd_cuda_last_error(); the results wait for kd_cuda_hash_collect). */
+int kd_cuda_hash_collect_ready(void);
+
 /* Results queued but not yet collected, on all devices. */
 int64_t kd_cuda_hash_outstanding(void);
 
