@@ -402,3 +402,116 @@ def test_flight_meta_is_checked(tmp_path):
     w.meta({"flight": good})
     w.close()
     assert kdebug.load(path).meta["flight"]["steps"][0]["digest"] == "00000000000000ff"
+
+
+class _HeldRecorder:
+    """Stands in for the C Recorder in the FlightRecorder's compare protocol
+    (Note [Reading results without waiting]), where this machine has no GPU
+    to leave hashes in flight: launches from ``pending_from`` on wait for
+    their GPU hashes, so drain(wait=False) stops there (held_from);
+    drain(wait=True) takes everything and counts a synchronization."""
+
+    capacity = 1 << 20
+
+    def __init__(self):
+        self.seen, self.pending_from, self.syncs = 0, None, 0
+        self.table: list[int] = []
+        self._drained = 0
+        self.held_from = None
+
+    @property
+    def slots_used(self):
+        return self.seen - self._drained
+
+    def drain(self, *, wait=True):
+        stop = self.seen if wait or self.pending_from is None else min(self.seen, self.pending_from)
+        if wait and self.pending_from is not None and self.pending_from < self.seen:
+            self.syncs += 1  # the blocking collect: every hash read back
+            self.pending_from = None
+        self.table.extend(range(self._drained, stop))
+        self._drained = stop
+        self.held_from = stop if stop < self.seen else None
+        return len(self.table)
+
+    def launch(self, i):
+        return type("L", (), {"launch_index": self.table[i]})
+
+    def stats(self):
+        return {"dropped": 0, "unrecorded": 0}
+
+    def forget(self, k):
+        del self.table[:k]
+
+    def __len__(self):
+        return len(self.table)
+
+
+class _TwoRanks:
+    """A process group of two for _compare: this rank's vector, and the other
+    rank's made by ``other(vec)`` from it (what that rank would send)."""
+
+    def __init__(self, other):
+        self.other, self.sent = other, []
+
+    def get_backend(self, group=None):
+        return "gloo"
+
+    def all_gather(self, out, vec, group=None):
+        self.sent.append(vec.clone())
+        out[0].copy_(vec)
+        out[1].copy_(self.other(vec.clone()))
+
+
+def test_compare_protocol_when_gpu_hashes_are_still_in_flight(monkeypatch, tmp_path):
+    """Note [Reading results without waiting], the Python side: a step whose
+    launches still wait for GPU hashes is neither digested nor compared nor
+    forgotten; it goes out at the next compare; a rank that has not digested a
+    step yet makes the others hold it back too; only a step of an earlier
+    window still waiting makes the compare wait for the device."""
+    from kdebug import flight
+
+    digest_of = lambda rec, lo, hi: hash(tuple(rec.table[lo:hi])) & ((1 << 64) - 1)  # noqa: E731
+    monkeypatch.setattr(flight._C, "range_digest", digest_of)
+    monkeypatch.setattr(flight._C, "collect_ready", lambda at_least=0: 0)
+    fr = kdebug.FlightRecorder(every=2, keep_steps=1, trace=str(tmp_path / "p.kdt"))
+    rec = fr._rec = _HeldRecorder()
+    # the other rank: one step behind in digesting (its last row missing) and, at step 3, another digest
+    def other(vec):
+        n = int(vec[0, 1])
+        if n:
+            vec[n, :] = -1
+            vec[0, 1] = n - 1
+        for row in vec[1:]:
+            if int(row[0]) == 3:
+                row[3] += 1
+        return vec
+    group = _TwoRanks(other)
+    monkeypatch.setattr(fr, "_world", lambda: (group, 0, 2))
+    dumps = []  # the dump itself writes a trace from the real Recorder: tested elsewhere
+    monkeypatch.setattr(fr, "dump", lambda path=None, reason="": dumps.append(reason) or "dumped")
+
+    def run_step(pending_from):
+        rec.seen += 3  # the step's three launches (step s: launches 3s .. 3s + 2)
+        rec.pending_from = pending_from
+        fr.step()
+
+    run_step(None)
+    run_step(0)  # compare 1 (after step 1): every launch still waits for its hashes
+    assert list(fr.digests) == [] and fr._pending == [] and rec.syncs == 0
+    assert [int(r[0]) for r in group.sent[-1][1:] if int(r[0]) >= 0] == []
+    assert [s for s, _, _ in fr._closed] == [0, 1]  # keep_steps=1, but undigested steps are not forgotten
+    run_step(9)
+    run_step(9)  # compare 2: steps 0-2 digested, step 3 waits; the other rank has 0-1: those are compared
+    assert [d.step for d in fr.digests] == [0, 1, 2]
+    assert [int(r[0]) for r in group.sent[-1][1:] if int(r[0]) >= 0] == [0, 1, 2]
+    assert [d.step for d in fr._pending] == [2] and fr.divergence is None  # step 2 goes out again
+    assert [s for s, _, _ in fr._closed] == [3]  # the last closed step, kept whole (its launches to come)
+    assert fr.stats["compares"] == 2 and fr.stats["waiting_compares"] == 0 and rec.syncs == 0
+    run_step(9)
+    run_step(9)  # compare 3: step 3, of the window before, still waits: this compare waits for the device
+    assert fr.stats["waiting_compares"] == 1 and rec.syncs == 1
+    assert [d.step for d in fr.digests] == [0, 1, 2, 3, 4, 5]
+    assert [int(r[0]) for r in group.sent[-1][1:] if int(r[0]) >= 0] == [2, 3, 4, 5]
+    # the other rank sent 2, 3, 4 (its last row missing), its step 3 another digest: rank 1 named
+    assert fr.divergence is not None and fr.divergence.step == 3 and fr.divergence.ranks == (1,)
+    assert fr.divergence.detected_at == 5 and dumps == ["replicas diverged"]
