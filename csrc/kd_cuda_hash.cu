@@ -444,6 +444,8 @@ struct DeviceState {
     kd_cuda_result *pinned = nullptr;   // [kCapacity] page-locked host copy of the results
     int64_t copy_from = -1, copy_to = -1; // results [from, to) on their way to `pinned` (-1: none)
     bool copy_needs_sync = false;        // its event was not recorded: only a blocking collect delivers it
+    bool graph_since_sync = false;       // a CUDA graph replay reserved results since the device was last
+                                         // synchronized: its hash kernels run on a stream not tracked here
     uint64_t streams[kMaxStreams] = {};  // streams hash kernels ran on since the last copy began
     cudaEvent_t stream_ev[kMaxStreams] = {};
     int nstreams = 0;
@@ -553,8 +555,27 @@ int collect_locked(int device)
     KdDeviceGuard g(device);
     if (sync_device("synchronizing to read hashes") != 0)
         return -1;
-    if (s.copy_from >= 0) // a read-back without waiting was under way: it is done now
+    // the device is idle: every hash stream and queued replay is done, every partial free
+    // (a replay whose reservation is still held is not queued yet: it still rules out a
+    // read-back without waiting)
+    s.nstreams = 0;
+    s.streams_overflow = false;
+    s.graph_since_sync = kd_inflight_held(&s.inflight) > 0;
+    s.pmixed = false;
+    if (s.copy_from >= 0) { // a read-back without waiting was under way: it is done now
+        if (s.copy_needs_sync) { // its slots were not cleared (Note [Reading results without waiting])
+            const int64_t f = s.copy_from % kCapacity, m = s.copy_to - s.copy_from;
+            const int64_t r1 = m < kCapacity - f ? m : kCapacity - f;
+            cudaError_t e = cudaMemset(s.res + f, 0, sizeof(kd_cuda_result) * r1);
+            if (e == cudaSuccess && r1 < m)
+                e = cudaMemset(s.res, 0, sizeof(kd_cuda_result) * (m - r1));
+            if (e != cudaSuccess) {
+                set_error("clearing read-back hash slots", e);
+                return -1;
+            }
+        }
         deliver_copy(device, s);
+    }
     if (limit == s.collected)
         return 0;
     int64_t n = limit - s.collected;
@@ -576,10 +597,7 @@ int collect_locked(int device)
         set_error("reading hashes back", e);
         return -1;
     }
-    deliver(device, s, s.stage.data(), s.collected, limit);
-    s.nstreams = 0;
-    s.streams_overflow = false;
-    s.pmixed = false; // the device is idle: every partial is free
+    deliver(device, s, s.stage.data(), s.collected, limit); // the device is idle: every partial is free
     return 0;
 }
 
@@ -608,14 +626,16 @@ void note_stream(DeviceState &s, uint64_t stream)
 // Results stay "not collected" until delivered, so make_room never reuses a
 // slot whose clearing may still be queued; a blocking collect that meets a
 // read-back in flight synchronizes (which finishes it) and delivers it
-// first, so results go out once and in index order.  It takes no part when
-// CUDA graph reservations are held or were made since the last collect (the
-// replays' streams are not tracked), nor after kernels on more than
-// kMaxStreams streams: those results wait for a blocking collect.
+// first, so results go out once and in index order.  It takes no part once a
+// CUDA graph replay has reserved results since the device was last
+// synchronized (the replay's stream is not tracked: a copy ordered after the
+// other streams only would read its slots before the replay wrote them), nor
+// after kernels on more than kMaxStreams streams: those results wait for a
+// blocking collect, whose synchronization clears both conditions.
 int begin_copy(int device, DeviceState &s)
 {
     const int64_t from = s.collected, to = s.next;
-    if (to == from || s.inflight.used || s.streams_overflow)
+    if (to == from || s.inflight.used || s.graph_since_sync || s.streams_overflow)
         return 0;
     cudaError_t e = cudaSuccess;
     if (s.copy_stream == nullptr)
@@ -862,6 +882,7 @@ extern "C" int64_t kd_cuda_hash_reserve(int device, int64_t n)
                       device);
         return -1;
     }
+    s.graph_since_sync = true; // Note [Reading results without waiting]: no read-back without waiting
     s.next += n;
     return first;
 }
@@ -947,6 +968,15 @@ extern "C" int kd_cuda_hash_collect_ready(void)
             rc = -1;
     }
     return rc;
+}
+
+extern "C" int64_t kd_cuda_hash_unread(void)
+{
+    std::lock_guard<std::mutex> lock(mu);
+    int64_t n = 0;
+    for (int d = 0; d < 64; d++)
+        n += devs[d].next - (devs[d].copy_from >= 0 ? devs[d].copy_to : devs[d].collected);
+    return n;
 }
 
 extern "C" int64_t kd_cuda_hash_outstanding(void)

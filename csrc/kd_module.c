@@ -237,7 +237,7 @@ static PyObject *mod_collect_ready(PyObject *m, PyObject *args)
     if (at_least > 0) {
         kd_defer_stats st;
         kd_defer_get_stats(&st);
-        if (kd_cuda_hash_outstanding() + (long long)st.pending < at_least)
+        if (kd_cuda_hash_unread() + (long long)st.pending < at_least)
             return PyLong_FromLong(0);
     }
     int rc = kd_defer_flush();
@@ -300,7 +300,7 @@ static PyMethodDef module_methods[] = {
      "collect_ready(at_least=0) -> 0, or -1 on a CUDA error (kept for a blocking collect): deferred GPU "
      "hashes launched, hashes read back earlier handed to their records, the rest begun reading back; "
      "never waits (Note [Reading results without waiting]).  Does nothing while fewer than at_least "
-     "GPU hashes are queued or in flight."},
+     "GPU hashes wait that no read-back has begun on."},
     {"defer_stats", mod_defer_stats, METH_NOARGS, "defer_stats() -> counters of the deferred GPU work."},
     {"_set_hash_config", mod_set_hash_config, METH_VARARGS,
      "Set what launches hash: (kinds, hash_inputs, check_readonly, spec); returns the previous."},

@@ -39,7 +39,8 @@ waiting for its hashes (``Recorder.held_from``): steps before it are
 digested now, the others at the next compare, one window late.  Only when a
 step of an earlier window is still waiting (the device a whole window
 behind, or hashes of CUDA graph replays, which this path does not read)
-does the compare wait for the device (``stats["waiting_compares"]``).
+does the compare wait for the device (``stats["waiting_compares"]``): the
+oldest step not yet digested decides, so no rank lags more than a window.
 ``step()`` begins a read-back itself once 2048 GPU hashes are queued, so a
 long window never fills the device's result ring (8192; full, it is read
 back with a synchronization).  A dump drains with a synchronization: every
@@ -54,11 +55,11 @@ differently and still compute the same values.  A step that lost launches
 its digest is not compared, and it is counted and warned about.
 
 Comparing.  Every ``every`` steps each rank puts its step digests not yet
-compared (at most ``2 * every``) into a fixed-size int64 vector (row 0: rank,
-rows sent, steps closed; rows: step, launches, lost, digest) and the ranks
-exchange them with one ``all_gather`` on the default process group (gloo:
-CPU tensors; NCCL: the current CUDA device).  Ranks that closed different
-numbers of steps are not compared (warned).  The steps every rank sent are
+compared (at most ``2 * every``: a compare waits for any step older than
+its window, so no rank lags more) into a fixed-size int64 vector (row 0:
+rank, rows sent; rows: step, launches, lost, digest) and the ranks exchange
+them with one ``all_gather`` on the default process group (gloo: CPU
+tensors; NCCL: the current CUDA device).  The steps every rank sent are
 compared; a step some rank has not digested yet (its hashes still being read
 back) is sent again at the next compare.  The first compared step whose
 digests differ among ranks where it is complete is the first divergence; ranks are grouped by digest, the largest group is taken as
@@ -158,21 +159,16 @@ def _unsigned(d: int) -> int:
 class RowsCompared:
     """What one compare of gathered step rows found: the first divergence
     (or None), how many steps were not compared because some rank lost
-    launches in them, whether the ranks' closed-step counts disagree (then
-    nothing is compared), and the steps compared (those every rank had
-    digested: the others wait for the next compare)."""
+    launches in them, and the steps compared (those every rank had digested:
+    the others wait for the next compare)."""
     divergence: Divergence | None
     skipped: int
-    unaligned: bool
     compared: tuple[int, ...]
 
 
-def compare_rows(gathered: list[list[tuple[int, int, int, int]]], closed: list[int] | None = None) -> RowsCompared:
+def compare_rows(gathered: list[list[tuple[int, int, int, int]]]) -> RowsCompared:
     """Compares ranks' step rows (rank r's rows: (step, launches, lost,
-    digest), in step order) over the steps every rank has; ``closed``: each
-    rank's count of closed steps (None: not checked)."""
-    if closed is not None and len(set(closed)) > 1:
-        return RowsCompared(None, 0, True, ())
+    digest), in step order) over the steps every rank has."""
     by_rank = [{r[0]: r for r in g} for g in gathered]
     common = sorted(set.intersection(*(set(b) for b in by_rank))) if by_rank else []
     skipped = 0
@@ -191,8 +187,8 @@ def compare_rows(gathered: list[list[tuple[int, int, int, int]]], closed: list[i
         differing = tuple(sorted(r for k, rs in ordered[1:] for r in rs))
         by_digest = {k[1]: tuple(rs) for k, rs in ordered}
         return RowsCompared(Divergence(step=step, detected_at=-1, ranks=differing, groups=by_digest,
-                                       reference=reference), skipped, False, tuple(common[:i + 1]))
-    return RowsCompared(None, skipped, False, tuple(common))
+                                       reference=reference), skipped, tuple(common[:i + 1]))
+    return RowsCompared(None, skipped, tuple(common))
 
 
 class FlightRecorder:
@@ -327,7 +323,7 @@ class FlightRecorder:
             self._drain()
         elif _C.collect_ready(_READ_BACK_AT) != 0:  # many GPU hashes queued: read back without waiting
             self._warn_once("collect", "kdebug FlightRecorder: reading GPU hashes back without waiting "
-                            "failed; the next compare waits for them")
+                            "failed; a later compare waits for them")
 
     # ---------------------------------------------------------- drain, digests, memory
     def _drain(self, wait: bool = True) -> None:
@@ -400,7 +396,8 @@ class FlightRecorder:
         # compared now, the rest at the next compare; only a step of an earlier window still
         # waiting (the device a whole window behind) makes it wait for the device
         self._drain(wait=False)
-        if self._closed and self._closed[0][0] < self._step - self.every and self._closed[0][0] not in self._digested:
+        late = next((st for st, _, _ in self._closed if st not in self._digested), None)
+        if late is not None and late < self._step - self.every:  # bounds every rank's lag by `every` steps
             self.stats["waiting_compares"] += 1
             self._drain()
         dist, rank, world = self._world()
@@ -410,21 +407,22 @@ class FlightRecorder:
         cap = 2 * self.every
         if len(self._pending) > cap:  # older rows left by failed compares
             self.stats["uncompared_steps"] += len(self._pending) - cap
+            self._warn_once("dropped", f"kdebug FlightRecorder: {len(self._pending) - cap} step digest(s) "
+                            "left by failed compares are not compared")
             del self._pending[:-cap]
         rows = self._pending
         try:
             vec = torch.full((cap + 1, _ROW), -1, dtype=torch.int64)
-            vec[0, 0], vec[0, 1], vec[0, 2] = rank, len(rows), self._step
+            vec[0, 0], vec[0, 1] = rank, len(rows)
             for i, d in enumerate(rows):
                 vec[i + 1] = torch.tensor([d.step, d.launches, d.lost, _signed(d.digest)], dtype=torch.int64)
             if dist.get_backend(self.group) == "nccl":
                 vec = vec.to(torch.device("cuda", torch.cuda.current_device()))
             out = [torch.empty_like(vec) for _ in range(world)]
             dist.all_gather(out, vec, group=self.group)
-            gathered, closed = [], []
+            gathered = []
             for t in out:
                 t = t.cpu().tolist()
-                closed.append(t[0][2])
                 gathered.append([(r[0], r[1], r[2], _unsigned(r[3])) for r in t[1:1 + t[0][1]]])
         except Exception as e:  # never the training job's problem: say so, keep the evidence
             self.stats["compare_errors"] += 1
@@ -432,13 +430,7 @@ class FlightRecorder:
                             "steps are still recorded")
             return
         self.stats["compares"] += 1
-        res = compare_rows(gathered, closed)
-        if res.unaligned:
-            self.stats["uncompared_steps"] += len(rows)
-            self._pending = []
-            self._warn_once("unaligned", "kdebug FlightRecorder: ranks are at different step numbers "
-                            "(each rank must call step() as often); nothing was compared")
-            return
+        res = compare_rows(gathered)
         done = set(res.compared)
         self._pending = [d for d in rows if d.step not in done]  # not yet digested on every rank: next time
         self.stats["uncompared_steps"] += res.skipped

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import kdebug
-from kdebug import DebugMode
+from kdebug import DebugMode, _C
 import kdebug.testing
 from kdebug.flight import Divergence, RowsCompared, compare_rows
 
@@ -188,7 +188,7 @@ def test_dump_on_sigterm(tmp_path, previous):
 def test_compare_rows():
     """The verdict from gathered rows (step, launches, lost, digest)."""
     same = [(0, 3, 0, 11), (1, 3, 0, 12), (2, 3, 0, 13)]
-    assert compare_rows([same, same, same]) == RowsCompared(None, 0, False, (0, 1, 2))
+    assert compare_rows([same, same, same]) == RowsCompared(None, 0, (0, 1, 2))
     bad = [(0, 3, 0, 11), (1, 3, 0, 99), (2, 3, 0, 98)]
     res = compare_rows([same, same, bad])
     assert res.divergence == Divergence(step=1, detected_at=-1, ranks=(2,), groups={12: (0, 1), 99: (2,)},
@@ -201,14 +201,11 @@ def test_compare_rows():
     # two ranks, no majority: rank 0's side is the reference
     res = compare_rows([bad, same])
     assert res.divergence.ranks == (1,) and res.divergence.reference == (0,)
-    # ranks that closed different numbers of steps: nothing compared
-    assert compare_rows([same, same], closed=[3, 4]) == RowsCompared(None, 0, True, ())
     # Note [Reading results without waiting]: a rank whose GPU hashes for step 2 are not
     # read back yet sends steps 0-1 only: steps 0-1 are compared, step 2 waits (even where it
     # differs on the other rank)
     late = same[:2]
-    assert compare_rows([bad[:1] + same[1:2] + bad[2:], late], closed=[3, 3]) == \
-        RowsCompared(None, 0, False, (0, 1))
+    assert compare_rows([bad[:1] + same[1:2] + bad[2:], late]) == RowsCompared(None, 0, (0, 1))
     # rows of a step the other rank sent at the last compare are compared now
     res = compare_rows([[(2, 3, 0, 98), (3, 3, 0, 14)], [(2, 3, 0, 13), (3, 3, 0, 14)]])
     assert res.divergence.step == 2 and res.compared == (2,)
@@ -330,6 +327,70 @@ def test_gpu_flight_compare_reads_hashes_back_without_waiting(block_step, tmp_pa
 
 
 @pytest.mark.gpu
+def test_gpu_flight_read_back_is_ordered_after_a_busy_device(block_step, tmp_path):
+    """The device kept busy (a sleep kernel queued after each step, before the
+    step's deferred hashes) while compares begin read-backs: each read-back is
+    ordered after the hash kernels by events, so every hash delivered is the
+    one a blocking recording computes; kdebug synchronizes only for compares
+    that found a step of an earlier window still waiting."""
+    step, x = block_step
+    with DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes("bitwise"):
+        step(x)
+    ref = [(k.kernel_name, k.post_hashes) for k in dm.kernels]
+    dist = _gloo_one_rank()
+    try:
+        fr = kdebug.FlightRecorder(every=2, keep_steps=8, trace=str(tmp_path / "busy.kdt"))
+        with fr:
+            step(x)
+            torch.cuda.synchronize()
+            fr.step()
+            syncs = fr._rec.stats()["gpu_syncs"]
+            for _ in range(7):
+                step(x)
+                torch.cuda._sleep(20_000_000)  # tens of ms of device time before the hashes
+                fr.step()
+            assert fr._rec.stats()["gpu_syncs"] - syncs == fr.stats["waiting_compares"]
+        fr.close()
+        run = kdebug.load(fr.dump())
+        assert [s["step"] for s in run.meta["flight"]["steps"]] == list(range(8))
+        assert [(k.kernel_name, k.post_hashes) for k in run.kernels] == ref * 8
+        assert len({d.digest for d in fr.digests}) == 1 and len(fr.digests) == 8
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+def test_gpu_read_back_without_waiting_leaves_graph_replay_hashes_to_a_synchronization():
+    """Hashes captured into a CUDA graph run on the replay's stream, which the
+    read-back without waiting does not track: after a replay reserved results
+    it begins none (until the device is synchronized), so a replay queued
+    behind a busy device still has its own hashes, not a copy of the slots
+    taken before it ran."""
+    from kdebug import hashing
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda t: (t.sin() * 2).cos() + 1, mode="reduce-overhead")
+    xs = [torch.randn(1 << 16, device="cuda") for _ in range(7)]
+    outs = []
+    with DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes("bitwise"):
+        for i in range(3):
+            f(xs[i])
+        torch.cuda.synchronize()
+        for i in range(3, 7):
+            torch.cuda._sleep(50_000_000)  # the replay waits behind this
+            outs.append(f(xs[i]).clone())
+            _C.collect_ready()
+            _C.collect_ready()
+    replayed = {}
+    for k in dm.kernels:
+        g = k.cuda_graph
+        if g is not None and g["replay"] is not None:
+            replayed.setdefault(g["replay"], []).append(k)
+    got = [next(iter(v[-1].post_hashes.values())) for _, v in sorted(replayed.items())][-4:]
+    assert got == [hashing.bitwise(o, on_host=True) for o in outs]
+
+
+@pytest.mark.gpu
 def test_gpu_flight_two_ranks_on_one_device_name_the_planted_rank(tmp_path):
     """Two gloo ranks, both on the one GPU, compiled Triton kernels, hashes
     read back without waiting: replicas that match compare every step once,
@@ -345,7 +406,7 @@ def test_gpu_flight_two_ranks_on_one_device_name_the_planted_rank(tmp_path):
     res = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
     for k in range(2):
         m, f = res[k]["match"], res[k]["fault"]
-        assert m["divergence"] is None and m["dumped"] is None and m["stats"]["compares"] == 3
+        assert m["divergence"] is None and m["dumped"] is None and m["stats"]["compares"] == 3, res
         assert m["gpu_syncs"] == m["stats"]["waiting_compares"], m
         assert f["divergence"]["step"] == 4 and f["divergence"]["ranks"] == [1]
         assert f["divergence"]["detected_at"] in (5, 8), f["divergence"]
@@ -424,7 +485,7 @@ class _HeldRecorder:
         return self.seen - self._drained
 
     def drain(self, *, wait=True):
-        stop = self.seen if wait or self.pending_from is None else min(self.seen, self.pending_from)
+        stop = self.seen if wait or self.pending_from is None else max(self._drained, min(self.seen, self.pending_from))
         if wait and self.pending_from is not None and self.pending_from < self.seen:
             self.syncs += 1  # the blocking collect: every hash read back
             self.pending_from = None
@@ -515,3 +576,37 @@ def test_compare_protocol_when_gpu_hashes_are_still_in_flight(monkeypatch, tmp_p
     # the other rank sent 2, 3, 4 (its last row missing), its step 3 another digest: rank 1 named
     assert fr.divergence is not None and fr.divergence.step == 3 and fr.divergence.ranks == (1,)
     assert fr.divergence.detected_at == 5 and dumps == ["replicas diverged"]
+
+
+def test_a_compare_bounds_the_lag_of_undigested_steps_to_one_window(monkeypatch, tmp_path):
+    """With keep_steps > every and a device three steps behind, a compare
+    waits for every step older than its window (the oldest undigested step
+    decides, not the oldest kept one): no rank lags more than ``every``
+    steps, so against another rank as far behind as that allows, the
+    2 * every rows a compare sends hold every step not yet compared, and
+    none is dropped."""
+    from kdebug import flight
+
+    monkeypatch.setattr(flight._C, "range_digest", lambda rec, lo, hi: hash(tuple(rec.table[lo:hi])) & ((1 << 64) - 1))
+    monkeypatch.setattr(flight._C, "collect_ready", lambda at_least=0: 0)
+    fr = kdebug.FlightRecorder(every=1, keep_steps=4, trace=str(tmp_path / "lag.kdt"))
+    rec = fr._rec = _HeldRecorder()
+    def behind(vec):  # the other rank: as far behind as the protocol lets it be (none of this window's steps)
+        rows = [r for r in vec[1:1 + int(vec[0, 1])] if int(r[0]) < fr._step - fr.every]
+        out = torch.full_like(vec, -1)
+        out[0, 0], out[0, 1] = 1, len(rows)
+        for i, r in enumerate(rows):
+            out[i + 1] = r
+        return out
+
+    group = _TwoRanks(behind)
+    monkeypatch.setattr(fr, "_world", lambda: (group, 0, 2))
+    for s in range(12):
+        rec.seen += 3
+        rec.pending_from = max(0, rec.seen - 9)  # the last three steps' hashes still in flight
+        fr.step()
+        late = [st for st, _, _ in fr._closed if st not in fr._digested]
+        assert not late or min(late) >= fr._step - fr.every, (s, late)
+        assert len(fr._pending) <= 2 * fr.every
+    assert fr.stats["waiting_compares"] > 0 and fr.stats["uncompared_steps"] == 0
+    assert fr.divergence is None and [d.step for d in fr.digests] == list(range(12))

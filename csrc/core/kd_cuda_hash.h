@@ -111,9 +111,14 @@ int kd_cuda_hash_collect(void);
 /* Note [Reading results without waiting] (kd_cuda_hash.cu): never
  * synchronizes.  Delivers the results of a read-back begun by an earlier call
  * once it has landed, then begins one for every result queued since (none
- * while CUDA graph reservations are held).  Returns 0, or -1 on a CUDA error
+ * once a CUDA graph replay reserved results since the device was last
+ * synchronized).  Returns 0, or -1 on a CUDA error
  * (kd_cuda_last_error(); the results wait for kd_cuda_hash_collect). */
 int kd_cuda_hash_collect_ready(void);
+
+/* Results queued and not yet in a read-back (kd_cuda_hash_collect_ready's),
+ * on all devices. */
+int64_t kd_cuda_hash_unread(void);
 
 /* Results queued but not yet collected, on all devices. */
 int64_t kd_cuda_hash_outstanding(void);
