@@ -597,7 +597,7 @@ int collect_locked(int device)
         set_error("reading hashes back", e);
         return -1;
     }
-    deliver(device, s, s.stage.data(), s.collected, limit); // the device is idle: every partial is free
+    deliver(device, s, s.stage.data(), s.collected, limit);
     return 0;
 }
 

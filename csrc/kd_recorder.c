@@ -96,19 +96,37 @@ static int visit_drain(void *ctx, uint64_t first, const kd_payload *p, uint32_t 
     return 0;
 }
 
-/* Queued GPU hashes of this recorder: launched, and with collect, their
- * results in its records (one device synchronization when any is in flight).
+/* How flush_hashes takes the results of the hashes it launches. */
+enum { FLUSH_ONLY, COLLECT_WAIT, COLLECT_READY };
+
+/* Queued GPU hashes of this recorder: launched, and their results in its
+ * records: with COLLECT_WAIT all of them (one device synchronization when any
+ * is in flight), with COLLECT_READY those already read back (Note [Reading
+ * results without waiting]: never waits; the rest begin reading back).
  * 0, or -1 when the collect failed (said as the recorder's error). */
-static int flush_hashes(kd_recorder *r, int collect)
+static int flush_hashes(kd_recorder *r, int how)
 {
     kd_defer_flush();
-    if (collect && r->anchor != NULL && r->anchor->refs > 0 && kd_collect_gpu_results() != 0) {
-        char msg[300];
+    char msg[300];
+    if (how == COLLECT_WAIT && r->anchor != NULL && r->anchor->refs > 0 && kd_collect_gpu_results() != 0)
         snprintf(msg, sizeof msg, "reading GPU hashes: %s", kd_collect_gpu_error());
-        kd_recorder_error(r, msg);
-        return -1;
-    }
-    return 0;
+    else if (how == COLLECT_READY && kd_cuda_hash_collect_ready() != 0)
+        snprintf(msg, sizeof msg, "reading GPU hashes back without waiting: %s", kd_cuda_last_error());
+    else
+        return 0;
+    kd_recorder_error(r, msg);
+    return -1;
+}
+
+/* Moves the ring's launches into the store; with hold, stopping at the first
+ * one still waiting for a GPU result (held_from). */
+static uint64_t read_ring(kd_recorder *r, int hold)
+{
+    r->drain_holds_pending = hold;
+    r->held_from = UINT64_MAX;
+    kd_ring_read(r->ring, r->drain_scratch, r->drain_cap, visit_drain, r);
+    r->drain_holds_pending = 0;
+    return r->table.store.nlaunches;
 }
 
 /* Note [Results in flight]: after a successful collect, a record still
@@ -121,27 +139,16 @@ static int flush_hashes(kd_recorder *r, int collect)
  * records: they are taken, their waiting sides absent. */
 uint64_t kd_recorder_drain(kd_recorder *r)
 {
-    int ok = flush_hashes(r, 1) == 0; /* results land in the ring: before it is read */
-    r->drain_holds_pending = ok && r->anchor != NULL && r->anchor->refs > 0;
-    r->held_from = UINT64_MAX;
-    kd_ring_read(r->ring, r->drain_scratch, r->drain_cap, visit_drain, r);
-    r->drain_holds_pending = 0;
-    return r->table.store.nlaunches;
+    int ok = flush_hashes(r, COLLECT_WAIT) == 0; /* results land in the ring: before it is read */
+    return read_ring(r, ok && r->anchor != NULL && r->anchor->refs > 0);
 }
 
+/* A failed read-back without waiting is not fatal: its launches stay held
+ * for a blocking drain, which collects them. */
 uint64_t kd_recorder_drain_ready(kd_recorder *r)
 {
-    kd_defer_flush(); /* queued hashes launched (no waiting), so that a later call finds them done */
-    if (kd_cuda_hash_collect_ready() != 0) { /* not fatal: a blocking drain collects them later */
-        char msg[300];
-        snprintf(msg, sizeof msg, "reading GPU hashes back without waiting: %s", kd_cuda_last_error());
-        kd_recorder_error(r, msg);
-    }
-    r->drain_holds_pending = 1;
-    r->held_from = UINT64_MAX;
-    kd_ring_read(r->ring, r->drain_scratch, r->drain_cap, visit_drain, r);
-    r->drain_holds_pending = 0;
-    return r->table.store.nlaunches;
+    flush_hashes(r, COLLECT_READY);
+    return read_ring(r, 1);
 }
 
 /* ------------------------------------------------------------------ */
@@ -383,7 +390,7 @@ static PyObject *rec_set_ops(kd_recorder *self, PyObject *ops)
 static PyObject *rec_clear(kd_recorder *self, PyObject *unused)
 {
     (void)unused;
-    flush_hashes(self, 0); /* what is still to come lands nowhere: the ring is cleared */
+    flush_hashes(self, FLUSH_ONLY); /* what is still to come lands nowhere: the ring is cleared */
     kd_launch_views_detach(self); /* kept views keep their records */
     drop_objects(self);
     kd_ltab_clear(&self->table); /* a new generation */

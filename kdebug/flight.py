@@ -62,7 +62,8 @@ them with one ``all_gather`` on the default process group (gloo: CPU
 tensors; NCCL: the current CUDA device).  The steps every rank sent are
 compared; a step some rank has not digested yet (its hashes still being read
 back) is sent again at the next compare.  The first compared step whose
-digests differ among ranks where it is complete is the first divergence; ranks are grouped by digest, the largest group is taken as
+digests differ among ranks where it is complete is the first divergence;
+ranks are grouped by digest, the largest group is taken as
 the reference (a tie goes to the group with the lowest rank) and the others
 are named.  With two ranks that disagree no majority exists: rank 0's side
 is the reference, so rank 1 is named; the summary says so.  Every rank sees
@@ -105,10 +106,10 @@ from . import _C, inductor
 from .ranks import rank_path
 
 _ROW = 4  # step, launches, lost, digest
-# GPU hash results queued or in flight at which step() begins reading them back
-# (without waiting): a quarter of the device's result ring (KD_CUDA_CAPACITY
-# 8192), so that a long window does not fill it (a full ring is read back with
-# a device synchronization).  Below that the compare reads them back.
+# GPU hash results waiting that no read-back has begun on, at which step()
+# begins one (without waiting): a quarter of the device's result ring
+# (KD_CUDA_CAPACITY 8192), so that a long window does not fill it (a full ring
+# is read back with a device synchronization).  Below that the compare does.
 _READ_BACK_AT = 2048
 
 
