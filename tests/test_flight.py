@@ -4,6 +4,7 @@ and on SIGTERM, and two gloo ranks (torch.distributed.run) that match or where
 rank 1's kernel output is perturbed at one step."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -273,7 +274,9 @@ def test_gpu_flight_recorder_adds_no_synchronization(block_step, tmp_path):
     assert [d.launches for d in fr.digests] == [steps[0]["launches"]] * 6
 
 
-def _gloo_one_rank():
+@contextlib.contextmanager
+def _one_rank_group(backend: str):
+    """A process group of one rank on this process, destroyed on leaving."""
     import socket
 
     import torch.distributed as dist
@@ -281,8 +284,34 @@ def _gloo_one_rank():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    return dist
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        yield dist
+    finally:
+        dist.destroy_process_group()
+
+
+def _blocking_hashes(step, x) -> list:
+    """(kernel name, post hashes) of each launch of one step, recorded by a
+    DebugMode that reads its GPU hashes back by synchronizing."""
+    with DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes("bitwise"):
+        step(x)
+    return [(k.kernel_name, k.post_hashes) for k in dm.kernels]
+
+
+def _eight_steps(fr, step, x, between) -> int:
+    """Inside ``with fr``: a first step on an idle device, then seven with
+    ``between()`` after each, each closed by fr.step(); returns kdebug's
+    device synchronizations counted after the first."""
+    step(x)
+    torch.cuda.synchronize()
+    fr.step()
+    syncs = fr._rec.stats()["gpu_syncs"]
+    for _ in range(7):
+        step(x)
+        between()
+        fr.step()
+    return syncs
 
 
 @pytest.mark.gpu
@@ -294,22 +323,12 @@ def test_gpu_flight_compare_reads_hashes_back_without_waiting(block_step, tmp_pa
     synchronization of kdebug's; the hashes it delivered are those a blocking
     recording of the same step computes."""
     step, x = block_step
-    with DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes("bitwise"):
-        step(x)
-    ref = [(k.kernel_name, k.post_hashes) for k in dm.kernels]
+    ref = _blocking_hashes(step, x)
     assert ref and all(h for _, h in ref)
-    dist = _gloo_one_rank()
-    try:
+    with _one_rank_group("gloo"):
         fr = kdebug.FlightRecorder(every=2, keep_steps=2, trace=str(tmp_path / "w.kdt"))
         with fr:
-            step(x)
-            torch.cuda.synchronize()
-            fr.step()
-            syncs = fr._rec.stats()["gpu_syncs"]
-            for _ in range(7):
-                step(x)
-                torch.cuda.synchronize()
-                fr.step()
+            syncs = _eight_steps(fr, step, x, torch.cuda.synchronize)
             assert fr._rec.stats()["gpu_syncs"] == syncs
             # compares after steps 1, 3, 5, 7: each digests the window the one before began
             # reading back (none, 0-1, 2-3, 4-5); steps 6-7 are on their way
@@ -322,8 +341,6 @@ def test_gpu_flight_compare_reads_hashes_back_without_waiting(block_step, tmp_pa
         assert [d.step for d in fr.digests] == list(range(8))
         kernels = [(k.kernel_name, k.post_hashes) for k in run.kernels]
         assert kernels == ref + ref
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.gpu
@@ -334,29 +351,18 @@ def test_gpu_flight_read_back_is_ordered_after_a_busy_device(block_step, tmp_pat
     one a blocking recording computes; kdebug synchronizes only for compares
     that found a step of an earlier window still waiting."""
     step, x = block_step
-    with DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes("bitwise"):
-        step(x)
-    ref = [(k.kernel_name, k.post_hashes) for k in dm.kernels]
-    dist = _gloo_one_rank()
-    try:
+    ref = _blocking_hashes(step, x)
+    with _one_rank_group("gloo"):
         fr = kdebug.FlightRecorder(every=2, keep_steps=8, trace=str(tmp_path / "busy.kdt"))
         with fr:
-            step(x)
-            torch.cuda.synchronize()
-            fr.step()
-            syncs = fr._rec.stats()["gpu_syncs"]
-            for _ in range(7):
-                step(x)
-                torch.cuda._sleep(20_000_000)  # tens of ms of device time before the hashes
-                fr.step()
+            # tens of ms of device time before each step's hashes
+            syncs = _eight_steps(fr, step, x, lambda: torch.cuda._sleep(20_000_000))
             assert fr._rec.stats()["gpu_syncs"] - syncs == fr.stats["waiting_compares"]
         fr.close()
         run = kdebug.load(fr.dump())
         assert [s["step"] for s in run.meta["flight"]["steps"]] == list(range(8))
         assert [(k.kernel_name, k.post_hashes) for k in run.kernels] == ref * 8
         assert len({d.digest for d in fr.digests}) == 1 and len(fr.digests) == 8
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.gpu
@@ -420,15 +426,7 @@ def test_gpu_flight_two_ranks_on_one_device_name_the_planted_rank(tmp_path):
 def test_gpu_flight_compare_on_a_one_rank_nccl_group(block_step, tmp_path):
     """The compare's all_gather on an NCCL group (one rank: it runs, and
     matches itself); the dump path is rank_path(trace, 0)."""
-    import socket
-
-    import torch.distributed as dist
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    try:
+    with _one_rank_group("nccl"):
         step, x = block_step
         fr = kdebug.FlightRecorder(every=2, keep_steps=2, trace=str(tmp_path / "n.kdt"))
         with fr:
@@ -440,8 +438,6 @@ def test_gpu_flight_compare_on_a_one_rank_nccl_group(block_step, tmp_path):
         assert fr.path() == str(tmp_path / "n.rank0.kdt")
         run = kdebug.load(fr.dump())
         assert run.meta["flight"]["world_size"] == 1 and len(run.kernels) > 0
-    finally:
-        dist.destroy_process_group()
 
 
 def test_flight_meta_is_checked(tmp_path):
