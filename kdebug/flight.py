@@ -72,9 +72,15 @@ Without an initialized process group (or with one rank) nothing is compared;
 steps are still recorded and ``dump()`` works.
 
 Memory.  After every drain the table keeps the launches of the last
-``keep_steps`` closed steps and the open one (``Recorder.forget``), so memory
-is the ring (fixed, touched as it fills) plus ``keep_steps + 1`` steps; older
-steps keep only their digest, in a deque of ``keep_digests``.
+``keep_steps`` closed steps, of every step not yet compared across ranks
+(at most ``2 * every``), and of the open one (``Recorder.forget``); the
+steps closed since wait for the next drain (at most ``every``), so memory is
+the ring (fixed, touched as it fills) plus at most
+``max(keep_steps, 2 * every) + every + 1`` steps; older steps keep only
+their digest, in a deque of ``keep_digests``.  Holding
+the uncompared steps is what puts the first divergent step in the dump: a
+compare sees a step up to two windows after it ran, long after the last
+``keep_steps`` moved on.
 
 Dumping.  When replicas diverge, an exception leaves the ``with`` block, a
 SIGTERM / SIGINT arrives (kdebug's handler dumps, then calls the handler that
@@ -198,8 +204,9 @@ class FlightRecorder:
     every: compare step digests across replicas every this many steps (one
         all_gather of a (every + 1) x 4 int64 vector on the process group).
     keep_steps: the last this many closed steps are kept in full (every
-        launch record with its output hashes) for a dump; older steps keep
-        only their digest.
+        launch record with its output hashes) for a dump, and so is every
+        step not yet compared across ranks; older steps keep only their
+        digest.
     trace: where dumps go: ``rank_path(trace, rank)`` under an initialized
         process group (``run.kdt`` -> ``run.rank1.kdt``), else ``trace``;
         the text summary goes to that path + ``.txt``.
@@ -329,10 +336,12 @@ class FlightRecorder:
     # ---------------------------------------------------------- drain, digests, memory
     def _drain(self, wait: bool = True) -> None:
         """Drains the ring into the table, digests every closed step not yet
-        digested, and forgets launches older than the last keep_steps closed
-        steps.  ``wait=False`` never synchronizes the device: launches whose
-        GPU hashes are not read back yet stay in the ring, and the steps they
-        belong to are digested by a later drain."""
+        digested, and forgets the launches of steps older than
+        the last keep_steps closed steps once they are compared across ranks
+        (so the first divergent step, found one window late, is still held
+        for the dump).  ``wait=False`` never synchronizes the device: launches
+        whose GPU hashes are not read back yet stay in the ring, and the steps
+        they belong to are digested by a later drain."""
         rec = self._rec
         old = len(self._lix)
         n = rec.drain(wait=wait)
@@ -364,7 +373,10 @@ class FlightRecorder:
             if self.digests.maxlen is not None and len(self.digests) == self.digests.maxlen:
                 self.stats["digests_dropped"] += 1
             self.digests.append(d)
-        while len(self._closed) > self.keep_steps and self._closed[0][0] in self._digested:
+        # without a process group nothing is ever compared: nothing is held for it
+        uncompared = {d.step for d in self._pending} if self._world()[0] is not None else ()
+        while (len(self._closed) > self.keep_steps and self._closed[0][0] in self._digested
+               and self._closed[0][0] not in uncompared):
             step, _, _ = self._closed.popleft()
             self._digested.pop(step, None)
         keep_from = self._closed[0][1] if self._closed else self._open_from
@@ -432,13 +444,17 @@ class FlightRecorder:
             return
         self.stats["compares"] += 1
         res = compare_rows(gathered)
-        done = set(res.compared)
-        self._pending = [d for d in rows if d.step not in done]  # not yet digested on every rank: next time
         self.stats["uncompared_steps"] += res.skipped
         if res.divergence is not None:
             self.divergence = dataclasses.replace(res.divergence, detected_at=self._step - 1)
             inductor.warn("kdebug FlightRecorder: " + self.divergence.text(), stacklevel=4)
+            # before the compared steps leave _pending: the dump's drain still holds them,
+            # the divergent one among them
             self._dump_once("replicas diverged")
+        done = set(res.compared)
+        # the steps not yet digested on every rank go out again next time (the dump's drain
+        # may have added newly digested ones to the same list)
+        self._pending = [d for d in self._pending if d.step not in done]
 
     # ---------------------------------------------------------- dumping
     def path(self) -> str:
@@ -457,7 +473,8 @@ class FlightRecorder:
                 self._dumping = False
 
     def dump(self, path: str | None = None, reason: str = "requested") -> str:
-        """Writes the last keep_steps closed steps and the open one in full
+        """Writes the held steps (the last keep_steps closed steps, those not
+        yet compared across ranks, and the open one) in full
         to ``path`` (default: ``self.path()``) and a text summary to path +
         '.txt'; returns the trace's path."""
         from . import trace as tr

@@ -102,7 +102,7 @@ def ranks_mode(out: str, fault_step: int, steps: int, every: int, device: str = 
         if device == "cuda":
             step(1)
             torch.cuda.synchronize()
-        fr = kdebug.FlightRecorder(every=every, keep_steps=3, trace=os.path.join(out, f"{phase}.kdt"))
+        fr = kdebug.FlightRecorder(every=every, keep_steps=1, trace=os.path.join(out, f"{phase}.kdt"))
         syncs = fr._rec.stats()["gpu_syncs"]
         with fr:
             for i in range(steps):

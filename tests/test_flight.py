@@ -216,7 +216,9 @@ def test_two_ranks_gloo(tmp_path):
     """Two gloo ranks under torch.distributed.run.  Replicas that match: no
     dump.  Rank 1's ReLU output perturbed at step 4, compares every 3 steps:
     the compare after step 5 sees step 4 first differ, names rank 1, and both
-    ranks dump traces that kdebug diff reads down to the ReLU kernel."""
+    ranks dump traces that kdebug diff reads down to the ReLU kernel.  The
+    worker keeps 1 step (keep_steps=1): steps 3-5, not compared until then,
+    are held for the dump all the same."""
     out = tmp_path
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            WORKER, str(out), "ranks", "4", "8", "3"]
@@ -410,16 +412,29 @@ def test_gpu_flight_two_ranks_on_one_device_name_the_planted_rank(tmp_path):
     r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
+
+    def ranks_diff(stem):  # what a user runs on the dumps: the evidence when an assertion fails
+        d = subprocess.run([sys.executable, "-m", "kdebug", "diff", "--ranks", str(tmp_path / stem)],
+                           env=_env(), capture_output=True, text=True, timeout=120)
+        return d.stdout + d.stderr
+
     for k in range(2):
         m, f = res[k]["match"], res[k]["fault"]
-        assert m["divergence"] is None and m["dumped"] is None and m["stats"]["compares"] == 3, res
+        if m["divergence"] is not None:
+            raise AssertionError(f"replicas that match diverged: {res}\n{ranks_diff('match.kdt')}")
+        assert m["dumped"] is None and m["stats"]["compares"] == 3, res
         assert m["gpu_syncs"] == m["stats"]["waiting_compares"], m
         assert f["divergence"]["step"] == 4 and f["divergence"]["ranks"] == [1]
         assert f["divergence"]["detected_at"] in (5, 8), f["divergence"]
         assert all(d[2] == 0 for d in m["digests"])  # every step complete
+        # keep_steps=1, but the steps not yet compared are held: step 4 is in the dump
+        run = kdebug.load(str(tmp_path / f"fault.rank{k}.kdt"))
+        assert 4 in [s["step"] for s in run.meta["flight"]["steps"]], run.meta["flight"]["steps"]
     a, b = res[0]["match"]["digests"], res[1]["match"]["digests"]
     n = min(len(a), len(b))  # steps 0-5 at least (steps 6-8 may be on their way)
     assert n >= 6 and a[:n] == b[:n] and [d[0] for d in a[:n]] == list(range(n))
+    text = ranks_diff("fault.kdt")
+    assert "step 4" in text and "FIRST DIVERGENCE" in text, text
 
 
 @pytest.mark.gpu
@@ -545,7 +560,8 @@ def test_compare_protocol_when_gpu_hashes_are_still_in_flight(monkeypatch, tmp_p
     group = _TwoRanks(other)
     monkeypatch.setattr(fr, "_world", lambda: (group, 0, 2))
     dumps = []  # the dump itself writes a trace from the real Recorder: tested elsewhere
-    monkeypatch.setattr(fr, "dump", lambda path=None, reason="": dumps.append(reason) or "dumped")
+    monkeypatch.setattr(fr, "dump", lambda path=None, reason="": dumps.append(
+        (reason, [s for s, _, _ in fr._closed])) or "dumped")  # and the steps it would write
 
     def run_step(pending_from):
         rec.seen += 3  # the step's three launches (step s: launches 3s .. 3s + 2)
@@ -562,7 +578,9 @@ def test_compare_protocol_when_gpu_hashes_are_still_in_flight(monkeypatch, tmp_p
     assert [d.step for d in fr.digests] == [0, 1, 2]
     assert [int(r[0]) for r in group.sent[-1][1:] if int(r[0]) >= 0] == [0, 1, 2]
     assert [d.step for d in fr._pending] == [2] and fr.divergence is None  # step 2 goes out again
-    assert [s for s, _, _ in fr._closed] == [3]  # the last closed step, kept whole (its launches to come)
+    # held: 0-1, compared by this compare (forgotten at the next drain), 2 (not compared on every
+    # rank yet) and 3 (undigested); keep_steps=1 alone would keep only step 3
+    assert [s for s, _, _ in fr._closed] == [0, 1, 2, 3]
     assert fr.stats["compares"] == 2 and fr.stats["waiting_compares"] == 0 and rec.syncs == 0
     run_step(9)
     run_step(9)  # compare 3: step 3, of the window before, still waits: this compare waits for the device
@@ -571,7 +589,9 @@ def test_compare_protocol_when_gpu_hashes_are_still_in_flight(monkeypatch, tmp_p
     assert [int(r[0]) for r in group.sent[-1][1:] if int(r[0]) >= 0] == [2, 3, 4, 5]
     # the other rank sent 2, 3, 4 (its last row missing), its step 3 another digest: rank 1 named
     assert fr.divergence is not None and fr.divergence.step == 3 and fr.divergence.ranks == (1,)
-    assert fr.divergence.detected_at == 5 and dumps == ["replicas diverged"]
+    assert fr.divergence.detected_at == 5
+    # the dump holds the divergent step 3: steps not yet compared are not forgotten (keep_steps=1)
+    assert dumps == [("replicas diverged", [2, 3, 4, 5])]
 
 
 def test_a_compare_bounds_the_lag_of_undigested_steps_to_one_window(monkeypatch, tmp_path):
