@@ -168,10 +168,12 @@ def pop(frame: Frame, remove_custom: Callable) -> None:
 # ---------------------------------------------------------------- kdebug's hooks
 
 def _tree(fn: Callable, obj):
-    # a meta tensor has no data to hash (Inductor's pattern matcher traces its
-    # patterns on meta tensors, under the active mode, at its first compile):
-    # its hash is None, as for any argument that is no tensor
-    return _upstream.tree_map(lambda x: fn(x) if isinstance(x, torch.Tensor) and not x.is_meta else None, obj)
+    # a tensor with no data of its own has nothing to hash (Inductor's pattern
+    # matcher traces its patterns on meta tensors, AOTInductor and export trace
+    # on fake ones, under the active mode): its hash is None, as for any
+    # argument that is no tensor
+    return _upstream.tree_map(lambda x: fn(x) if isinstance(x, torch.Tensor) and not _upstream.has_no_data(x)
+                              else None, obj)
 
 
 def _hash_skipped(func) -> bool:

@@ -163,6 +163,23 @@ def get_op_name(op) -> str:
     return str(op)
 
 
+def has_no_data(t) -> bool:
+    """Whether tensor ``t`` has no memory of its own for kdebug to read: a
+    meta tensor, a FakeTensor or a functional / functorch wrapper around one
+    (torch._subclasses.fake_tensor.is_fake, 2.11-2.13: AOTInductor's and
+    export's tracing runs ops on them under the active dispatch mode), or any
+    traceable wrapper subclass (torch.utils._python_dispatch, 2.11-2.13:
+    FunctionalTensor, DTensor; its data lives in its inner tensors).  Reading
+    such a tensor's data pointer crashed the process (a FakeTensor's is no
+    memory at all)."""
+    if t.is_meta:
+        return True
+    from torch._subclasses.fake_tensor import is_fake
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    return is_fake(t) or is_traceable_wrapper_subclass(t)
+
+
 def fake_tensor_type() -> type:
     """torch._subclasses.fake_tensor.FakeTensor (2.11-2.13): compile-time
     stand-ins with no real memory, which Note [Final state] leaves out."""

@@ -61,19 +61,12 @@ def hook_tag() -> str:
 
 
 def wanted() -> bool:
-    """Whether graphs lowered now get the hook: a kdebug recording is active,
-    and the graph being lowered (if any yet) is not an AOTInductor graph for
-    CUDA.  Those stay refused loudly (Note [C++ wrapper launches]) because
-    the hooked path could not be checked: on the lent H100 (torch 2.11,
-    2026-11-24) loading any CUDA AOTI package segfaulted in torch's loader,
-    with kdebug not even imported.  CUDA cpp_wrapper graphs are hooked
-    (checked there: the same kernels and hashes as the Python wrapper)."""
-    if not _active.any_recording():
-        return False
-    graph = _upstream.current_graph()
-    if graph is None or not getattr(graph, "aot_mode", False):
-        return True
-    return set(getattr(graph, "device_types", ()) or ()) <= {"cpu"}
+    """Whether graphs lowered now get the hook: a kdebug recording is active.
+    C++-wrapper graphs and AOTInductor packages, CPU and CUDA, compiled
+    inside a recording are hooked (Note [C++ wrapper launches]); CUDA AOTI
+    was checked on the lent H200 (torch 2.11, 2026-11-27): the same kernels
+    and hashes as the Python wrapper, a planted fault named."""
+    return _active.any_recording()
 
 
 def _header() -> str:

@@ -362,9 +362,10 @@ class Pending:
 
 def start_value(t: torch.Tensor, spec: "HashSpec"):
     """The spec's value for t now, or a Pending one queued on the GPU; None
-    for a meta tensor (no data to hash: Inductor's pattern matcher traces its
-    patterns on meta tensors under the active mode at its first compile)."""
-    if t.is_meta:
+    for a tensor with no data of its own (_upstream.has_no_data: meta, fake,
+    a wrapper subclass; Inductor's pattern matcher and AOTInductor trace on
+    such tensors under the active mode)."""
+    if _upstream.has_no_data(t):
         return None
     r = start(t, spec.kinds)
     if isinstance(r, _C.PendingHash):
