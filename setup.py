@@ -78,6 +78,7 @@ C_SOURCES = [
     "csrc/kd_dispatch_method.c",
     "csrc/kd_op_observer.c",
     "csrc/kd_cpp_launch.c",
+    "csrc/kd_state_record.c",
     "csrc/kd_op_writes.c",
     "csrc/kd_module.c",
     "csrc/kd_hash_py.c",

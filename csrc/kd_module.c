@@ -15,6 +15,7 @@
 #include "kd_launch_hash.h"
 #include "kd_module.h"
 #include "kd_cpp_launch.h"
+#include "kd_state_record.h"
 #include "kd_recorder.h"
 #include "kd_shim.h"
 #include "kd_trace_py.h"
@@ -346,7 +347,7 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddObjectRef(m, "Recorder", (PyObject *)&kd_RecorderType) != 0 ||
         PyModule_AddObjectRef(m, "Launch", (PyObject *)&kd_LaunchType) != 0 ||
         kd_types_module_init(m) != 0 || kd_hash_py_module_init(m) != 0 || kd_tree_module_init(m) != 0 ||
-        kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 || kd_dispatch_module_init(m) != 0 || kd_op_observer_module_init(m) != 0 || kd_write_guard_module_init(m) != 0 || kd_phase_timers_module_init(m) != 0 || kd_cpp_launch_module_init(m) != 0 || kd_trace_module_init(m) != 0 || kd_launch_table_module_init(m) != 0 ||
+        kd_hook_module_init(m) != 0 || kd_fmt_module_init(m) != 0 || kd_dispatch_module_init(m) != 0 || kd_op_observer_module_init(m) != 0 || kd_write_guard_module_init(m) != 0 || kd_phase_timers_module_init(m) != 0 || kd_cpp_launch_module_init(m) != 0 || kd_state_record_module_init(m) != 0 || kd_trace_module_init(m) != 0 || kd_launch_table_module_init(m) != 0 ||
         PyModule_AddIntConstant(m, "KIND_TRITON", KD_KIND_TRITON) != 0 ||
         PyModule_AddIntConstant(m, "HASH_BITWISE", KD_HK_BITWISE) != 0 ||
         PyModule_AddIntConstant(m, "HASH_NORM", KD_HK_NORM) != 0 ||

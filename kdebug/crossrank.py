@@ -83,6 +83,12 @@ class RanksReport:
         return format_ranks(self)
 
 
+# Note [Replica state records] (csrc/kd_state_record.c): the flight recorder's records of what
+# must agree across data-parallel ranks; no computation, so never a rank-local root
+STATE_RECORDS = {"kdebug::flight_grads": "the gradients its optimizer step started from (after their reduction)",
+                 "kdebug::flight_state": "the parameters and optimizer state its optimizer step left"}
+
+
 def _differs(a: Step, b: Step) -> list:
     """Outputs hashed on both ranks whose hashes differ (an output one rank
     could not hash is unknown there, never a difference: META stats
@@ -102,6 +108,8 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
     A, B = _Side.of(run_ref), _Side.of(run_r)
     roots_at = []
     for x in rep.roots:
+        if x.kind == "root" and x.step_a.name in STATE_RECORDS:
+            continue  # reported below, as a replica
         if x.kind == "root":
             lines = _root_lines(x, ref_name, rank_name)
             out.findings.append(RankFinding("rank-local root", x.step_a, x.position,
@@ -136,6 +144,30 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
             text = getattr(A._call(int(pa[k])), "_text", None) or a.name
             out.findings.append(RankFinding("replica", a, k, f"{text} differs on rank {rank} "
                                             f"({_diff_text(d, ref_name, rank_name)}); {cause}"))
+    first_replica = None
+    for k in al["diff"].tolist():
+        a, b = A.step(int(pa[k])), B.step(int(pb[k]))
+        if a.name not in STATE_RECORDS:
+            continue
+        d = _differs(a, b)
+        if not d:
+            continue
+        before = [lab for pos, lab in sorted(roots_at) if pos < k]
+        if before:
+            cause = f"first root before it: {before[0]}"
+        elif first_replica is not None:
+            cause = f"after the replica difference at {first_replica}"
+        elif a.name == "kdebug::flight_grads":
+            cause = ("no rank-local root or collective recorded before it: the reduction of the gradients (a "
+                     "collective the flight recorder does not record) or a change to them after it gave rank "
+                     f"{rank} other gradients")
+        else:
+            cause = ("no recorded launch before it differs: the optimizer step's own work (eager ops are not "
+                     "recorded) computed another result from the same gradients, or the state was changed "
+                     "outside the step")
+        first_replica = first_replica or a.label()
+        out.findings.append(RankFinding("replica", a, k, f"{a.label()} ({STATE_RECORDS[a.name]}) differs on rank "
+                                        f"{rank} ({_diff_text(d, ref_name, rank_name)}); {cause}"))
     out.findings.sort(key=lambda f: f.position)
     return out
 

@@ -4,10 +4,10 @@ K steps with one small collective; the last N steps kept in full and dumped
 to per-rank traces when replicas diverge or the job dies.
 
     fr = kdebug.FlightRecorder(every=100, keep_steps=4, trace="flight.kdt")
+    fr.attach(optimizer, model)    # what replicas must agree on; a step per optimizer.step()
     with fr:
         for batch in data:
-            train_step(batch)
-            fr.step()              # or fr.attach(optimizer): a step per optimizer.step()
+            train_step(batch)      # (without attach: fr.step() after each step)
 
 Note [Flight recorder]
 What one step costs.  The recorder is a kdebug DebugMode(kernels_only=True)
@@ -53,6 +53,14 @@ data pointers are not part of it: replicas may autotune or allocate
 differently and still compute the same values.  A step that lost launches
 (ring overwritten, hook errors: ``kernel_stats``' counters) is incomplete:
 its digest is not compared, and it is counted and warned about.
+
+What is compared.  ``compare="replicas"`` (the default): per step, only the
+records ``attach(optimizer)`` makes around each optimizer step (the reduced
+gradients, the optimizer's launches, the parameters and optimizer state it
+leaves: Note [Replica state records] in csrc/kd_state_record.c), the values
+that must agree across data-parallel ranks, which compute the forward and
+backward on their own data.  ``compare="all"``: every launch of the step,
+for ranks that compute on identical inputs.
 
 Comparing.  Every ``every`` steps each rank puts its step digests not yet
 compared (at most ``2 * every``: a compare waits for any step older than
@@ -108,7 +116,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import _C, inductor
+from . import _C, _upstream, inductor
 from .ranks import rank_path
 
 _ROW = 4  # step, launches, lost, digest
@@ -117,6 +125,17 @@ _ROW = 4  # step, launches, lost, digest
 # (KD_CUDA_CAPACITY 8192), so that a long window does not fill it (a full ring
 # is read back with a device synchronization).  Below that the compare does.
 _READ_BACK_AT = 2048
+
+
+class _Handles:
+    """The two optimizer hooks of FlightRecorder.attach; remove() detaches both."""
+
+    def __init__(self, *handles) -> None:
+        self._handles = handles
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +234,10 @@ class FlightRecorder:
         protocol]); it is drained early when more than half full.
     group: the process group to compare on (default: the default group).
     signals: the signals whose arrival dumps (then the previous handler runs).
+    compare: "replicas" (default): compare what must agree across
+        data-parallel ranks, recorded around each optimizer step by
+        attach(optimizer); "all": every kernel's outputs (ranks that compute
+        on identical inputs only).
     batch_gpu_work: queue GPU hashes and launch them in batches, guarded
         against aten ops that would overwrite them (Note [C++ write guard] in
         csrc/kd_write_guard.c); False where GPU memory is written outside
@@ -229,12 +252,18 @@ class FlightRecorder:
 
     def __init__(self, every: int = 100, keep_steps: int = 4, *, trace: str = "flight.kdt",
                  keep_digests: int = 1 << 16, ring_capacity: int = 1 << 20, group: Any = None,
-                 signals: tuple = (signal.SIGTERM, signal.SIGINT), batch_gpu_work: bool = True) -> None:
+                 signals: tuple = (signal.SIGTERM, signal.SIGINT), batch_gpu_work: bool = True,
+                 compare: str = "replicas") -> None:
         for name, v, lo in (("every", every, 1), ("keep_steps", keep_steps, 1), ("keep_digests", keep_digests, 0)):
             if type(v) is not int or v < lo:
                 raise ValueError(f"FlightRecorder({name}={v!r}): give an int >= {lo}")
         if not isinstance(trace, (str, os.PathLike)):
             raise TypeError(f"FlightRecorder(trace={trace!r}): give a file path")
+        if compare not in ("replicas", "all"):
+            raise ValueError(f"FlightRecorder(compare={compare!r}): give 'replicas' (what must agree across "
+                             "data-parallel ranks: attach(optimizer)) or 'all' (every kernel: only for ranks "
+                             "that compute on identical inputs)")
+        self.compare = compare
         from .mode import DebugMode
 
         self.every = every
@@ -252,6 +281,9 @@ class FlightRecorder:
         self._open_from = 0          # the open step's first launch index
         self._explicit = False       # step() was called in this `with` block
         self._closed: collections.deque = collections.deque()  # (step, first, end) of closed steps in the table or ring
+        self._replica: dict[int, tuple[int, int]] = {}  # step -> its replica launches [first, end) (compare="replicas")
+        self._replica_from: int | None = None  # the open step's optimizer step began at this launch index
+        self._replica_names: dict[int, str] = {}  # id(parameter) -> its name (attach(optimizer, model))
         self._lix = array("Q")       # launch index of each stored launch (the table's order)
         self._lost_total = 0         # launches the recorder lost, as of the last drain
         self._pending: list[StepDigest] = []  # digested, not compared yet
@@ -261,7 +293,8 @@ class FlightRecorder:
         self.dumped: str | None = None  # path of the last dump
         self.stats = {"steps": 0, "compares": 0, "early_drains": 0, "uncompared_steps": 0,
                       "incomplete_steps": 0, "forgotten_launches": 0, "digests_dropped": 0,
-                      "compare_errors": 0, "waiting_compares": 0}
+                      "compare_errors": 0, "waiting_compares": 0, "replica_records": 0,
+                      "replica_tensors_skipped": 0}
         self._installed = False
         self._dumping = False
         self._prev_handlers: dict[int, Any] = {}
@@ -304,10 +337,70 @@ class FlightRecorder:
         if not self._explicit or self._seen() > self._open_from:
             self.step()  # leaving a per-step block ends its step (or the last, partial one)
 
-    def attach(self, optimizer) -> Any:
-        """Ends a step after every ``optimizer.step()`` (a post-step hook);
-        returns the hook's handle (``handle.remove()`` detaches it)."""
-        return optimizer.register_step_post_hook(lambda *_: self.step())
+    def attach(self, optimizer, model: Any = None) -> Any:
+        """Ends a step after every ``optimizer.step()`` and records what must
+        agree across data-parallel ranks (Note [Replica state records] in
+        csrc/kd_state_record.c): the gradients the step starts from (already
+        reduced across ranks) and the parameters and optimizer state it
+        leaves, with the optimizer's own launches between them; with
+        ``compare="replicas"`` that is what a compare compares.  ``model``
+        (optional) names the parameters (``model.named_parameters()``).
+        Returns a handle; ``handle.remove()`` detaches both hooks."""
+        if model is not None:
+            self._replica_names.update({id(p): n for n, p in model.named_parameters()})
+        pre = optimizer.register_step_pre_hook(lambda opt, *_: self._replica_begin(opt))
+        post = optimizer.register_step_post_hook(lambda opt, *_: self._replica_end(opt))
+        return _Handles(pre, post)
+
+    def _tensor_name(self, p, gi: int, pi: int) -> str:
+        return self._replica_names.get(id(p)) or f"group{gi}.param{pi}"
+
+    def _record_replicas(self, what: str, named: list) -> None:
+        """One record per device of the (name, tensor) pairs (at most 512 a
+        record); tensors with no data of their own (a sharded DTensor, a fake
+        tensor) are not replicas here: counted and warned about."""
+        by_dev: dict = {}
+        skipped = 0
+        for name, t in named:
+            if not isinstance(t, torch.Tensor) or _upstream.has_no_data(t):
+                skipped += 1
+                continue
+            by_dev.setdefault(t.device, []).append((name, t.detach()))
+        if skipped:
+            self.stats["replica_tensors_skipped"] += skipped
+            self._warn_once("skipped", f"kdebug FlightRecorder: {skipped} optimizer tensor(s) are wrapper "
+                            "subclasses (a sharded DTensor, FSDP) with no data of their own: not compared "
+                            "across ranks")
+        for dev, pairs in by_dev.items():
+            for k in range(0, len(pairs), 512):
+                chunk = pairs[k:k + 512]
+                if _C.record_state(what, [n for n, _ in chunk], [t for _, t in chunk]):
+                    self.stats["replica_records"] += 1
+
+    def _replica_begin(self, opt) -> None:
+        if not self._depth:
+            return
+        self._replica_from = self._rec.seen
+        self._record_replicas("kdebug::flight_grads", [
+            (self._tensor_name(p, gi, pi) + ".grad", p.grad) for gi, g in enumerate(opt.param_groups)
+            for pi, p in enumerate(g["params"]) if p.grad is not None])
+
+    def _replica_end(self, opt) -> None:
+        if not self._depth:
+            return
+        named = []
+        for gi, g in enumerate(opt.param_groups):
+            for pi, p in enumerate(g["params"]):
+                name = self._tensor_name(p, gi, pi)
+                named.append((name, p))
+                for key, v in sorted(opt.state.get(p, {}).items(), key=lambda kv: str(kv[0])):
+                    if isinstance(v, torch.Tensor):
+                        named.append((f"{name}.{key}", v))
+        self._record_replicas("kdebug::flight_state", named)
+        if self._replica_from is not None:
+            self._replica[self._step] = (self._replica_from, self._rec.seen)
+        self._replica_from = None
+        self.step()
 
     def _seen(self) -> int:
         return self._rec.seen
@@ -360,6 +453,8 @@ class FlightRecorder:
                 continue
             if held is not None and b > held:
                 break  # its launches are not all drained: a later drain digests it
+            if self.compare == "replicas":  # what must agree across ranks: the optimizer step's records
+                a, b = self._replica.get(step, (a, a))
             lo, hi = bisect_left(self._lix, a), bisect_left(self._lix, b)
             d = StepDigest(step=step, launches=b - a, lost=(b - a) - (hi - lo),
                            digest=_C.range_digest(rec, lo, hi))
@@ -379,6 +474,7 @@ class FlightRecorder:
                and self._closed[0][0] not in uncompared):
             step, _, _ = self._closed.popleft()
             self._digested.pop(step, None)
+            self._replica.pop(step, None)
         keep_from = self._closed[0][1] if self._closed else self._open_from
         k = bisect_left(self._lix, keep_from)
         if k:
@@ -417,6 +513,11 @@ class FlightRecorder:
         if dist is None or self.divergence is not None:  # one rank: the collective still runs (NCCL's path tested alone)
             self._pending = []
             return
+        if self.compare == "replicas" and world > 1 and not self._replica and not self.stats["replica_records"]:
+            self._warn_once("nothing", "kdebug FlightRecorder: nothing to compare across ranks: no optimizer "
+                            "step was recorded (compare='replicas' compares what must agree across data-parallel "
+                            "ranks: call fr.attach(optimizer)); compare='all' compares every kernel, only right "
+                            "when every rank computes on identical inputs")
         cap = 2 * self.every
         if len(self._pending) > cap:  # older rows left by failed compares
             self.stats["uncompared_steps"] += len(self._pending) - cap
@@ -540,8 +641,12 @@ class FlightRecorder:
                 a, b = 0, rank if rank != 0 else 1
             else:
                 a, b = (d.reference[0], rank) if rank in d.ranks else (rank, d.ranks[0])
-            lines.append(f"kdebug diff {rank_path(self.trace, a)} {rank_path(self.trace, b)}: "
-                         "the first kernel where these ranks differ")
+            if self.compare == "replicas":
+                lines.append(f"kdebug diff --ranks {self.trace}: the first gradient, parameter or optimizer "
+                             "launch where the replicas differ")
+            else:
+                lines.append(f"kdebug diff {rank_path(self.trace, a)} {rank_path(self.trace, b)}: "
+                             "the first kernel where these ranks differ")
         lines.append(f"steps not compared (launches lost): {self.stats['uncompared_steps']}; "
                      f"launch records lost: {rstats['dropped'] + rstats['unrecorded']}")
         return "\n".join(lines) + "\n"

@@ -21,15 +21,20 @@ import kdebug
 import kdebug.testing
 
 
-def make_step(seed: int = 0, device: str = "cpu", perturb_at: int | None = None):
+def make_step(seed: int = 0, device: str = "cpu", perturb_at: int | None = None, data_seed: int | None = None,
+              grad_fault: tuple | None = None):
     """A compiled MLP training step (forward, backward, SGD), C++ kernels (or
     Triton on "cuda"); gradients averaged across ranks when a process group
-    is up; ``perturb_at``: that step's input gets 1e-3 added."""
+    is up; ``perturb_at``: that step's input gets 1e-3 added; ``data_seed``:
+    the batches' seed (default seed + 1; a rank's own, as a
+    DistributedSampler gives); ``grad_fault`` (step, rank): that rank's first
+    gradient gets 1e-3 added after the reduction (a collective that handed
+    one rank another result).  The step has .opt and .model."""
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     cm = torch.compile(model)
-    g = torch.Generator().manual_seed(seed + 1)
+    g = torch.Generator().manual_seed(seed + 1 if data_seed is None else data_seed)
     xs = [torch.randn(8, 16, generator=g).to(device) for _ in range(4)]
 
     def step(i: int) -> None:
@@ -40,9 +45,12 @@ def make_step(seed: int = 0, device: str = "cpu", perturb_at: int | None = None)
             for p in model.parameters():
                 torch.distributed.all_reduce(p.grad)
                 p.grad /= torch.distributed.get_world_size()
+            if grad_fault is not None and (i, torch.distributed.get_rank()) == grad_fault:
+                next(model.parameters()).grad.view(-1)[0] += 1e-3
         opt.step()
         opt.zero_grad()
 
+    step.opt, step.model = opt, model
     return step
 
 
@@ -102,7 +110,9 @@ def ranks_mode(out: str, fault_step: int, steps: int, every: int, device: str = 
         if device == "cuda":
             step(1)
             torch.cuda.synchronize()
-        fr = kdebug.FlightRecorder(every=every, keep_steps=1, trace=os.path.join(out, f"{phase}.kdt"))
+        # every rank on the same batches: compare="all" compares every kernel
+        fr = kdebug.FlightRecorder(every=every, keep_steps=1, trace=os.path.join(out, f"{phase}.kdt"),
+                                   compare="all")
         syncs = fr._rec.stats()["gpu_syncs"]
         with fr:
             for i in range(steps):
@@ -133,6 +143,36 @@ def ranks_mode(out: str, fault_step: int, steps: int, every: int, device: str = 
     os._exit(0)
 
 
+def replicas_mode(out: str, fault_step: int, steps: int, every: int) -> None:
+    """Data-parallel ranks, each on its own batches, gradients averaged, the
+    recorder attached to the optimizer (compare="replicas", the default):
+    phase "local" must match; phase "grad" hands rank 1 another gradient
+    after the reduction at fault_step."""
+    torch.distributed.init_process_group("gloo")
+    rank = torch.distributed.get_rank()
+    result = {}
+    for phase in ("local", "grad"):
+        step = make_step(data_seed=100 + rank, grad_fault=(fault_step, 1) if phase == "grad" else None)
+        step(0)  # compiled before recording
+        fr = kdebug.FlightRecorder(every=every, keep_steps=1, trace=os.path.join(out, f"{phase}.kdt"))
+        fr.attach(step.opt, model=step.model)
+        with fr:
+            for i in range(steps):
+                step(i)  # its optimizer step ends the recorder's step
+        fr.close()
+        d = fr.divergence
+        result[phase] = {"dumped": fr.dumped, "stats": fr.stats,
+                         "divergence": None if d is None else {"step": d.step, "detected_at": d.detected_at,
+                                                               "ranks": list(d.ranks)},
+                         "digests": [[x.step, x.launches, x.lost, x.digest] for x in fr.digests]}
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(result, f)
+    torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # Note [Gloo exit race], as in ranks_mode
+
+
 if __name__ == "__main__":
     out, mode = sys.argv[1], sys.argv[2]
     if mode == "signal":
@@ -141,3 +181,5 @@ if __name__ == "__main__":
         exception_mode(out)
     elif mode == "ranks":
         ranks_mode(out, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), *sys.argv[6:7])
+    elif mode == "replicas":
+        replicas_mode(out, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

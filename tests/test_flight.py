@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import os
 import signal
 import subprocess
@@ -42,7 +43,7 @@ def test_step_digests_name_the_perturbed_step(tmp_path):
     for perturb in (False, True):
         step = make_step()
         step(0)
-        fr = kdebug.FlightRecorder(every=6, keep_steps=2, trace=str(tmp_path / f"{perturb}.kdt"))
+        fr = kdebug.FlightRecorder(every=6, keep_steps=2, trace=str(tmp_path / f"{perturb}.kdt"), compare="all")
         with fr:
             for i in range(6):
                 if perturb and i == 3:
@@ -246,13 +247,44 @@ def test_two_ranks_gloo(tmp_path):
     assert "FIRST DIVERGENCE: kernel #12 cpp_fused_relu_0" in diff.stdout, diff.stdout + diff.stderr
 
 
+def test_data_parallel_ranks_on_their_own_data_compare_what_must_agree(tmp_path):
+    """Two gloo ranks, each on its own batches (as a DistributedSampler
+    gives), gradients averaged, the recorder attached to the optimizer
+    (compare="replicas", the default): every kernel of the forward and
+    backward differs between the ranks, yet the replicas match, since what
+    is compared is the reduced gradients, the optimizer's launches and the
+    parameters it leaves.  Then rank 1 gets another gradient after the
+    reduction at step 4: the compare after step 5 names step 4 and rank 1,
+    and kdebug diff --ranks of the dumps names the gradient that differs
+    (a replica record: Note [Replica state records])."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           WORKER, str(tmp_path), "replicas", "4", "8", "3"]
+    r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
+    for k in range(2):
+        local, grad = res[k]["local"], res[k]["grad"]
+        assert local["divergence"] is None and local["dumped"] is None, res
+        assert local["stats"]["compares"] == 2 and local["stats"]["replica_records"] == 2 * 8, local["stats"]
+        # each step compared: the grads record, the SGD step (eager: no launches), the state record
+        assert [d[:3] for d in local["digests"]] == [[s, 2, 0] for s in range(6)], local["digests"]  # 6-7: no compare yet
+        assert grad["divergence"] == {"step": 4, "detected_at": 5, "ranks": [1]}, grad
+    assert res[0]["local"]["digests"] == res[1]["local"]["digests"]
+    diff = subprocess.run([sys.executable, "-m", "kdebug", "diff", "--ranks", str(tmp_path / "grad.kdt")],
+                          env=_env(), capture_output=True, text=True, timeout=120)
+    text = diff.stdout + diff.stderr
+    assert diff.returncode == 1, text
+    first = re.search(r"REPLICAS DIVERGE: first at replica kernel #\d+ kdebug::flight_grads .*", text)
+    assert first and "0.weight.grad (index 0) differs" in first.group(0) and "reduction" in first.group(0), text
+
+
 @pytest.mark.gpu
 def test_gpu_flight_recorder_adds_no_synchronization(block_step, tmp_path):
     """Steps of a compiled transformer block recorded by the flight recorder
     run under torch.cuda.set_sync_debug_mode("error"), kdebug's own sync
     counter unchanged; the dump holds every Triton launch with its hashes."""
     step, x = block_step
-    fr = kdebug.FlightRecorder(every=1000, keep_steps=3, trace=str(tmp_path / "g.kdt"))
+    fr = kdebug.FlightRecorder(every=1000, keep_steps=3, trace=str(tmp_path / "g.kdt"), compare="all")
     with fr:
         step(x)
         fr.step()
@@ -328,7 +360,7 @@ def test_gpu_flight_compare_reads_hashes_back_without_waiting(block_step, tmp_pa
     ref = _blocking_hashes(step, x)
     assert ref and all(h for _, h in ref)
     with _one_rank_group("gloo"):
-        fr = kdebug.FlightRecorder(every=2, keep_steps=2, trace=str(tmp_path / "w.kdt"))
+        fr = kdebug.FlightRecorder(every=2, keep_steps=2, trace=str(tmp_path / "w.kdt"), compare="all")
         with fr:
             syncs = _eight_steps(fr, step, x, torch.cuda.synchronize)
             assert fr._rec.stats()["gpu_syncs"] == syncs
@@ -355,7 +387,7 @@ def test_gpu_flight_read_back_is_ordered_after_a_busy_device(block_step, tmp_pat
     step, x = block_step
     ref = _blocking_hashes(step, x)
     with _one_rank_group("gloo"):
-        fr = kdebug.FlightRecorder(every=2, keep_steps=8, trace=str(tmp_path / "busy.kdt"))
+        fr = kdebug.FlightRecorder(every=2, keep_steps=8, trace=str(tmp_path / "busy.kdt"), compare="all")
         with fr:
             # tens of ms of device time before each step's hashes
             syncs = _eight_steps(fr, step, x, lambda: torch.cuda._sleep(20_000_000))
@@ -443,7 +475,7 @@ def test_gpu_flight_compare_on_a_one_rank_nccl_group(block_step, tmp_path):
     matches itself); the dump path is rank_path(trace, 0)."""
     with _one_rank_group("nccl"):
         step, x = block_step
-        fr = kdebug.FlightRecorder(every=2, keep_steps=2, trace=str(tmp_path / "n.kdt"))
+        fr = kdebug.FlightRecorder(every=2, keep_steps=2, trace=str(tmp_path / "n.kdt"), compare="all")
         with fr:
             for _ in range(4):
                 step(x)
@@ -545,7 +577,7 @@ def test_compare_protocol_when_gpu_hashes_are_still_in_flight(monkeypatch, tmp_p
     digest_of = lambda rec, lo, hi: hash(tuple(rec.table[lo:hi])) & ((1 << 64) - 1)  # noqa: E731
     monkeypatch.setattr(flight._C, "range_digest", digest_of)
     monkeypatch.setattr(flight._C, "collect_ready", lambda at_least=0: 0)
-    fr = kdebug.FlightRecorder(every=2, keep_steps=1, trace=str(tmp_path / "p.kdt"))
+    fr = kdebug.FlightRecorder(every=2, keep_steps=1, trace=str(tmp_path / "p.kdt"), compare="all")
     rec = fr._rec = _HeldRecorder()
     # the other rank: one step behind in digesting (its last row missing) and, at step 3, another digest
     def other(vec):
@@ -605,7 +637,7 @@ def test_a_compare_bounds_the_lag_of_undigested_steps_to_one_window(monkeypatch,
 
     monkeypatch.setattr(flight._C, "range_digest", lambda rec, lo, hi: hash(tuple(rec.table[lo:hi])) & ((1 << 64) - 1))
     monkeypatch.setattr(flight._C, "collect_ready", lambda at_least=0: 0)
-    fr = kdebug.FlightRecorder(every=1, keep_steps=4, trace=str(tmp_path / "lag.kdt"))
+    fr = kdebug.FlightRecorder(every=1, keep_steps=4, trace=str(tmp_path / "lag.kdt"), compare="all")
     rec = fr._rec = _HeldRecorder()
     def behind(vec):  # the other rank: as far behind as the protocol lets it be (none of this window's steps)
         rows = [r for r in vec[1:1 + int(vec[0, 1])] if int(r[0]) < fr._step - fr.every]

@@ -119,7 +119,7 @@ def test_flight_recorder_defers(block_step, tmp_path):
     digests, launched = [], []
     for batch in (True, False):
         fr = kdebug.FlightRecorder(every=3, keep_steps=2, trace=str(tmp_path / f"{batch}.kdt"),
-                                   batch_gpu_work=batch)
+                                   batch_gpu_work=batch, compare="all")
         s0 = _C.defer_stats()
         with fr:
             for _ in range(3):

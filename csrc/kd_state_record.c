@@ -1,0 +1,95 @@
+/* kd_state_record.c - records of replica state (Note [Replica state records]).
+ *
+ * Note [Replica state records]
+ * The flight recorder compares, across the ranks of a data-parallel job,
+ * what must be the same on every rank: the gradients the optimizer step
+ * starts from (reduced across ranks) and the parameters and optimizer state
+ * it leaves (kdebug/flight.py, Note [Flight recorder]).  Each such set of
+ * tensors becomes one record in the recorder's ring, as if a kernel named
+ * `name` had written them all: kd_launch_begin / kd_launch_end with every
+ * argument in the W role and nothing launched between, so the tensors are
+ * hashed by the launch path itself (on the GPU: kdebug's hash kernel on the
+ * device's current stream, batched, read back without a synchronization),
+ * and the record takes part in step digests, dumps and compares like any
+ * launch.  The caller groups tensors by device (a record has one device) and
+ * passes at most KD_CPP_MAX_ARGS of them per record.
+ */
+#include <string.h>
+
+#include "kd_cpp_launch.h"
+#include "kd_hook.h"
+#include "kd_kernel_info.h"
+#include "kd_launch.h"
+#include "kd_module.h"
+#include "kd_recorder.h"
+#include "kd_state_record.h"
+
+/* record_state(name, arg_names, tensors) -> bool */
+static PyObject *record_state(PyObject *m, PyObject *args)
+{
+    (void)m;
+    const char *name;
+    PyObject *names, *tensors;
+    if (!PyArg_ParseTuple(args, "sO!O!:record_state", &name, &PyList_Type, &names, &PyList_Type, &tensors))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(tensors);
+    if (n < 1 || n > KD_CPP_MAX_ARGS || PyList_GET_SIZE(names) != n) {
+        PyErr_Format(PyExc_ValueError, "record_state takes 1 to %d tensors, each with a name", KD_CPP_MAX_ARGS);
+        return NULL;
+    }
+    kd_recorder *r = kd_active_recorder();
+    if (r == NULL)
+        Py_RETURN_FALSE;
+    static uint32_t name_ids[KD_CPP_MAX_ARGS]; /* the GIL guards them */
+    static uint8_t roles[KD_CPP_MAX_ARGS];
+    PyObject *objs[KD_CPP_MAX_ARGS];
+    kd_kernel_info info;
+    memset(&info, 0, sizeof info);
+    info.kind = KD_KIND_ATEN;
+    info.name_id = kd_strtab_intern(kd_strings, name, strlen(name));
+    info.device_type = KD_DEV_CPU;
+    info.device_index = -1;
+    uint64_t stream = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *nm = PyList_GET_ITEM(names, i);
+        Py_ssize_t len;
+        const char *s = PyUnicode_Check(nm) ? PyUnicode_AsUTF8AndSize(nm, &len) : NULL;
+        if (s == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "record_state: each name must be a str");
+            return NULL;
+        }
+        name_ids[i] = kd_strtab_intern(kd_strings, s, (size_t)len);
+        if (name_ids[i] == 0 || info.name_id == 0) {
+            kd_recorder_error(r, "a replica state record was not recorded: kdebug's string table is full");
+            r->unrecorded++;
+            Py_RETURN_FALSE;
+        }
+        roles[i] = KD_ROLE_WRITE;
+        objs[i] = PyList_GET_ITEM(tensors, i);
+        if (i == 0 && !kd_launch_device_of(objs[0], &info, &stream)) {
+            PyErr_SetString(PyExc_TypeError, "record_state takes tensors");
+            return NULL;
+        }
+    }
+    info.nnames = (uint32_t)n;
+    info.name_ids = name_ids;
+    info.roles = roles;
+    kd_pending p;
+    memset(&kd_tls_capture, 0, sizeof kd_tls_capture); /* no grid: nothing was launched */
+    kd_launch_begin(r, &info, objs, n, stream, &p);
+    kd_launch_end(r, &p, objs, n, 0);
+    Py_RETURN_TRUE;
+}
+
+static PyMethodDef state_record_methods[] = {
+    {"record_state", record_state, METH_VARARGS,
+     "record_state(name, arg_names, tensors) -> bool: one record, as if kernel `name` wrote `tensors` (all on "
+     "one device), into this thread's active recorder (False: none); Note [Replica state records]."},
+    {NULL, NULL, 0, NULL},
+};
+
+int kd_state_record_module_init(PyObject *m)
+{
+    return PyModule_AddFunctions(m, state_record_methods);
+}
