@@ -143,7 +143,7 @@ def ranks_mode(out: str, fault_step: int, steps: int, every: int, device: str = 
     os._exit(0)
 
 
-def replicas_mode(out: str, fault_step: int, steps: int, every: int) -> None:
+def replicas_mode(out: str, fault_step: int, steps: int, every: int, device: str = "cpu") -> None:
     """Data-parallel ranks, each on its own batches, gradients averaged, the
     recorder attached to the optimizer (compare="replicas", the default):
     phase "local" must match; phase "grad" hands rank 1 another gradient
@@ -152,8 +152,10 @@ def replicas_mode(out: str, fault_step: int, steps: int, every: int) -> None:
     rank = torch.distributed.get_rank()
     result = {}
     for phase in ("local", "grad"):
-        step = make_step(data_seed=100 + rank, grad_fault=(fault_step, 1) if phase == "grad" else None)
+        step = make_step(device=device, data_seed=100 + rank, grad_fault=(fault_step, 1) if phase == "grad" else None)
         step(0)  # compiled before recording
+        if device == "cuda":
+            torch.cuda.synchronize()
         fr = kdebug.FlightRecorder(every=every, keep_steps=1, trace=os.path.join(out, f"{phase}.kdt"))
         fr.attach(step.opt, model=step.model)
         with fr:
@@ -182,4 +184,4 @@ if __name__ == "__main__":
     elif mode == "ranks":
         ranks_mode(out, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), *sys.argv[6:7])
     elif mode == "replicas":
-        replicas_mode(out, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        replicas_mode(out, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), *sys.argv[6:7])
