@@ -98,6 +98,20 @@ def _differs(a: Step, b: Step) -> list:
             if a.post.get(k) is not None and b.post.get(k) is not None and a.post.get(k) != b.post.get(k)]
 
 
+def _optimizer_windows(side, pa):
+    """position -> whether it lies inside an optimizer step of a flight dump:
+    after a kdebug::flight_grads record and before the flight_state after it."""
+    inside, state = [], False
+    for k in range(len(pa)):
+        name = side.step(int(pa[k])).name if int(pa[k]) >= 0 else ""
+        if name == "kdebug::flight_grads":
+            state = True
+        elif name == "kdebug::flight_state":
+            state = False
+        inside.append(state)
+    return lambda k: 0 <= k < len(inside) and inside[k]
+
+
 def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
     """Rank ``rank``'s run against the reference rank's (Note [Cross-rank comparison])."""
     ref_name, rank_name = f"rank {reference}", f"rank {rank}"  # the sides in the text (compare.side_name)
@@ -107,9 +121,18 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
     pa, pb = al["pa"], al["pb"]
     A, B = _Side.of(run_ref), _Side.of(run_r)
     roots_at = []
+    # a flight recorder's dump of compare="replicas" (Note [Flight recorder]): kernels_only, no input
+    # hashes, each rank on its own data: a kernel outside an optimizer step cannot be shown to have
+    # had identical inputs, so only the optimizer's own launches (between a flight_grads record and
+    # the flight_state after it) can be rank-local roots
+    flight = (getattr(A, "meta", None) or {}).get("flight") or {}
+    windows = _optimizer_windows(A, pa) if flight.get("compare") == "replicas" else None
     for x in rep.roots:
         if x.kind == "root" and x.step_a.name in STATE_RECORDS:
             continue  # reported below, as a replica
+        if x.kind == "root" and windows is not None and not windows(x.position):
+            out.outside += 1
+            continue
         if x.kind == "root":
             lines = _root_lines(x, ref_name, rank_name)
             out.findings.append(RankFinding("rank-local root", x.step_a, x.position,

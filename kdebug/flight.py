@@ -599,7 +599,7 @@ class FlightRecorder:
             kept.append({"step": step, "launches": b - a, "recorded": hi - lo,
                          "digest": f"{d.digest:016x}" if d is not None else None})
         w.seal()
-        flight = {"rank": rank, "world_size": world, "reason": reason, "every": self.every,
+        flight = {"rank": rank, "world_size": world, "reason": reason, "every": self.every, "compare": self.compare,
                   "keep_steps": self.keep_steps, "steps": kept, "last_step": self._step,
                   "divergence": None if self.divergence is None else {
                       "step": self.divergence.step, "detected_at": self.divergence.detected_at,
@@ -729,6 +729,10 @@ def check_meta(v, key: str, bad: Callable[[str], Exception]) -> dict:
     if not isinstance(reason, str):
         raise bad(f"META key {key + '.reason'!r} must be a string")
     out["reason"] = reason
+    mode = v.get("compare", "all")  # dumps written before compare= existed compared every launch
+    if mode not in ("replicas", "all"):
+        raise bad(f"META key {key + '.compare'!r} must be 'replicas' or 'all', not {mode!r:.40}")
+    out["compare"] = mode
     steps = v.get("steps", [])
     if not isinstance(steps, list) or len(steps) > 1 << 20:
         raise bad(f"META key {key + '.steps'!r} must be a list of at most 2**20 steps")
