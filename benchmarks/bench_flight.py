@@ -30,7 +30,7 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def loop_ms(step, x, device, n, fr=None):
+def loop_ms(step, x, device, n, fr=None, attached=False):
     """(wall, process CPU) ms per step over a loop of n steps (one sync
     before and after).  The CPU time is what this process spent, on every
     thread: on a shared machine it moves less than the wall time."""
@@ -43,7 +43,8 @@ def loop_ms(step, x, device, n, fr=None):
         with fr:
             for _ in range(n):
                 step(x)
-                fr.step()
+                if not attached:
+                    fr.step()  # attached: the optimizer's step ends the recorder's step
     _sync(device)
     return (time.perf_counter() - t0) * 1e3 / n, (time.process_time() - c0) * 1e3 / n
 
@@ -66,6 +67,9 @@ def main(argv=None):
     p.add_argument("--keep-steps", type=int, default=4)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     p.add_argument("--compare-steps", type=int, default=200, help="steps of the loop timing fr.step() alone")
+    p.add_argument("--optimizer", choices=["none", "adamw"], default="none",
+                   help="adamw: the step ends with an eager AdamW step, and the recorder is attached to it "
+                        "(fr.attach: the replica records of compare='replicas', the recommended use)")
     p.add_argument("--json", help="write results here")
     args = p.parse_args(argv)
     dev = args.device
@@ -79,24 +83,38 @@ def main(argv=None):
     model = Transformer(blocks, d, heads).to(dev)
     x = torch.randn(*shape, d, device=dev)
     step = train_step_fn(model)
+    opt = None
+    if args.optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        fwd_bwd = step
+
+        def step(x):
+            loss = fwd_bwd(x)
+            opt.step()
+            return loss
     for _ in range(5):
         step(x)
     fr = kdebug.FlightRecorder(every=args.every, keep_steps=args.keep_steps, trace="/tmp/kdebug_bench_flight.kdt")
-    loop_ms(step, x, dev, 2, fr)  # installs the hooks, warms the recorder
+    handle = fr.attach(opt, model) if opt is not None else None
+    attached = handle is not None
+    loop_ms(step, x, dev, 2, fr, attached)  # installs the hooks, warms the recorder
+    seen0 = fr._rec.seen
     untraced, flight = [], []
     syncs = steps_rec = 0
     for i in range(args.rounds):
         if i % 2:  # the other order every other round: neither side always runs first
             untraced.append(loop_ms(step, x, dev, args.steps))
         s0 = fr._rec.stats()["gpu_syncs"]
-        flight.append(loop_ms(step, x, dev, args.steps, fr))
+        flight.append(loop_ms(step, x, dev, args.steps, fr, attached))
         syncs += fr._rec.stats()["gpu_syncs"] - s0
         steps_rec += args.steps
         if not i % 2:
             untraced.append(loop_ms(step, x, dev, args.steps))
     fr.close()
-    launches = fr.digests[-1].launches
+    launches = (fr._rec.seen - seen0) // steps_rec  # records per step (with attach: + 2 replica records)
     # the compare itself: fr.step() timed alone in a loop of its own (host time of the call)
+    if handle is not None:
+        handle.remove()  # the loop below times fr.step() called by hand
     cfr = kdebug.FlightRecorder(every=args.every, keep_steps=args.keep_steps, trace="/tmp/kdebug_bench_flight_c.kdt")
     plain_calls, compare_calls = [], []
     c0 = cfr._rec.stats()["gpu_syncs"]
@@ -115,7 +133,9 @@ def main(argv=None):
     best = min(t[0] for t in flight) / min(t[0] for t in untraced)
     print(f"\n{dev} {args.workload}: {blocks} blocks d={d} batch {shape}, fwd+bwd, {launches} Inductor "
           f"launches/step, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s); "
-          f"FlightRecorder(every={args.every}, keep_steps={args.keep_steps}); {args.rounds} rounds x {args.steps} steps")
+          f"FlightRecorder(every={args.every}, keep_steps={args.keep_steps})"
+          f"{'' if opt is None else ', attached to an eager AdamW step (in both loops)'}; "
+          f"{args.rounds} rounds x {args.steps} steps")
     print("| mode | wall ms / step | x untraced | process CPU ms / step | x untraced |")
     print("|---|---|---|---|---|")
     print(f"| untraced (hooks installed) | {base:.3f} | 1.000 | {cbase:.3f} | 1.000 |")
@@ -130,7 +150,7 @@ def main(argv=None):
               f"waiting compares {cfr.stats['waiting_compares']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": dev, "workload": args.workload, "launches_per_step": launches,
+            json.dump({"device": dev, "workload": args.workload, "optimizer": args.optimizer, "launches_per_step": launches,
                        "every": args.every, "keep_steps": args.keep_steps, "threads": torch.get_num_threads(),
                        "untraced_wall_cpu_ms": untraced, "flight_wall_cpu_ms": flight, "ratio": rec / base, "paired_ratio": paired, "min_ratio": best,
                        "cpu_time_ratio": crec / cbase, "syncs": syncs, "steps": steps_rec,
