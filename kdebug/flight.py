@@ -356,8 +356,9 @@ class FlightRecorder:
         return self._replica_names.get(id(p)) or f"group{gi}.param{pi}"
 
     def _record_replicas(self, what: str, named: list) -> None:
-        """One record per device of the (name, tensor) pairs (at most 512 a
-        record); tensors with no data of their own (a sharded DTensor, a fake
+        """One record per device of the (name, tensor) pairs (at most
+        _C.STATE_RECORD_MAX a record: that many CUDA tensors of a record are
+        hashed on the GPU, Note [Replica state records]); tensors with no data of their own (a sharded DTensor, a fake
         tensor) are not replicas here: counted and warned about."""
         by_dev: dict = {}
         skipped = 0
@@ -372,8 +373,8 @@ class FlightRecorder:
                             "subclasses (a sharded DTensor, FSDP) with no data of their own: not compared "
                             "across ranks")
         for dev, pairs in by_dev.items():
-            for k in range(0, len(pairs), 512):
-                chunk = pairs[k:k + 512]
+            for k in range(0, len(pairs), _C.STATE_RECORD_MAX):
+                chunk = pairs[k:k + _C.STATE_RECORD_MAX]
                 if _C.record_state(what, [n for n, _ in chunk], [t for _, t in chunk]):
                     self.stats["replica_records"] += 1
 

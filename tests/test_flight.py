@@ -248,6 +248,41 @@ def test_two_ranks_gloo(tmp_path):
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_replica_records_hash_every_gradient_parameter_and_optimizer_state(device, tmp_path):
+    """attach(optimizer, model): 100 Linear layers under AdamW, 200 gradients
+    and 800 parameters and state tensors (exp_avg, exp_avg_sq, step: CPU
+    scalars next to CUDA tensors on the GPU), in records of at most
+    _C.STATE_RECORD_MAX (that many are hashed on the GPU), named by the
+    model, each hash equal to the host's bitwise hash of the tensor."""
+    from kdebug import hashing
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(100)]).to(device)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 8, device=device)).sum().backward()
+    opt.step()
+    fr = kdebug.FlightRecorder(every=1000, keep_steps=2, trace=str(tmp_path / "m.kdt"))
+    handle = fr.attach(opt, model)
+    with fr:
+        model(torch.randn(2, 8, device=device)).sum().backward()
+        want_grads = {f"{n}.grad": hashing.bitwise(p.grad, on_host=True) for n, p in model.named_parameters()}
+        opt.step()
+    handle.remove()
+    assert fr._step == 1  # the optimizer's step ended the recorder's step
+    run = kdebug.load(fr.dump())
+    recs = [k for k in run.kernels if k.kernel_name.startswith("kdebug::flight")]
+    assert all(len(k.post_hashes) <= kdebug._C.STATE_RECORD_MAX for k in recs)
+    got = {n: h for k in recs if k.kernel_name == "kdebug::flight_grads" for n, h in k.post_hashes.items()}
+    assert got == want_grads
+    want = {}
+    for n, p in model.named_parameters():
+        want[n] = hashing.bitwise(p, on_host=True)
+        for key, v in opt.state[p].items():
+            want[f"{n}.{key}"] = hashing.bitwise(v, on_host=True)
+    got = {n: h for k in recs if k.kernel_name == "kdebug::flight_state" for n, h in k.post_hashes.items()}
+    assert len(want) == 800 and got == want
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_data_parallel_ranks_on_their_own_data_compare_what_must_agree(device, tmp_path):
     """Two gloo ranks, each on its own batches (as a DistributedSampler
     gives), gradients averaged, the recorder attached to the optimizer
