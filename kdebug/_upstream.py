@@ -163,6 +163,9 @@ def get_op_name(op) -> str:
     return str(op)
 
 
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
 def has_no_data(t) -> bool:
     """Whether tensor ``t`` has no memory of its own for kdebug to read: a
     meta tensor, a FakeTensor or a functional / functorch wrapper around one
@@ -172,6 +175,9 @@ def has_no_data(t) -> bool:
     FunctionalTensor, DTensor; its data lives in its inner tensors).  Reading
     such a tensor's data pointer crashed the process (a FakeTensor's is no
     memory at all)."""
+    if (type(t) in _PLAIN_TENSORS and not t.is_meta and not torch._is_functional_tensor(t)
+            and not torch._C._functorch.is_functorch_wrapped_tensor(t)):
+        return False  # the common case, cheaply: no Python subclass (fake or wrapper), no C++ wrapper
     if t.is_meta:
         return True
     from torch._subclasses.fake_tensor import is_fake

@@ -284,6 +284,7 @@ class FlightRecorder:
         self._replica: dict[int, tuple[int, int]] = {}  # step -> its replica launches [first, end) (compare="replicas")
         self._replica_from: int | None = None  # the open step's optimizer step began at this launch index
         self._replica_names: dict[int, str] = {}  # id(parameter) -> its name (attach(optimizer, model))
+        self._state_cache: dict[int, tuple] = {}  # id(optimizer) -> _state_of's list and where each came from
         self._lix = array("Q")       # launch index of each stored launch (the table's order)
         self._lost_total = 0         # launches the recorder lost, as of the last drain
         self._pending: list[StepDigest] = []  # digested, not compared yet
@@ -366,7 +367,7 @@ class FlightRecorder:
             if not isinstance(t, torch.Tensor) or _upstream.has_no_data(t):
                 skipped += 1
                 continue
-            by_dev.setdefault(t.device, []).append((name, t.detach()))
+            by_dev.setdefault(t.device, []).append((name, t))
         if skipped:
             self.stats["replica_tensors_skipped"] += skipped
             self._warn_once("skipped", f"kdebug FlightRecorder: {skipped} optimizer tensor(s) are wrapper "
@@ -386,18 +387,43 @@ class FlightRecorder:
             (self._tensor_name(p, gi, pi) + ".grad", p.grad) for gi, g in enumerate(opt.param_groups)
             for pi, p in enumerate(g["params"]) if p.grad is not None])
 
-    def _replica_end(self, opt) -> None:
-        if not self._depth:
-            return
-        named = []
+    def _state_of(self, opt) -> list:
+        """(name, tensor) of every parameter and optimizer state tensor of
+        ``opt``, in a fixed order; built once and reused while every
+        parameter, state dict and state tensor is still the same object with
+        the same keys (AdamW and SGD update their state in place; a first
+        step, load_state_dict or a new param group rebuild it), which keeps a
+        step's host work to one identity check per tensor."""
+        cached = self._state_cache.get(id(opt))
+        if cached is not None:
+            sizes, named, params, states = cached
+            state = opt.state
+            if (len(sizes) == len(opt.param_groups)
+                    and all(len(g["params"]) == n for g, n in zip(opt.param_groups, sizes))
+                    and all(g["params"][i] is p and state.get(p) is st and len(st or ()) == n
+                            for g, i, p, st, n in params)
+                    and all(st.get(k) is t for st, k, t in states)):
+                return named
+        named, params, states = [], [], []
         for gi, g in enumerate(opt.param_groups):
             for pi, p in enumerate(g["params"]):
                 name = self._tensor_name(p, gi, pi)
                 named.append((name, p))
-                for key, v in sorted(opt.state.get(p, {}).items(), key=lambda kv: str(kv[0])):
+                st = opt.state.get(p)
+                params.append((g, pi, p, st, len(st or ())))
+                for key, v in sorted((st or {}).items(), key=lambda kv: str(kv[0])):
                     if isinstance(v, torch.Tensor):
                         named.append((f"{name}.{key}", v))
-        self._record_replicas("kdebug::flight_state", named)
+                        states.append((st, key, v))
+        if len(self._state_cache) >= 8:  # optimizers replaced over a job: their tensors are not kept alive
+            self._state_cache.clear()
+        self._state_cache[id(opt)] = ([len(g["params"]) for g in opt.param_groups], named, params, states)
+        return named
+
+    def _replica_end(self, opt) -> None:
+        if not self._depth:
+            return
+        self._record_replicas("kdebug::flight_state", self._state_of(opt))
         if self._replica_from is not None:
             self._replica[self._step] = (self._replica_from, self._rec.seen)
         self._replica_from = None

@@ -247,6 +247,38 @@ def test_two_ranks_gloo(tmp_path):
     assert "FIRST DIVERGENCE: kernel #12 cpp_fused_relu_0" in diff.stdout, diff.stdout + diff.stderr
 
 
+def test_replica_state_list_follows_the_optimizer(tmp_path):
+    """The parameter and state list a replica record hashes is reused between
+    steps only while it is still right: state created lazily (a parameter
+    that got its first gradient later), state replaced by load_state_dict,
+    and a new param group all show up in the next record."""
+    a, b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    opt = torch.optim.AdamW(a.parameters())
+    fr = kdebug.FlightRecorder(every=1000, keep_steps=2, trace=str(tmp_path / "s.kdt"))
+
+    def names():
+        return [n for n, _ in fr._state_of(opt)]
+
+    def same_objects():
+        want = [p for g in opt.param_groups for p in g["params"]]
+        want += [v for g in opt.param_groups for p in g["params"] for v in opt.state.get(p, {}).values()]
+        got = [t for _, t in fr._state_of(opt)]
+        return sorted(map(id, want)) == sorted(map(id, got))
+
+    assert names() == ["group0.param0", "group0.param1"]  # no state yet
+    a.weight.grad = torch.ones(4, 4)  # only the weight steps: only its state is created
+    opt.step()
+    assert names() == ["group0.param0", "group0.param0.exp_avg", "group0.param0.exp_avg_sq",
+                       "group0.param0.step", "group0.param1"] and same_objects()
+    a.bias.grad = torch.ones(4)
+    opt.step()
+    assert "group0.param1.exp_avg" in names() and same_objects()
+    opt.load_state_dict(opt.state_dict())  # new state tensors
+    assert same_objects()
+    opt.add_param_group({"params": list(b.parameters())})
+    assert names()[-2:] == ["group1.param0", "group1.param1"] and same_objects()
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_replica_records_hash_every_gradient_parameter_and_optimizer_state(device, tmp_path):
     """attach(optimizer, model): 100 Linear layers under AdamW, 200 gradients
