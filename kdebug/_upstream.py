@@ -186,6 +186,21 @@ def has_no_data(t) -> bool:
     return is_fake(t) or is_traceable_wrapper_subclass(t)
 
 
+def replicated_local(t):
+    """The local tensor of a DTensor whose placements are all Replicate
+    (torch.distributed.tensor.DTensor, 2.11-2.13: .placements, .to_local()),
+    the part every rank holds whole; None for anything else (a sharded
+    DTensor: each rank holds another part)."""
+    try:
+        from torch.distributed.tensor import DTensor, Replicate
+    except ImportError:
+        return None
+    if isinstance(t, DTensor) and all(isinstance(p, Replicate) for p in t.placements):
+        local = t.to_local()
+        return None if has_no_data(local) else local
+    return None
+
+
 def fake_tensor_type() -> type:
     """torch._subclasses.fake_tensor.FakeTensor (2.11-2.13): compile-time
     stand-ins with no real memory, which Note [Final state] leaves out."""

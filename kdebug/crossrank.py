@@ -128,8 +128,8 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
     flight = (getattr(A, "meta", None) or {}).get("flight") or {}
     windows = _optimizer_windows(A, pa) if flight.get("compare") == "replicas" else None
     for x in rep.roots:
-        if x.kind == "root" and x.step_a.name in STATE_RECORDS:
-            continue  # reported below, as a replica
+        if x.step_a.name in STATE_RECORDS:
+            continue  # reported below, as a replica (never "entered from outside": it must agree)
         if x.kind == "root" and windows is not None and not windows(x.position):
             out.outside += 1
             continue
@@ -173,7 +173,8 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
         if a.name not in STATE_RECORDS:
             continue
         d = _differs(a, b)
-        if not d:
+        only = sorted(set(a.post) ^ set(b.post))  # e.g. a gradient one rank did not have
+        if not d and not only:
             continue
         before = [lab for pos, lab in sorted(roots_at) if pos < k]
         if before:
@@ -189,8 +190,13 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
                      "recorded) computed another result from the same gradients, or the state was changed "
                      "outside the step")
         first_replica = first_replica or a.label()
+        what = [_diff_text(d, ref_name, rank_name)] if d else []
+        if only:
+            what.append("held on one rank only: " + ", ".join(
+                f"{a.labels.get(x, b.labels.get(x, x))} ({ref_name if x in a.post else rank_name})" for x in only[:6])
+                + (f" and {len(only) - 6} more" if len(only) > 6 else ""))
         out.findings.append(RankFinding("replica", a, k, f"{a.label()} ({STATE_RECORDS[a.name]}) differs on rank "
-                                        f"{rank} ({_diff_text(d, ref_name, rank_name)}); {cause}"))
+                                        f"{rank} ({'; '.join(what)}); {cause}"))
     out.findings.sort(key=lambda f: f.position)
     return out
 
@@ -265,6 +271,13 @@ def mark(dm, t: torch.Tensor, name: str, spec) -> None:
     ``name`` to kdebug DebugMode ``dm``'s records."""
     from . import _C, _upstream, hashing
 
+    if _upstream.has_no_data(t):  # its detach() under disabled dispatch has no storage: hashing it crashed
+        local = _upstream.replicated_local(t)
+        if local is None:
+            raise TypeError(f"kdebug.replicated({name!r}): a {type(t).__name__} has no data of its own to hash "
+                            "(a sharded DTensor holds another part on each rank): pass the replicated value, "
+                            "e.g. t.full_tensor()")
+        t = local
     with _upstream.disable_torch_dispatch():
         h = hashing.start_value(t.detach(), spec)
     call = collectives.CollectiveCall(MARK, f"{MARK}({name!r}, {collectives._shape_text(t)})",

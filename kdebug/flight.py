@@ -335,8 +335,12 @@ class FlightRecorder:
             if not (et is SystemExit and getattr(ev, "code", None) in (0, None)):
                 self._dump_once(f"{et.__name__} escaped the FlightRecorder block: {ev}")
             return
-        if not self._explicit or self._seen() > self._open_from:
-            self.step()  # leaving a per-step block ends its step (or the last, partial one)
+        if not self._explicit:
+            self.step()  # leaving a per-step block ends its step
+        # else: launches after the last step() (or optimizer step) stay in the open step, which a
+        # dump holds; closing it here would give this rank a step the others may not have (rank 0's
+        # evaluation after training), whose compare would run a collective on this rank alone
+        # and hang the job's next one
 
     def attach(self, optimizer, model: Any = None) -> Any:
         """Ends a step after every ``optimizer.step()`` and records what must
@@ -349,8 +353,11 @@ class FlightRecorder:
         Returns a handle; ``handle.remove()`` detaches both hooks."""
         if model is not None:
             self._replica_names.update({id(p): n for n, p in model.named_parameters()})
-        pre = optimizer.register_step_pre_hook(lambda opt, *_: self._replica_begin(opt))
-        post = optimizer.register_step_post_hook(lambda opt, *_: self._replica_end(opt))
+        # never traced: a compiled optimizer step would otherwise compile kdebug's bookkeeping
+        begin = torch._dynamo.disable(self._replica_begin)
+        end = torch._dynamo.disable(self._replica_end)
+        pre = optimizer.register_step_pre_hook(begin)
+        post = optimizer.register_step_post_hook(lambda opt, *_: end(opt))
         return _Handles(pre, post)
 
     def _tensor_name(self, p, gi: int, pi: int) -> str:
@@ -364,28 +371,55 @@ class FlightRecorder:
         by_dev: dict = {}
         skipped = 0
         for name, t in named:
-            if not isinstance(t, torch.Tensor) or _upstream.has_no_data(t):
+            if isinstance(t, torch.Tensor) and _upstream.has_no_data(t):
+                t = _upstream.replicated_local(t)  # a Replicate DTensor: its local tensor must agree
+            if not isinstance(t, torch.Tensor):
                 skipped += 1
                 continue
             by_dev.setdefault(t.device, []).append((name, t))
         if skipped:
             self.stats["replica_tensors_skipped"] += skipped
-            self._warn_once("skipped", f"kdebug FlightRecorder: {skipped} optimizer tensor(s) are wrapper "
-                            "subclasses (a sharded DTensor, FSDP) with no data of their own: not compared "
-                            "across ranks")
+            self._warn_once("skipped", f"kdebug FlightRecorder: {skipped} optimizer tensor(s) are sharded "
+                            "DTensors (FSDP) or other wrapper subclasses whose ranks hold different parts: not "
+                            "compared across ranks")
         for dev, pairs in by_dev.items():
             for k in range(0, len(pairs), _C.STATE_RECORD_MAX):
                 chunk = pairs[k:k + _C.STATE_RECORD_MAX]
                 if _C.record_state(what, [n for n, _ in chunk], [t for _, t in chunk]):
                     self.stats["replica_records"] += 1
 
-    def _replica_begin(self, opt) -> None:
-        if not self._depth:
-            return
+    def _grads_record(self, opt) -> None:
+        """The step's compared range begins here, with its gradients."""
         self._replica_from = self._rec.seen
         self._record_replicas("kdebug::flight_grads", [
             (self._tensor_name(p, gi, pi) + ".grad", p.grad) for gi, g in enumerate(opt.param_groups)
             for pi, p in enumerate(g["params"]) if p.grad is not None])
+
+    def _replica_begin(self, opt, args=(), kwargs=None):
+        """The optimizer step's pre-hook.  A step given a closure (LBFGS,
+        ``opt.step(closure)``) runs the forward and backward inside it, each
+        rank on its own data: the closure is wrapped so that the compared
+        range begins after its last call, with the gradients it left."""
+        if not self._depth:
+            return None
+        kwargs = dict(kwargs or {})
+        # torch.optim's hook gets the step's own args: (optimizer, [closure])
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if closure is None:
+            self._grads_record(opt)
+            return None
+        self._replica_from = None  # set by the closure's last call
+
+        def closure_then_grads():
+            loss = closure()
+            self._grads_record(opt)
+            return loss
+
+        wrapped = torch._dynamo.disable(closure_then_grads)
+        if "closure" in kwargs:
+            kwargs["closure"] = wrapped
+            return tuple(args), kwargs
+        return (args[0], wrapped) + tuple(args[2:]), kwargs
 
     def _state_of(self, opt) -> list:
         """(name, tensor) of every parameter and optimizer state tensor of
@@ -540,7 +574,7 @@ class FlightRecorder:
         if dist is None or self.divergence is not None:  # one rank: the collective still runs (NCCL's path tested alone)
             self._pending = []
             return
-        if self.compare == "replicas" and world > 1 and not self._replica and not self.stats["replica_records"]:
+        if self.compare == "replicas" and world > 1 and not self.stats["replica_records"]:
             self._warn_once("nothing", "kdebug FlightRecorder: nothing to compare across ranks: no optimizer "
                             "step was recorded (compare='replicas' compares what must agree across data-parallel "
                             "ranks: call fr.attach(optimizer)); compare='all' compares every kernel, only right "

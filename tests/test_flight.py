@@ -247,6 +247,40 @@ def test_two_ranks_gloo(tmp_path):
     assert "FIRST DIVERGENCE: kernel #12 cpp_fused_relu_0" in diff.stdout, diff.stdout + diff.stderr
 
 
+def test_closure_steps_compare_from_the_closures_gradients_and_leaving_never_closes_a_tail(tmp_path):
+    """LBFGS runs the forward and backward inside step(closure), each rank
+    on its own data: the compared range starts after the closure's last
+    call, with the gradients it left, so only the two replica records are in
+    a step's digest.  Launches after the last optimizer step (an evaluation
+    on one rank) stay in the open step when the block is left: closing them
+    as a step of this rank only would make its compare a collective the
+    other ranks never join."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    cm = torch.compile(model)
+    x = torch.randn(16, 8)
+    opt = torch.optim.LBFGS(model.parameters(), max_iter=3)
+
+    def closure():
+        opt.zero_grad()
+        loss = cm(x).square().mean()
+        loss.backward()
+        return loss
+
+    opt.step(closure)  # compiled, and LBFGS's state created
+    fr = kdebug.FlightRecorder(every=2, keep_steps=2, trace=str(tmp_path / "l.kdt"))
+    fr.attach(opt, model)
+    with fr:
+        for _ in range(4):
+            opt.step(closure)
+        seen = fr._rec.seen
+        cm(x)  # after the last step: stays in the open step
+    assert fr._rec.seen > seen and fr._step == 4 and fr.stats["steps"] == 4
+    assert [d.launches for d in fr.digests] == [2, 2, 2, 2], list(fr.digests)
+    recs = [k for k in kdebug.load(fr.dump()).kernels if k.kernel_name.startswith("kdebug::flight")]
+    assert [k.kernel_name for k in recs[-2:]] == ["kdebug::flight_grads", "kdebug::flight_state"]
+
+
 def test_replica_state_list_follows_the_optimizer(tmp_path):
     """The parameter and state list a replica record hashes is reused between
     steps only while it is still right: state created lazily (a parameter
