@@ -50,7 +50,7 @@ def make_step(seed: int = 0, device: str = "cpu", perturb_at: int | None = None,
         opt.step()
         opt.zero_grad()
 
-    step.opt, step.model = opt, model
+    step.opt, step.model, step.compiled = opt, model, cm
     return step
 
 
@@ -146,8 +146,10 @@ def ranks_mode(out: str, fault_step: int, steps: int, every: int, device: str = 
 def replicas_mode(out: str, fault_step: int, steps: int, every: int, device: str = "cpu") -> None:
     """Data-parallel ranks, each on its own batches, gradients averaged, the
     recorder attached to the optimizer (compare="replicas", the default):
-    phase "local" must match; phase "grad" hands rank 1 another gradient
-    after the reduction at fault_step."""
+    phase "local" must match, though rank 0 also evaluates the compiled
+    model after every step (launches rank 1 never makes), and dumps at the
+    end; phase "grad" hands rank 1 another gradient after the reduction at
+    fault_step."""
     torch.distributed.init_process_group("gloo")
     rank = torch.distributed.get_rank()
     result = {}
@@ -161,6 +163,11 @@ def replicas_mode(out: str, fault_step: int, steps: int, every: int, device: str
         with fr:
             for i in range(steps):
                 step(i)  # its optimizer step ends the recorder's step
+                if phase == "local" and rank == 0:
+                    with torch.no_grad():
+                        step.compiled(torch.ones(2, 16, device=device))  # rank 0's own evaluation
+        if phase == "local":
+            fr.dump()
         fr.close()
         d = fr.divergence
         result[phase] = {"dumped": fr.dumped, "stats": fr.stats,

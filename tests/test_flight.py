@@ -355,7 +355,8 @@ def test_data_parallel_ranks_on_their_own_data_compare_what_must_agree(device, t
     (compare="replicas", the default): every kernel of the forward and
     backward differs between the ranks, yet the replicas match, since what
     is compared is the reduced gradients, the optimizer's launches and the
-    parameters it leaves.  Then rank 1 gets another gradient after the
+    parameters it leaves; rank 0 also evaluates after each step (its own
+    launches), and kdebug diff --ranks of its dumps says the replicas match.  Then rank 1 gets another gradient after the
     reduction at step 4: the compare after step 5 names step 4 and rank 1,
     and kdebug diff --ranks of the dumps names the gradient that differs
     (a replica record: Note [Replica state records])."""
@@ -366,7 +367,7 @@ def test_data_parallel_ranks_on_their_own_data_compare_what_must_agree(device, t
     res = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
     for k in range(2):
         local, grad = res[k]["local"], res[k]["grad"]
-        assert local["divergence"] is None and local["dumped"] is None, res
+        assert local["divergence"] is None and local["dumped"] == str(tmp_path / f"local.rank{k}.kdt"), res
         assert local["stats"]["compares"] == 3 and local["stats"]["replica_records"] == 2 * 9, local["stats"]
         # each step compared: the grads record, the SGD step (eager: no launches), the state record
         n = len(local["digests"])  # steps of the last window may wait for the next compare
@@ -376,6 +377,10 @@ def test_data_parallel_ranks_on_their_own_data_compare_what_must_agree(device, t
         assert grad["divergence"]["detected_at"] in ((5,) if device == "cpu" else (5, 8)), grad
     a, b = res[0]["local"]["digests"], res[1]["local"]["digests"]
     assert a[:min(len(a), len(b))] == b[:min(len(a), len(b))]
+    # rank 0's evaluations are its own launches: the replica records agree, so the replicas match
+    same = subprocess.run([sys.executable, "-m", "kdebug", "diff", "--ranks", str(tmp_path / "local.kdt")],
+                          env=_env(), capture_output=True, text=True, timeout=120)
+    assert same.returncode == 0 and "STRUCTURE (rank-local" in same.stdout, same.stdout + same.stderr
     diff = subprocess.run([sys.executable, "-m", "kdebug", "diff", "--ranks", str(tmp_path / "grad.kdt")],
                           env=_env(), capture_output=True, text=True, timeout=120)
     text = diff.stdout + diff.stderr
