@@ -28,6 +28,14 @@
 #include "kd_recorder.h"
 #include "kd_state_record.h"
 
+/* Counts a record kdebug's string table had no room to name; returns False. */
+static PyObject *table_full(kd_recorder *r)
+{
+    kd_recorder_error(r, "a replica state record was not recorded: kdebug's string table is full");
+    r->unrecorded++;
+    Py_RETURN_FALSE;
+}
+
 /* record_state(name, arg_names, tensors) -> bool */
 static PyObject *record_state(PyObject *m, PyObject *args)
 {
@@ -44,13 +52,15 @@ static PyObject *record_state(PyObject *m, PyObject *args)
     kd_recorder *r = kd_active_recorder();
     if (r == NULL)
         Py_RETURN_FALSE;
-    static uint32_t name_ids[KD_GPU_BATCH_MAX]; /* the GIL guards them */
-    static uint8_t roles[KD_GPU_BATCH_MAX];
+    uint32_t name_ids[KD_GPU_BATCH_MAX];
+    uint8_t roles[KD_GPU_BATCH_MAX];
     PyObject *objs[KD_GPU_BATCH_MAX];
     kd_kernel_info info;
     memset(&info, 0, sizeof info);
     info.kind = KD_KIND_ATEN;
     info.name_id = kd_strtab_intern(kd_strings, name, strlen(name));
+    if (info.name_id == 0)
+        return table_full(r);
     info.device_type = KD_DEV_CPU;
     info.device_index = -1;
     uint64_t stream = 0;
@@ -64,11 +74,8 @@ static PyObject *record_state(PyObject *m, PyObject *args)
             return NULL;
         }
         name_ids[i] = kd_strtab_intern(kd_strings, s, (size_t)len);
-        if (name_ids[i] == 0 || info.name_id == 0) {
-            kd_recorder_error(r, "a replica state record was not recorded: kdebug's string table is full");
-            r->unrecorded++;
-            Py_RETURN_FALSE;
-        }
+        if (name_ids[i] == 0)
+            return table_full(r);
         roles[i] = KD_ROLE_WRITE;
         objs[i] = PyList_GET_ITEM(tensors, i);
         if (i == 0 && !kd_launch_device_of(objs[0], &info, &stream)) {

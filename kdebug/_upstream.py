@@ -186,11 +186,14 @@ def has_no_data(t) -> bool:
     return is_fake(t) or is_traceable_wrapper_subclass(t)
 
 
-def replicated_local(t):
-    """The local tensor of a DTensor whose placements are all Replicate
-    (torch.distributed.tensor.DTensor, 2.11-2.13: .placements, .to_local()),
-    the part every rank holds whole; None for anything else (a sharded
-    DTensor: each rank holds another part)."""
+def replica_value(t):
+    """The tensor whose data stands for ``t`` as a replica: ``t`` itself when
+    it has data of its own (has_no_data), the local tensor of a DTensor whose
+    placements are all Replicate (torch.distributed.tensor.DTensor,
+    2.11-2.13: .placements, .to_local(); every rank holds it whole), else
+    None (a sharded DTensor: each rank holds another part; a fake tensor)."""
+    if not has_no_data(t):
+        return t
     try:
         from torch.distributed.tensor import DTensor, Replicate
     except ImportError:

@@ -278,13 +278,14 @@ def mark(dm, t: torch.Tensor, name: str, spec) -> None:
     ``name`` to kdebug DebugMode ``dm``'s records."""
     from . import _C, _upstream, hashing
 
-    if _upstream.has_no_data(t):  # its detach() under disabled dispatch has no storage: hashing it crashed
-        local = _upstream.replicated_local(t)
-        if local is None:
-            raise TypeError(f"kdebug.replicated({name!r}): a {type(t).__name__} has no data of its own to hash "
-                            "(a sharded DTensor holds another part on each rank): pass the replicated value, "
-                            "e.g. t.full_tensor()")
-        t = local
+    # a tensor with no data of its own: its detach() under disabled dispatch has no storage, and
+    # hashing that crashed
+    value = _upstream.replica_value(t)
+    if value is None:
+        raise TypeError(f"kdebug.replicated({name!r}): a {type(t).__name__} has no data of its own to hash "
+                        "(a sharded DTensor holds another part on each rank): pass the replicated value, "
+                        "e.g. t.full_tensor()")
+    t = value
     with _upstream.disable_torch_dispatch():
         h = hashing.start_value(t.detach(), spec)
     call = collectives.CollectiveCall(MARK, f"{MARK}({name!r}, {collectives._shape_text(t)})",

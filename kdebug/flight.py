@@ -371,9 +371,9 @@ class FlightRecorder:
         by_dev: dict = {}
         skipped = 0
         for name, t in named:
-            if isinstance(t, torch.Tensor) and _upstream.has_no_data(t):
-                t = _upstream.replicated_local(t)  # a Replicate DTensor: its local tensor must agree
-            if not isinstance(t, torch.Tensor):
+            # a Replicate DTensor: its local tensor must agree; a sharded one is no replica
+            t = _upstream.replica_value(t) if isinstance(t, torch.Tensor) else None
+            if t is None:
                 skipped += 1
                 continue
             by_dev.setdefault(t.device, []).append((name, t))
