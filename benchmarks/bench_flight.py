@@ -70,6 +70,11 @@ def main(argv=None):
     p.add_argument("--optimizer", choices=["none", "adamw"], default="none",
                    help="adamw: the step ends with an eager AdamW step, and the recorder is attached to it "
                         "(fr.attach: the replica records of compare='replicas', the recommended use)")
+    p.add_argument("--hashes", default="compared",
+                   help="FlightRecorder(hashes=...), or several, comma-separated, timed side by side in each round "
+                        "(compared: only what the compare uses, under compare='replicas' the optimizer window; "
+                        "all: every kernel's outputs)")
+    p.add_argument("--compare", choices=["replicas", "all"], default="replicas", help="FlightRecorder(compare=...)")
     p.add_argument("--json", help="write results here")
     args = p.parse_args(argv)
     dev = args.device
@@ -94,28 +99,43 @@ def main(argv=None):
             return loss
     for _ in range(5):
         step(x)
-    fr = kdebug.FlightRecorder(every=args.every, keep_steps=args.keep_steps, trace="/tmp/kdebug_bench_flight.kdt")
-    handle = fr.attach(opt, model) if opt is not None else None
-    attached = handle is not None
-    loop_ms(step, x, dev, 2, fr, attached)  # installs the hooks, warms the recorder
-    seen0 = fr._rec.seen
-    untraced, flight = [], []
-    syncs = steps_rec = 0
+    variants = args.hashes.split(",")
+    for h in variants:
+        if h not in ("compared", "all"):
+            p.error(f"--hashes {h!r}: give compared, all or both")
+    frs = {h: kdebug.FlightRecorder(every=args.every, keep_steps=args.keep_steps, compare=args.compare, hashes=h,
+                                    trace=f"/tmp/kdebug_bench_flight_{h}.kdt") for h in variants}
+    handles = [fr.attach(opt, model) for fr in frs.values()] if opt is not None else []
+    attached = bool(handles)
+    for fr in frs.values():
+        loop_ms(step, x, dev, 2, fr, attached)  # installs the hooks, warms the recorder
+    seen0 = {h: fr._rec.seen for h, fr in frs.items()}
+    untraced, flights = [], {h: [] for h in variants}
+    syncs = {h: 0 for h in variants}
+    steps_rec = 0
     for i in range(args.rounds):
-        if i % 2:  # the other order every other round: neither side always runs first
-            untraced.append(loop_ms(step, x, dev, args.steps))
-        s0 = fr._rec.stats()["gpu_syncs"]
-        flight.append(loop_ms(step, x, dev, args.steps, fr, attached))
-        syncs += fr._rec.stats()["gpu_syncs"] - s0
+        # untraced and each recorder in a rotated order: none always runs first
+        order = ["untraced"] + variants
+        order = order[i % len(order):] + order[:i % len(order)]
+        for what in order:
+            if what == "untraced":
+                untraced.append(loop_ms(step, x, dev, args.steps))
+                continue
+            fr = frs[what]
+            s0 = fr._rec.stats()["gpu_syncs"]
+            flights[what].append(loop_ms(step, x, dev, args.steps, fr, attached))
+            syncs[what] += fr._rec.stats()["gpu_syncs"] - s0
         steps_rec += args.steps
-        if not i % 2:
-            untraced.append(loop_ms(step, x, dev, args.steps))
-    fr.close()
-    launches = (fr._rec.seen - seen0) // steps_rec  # records per step (with attach: + 2 replica records)
+    for fr in frs.values():
+        fr.close()
+    for hd in handles:
+        hd.remove()
+    # records per step (with attach: + 2 replica records)
+    launches = {h: (fr._rec.seen - seen0[h]) // steps_rec for h, fr in frs.items()}
     # the compare itself: fr.step() timed alone in a loop of its own (host time of the call)
-    if handle is not None:
-        handle.remove()  # the loop below times fr.step() called by hand
-    cfr = kdebug.FlightRecorder(every=args.every, keep_steps=args.keep_steps, trace="/tmp/kdebug_bench_flight_c.kdt")
+    # (no attach: fr.step() called by hand; compare='all' so that there is something to compare)
+    cfr = kdebug.FlightRecorder(every=args.every, keep_steps=args.keep_steps, trace="/tmp/kdebug_bench_flight_c.kdt",
+                                compare="all")
     plain_calls, compare_calls = [], []
     c0 = cfr._rec.stats()["gpu_syncs"]
     with cfr:
@@ -126,23 +146,31 @@ def main(argv=None):
             (compare_calls if cfr._step % cfr.every == 0 else plain_calls).append((time.perf_counter() - t0) * 1e3)
     csyncs = cfr._rec.stats()["gpu_syncs"] - c0
     cfr.close()
-    base, rec = statistics.median(t[0] for t in untraced), statistics.median(t[0] for t in flight)
-    cbase, crec = statistics.median(t[1] for t in untraced), statistics.median(t[1] for t in flight)
-    # each round's two loops ran back to back: their ratio cancels drift between rounds
-    paired = statistics.median(f[0] / u[0] for u, f in zip(untraced, flight))
-    best = min(t[0] for t in flight) / min(t[0] for t in untraced)
-    print(f"\n{dev} {args.workload}: {blocks} blocks d={d} batch {shape}, fwd+bwd, {launches} Inductor "
-          f"launches/step, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s); "
-          f"FlightRecorder(every={args.every}, keep_steps={args.keep_steps})"
-          f"{'' if opt is None else ', attached to an eager AdamW step (in both loops)'}; "
+    base = statistics.median(t[0] for t in untraced)
+    cbase = statistics.median(t[1] for t in untraced)
+    res = {}
+    for h, flight in flights.items():
+        rec, crec = statistics.median(t[0] for t in flight), statistics.median(t[1] for t in flight)
+        # each round's loops ran back to back: their ratio cancels drift between rounds
+        res[h] = {"wall_cpu_ms": flight, "ratio": rec / base, "cpu_time_ratio": crec / cbase,
+                  "paired_ratio": statistics.median(f[0] / u[0] for u, f in zip(untraced, flight)),
+                  "min_ratio": min(t[0] for t in flight) / min(t[0] for t in untraced),
+                  "ms": rec, "cpu_ms": crec, "syncs": syncs[h], "launches_per_step": launches[h]}
+    print(f"\n{dev} {args.workload}: {blocks} blocks d={d} batch {shape}, fwd+bwd, "
+          f"{max(launches.values())} Inductor launches/step, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} CPU thread(s); FlightRecorder(every={args.every}, keep_steps={args.keep_steps}, "
+          f"compare={args.compare!r})"
+          f"{'' if opt is None else ', attached to an eager AdamW step (in every loop)'}; "
           f"{args.rounds} rounds x {args.steps} steps")
-    print("| mode | wall ms / step | x untraced | process CPU ms / step | x untraced |")
-    print("|---|---|---|---|---|")
-    print(f"| untraced (hooks installed) | {base:.3f} | 1.000 | {cbase:.3f} | 1.000 |")
-    print(f"| FlightRecorder | {rec:.3f} | {rec / base:.3f} | {crec:.3f} | {crec / cbase:.3f} |")
-    print(f"median of the rounds' paired ratios: {paired:.3f}; fastest loop / fastest loop: {best:.3f}")
-    print(f"kdebug device synchronizations per recorded step: {syncs / steps_rec:.3f} "
-          f"({syncs} in {steps_rec} steps, {launches * steps_rec} launches)")
+    if opt is None and args.compare == "replicas" and "compared" in variants:
+        print("(compare='replicas' without an attached optimizer compares nothing: hashes='compared' hashes nothing)")
+    print("| mode | wall ms / step | x untraced | paired x | process CPU ms / step | x untraced | kdebug syncs / step |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| untraced (hooks installed) | {base:.3f} | 1.000 | 1.000 | {cbase:.3f} | 1.000 | - |")
+    for h, r in res.items():
+        print(f"| FlightRecorder(hashes={h!r}) | {r['ms']:.3f} | {r['ratio']:.3f} | {r['paired_ratio']:.3f} "
+              f"| {r['cpu_ms']:.3f} | {r['cpu_time_ratio']:.3f} | {r['syncs'] / steps_rec:.3f} |")
+    print("paired x: the median of the rounds' ratios to the untraced loop of the same round")
     if compare_calls:
         print(f"fr.step() alone, {args.compare_steps} steps: a compare {statistics.median(compare_calls):.3f} ms median "
               f"({len(compare_calls)} compares, max {max(compare_calls):.3f}), other steps "
@@ -150,10 +178,9 @@ def main(argv=None):
               f"waiting compares {cfr.stats['waiting_compares']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": dev, "workload": args.workload, "optimizer": args.optimizer, "launches_per_step": launches,
+            json.dump({"device": dev, "workload": args.workload, "optimizer": args.optimizer, "compare": args.compare,
                        "every": args.every, "keep_steps": args.keep_steps, "threads": torch.get_num_threads(),
-                       "untraced_wall_cpu_ms": untraced, "flight_wall_cpu_ms": flight, "ratio": rec / base, "paired_ratio": paired, "min_ratio": best,
-                       "cpu_time_ratio": crec / cbase, "syncs": syncs, "steps": steps_rec,
+                       "untraced_wall_cpu_ms": untraced, "flight": res, "steps": steps_rec,
                        "compare_call_ms": compare_calls, "step_call_ms_median": statistics.median(plain_calls) if plain_calls else None,
                        "compare_loop_syncs": csyncs, "waiting_compares": cfr.stats["waiting_compares"],
                        "torch": torch.__version__}, f, indent=1)

@@ -12,7 +12,8 @@ to per-rank traces when replicas diverge or the job dies.
 Note [Flight recorder]
 What one step costs.  The recorder is a kdebug DebugMode(kernels_only=True)
 (no dispatch mode: aten ops are not intercepted) with the bitwise hash of
-what every kernel writes (log_tensor_hashes("bitwise")).  Per kernel that is
+what the kernels it compares write (log_tensor_hashes("bitwise"); which
+kernels: Note [What the flight recorder hashes]).  Per hashed kernel that is
 the launch hook and nothing else: the launch is described into the ring
 (Note [Ring protocol]), its CPU outputs are hashed by C code in the hook, its
 CUDA outputs by kdebug's hash kernel on the kernel's stream, whose results
@@ -28,6 +29,25 @@ launches] in csrc/core/kd_ring.c) and, every ``every`` steps, compares.
 Nothing is drained, digested or synchronized in between, unless the ring is
 more than half full (then it is drained early: one device synchronization,
 never per kernel).
+
+Note [What the flight recorder hashes]
+A hash pass reads every byte a kernel wrote once more: on a GPU-bound step
+that is its cost (on the H200 the GPU-bound benchmark step writes about
+10 GB per step; at the 2.4-2.7 TB/s the hash kernel reaches, and even at the
+~4 TB/s of a plain read, those passes alone are 2.3-3.8% of the step; measured: 3.8%).  So the
+recorder hashes what its compare uses and no more.  Under compare="replicas"
+that is the optimizer window attach() marks: hashing is switched on (a
+log_tensor_hashes("bitwise") context on the optimizer's thread) when the
+gradients are recorded and off after the state record, so the optimizer's
+own launches are hashed and the forward and backward are not.  They are
+still recorded (name, grid, arguments: the structure a dump shows and
+``kdebug diff --ranks`` checks), but their outputs are each rank's own:
+no other rank computes them, a compare could not use their hashes, and a
+rank-local difference in them reaches the replicas only through the
+reduced gradients, which are hashed.  ``hashes="all"`` hashes every launch
+for the whole block (dumps meant for a run-to-run ``kdebug diff`` of one
+rank); compare="all" always does.  ``kdebug.replicated`` marks hash their
+tensor themselves, in or out of a window.
 
 Digests.  At a compare the ring is drained into the recorder's table
 without a device synchronization (Note [Reading results without waiting] in
@@ -238,6 +258,15 @@ class FlightRecorder:
         data-parallel ranks, recorded around each optimizer step by
         attach(optimizer); "all": every kernel's outputs (ranks that compute
         on identical inputs only).
+    hashes: "compared" (default): hash what the compare uses and nothing
+        else: under compare="replicas" the optimizer windows attach() marks
+        (the reduced gradients, the optimizer's launches, the parameters and
+        state it leaves); the forward and backward launches are recorded
+        (name, grid, arguments) without hashes, since each rank computes them
+        on its own data and no other rank could confirm them (Note [What the
+        flight recorder hashes]).  "all": every kernel's outputs as well, for
+        dumps compared run to run (``kdebug diff`` of rank R's dumps of two
+        runs); it costs the hash passes over every output byte.
     batch_gpu_work: queue GPU hashes and launch them in batches, guarded
         against aten ops that would overwrite them (Note [C++ write guard] in
         csrc/kd_write_guard.c); False where GPU memory is written outside
@@ -253,7 +282,7 @@ class FlightRecorder:
     def __init__(self, every: int = 100, keep_steps: int = 4, *, trace: str = "flight.kdt",
                  keep_digests: int = 1 << 16, ring_capacity: int = 1 << 20, group: Any = None,
                  signals: tuple = (signal.SIGTERM, signal.SIGINT), batch_gpu_work: bool = True,
-                 compare: str = "replicas") -> None:
+                 compare: str = "replicas", hashes: str = "compared") -> None:
         for name, v, lo in (("every", every, 1), ("keep_steps", keep_steps, 1), ("keep_digests", keep_digests, 0)):
             if type(v) is not int or v < lo:
                 raise ValueError(f"FlightRecorder({name}={v!r}): give an int >= {lo}")
@@ -263,7 +292,14 @@ class FlightRecorder:
             raise ValueError(f"FlightRecorder(compare={compare!r}): give 'replicas' (what must agree across "
                              "data-parallel ranks: attach(optimizer)) or 'all' (every kernel: only for ranks "
                              "that compute on identical inputs)")
+        if hashes not in ("compared", "all"):
+            raise ValueError(f"FlightRecorder(hashes={hashes!r}): give 'compared' (hash what the compare uses) "
+                             "or 'all' (every kernel's outputs too, for dumps compared run to run)")
         self.compare = compare
+        self.hashes = hashes
+        # every launch hashed for the whole block, or only inside attach()'s optimizer windows
+        self._hash_all = compare == "all" or hashes == "all"
+        self._window_ctx = None  # the optimizer window's log_tensor_hashes context, while one is open
         from .mode import DebugMode
 
         self.every = every
@@ -310,8 +346,9 @@ class FlightRecorder:
                                "with fr.step() per step) or once per step")
         self._dm.__enter__()
         try:
-            self._hash_ctx = DebugMode.log_tensor_hashes("bitwise")
-            self._hash_ctx.__enter__()
+            if self._hash_all:
+                self._hash_ctx = DebugMode.log_tensor_hashes("bitwise")
+                self._hash_ctx.__enter__()
         except BaseException:
             self._dm.__exit__(None, None, None)
             raise
@@ -327,6 +364,7 @@ class FlightRecorder:
         self._depth = 0
         ctx, self._hash_ctx = self._hash_ctx, None
         try:
+            self._close_window()  # an optimizer step that raised leaves its window open
             if ctx is not None:
                 ctx.__exit__(None, None, None)
         finally:
@@ -388,8 +426,25 @@ class FlightRecorder:
                 if _C.record_state(what, [n for n, _ in chunk], [t for _, t in chunk]):
                     self.stats["replica_records"] += 1
 
+    def _open_window(self) -> None:
+        """Hashing on for the optimizer window (Note [What the flight recorder
+        hashes]); a closure's later calls find it open already."""
+        if self._hash_all or self._window_ctx is not None:
+            return
+        from .mode import DebugMode
+
+        ctx = DebugMode.log_tensor_hashes("bitwise")
+        ctx.__enter__()
+        self._window_ctx = ctx
+
+    def _close_window(self) -> None:
+        ctx, self._window_ctx = self._window_ctx, None
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+
     def _grads_record(self, opt) -> None:
         """The step's compared range begins here, with its gradients."""
+        self._open_window()
         self._replica_from = self._rec.seen
         self._record_replicas("kdebug::flight_grads", [
             (self._tensor_name(p, gi, pi) + ".grad", p.grad) for gi, g in enumerate(opt.param_groups)
@@ -457,7 +512,10 @@ class FlightRecorder:
     def _replica_end(self, opt) -> None:
         if not self._depth:
             return
-        self._record_replicas("kdebug::flight_state", self._state_of(opt))
+        try:
+            self._record_replicas("kdebug::flight_state", self._state_of(opt))
+        finally:
+            self._close_window()
         if self._replica_from is not None:
             self._replica[self._step] = (self._replica_from, self._rec.seen)
         self._replica_from = None

@@ -64,7 +64,8 @@ def signal_mode(out: str, previous: str) -> None:
             sys.exit(3)
 
         signal.signal(signal.SIGTERM, mine)
-    fr = kdebug.FlightRecorder(every=1000, keep_steps=2, trace=os.path.join(out, "sig.kdt"))
+    # hashes="all": no optimizer is attached, and the dump is to carry every kernel's hashes
+    fr = kdebug.FlightRecorder(every=1000, keep_steps=2, trace=os.path.join(out, "sig.kdt"), hashes="all")
     with fr:
         i = 0
         while True:

@@ -281,6 +281,72 @@ def test_closure_steps_compare_from_the_closures_gradients_and_leaving_never_clo
     assert [k.kernel_name for k in recs[-2:]] == ["kdebug::flight_grads", "kdebug::flight_state"]
 
 
+def test_replicas_hash_only_inside_the_optimizer_window(tmp_path):
+    """compare="replicas" with hashes="compared" (the default) hashes the
+    launches inside attach()'s optimizer window (here the compiled model run
+    once more by a step pre-hook, inside the window) and the replica
+    records; the forward and backward launches are recorded without hashes
+    (Note [What the flight recorder hashes]).  hashes="all" hashes them
+    too, and the compared digests are the same either way.  An optimizer
+    step that raises inside the window leaves no hashing switched on."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    init = {k: v.clone() for k, v in model.state_dict().items()}
+    cm = torch.compile(model)
+    x = torch.randn(16, 8)
+    cm(x)
+    digests, kernels = {}, {}
+    for hashes in ("compared", "all"):
+        model.load_state_dict(init)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        fr = kdebug.FlightRecorder(every=100, keep_steps=3, trace=str(tmp_path / f"{hashes}.kdt"), hashes=hashes)
+        handle = fr.attach(opt, model)
+        def launch_inside(*_):  # registered after attach's pre-hook: runs inside the window
+            cm(x)
+
+        inside = opt.register_step_pre_hook(launch_inside)
+        with fr:
+            for _ in range(3):
+                opt.zero_grad()
+                cm(x).square().mean().backward()
+                opt.step()
+        inside.remove()
+        handle.remove()
+        fr.close()
+        kernels[hashes] = kdebug.load(fr.dump()).kernels
+        digests[hashes] = [(d.step, d.launches, d.digest) for d in fr.digests]
+    for hashes, ks in kernels.items():
+        names = [k.kernel_name for k in ks]
+        window, outside = [], []
+        for i, k in enumerate(ks):
+            opened = names[:i].count("kdebug::flight_grads") > names[:i].count("kdebug::flight_state")
+            (window if opened or k.kernel_name.startswith("kdebug::flight") else outside).append(k)
+        assert len(window) == 3 * 3 and len(outside) > 3 * 2, names  # grads, the pre-hook's launch, state
+        assert all(k.post_hashes for k in window), hashes
+        if hashes == "compared":
+            assert not any(k.post_hashes for k in outside), [(k.kernel_name, k.post_hashes) for k in outside]
+        else:
+            assert all(k.post_hashes for k in outside if k.kind == "cpp")
+    assert digests["compared"] == digests["all"] and len(digests["all"]) == 3
+    # the window's hashing is the optimizer step's: one that raises inside it leaves none switched on
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fr = kdebug.FlightRecorder(every=100, keep_steps=2, trace=str(tmp_path / "raise.kdt"))
+    fr.attach(opt, model)
+
+    def boom(*_):
+        raise RuntimeError("planted")
+
+    opt.register_step_pre_hook(boom)
+    with pytest.raises(RuntimeError, match="planted"), fr:
+        cm(x).square().mean().backward()
+        opt.step()
+    fr.close()
+    assert fr._window_ctx is None and fr.dumped
+    with DebugMode(kernels_only=True) as dm:
+        cm(x)
+    assert dm.operators and not any(k.post_hashes for k in dm.operators)
+
+
 def test_replica_state_list_follows_the_optimizer(tmp_path):
     """The parameter and state list a replica record hashes is reused between
     steps only while it is still right: state created lazily (a parameter

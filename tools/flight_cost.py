@@ -100,7 +100,8 @@ def main() -> None:
         return run
 
     def flight(every):
-        fr = kdebug.FlightRecorder(every=every, keep_steps=4, trace="/tmp/kdebug_flight_cost.kdt")
+        # hashes="all": no optimizer is attached; every kernel hashed, as measured before hashes= existed
+        fr = kdebug.FlightRecorder(every=every, keep_steps=4, trace="/tmp/kdebug_flight_cost.kdt", hashes="all")
 
         def run(n):
             with fr:

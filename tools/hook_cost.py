@@ -67,7 +67,7 @@ def main() -> None:
         return run
 
     def flight(n):
-        fr = kdebug.FlightRecorder(every=10 ** 9, keep_steps=2, trace="/tmp/kdebug_hook_cost.kdt")
+        fr = kdebug.FlightRecorder(every=10 ** 9, keep_steps=2, trace="/tmp/kdebug_hook_cost.kdt", hashes="all")
         with fr:
             for _ in range(n):
                 f(x, w)
