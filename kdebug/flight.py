@@ -321,6 +321,7 @@ class FlightRecorder:
         self._replica_from: int | None = None  # the open step's optimizer step began at this launch index
         self._replica_names: dict[int, str] = {}  # id(parameter) -> its name (attach(optimizer, model))
         self._state_cache: dict[int, tuple] = {}  # id(optimizer) -> _state_of's list and where each came from
+        self._grad_cache: dict[int, tuple] = {}  # id(optimizer) -> its parameters, (grad name, parameter)
         self._lix = array("Q")       # launch index of each stored launch (the table's order)
         self._lost_total = 0         # launches the recorder lost, as of the last drain
         self._pending: list[StepDigest] = []  # digested, not compared yet
@@ -401,11 +402,13 @@ class FlightRecorder:
     def _tensor_name(self, p, gi: int, pi: int) -> str:
         return self._replica_names.get(id(p)) or f"group{gi}.param{pi}"
 
-    def _record_replicas(self, what: str, named: list) -> None:
-        """One record per device of the (name, tensor) pairs (at most
-        _C.STATE_RECORD_MAX a record: that many CUDA tensors of a record are
-        hashed on the GPU, Note [Replica state records]); tensors with no data of their own (a sharded DTensor, a fake
-        tensor) are not replicas here: counted and warned about."""
+    @staticmethod
+    def _plan(named: list) -> tuple[list, int]:
+        """The records of the (name, tensor) pairs: ([(names, tensors)], skipped),
+        one record per device with at most _C.STATE_RECORD_MAX tensors (that
+        many CUDA tensors of a record are hashed on the GPU, Note [Replica
+        state records]).  Tensors with no data of their own (a sharded
+        DTensor, a fake tensor) are not replicas here: skipped."""
         by_dev: dict = {}
         skipped = 0
         for name, t in named:
@@ -414,17 +417,24 @@ class FlightRecorder:
             if t is None:
                 skipped += 1
                 continue
-            by_dev.setdefault(t.device, []).append((name, t))
+            names, tensors = by_dev.setdefault(t.device, ([], []))
+            names.append(name)
+            tensors.append(t)
+        m = _C.STATE_RECORD_MAX
+        return [(names[k:k + m], tensors[k:k + m]) for names, tensors in by_dev.values()
+                for k in range(0, len(tensors), m)], skipped
+
+    def _record_replicas(self, what: str, plan: tuple[list, int]) -> None:
+        """Records a _plan's records; skipped tensors are counted and warned about."""
+        records, skipped = plan
         if skipped:
             self.stats["replica_tensors_skipped"] += skipped
             self._warn_once("skipped", f"kdebug FlightRecorder: {skipped} optimizer tensor(s) are sharded "
                             "DTensors (FSDP) or other wrapper subclasses whose ranks hold different parts: not "
                             "compared across ranks")
-        for dev, pairs in by_dev.items():
-            for k in range(0, len(pairs), _C.STATE_RECORD_MAX):
-                chunk = pairs[k:k + _C.STATE_RECORD_MAX]
-                if _C.record_state(what, [n for n, _ in chunk], [t for _, t in chunk]):
-                    self.stats["replica_records"] += 1
+        for names, tensors in records:
+            if _C.record_state(what, names, tensors):
+                self.stats["replica_records"] += 1
 
     def _open_window(self) -> None:
         """Hashing on for the optimizer window (Note [What the flight recorder
@@ -446,9 +456,24 @@ class FlightRecorder:
         """The step's compared range begins here, with its gradients."""
         self._open_window()
         self._replica_from = self._rec.seen
-        self._record_replicas("kdebug::flight_grads", [
-            (self._tensor_name(p, gi, pi) + ".grad", p.grad) for gi, g in enumerate(opt.param_groups)
-            for pi, p in enumerate(g["params"]) if p.grad is not None])
+        self._record_replicas("kdebug::flight_grads", self._plan(
+            [(n, p.grad) for n, p in self._grad_names(opt) if p.grad is not None]))
+
+    def _grad_names(self, opt) -> list:
+        """(name + '.grad', parameter) of ``opt``'s parameters in order,
+        reused while the param groups hold the same parameters (the
+        gradients themselves are new tensors after zero_grad(set_to_none=True):
+        read each step)."""
+        params = [p for g in opt.param_groups for p in g["params"]]
+        cached = self._grad_cache.get(id(opt))
+        if cached is not None and len(cached[0]) == len(params) and all(a is b for a, b in zip(cached[0], params)):
+            return cached[1]
+        names = [(self._tensor_name(p, gi, pi) + ".grad", p) for gi, g in enumerate(opt.param_groups)
+                 for pi, p in enumerate(g["params"])]
+        if len(self._grad_cache) >= 8:
+            self._grad_cache.clear()
+        self._grad_cache[id(opt)] = (params, names)
+        return names
 
     def _replica_begin(self, opt, args=(), kwargs=None):
         """The optimizer step's pre-hook.  A step given a closure (LBFGS,
@@ -477,6 +502,14 @@ class FlightRecorder:
         return (args[0], wrapped) + tuple(args[2:]), kwargs
 
     def _state_of(self, opt) -> list:
+        """(name, tensor) of every parameter and optimizer state tensor (_state_entry)."""
+        return self._state_entry(opt)[1]
+
+    def _state_plan(self, opt) -> tuple[list, int]:
+        """The records of _state_of's tensors (_plan), cached with them."""
+        return self._state_entry(opt)[2]
+
+    def _state_entry(self, opt) -> tuple:
         """(name, tensor) of every parameter and optimizer state tensor of
         ``opt``, in a fixed order; built once and reused while every
         parameter, state dict and state tensor is still the same object with
@@ -485,14 +518,14 @@ class FlightRecorder:
         step's host work to one identity check per tensor."""
         cached = self._state_cache.get(id(opt))
         if cached is not None:
-            sizes, named, params, states = cached
+            sizes, _, _, params, states = cached
             state = opt.state
             if (len(sizes) == len(opt.param_groups)
                     and all(len(g["params"]) == n for g, n in zip(opt.param_groups, sizes))
                     and all(g["params"][i] is p and state.get(p) is st and len(st or ()) == n
                             for g, i, p, st, n in params)
                     and all(st.get(k) is t for st, k, t in states)):
-                return named
+                return cached
         named, params, states = [], [], []
         for gi, g in enumerate(opt.param_groups):
             for pi, p in enumerate(g["params"]):
@@ -506,14 +539,16 @@ class FlightRecorder:
                         states.append((st, key, v))
         if len(self._state_cache) >= 8:  # optimizers replaced over a job: their tensors are not kept alive
             self._state_cache.clear()
-        self._state_cache[id(opt)] = ([len(g["params"]) for g in opt.param_groups], named, params, states)
-        return named
+        # the same objects, so the same records, until the list is rebuilt
+        entry = ([len(g["params"]) for g in opt.param_groups], named, self._plan(named), params, states)
+        self._state_cache[id(opt)] = entry
+        return entry
 
     def _replica_end(self, opt) -> None:
         if not self._depth:
             return
         try:
-            self._record_replicas("kdebug::flight_state", self._state_of(opt))
+            self._record_replicas("kdebug::flight_state", self._state_plan(opt))
         finally:
             self._close_window()
         if self._replica_from is not None:

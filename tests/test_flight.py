@@ -363,9 +363,13 @@ def test_replica_state_list_follows_the_optimizer(tmp_path):
         want = [p for g in opt.param_groups for p in g["params"]]
         want += [v for g in opt.param_groups for p in g["params"] for v in opt.state.get(p, {}).values()]
         got = [t for _, t in fr._state_of(opt)]
-        return sorted(map(id, want)) == sorted(map(id, got))
+        records, skipped = fr._state_plan(opt)  # what is recorded: the same tensors, under the same names
+        planned = [(n, t) for names, tensors in records for n, t in zip(names, tensors)]
+        return (sorted(map(id, want)) == sorted(map(id, got)) and not skipped
+                and sorted((n, id(t)) for n, t in planned) == sorted((n, id(t)) for n, t in fr._state_of(opt)))
 
     assert names() == ["group0.param0", "group0.param1"]  # no state yet
+    assert [n for n, _ in fr._grad_names(opt)] == ["group0.param0.grad", "group0.param1.grad"]
     a.weight.grad = torch.ones(4, 4)  # only the weight steps: only its state is created
     opt.step()
     assert names() == ["group0.param0", "group0.param0.exp_avg", "group0.param0.exp_avg_sq",
@@ -377,6 +381,8 @@ def test_replica_state_list_follows_the_optimizer(tmp_path):
     assert same_objects()
     opt.add_param_group({"params": list(b.parameters())})
     assert names()[-2:] == ["group1.param0", "group1.param1"] and same_objects()
+    # the gradient names follow the param groups too (their cache is checked against the parameters)
+    assert [n for n, _ in fr._grad_names(opt)][-2:] == ["group1.param0.grad", "group1.param1.grad"]
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
