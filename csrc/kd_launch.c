@@ -78,6 +78,21 @@ void kd_hcfg_publish(void)
         kd_global_recorder->owner_hcfg = kd_hcfg;
 }
 
+/* Note [Hash windows]
+ * A recorder can be told to hash every launch into it bitwise for a while
+ * (Recorder.hash_window(n, spec)): the flight recorder's optimizer window
+ * (Note [What the flight recorder hashes] in kdebug/flight.py).  It is a
+ * count on the recorder, not a log_tensor_hashes() context: contexts are a
+ * per-thread stack left innermost first, and the window is opened in an
+ * optimizer's step pre-hook and closed in its post-hook, which torch runs in
+ * registration order, so two recorders attached to one optimizer, or a
+ * user's own context opened and closed by step hooks, would leave them out
+ * of order.  A count has no order, may be closed from any thread (leaving
+ * the recorder's block after a step that raised on a worker thread), and
+ * adds to what the thread's own settings ask (a user's stats hashes for
+ * check_finite stay) instead of replacing them: the bitwise kind is added,
+ * and the window's spec is used only where no hash was asked for. */
+
 /* The settings a launch on this thread into r uses (Note [Hash settings per thread]). */
 static kd_hash_config launch_hcfg(const kd_recorder *r)
 {
@@ -93,6 +108,11 @@ static kd_hash_config launch_hcfg(const kd_recorder *r)
         c.record_outputs = o->record_outputs;
         c.output_budget = o->output_budget;
         c.output_filter = o->output_filter;
+    }
+    if (r->hash_window > 0) { /* Note [Hash windows] */
+        if (!c.kinds && !c.spec)
+            c.spec = r->window_spec;
+        c.kinds |= KD_HK_BITWISE;
     }
     return c;
 }

@@ -590,7 +590,26 @@ static PyGetSetDef rec_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+/* hash_window(n, spec) -> previous n (Note [Hash windows] in kd_launch.c). */
+static PyObject *rec_hash_window(kd_recorder *self, PyObject *args)
+{
+    int n, spec;
+    if (!PyArg_ParseTuple(args, "ii:hash_window", &n, &spec))
+        return NULL;
+    if (n < 0 || spec < 0) {
+        PyErr_SetString(PyExc_ValueError, "hash_window(n, spec): n >= 0 and a spec id >= 0");
+        return NULL;
+    }
+    int prev = self->hash_window;
+    self->hash_window = n;
+    self->window_spec = spec;
+    return PyLong_FromLong(prev);
+}
+
 static PyMethodDef rec_methods[] = {
+    {"hash_window", (PyCFunction)rec_hash_window, METH_VARARGS,
+     "hash_window(n, spec) -> previous n: while n > 0 every launch into this recorder is hashed bitwise too, "
+     "with hash spec `spec` where nothing else asked for a hash (Note [Hash windows])."},
     {"start", (PyCFunction)(void (*)(void))rec_start, METH_VARARGS | METH_KEYWORDS,
      "start(mode=None, ops=None, all_threads=False): record launches from now on."},
     {"stop", (PyCFunction)rec_stop, METH_NOARGS, "Stop recording."},

@@ -76,6 +76,8 @@ typedef struct kd_recorder {
     struct kd_result_anchor *anchor; /* GIL; its GPU hash results in flight (Note [GPU hash results]) */
     unsigned long owner_thread; /* GIL; the thread that started it */
     kd_hash_config owner_hcfg;  /* GIL; that thread's kd_hcfg (Note [Hash settings per thread]) */
+    int hash_window;            /* GIL; > 0: launches into it are hashed bitwise too (Note [Hash windows]) */
+    int window_spec;            /* GIL; the spec such a launch gets when nothing else asks for hashes */
     struct kd_launch_view *views; /* GIL; live Launch views (Note [Launch views keep their record]) */
     int nmessages;
     char messages[KD_MAX_ERROR_MESSAGES][KD_ERROR_MESSAGE_BYTES];

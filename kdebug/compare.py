@@ -1005,8 +1005,13 @@ def format_report(r: Report) -> str:
         if r.hashed == 0:
             lines.append("  nothing to compare: record with DebugMode.log_tensor_hashes('bitwise', hash_inputs=True)")
         elif r.ok:
-            lines.append(f"  all {r.compared} launches and ops have matching inputs and outputs"
-                         + (f", apart from {len(r.benign)} benign difference(s) below" if r.benign else ""))
+            if r.hashed < r.compared:  # a launch with no hashes matched nothing: say which were compared
+                lines.append(f"  all {r.hashed} hashed launches and ops have matching inputs and outputs; the other "
+                             f"{r.compared - r.hashed} were recorded without hashes and matched by name and shape only"
+                             + (f"; {len(r.benign)} benign difference(s) below" if r.benign else ""))
+            else:
+                lines.append(f"  all {r.compared} launches and ops have matching inputs and outputs"
+                             + (f", apart from {len(r.benign)} benign difference(s) below" if r.benign else ""))
             lines.append("  still possible: work outside the recorded launches (Python, ops run with no "
                          "DebugMode), RNG state, autotuning choosing other kernels")
         lines += _benign_lines(r)

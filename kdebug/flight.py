@@ -37,9 +37,10 @@ that is its cost (on the H200 the GPU-bound benchmark step writes about
 ~4 TB/s of a plain read, those passes alone are 2.3-3.8% of the step; measured: 3.8%).  So the
 recorder hashes what its compare uses and no more.  Under compare="replicas"
 that is the optimizer window attach() marks: hashing is switched on (a
-log_tensor_hashes("bitwise") context on the optimizer's thread) when the
-gradients are recorded and off after the state record, so the optimizer's
-own launches are hashed and the forward and backward are not.  They are
+count on the recorder, Note [Hash windows] in csrc/kd_launch.c: bitwise
+added to whatever the thread's own settings ask) when the gradients are
+recorded and off after the state record, so the optimizer's own launches
+are hashed and the forward and backward are not.  They are
 still recorded (name, grid, arguments: the structure a dump shows and
 ``kdebug diff --ranks`` checks), but their outputs are each rank's own:
 no other rank computes them, a compare could not use their hashes, and a
@@ -299,7 +300,7 @@ class FlightRecorder:
         self.hashes = hashes
         # every launch hashed for the whole block, or only inside attach()'s optimizer windows
         self._hash_all = compare == "all" or hashes == "all"
-        self._window_ctx = None  # the optimizer window's log_tensor_hashes context, while one is open
+        self._window_open = False  # the optimizer window's hashing is on (Note [Hash windows] in csrc/kd_launch.c)
         from .mode import DebugMode
 
         self.every = every
@@ -392,6 +393,8 @@ class FlightRecorder:
         Returns a handle; ``handle.remove()`` detaches both hooks."""
         if model is not None:
             self._replica_names.update({id(p): n for n, p in model.named_parameters()})
+            self._grad_cache.clear()  # names planned before these were known
+            self._state_cache.clear()
         # never traced: a compiled optimizer step would otherwise compile kdebug's bookkeeping
         begin = torch._dynamo.disable(self._replica_begin)
         end = torch._dynamo.disable(self._replica_end)
@@ -411,46 +414,60 @@ class FlightRecorder:
         DTensor, a fake tensor) are not replicas here: skipped."""
         by_dev: dict = {}
         skipped = 0
-        for name, t in named:
+        for name, src in named:
             # a Replicate DTensor: its local tensor must agree; a sharded one is no replica
-            t = _upstream.replica_value(t) if isinstance(t, torch.Tensor) else None
+            t = _upstream.replica_value(src) if isinstance(src, torch.Tensor) else None
             if t is None:
                 skipped += 1
                 continue
-            names, tensors = by_dev.setdefault(t.device, ([], []))
+            names, tensors, sources = by_dev.setdefault(t.device, ([], [], []))
             names.append(name)
             tensors.append(t)
+            sources.append(None if t is src else src)  # unwrapped: read again at every record
         m = _C.STATE_RECORD_MAX
-        return [(names[k:k + m], tensors[k:k + m]) for names, tensors in by_dev.values()
-                for k in range(0, len(tensors), m)], skipped
+        return [(names[k:k + m], tensors[k:k + m], sources[k:k + m] if any(x is not None for x in sources[k:k + m]) else None)
+                for names, tensors, sources in by_dev.values() for k in range(0, len(tensors), m)], skipped
 
     def _record_replicas(self, what: str, plan: tuple[list, int]) -> None:
         """Records a _plan's records; skipped tensors are counted and warned about."""
         records, skipped = plan
+        resolved = []
+        for names, tensors, sources in records:
+            if sources is None:
+                resolved.append((names, tensors))
+                continue
+            # a DTensor's local tensor can be replaced under the same DTensor (module.to() swaps
+            # parameters in place): planned again from the DTensors, never taken from the cache
+            again, lost = self._plan([(n, t if src is None else src) for n, t, src in zip(names, tensors, sources)])
+            skipped += lost
+            resolved += [(n, t) for n, t, _ in again]
         if skipped:
             self.stats["replica_tensors_skipped"] += skipped
             self._warn_once("skipped", f"kdebug FlightRecorder: {skipped} optimizer tensor(s) are sharded "
                             "DTensors (FSDP) or other wrapper subclasses whose ranks hold different parts: not "
                             "compared across ranks")
-        for names, tensors in records:
+        for names, tensors in resolved:
             if _C.record_state(what, names, tensors):
                 self.stats["replica_records"] += 1
 
     def _open_window(self) -> None:
         """Hashing on for the optimizer window (Note [What the flight recorder
-        hashes]); a closure's later calls find it open already."""
-        if self._hash_all or self._window_ctx is not None:
+        hashes]): a count on this recorder (Note [Hash windows] in
+        csrc/kd_launch.c), not a log_tensor_hashes() context, so it needs no
+        order among step hooks and adds to a user's own hash settings; a
+        closure's later calls find it open already."""
+        if self._hash_all or self._window_open:
             return
-        from .mode import DebugMode
+        from . import hashing
 
-        ctx = DebugMode.log_tensor_hashes("bitwise")
-        ctx.__enter__()
-        self._window_ctx = ctx
+        self._rec.hash_window(1, hashing.parse("bitwise")[0])
+        self._window_open = True
 
     def _close_window(self) -> None:
-        ctx, self._window_ctx = self._window_ctx, None
-        if ctx is not None:
-            ctx.__exit__(None, None, None)
+        if self._window_open:
+            self._window_open = False
+            self._rec.hash_window(0, 0)
+            _C.defer_flush()  # the window's queued GPU hashes go now, not at the next guard or window
 
     def _grads_record(self, opt) -> None:
         """The step's compared range begins here, with its gradients."""
@@ -465,14 +482,16 @@ class FlightRecorder:
         gradients themselves are new tensors after zero_grad(set_to_none=True):
         read each step)."""
         params = [p for g in opt.param_groups for p in g["params"]]
+        sizes = [len(g["params"]) for g in opt.param_groups]  # a parameter moved to another group: another name
         cached = self._grad_cache.get(id(opt))
-        if cached is not None and len(cached[0]) == len(params) and all(a is b for a, b in zip(cached[0], params)):
+        if (cached is not None and cached[2] == sizes and len(cached[0]) == len(params)
+                and all(a is b for a, b in zip(cached[0], params))):
             return cached[1]
         names = [(self._tensor_name(p, gi, pi) + ".grad", p) for gi, g in enumerate(opt.param_groups)
                  for pi, p in enumerate(g["params"])]
         if len(self._grad_cache) >= 8:
             self._grad_cache.clear()
-        self._grad_cache[id(opt)] = (params, names)
+        self._grad_cache[id(opt)] = (params, names, sizes)
         return names
 
     def _replica_begin(self, opt, args=(), kwargs=None):

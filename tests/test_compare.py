@@ -52,6 +52,30 @@ def test_identical_runs_match(chain):
     assert "all 4 launches and ops have matching inputs and outputs" in str(r)
 
 
+def test_a_match_of_partly_hashed_runs_says_what_was_not_hashed(chain):
+    """Launches recorded without hashes (a flight recorder's forward and
+    backward under hashes='compared') match by name and shape only: the
+    verdict counts them apart and never calls their outputs matching, even
+    where the unhashed launch's output differs."""
+    def partly(perturb=False):
+        with DebugMode(kernels_only=True) as dm:
+            ctx = perturb_kernel_output(names_of_k2[0], "out_ptr0") if perturb else contextlib.nullcontext()
+            with ctx as hit:
+                chain()  # no hashes
+            assert not perturb or hit["hits"] == 1
+            with DebugMode.log_tensor_hashes(hash_fn="bitwise"):
+                chain()
+        return dm
+
+    names_of_k2 = [n for n in names(record(chain)) if "cos" in n]
+    r = compare(partly(), partly(perturb=True))
+    assert r.ok and r.compared == 8 and r.hashed == 4, str(r)
+    text = str(r)
+    assert "all 4 hashed launches and ops have matching inputs and outputs; the other 4 were recorded " \
+           "without hashes and matched by name and shape only" in text, text
+    assert "all 8 launches" not in text
+
+
 def test_planted_output_fault_is_the_first_divergence(chain):
     base = record(chain)
     k1, k2, k3, k4 = names(base)

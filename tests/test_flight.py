@@ -341,10 +341,100 @@ def test_replicas_hash_only_inside_the_optimizer_window(tmp_path):
         cm(x).square().mean().backward()
         opt.step()
     fr.close()
-    assert fr._window_ctx is None and fr.dumped
+    assert not fr._window_open and fr._rec.hash_window(0, 0) == 0 and fr.dumped
     with DebugMode(kernels_only=True) as dm:
         cm(x)
     assert dm.operators and not any(k.post_hashes for k in dm.operators)
+
+
+def test_optimizer_windows_need_no_order_among_step_hooks(tmp_path):
+    """The window's hashing is a count on the recorder (Note [Hash windows]
+    in csrc/kd_launch.c), not a context on the thread's stack: torch runs
+    step pre- and post-hooks in registration order, so two recorders
+    attached to one optimizer, and a user's own log_tensor_hashes("stats")
+    opened in a pre-hook and closed in a post-hook, close in the order they
+    opened.  Every step runs, each recorder digests its windows, the user's
+    stats stay on the window's launches (the bitwise hash is added, not put
+    in their place), and nothing is left hashing afterwards."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    cm = torch.compile(model)
+    x = torch.randn(16, 8)
+    cm(x)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    outer = kdebug.FlightRecorder(every=100, keep_steps=3, trace=str(tmp_path / "outer.kdt"))
+    inner = kdebug.FlightRecorder(every=100, keep_steps=3, trace=str(tmp_path / "inner.kdt"))
+    outer.attach(opt, model)
+    inner.attach(opt, model)
+    user = {}
+
+    def user_open(*_):
+        user["ctx"] = DebugMode.log_tensor_hashes("stats")
+        user["ctx"].__enter__()
+        cm(x)  # inside every window, and inside the user's context
+
+    def user_close(*_):
+        user.pop("ctx").__exit__(None, None, None)
+
+    opt.register_step_pre_hook(user_open)
+    opt.register_step_post_hook(user_close)
+    with outer:
+        with inner:
+            for _ in range(3):
+                opt.zero_grad()
+                cm(x).square().mean().backward()
+                opt.step()
+    for fr in (outer, inner):
+        fr.close()
+        assert not fr._window_open and fr._rec.hash_window(0, 0) == 0
+    kernels = kdebug.load(inner.dump()).kernels
+    # the inner recorder is the thread's active one: the outer's records land in it too, and its
+    # window (its grads record .. its state record) holds its grads, the user's launch, the outer's
+    # state record and its own
+    assert [d.launches for d in inner.digests] == [4, 4, 4], list(inner.digests)
+    window = [k for k in kernels if k.kernel_name == "cpp_fused_relu_0" and k.post_hashes]
+    assert len(window) == 3 and all(isinstance(v, kdebug.hashing.Stats) for k in window for v in k.post_hashes.values())
+    with DebugMode(kernels_only=True) as dm:
+        cm(x)
+    assert dm.operators and not any(k.post_hashes for k in dm.operators)
+
+
+def test_replica_records_read_a_replicate_dtensor_s_local_tensor_at_every_step(tmp_path):
+    """A Replicate DTensor parameter is recorded by its local tensor, which
+    module.double().float() replaces under the same Parameter object: the
+    state record after it hashes the new local tensor, not the planned one."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, distribute_module, distribute_tensor
+    from kdebug import hashing
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        torch.manual_seed(0)
+        model = distribute_module(torch.nn.Linear(4, 4), mesh)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = distribute_tensor(torch.randn(2, 4), mesh, [Replicate()])
+        fr = kdebug.FlightRecorder(every=1000, trace=str(tmp_path / "dt.kdt"))
+        fr.attach(opt, model)
+
+        def step():
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+
+        with fr:
+            step()
+            weight, local = model.weight, model.weight.to_local()
+            model.double().float()
+            assert model.weight is weight and model.weight.to_local() is not local
+            step()
+        fr.close()
+        states = [k for k in kdebug.load(fr.dump()).kernels if k.kernel_name == "kdebug::flight_state"]
+        assert states[-1].post_hashes["weight"] == hashing.bitwise(model.weight.to_local(), on_host=True)
+        assert states[0].post_hashes["weight"] != states[-1].post_hashes["weight"]
+    finally:
+        dist.destroy_process_group()
 
 
 def test_replica_state_list_follows_the_optimizer(tmp_path):
@@ -364,7 +454,7 @@ def test_replica_state_list_follows_the_optimizer(tmp_path):
         want += [v for g in opt.param_groups for p in g["params"] for v in opt.state.get(p, {}).values()]
         got = [t for _, t in fr._state_of(opt)]
         records, skipped = fr._state_plan(opt)  # what is recorded: the same tensors, under the same names
-        planned = [(n, t) for names, tensors in records for n, t in zip(names, tensors)]
+        planned = [(n, t) for names, tensors, _ in records for n, t in zip(names, tensors)]
         return (sorted(map(id, want)) == sorted(map(id, got)) and not skipped
                 and sorted((n, id(t)) for n, t in planned) == sorted((n, id(t)) for n, t in fr._state_of(opt)))
 
