@@ -87,7 +87,8 @@ class RanksReport:
 # Note [Replica state records] (csrc/kd_state_record.c): the flight recorder's records of what
 # must agree across data-parallel ranks; no computation, so never a rank-local root
 STATE_RECORDS = {"kdebug::flight_grads": "the gradients its optimizer step started from (after their reduction)",
-                 "kdebug::flight_state": "the parameters and optimizer state its optimizer step left"}
+                 "kdebug::flight_state": "the parameters and optimizer state its optimizer step left",
+                 "kdebug::flight_replicated": "a value marked with kdebug.replicated"}
 
 
 def _differs(a: Step, b: Step) -> list:
@@ -192,6 +193,9 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
             cause = ("no rank-local root or collective recorded before it: the reduction of the gradients (a "
                      "collective the flight recorder does not record) or a change to them after it gave rank "
                      f"{rank} other gradients")
+        elif a.name == "kdebug::flight_replicated":
+            cause = ("no recorded launch before it differs: the value was computed from each rank's own inputs "
+                     "(data, RNG) or changed outside the recorded launches")
         else:
             cause = ("no recorded launch before it differs: the optimizer step's own work (eager ops are not "
                      "recorded) computed another result from the same gradients, or the state was changed "
@@ -267,6 +271,10 @@ def replicated(t: torch.Tensor, name: str) -> torch.Tensor:
         raise TypeError("kdebug.replicated needs a name (a non-empty string) for the value")
     dm = _active.debug_mode()
     if not isinstance(dm, DebugMode) or dm._recorder is None or not dm._entered:
+        return t
+    flight = getattr(dm, "_flight", None)
+    if flight is not None:  # a FlightRecorder's: a record in its ring, compared with its step
+        flight._mark(t, name)
         return t
     entry = _aten_hooks.this_thread().hash_entry
     mark(dm, t, name, entry.spec if entry is not None else hashing.parse("bitwise")[1])

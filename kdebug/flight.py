@@ -47,8 +47,12 @@ no other rank computes them, a compare could not use their hashes, and a
 rank-local difference in them reaches the replicas only through the
 reduced gradients, which are hashed.  ``hashes="all"`` hashes every launch
 for the whole block (dumps meant for a run-to-run ``kdebug diff`` of one
-rank); compare="all" always does.  ``kdebug.replicated`` marks hash their
-tensor themselves, in or out of a window.
+rank); compare="all" always does.  A ``kdebug.replicated(t, name)`` mark
+under the recorder is a record of its own (``kdebug::flight_replicated``,
+_mark), hashed bitwise in or out of a window; under compare="replicas" a
+step's digest mixes in each mark made outside its window, in order, so
+marked values are compared across ranks with the step they were made in,
+and are held and forgotten with it.
 
 Digests.  At a compare the ring is drained into the recorder's table
 without a device synchronization (Note [Reading results without waiting] in
@@ -146,6 +150,17 @@ _ROW = 4  # step, launches, lost, digest
 # (KD_CUDA_CAPACITY 8192), so that a long window does not fill it (a full ring
 # is read back with a device synchronization).  Below that the compare does.
 _READ_BACK_AT = 2048
+
+
+def _mix(a: int, b: int) -> int:
+    """Two 64-bit digests into one, order-dependent (splitmix64's finalizer
+    over a multiply-xor), the same on every rank."""
+    x = ((a * 0x9E3779B97F4A7C15) ^ b) & 0xFFFFFFFFFFFFFFFF
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)
 
 
 class _Handles:
@@ -311,6 +326,8 @@ class FlightRecorder:
         self._dm = DebugMode(kernels_only=True, ring_capacity=ring_capacity, overflow="overwrite",
                              batch_gpu_work=batch_gpu_work)
         self._rec = self._dm._recorder
+        self._dm._flight = self  # kdebug.replicated marks under it become this recorder's records (_mark)
+        self._marks: dict[int, list[int]] = {}  # step -> launch indices of its kdebug.replicated records
         self._hash_ctx = None
         self._depth = 0
         self._thread = 0
@@ -449,6 +466,29 @@ class FlightRecorder:
         for names, tensors in resolved:
             if _C.record_state(what, names, tensors):
                 self.stats["replica_records"] += 1
+
+    def _mark(self, t, name: str) -> None:
+        """kdebug.replicated(t, name) under this recorder: a record
+        ``kdebug::flight_replicated`` of the value (a Replicate DTensor's local
+        tensor), hashed bitwise in or out of an optimizer window, compared
+        with the step it was made in (under compare="replicas" together with
+        the step's optimizer window), held and forgotten with that step."""
+        value = _upstream.replica_value(t)
+        if value is None:
+            raise TypeError(f"kdebug.replicated({name!r}): a {type(t).__name__} has no data of its own to hash "
+                            "(a sharded DTensor holds another part on each rank): pass the replicated value, "
+                            "e.g. t.full_tensor()")
+        was_open = self._window_open
+        self._open_window()
+        try:
+            seen = self._rec.seen
+            recorded = _C.record_state("kdebug::flight_replicated", [name], [value])
+        finally:
+            if not was_open:
+                self._close_window()
+        if recorded and self._rec.seen == seen + 1:  # (into another, inner recording: not ours to compare)
+            self.stats["replica_records"] += 1
+            self._marks.setdefault(self._step, []).append(seen)
 
     def _open_window(self) -> None:
         """Hashing on for the optimizer window (Note [What the flight recorder
@@ -626,11 +666,20 @@ class FlightRecorder:
                 continue
             if held is not None and b > held:
                 break  # its launches are not all drained: a later drain digests it
+            marks = ()
             if self.compare == "replicas":  # what must agree across ranks: the optimizer step's records
                 a, b = self._replica.get(step, (a, a))
+                marks = [i for i in self._marks.get(step, ()) if not a <= i < b]  # kdebug.replicated outside it
             lo, hi = bisect_left(self._lix, a), bisect_left(self._lix, b)
-            d = StepDigest(step=step, launches=b - a, lost=(b - a) - (hi - lo),
-                           digest=_C.range_digest(rec, lo, hi))
+            digest, launches, lost = _C.range_digest(rec, lo, hi), b - a, (b - a) - (hi - lo)
+            for i in marks:  # each mark's own digest, mixed in in the order they were made
+                k = bisect_left(self._lix, i)
+                launches += 1
+                if k < len(self._lix) and self._lix[k] == i:
+                    digest = _mix(digest, _C.range_digest(rec, k, k + 1))
+                else:
+                    lost += 1
+            d = StepDigest(step=step, launches=launches, lost=lost, digest=digest)
             if not d.complete:
                 self.stats["incomplete_steps"] += 1
                 self._warn_once("incomplete", f"kdebug FlightRecorder: step {step} lost {d.lost} of its "
@@ -648,6 +697,7 @@ class FlightRecorder:
             step, _, _ = self._closed.popleft()
             self._digested.pop(step, None)
             self._replica.pop(step, None)
+            self._marks.pop(step, None)
         keep_from = self._closed[0][1] if self._closed else self._open_from
         k = bisect_left(self._lix, keep_from)
         if k:

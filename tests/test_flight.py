@@ -437,6 +437,49 @@ def test_replica_records_read_a_replicate_dtensor_s_local_tensor_at_every_step(t
         dist.destroy_process_group()
 
 
+def test_replicated_marks_are_records_compared_with_their_step(tmp_path):
+    """kdebug.replicated(t, name) under a FlightRecorder is a record
+    (kdebug::flight_replicated) hashed bitwise outside the optimizer window
+    too, part of its step's compared digest with the window, held and
+    forgotten with its step (the recorder's op list does not grow).  A
+    marked value changed at step 2 changes the digests from step 2 on, not
+    before."""
+    from kdebug import hashing
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    init = {k: v.clone() for k, v in model.state_dict().items()}
+    cm = torch.compile(model)
+    x = torch.randn(16, 8)
+    cm(x)
+    runs = {}
+    for planted in (False, True):
+        model.load_state_dict(init)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        fr = kdebug.FlightRecorder(every=100, keep_steps=2, trace=str(tmp_path / f"{planted}.kdt"))
+        fr.attach(opt, model)
+        with fr:
+            for i in range(6):
+                opt.zero_grad()
+                loss = cm(x).square().mean()
+                loss.backward()
+                marked = loss.detach() + (1.0 if planted and i == 2 else 0.0)
+                kdebug.replicated(marked, "loss")  # outside the window: before opt.step()
+                opt.step()
+        fr.close()
+        # nothing piles up in the recorder's op list: it holds the kept launches' views only
+        assert not [o for o in fr._dm._ops if "replicated" in str(o) and "flight_replicated" not in str(o)]
+        assert len(fr._dm._ops) <= fr.kept_launches
+        run = kdebug.load(fr.dump())
+        marks = [k for k in run.kernels if k.kernel_name == "kdebug::flight_replicated"]
+        assert len(marks) == 2 and marks[-1].post_hashes["loss"] == hashing.bitwise(marked, on_host=True)
+        assert set(fr._marks) <= {4, 5}  # forgotten with their steps
+        runs[planted] = [(d.step, d.launches, d.digest) for d in fr.digests]
+    plain, planted = runs[False], runs[True]
+    assert [n for _, n, _ in plain] == [3] * 6  # grads, state, the mark
+    assert plain[:2] == planted[:2] and plain[2] != planted[2]
+
+
 def test_replica_state_list_follows_the_optimizer(tmp_path):
     """The parameter and state list a replica record hashes is reused between
     steps only while it is still right: state created lazily (a parameter
