@@ -274,11 +274,25 @@ def replicated(t: torch.Tensor, name: str) -> torch.Tensor:
         return t
     flight = getattr(dm, "_flight", None)
     if flight is not None:  # a FlightRecorder's: a record in its ring, compared with its step
-        flight._mark(t, name)
+        flight._mark(marked_value(t, name), name)
         return t
     entry = _aten_hooks.this_thread().hash_entry
     mark(dm, t, name, entry.spec if entry is not None else hashing.parse("bitwise")[1])
     return t
+
+
+def marked_value(t: torch.Tensor, name: str) -> torch.Tensor:
+    """The tensor whose data a mark of ``t`` hashes (_upstream.replica_value);
+    a TypeError saying what to pass for one with no data of its own: its
+    detach() under disabled dispatch has no storage, and hashing that crashed."""
+    from . import _upstream
+
+    value = _upstream.replica_value(t)
+    if value is None:
+        raise TypeError(f"kdebug.replicated({name!r}): a {type(t).__name__} has no data of its own to hash "
+                        "(a sharded DTensor holds another part on each rank): pass the replicated value, "
+                        "e.g. t.full_tensor()")
+    return value
 
 
 def mark(dm, t: torch.Tensor, name: str, spec) -> None:
@@ -286,14 +300,7 @@ def mark(dm, t: torch.Tensor, name: str, spec) -> None:
     ``name`` to kdebug DebugMode ``dm``'s records."""
     from . import _C, _upstream, hashing
 
-    # a tensor with no data of its own: its detach() under disabled dispatch has no storage, and
-    # hashing that crashed
-    value = _upstream.replica_value(t)
-    if value is None:
-        raise TypeError(f"kdebug.replicated({name!r}): a {type(t).__name__} has no data of its own to hash "
-                        "(a sharded DTensor holds another part on each rank): pass the replicated value, "
-                        "e.g. t.full_tensor()")
-    t = value
+    t = marked_value(t, name)
     with _upstream.disable_torch_dispatch():
         h = hashing.start_value(t.detach(), spec)
     call = collectives.CollectiveCall(MARK, f"{MARK}({name!r}, {collectives._shape_text(t)})",

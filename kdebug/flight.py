@@ -316,6 +316,9 @@ class FlightRecorder:
         # every launch hashed for the whole block, or only inside attach()'s optimizer windows
         self._hash_all = compare == "all" or hashes == "all"
         self._window_open = False  # the optimizer window's hashing is on (Note [Hash windows] in csrc/kd_launch.c)
+        from . import hashing
+
+        self._bitwise_spec = hashing.parse("bitwise")[0]  # the spec id the window's hashes get
         from .mode import DebugMode
 
         self.every = every
@@ -442,8 +445,13 @@ class FlightRecorder:
             tensors.append(t)
             sources.append(None if t is src else src)  # unwrapped: read again at every record
         m = _C.STATE_RECORD_MAX
-        return [(names[k:k + m], tensors[k:k + m], sources[k:k + m] if any(x is not None for x in sources[k:k + m]) else None)
-                for names, tensors, sources in by_dev.values() for k in range(0, len(tensors), m)], skipped
+        records = []
+        for names, tensors, sources in by_dev.values():
+            for k in range(0, len(tensors), m):
+                unwrapped = sources[k:k + m]
+                records.append((names[k:k + m], tensors[k:k + m],
+                                unwrapped if any(x is not None for x in unwrapped) else None))
+        return records, skipped
 
     def _record_replicas(self, what: str, plan: tuple[list, int]) -> None:
         """Records a _plan's records; skipped tensors are counted and warned about."""
@@ -467,17 +475,13 @@ class FlightRecorder:
             if _C.record_state(what, names, tensors):
                 self.stats["replica_records"] += 1
 
-    def _mark(self, t, name: str) -> None:
-        """kdebug.replicated(t, name) under this recorder: a record
-        ``kdebug::flight_replicated`` of the value (a Replicate DTensor's local
-        tensor), hashed bitwise in or out of an optimizer window, compared
-        with the step it was made in (under compare="replicas" together with
-        the step's optimizer window), held and forgotten with that step."""
-        value = _upstream.replica_value(t)
-        if value is None:
-            raise TypeError(f"kdebug.replicated({name!r}): a {type(t).__name__} has no data of its own to hash "
-                            "(a sharded DTensor holds another part on each rank): pass the replicated value, "
-                            "e.g. t.full_tensor()")
+    def _mark(self, value, name: str) -> None:
+        """kdebug.replicated(t, name) under this recorder (``value``: what
+        crossrank.marked_value gave for t): a record
+        ``kdebug::flight_replicated`` of it, hashed bitwise in or out of an
+        optimizer window, compared with the step it was made in (under
+        compare="replicas" together with the step's optimizer window), held
+        and forgotten with that step."""
         was_open = self._window_open
         self._open_window()
         try:
@@ -498,9 +502,7 @@ class FlightRecorder:
         closure's later calls find it open already."""
         if self._hash_all or self._window_open:
             return
-        from . import hashing
-
-        self._rec.hash_window(1, hashing.parse("bitwise")[0])
+        self._rec.hash_window(1, self._bitwise_spec)
         self._window_open = True
 
     def _close_window(self) -> None:
