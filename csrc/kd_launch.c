@@ -23,6 +23,7 @@ _Thread_local kd_recorder *kd_tls_recorder = NULL;
 kd_recorder *kd_global_recorder = NULL; /* GIL */
 long kd_started_recorders = 0;           /* GIL */
 _Thread_local int kd_tls_compiling = 0;
+_Thread_local int kd_tls_hash_now = 0;
 long kd_injected_faults = 0; /* GIL; tests: make the next N launch descriptions fail */
 
 int kd_launch_device_of(PyObject *o, kd_kernel_info *info, uint64_t *stream)
@@ -215,8 +216,12 @@ static uint32_t describe_arg(PyObject *o, uint32_t name_id, uint8_t role, int ha
  * template would keep a pending flag with no graph result index
  * (Note [CUDA graph replays]).  Nor while any capture is open: a launch
  * from another thread into the capturing stream (the autograd engine's) did
- * not run either (kd_batch_flush leaves it unhashed). */
-static int defer_here(void) { return kd_defer_enabled() && kd_tls_graph == NULL && !kd_graph_any_open(); }
+ * not run either (kd_batch_flush leaves it unhashed).  Nor for a launch
+ * that asked to be hashed at once (kd_tls_hash_now). */
+static int defer_here(void)
+{
+    return kd_defer_enabled() && !kd_tls_hash_now && kd_tls_graph == NULL && !kd_graph_any_open();
+}
 
 /* Before a CUDA launch runs: flush deferred work it would overwrite. */
 static void guard_writes(uint8_t dev_type, PyObject *const *args, Py_ssize_t nargs,

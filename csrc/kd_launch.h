@@ -15,6 +15,9 @@ extern _Thread_local kd_recorder *kd_tls_recorder;
 extern kd_recorder *kd_global_recorder;
 extern long kd_started_recorders;
 extern long kd_injected_faults;
+/* Set around a launch whose GPU hashes must run at once rather than wait in
+ * the deferred queue (a replica state record, Note [Replica state records]). */
+extern _Thread_local int kd_tls_hash_now;
 
 /* This thread's hash settings (Note [Hash settings per thread] in kd_recorder.h). */
 extern _Thread_local kd_hash_config kd_hcfg;

@@ -524,7 +524,10 @@ def test_replica_records_hash_every_gradient_parameter_and_optimizer_state(devic
     and 800 parameters and state tensors (exp_avg, exp_avg_sq, step: CPU
     scalars next to CUDA tensors on the GPU), in records of at most
     _C.STATE_RECORD_MAX (that many are hashed on the GPU), named by the
-    model, each hash equal to the host's bitwise hash of the tensor."""
+    model, each hash equal to the host's bitwise hash of the tensor.  On the
+    GPU the records' hashes are launched at once, not queued: the C++ write
+    guard (whose per-op cost would stay for the whole recording) is never
+    installed (Note [Replica state records])."""
     from kdebug import hashing
 
     model = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(100)]).to(device)
@@ -537,7 +540,9 @@ def test_replica_records_hash_every_gradient_parameter_and_optimizer_state(devic
         model(torch.randn(2, 8, device=device)).sum().backward()
         want_grads = {f"{n}.grad": hashing.bitwise(p.grad, on_host=True) for n, p in model.named_parameters()}
         opt.step()
+        guard = kdebug._C.write_guard_stats()["installed"]
     handle.remove()
+    assert guard == 0
     assert fr._step == 1  # the optimizer's step ended the recorder's step
     run = kdebug.load(fr.dump())
     recs = [k for k in run.kernels if k.kernel_name.startswith("kdebug::flight")]
