@@ -133,6 +133,7 @@ static PyObject *run_hook_call(kd_run_hook *self, PyObject *const *args, size_t 
     }
     PyObject *autotuner = args[0];
     kd_kernel_info *info = triton_info(r, self, autotuner);
+    KD_PT_ADD(KD_PT_FIND, t0);
     if (info == NULL) {
         r->unrecorded++;
         return PyObject_Vectorcall(self->orig, args, nargsf, kwnames);

@@ -13,6 +13,7 @@
 #include "kd_launch_hash.h"
 #include "kd_hook.h"
 #include "kd_launch.h"
+#include "kd_phase_timers.h"
 #include "kd_graph.h"
 #include "kd_launch_ctx.h"
 #include "kd_module.h"
@@ -293,6 +294,7 @@ static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *inf
     const int defer = defer_here() && !p->cfg.check_readonly;
     if (kd_defer_enabled() && kd_tls_graph == NULL && dev_type == KD_DEV_CUDA)
         kd_defer_guard(dev_index, stream, 0, 0); /* another stream: flush and order */
+    uint64_t t_describe = KD_PT_NOW(); /* Note [Phase timers] */
     for (Py_ssize_t i = 0; i < nargs; i++) {
         uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
         uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
@@ -348,6 +350,8 @@ static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *inf
     h->call_depth = (uint16_t)(depth > UINT16_MAX ? UINT16_MAX : depth);
     h->launch_index = p->launch_index;
 
+    KD_PT_ADD(KD_PT_DESCRIBE, t_describe);
+    uint64_t t_ring = KD_PT_NOW();
     /* From reserve to the end of the batch: no Python code runs. */
     if (kd_ring_reserve(r->ring, used, &p->first) != 0) {
         guard_writes(dev_type, args, nargs, info, stream);
@@ -378,6 +382,7 @@ static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *inf
     p->ok = 1;
     for (uint32_t i = 0; i < nreleased; i++)
         Py_DECREF(ctx->released[i]);
+    KD_PT_ADD(KD_PT_RING, t_ring);
     guard_writes(dev_type, args, nargs, info, stream);
     uint64_t head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
     if (head - p->first <= r->ring->capacity) /* not lapped while Python ran above */

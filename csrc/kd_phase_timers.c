@@ -43,7 +43,8 @@ void kd_pt_add(int phase, uint64_t ns)
     atomic_fetch_add_explicit(&s->ns[phase], ns, memory_order_relaxed);
 }
 
-static const char *const names[KD_PT_N] = {"begin", "launch", "end", "plain", "guard"};
+static const char *const names[KD_PT_N] = {"begin", "launch", "end", "plain", "guard",
+                                              "find", "describe", "ring"};
 
 /* _phase_timers(reset=False) -> [{"thread", "<phase>": (count, ns), ...}] */
 static PyObject *mod_phase_timers(PyObject *m, PyObject *args)

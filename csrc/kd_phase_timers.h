@@ -21,7 +21,10 @@
 extern "C" {
 #endif
 
-enum { KD_PT_BEGIN, KD_PT_LAUNCH, KD_PT_END, KD_PT_PLAIN, KD_PT_GUARD, KD_PT_N };
+/* find, describe, ring: parts of begin (finding the recorder and the
+ * kernel's info; describing the arguments; reserving and filling the ring) */
+enum { KD_PT_BEGIN, KD_PT_LAUNCH, KD_PT_END, KD_PT_PLAIN, KD_PT_GUARD, KD_PT_FIND, KD_PT_DESCRIBE, KD_PT_RING,
+       KD_PT_N };
 
 #ifdef KD_PHASE_TIMERS
 uint64_t kd_pt_now(void);

@@ -15,7 +15,9 @@ adds, per mode and launching thread (main: the loop's thread; other:
 autograd's device thread, which launches the backward on CUDA), the Triton
 launches the hook recorded and µs per launch in kd_launch_begin, in the
 launch itself, in kd_launch_end; launches while nothing recorded and µs per
-such launch; dispatcher ops the C++ write guard saw and µs per op.
+such launch; dispatcher ops the C++ write guard saw and µs per op; and
+parts of begin per launch: finding the recorder and the kernel's info,
+describing the arguments, reserving and filling the ring.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from kdebug.workloads import Transformer, train_step_fn
 
 SIZES = {("cuda", "transformer"): (4, 512, 8, (8, 256)), ("cuda", "gpu-bound"): (4, 1024, 16, (32, 512)),
          ("cpu", "transformer"): (2, 128, 4, (4, 64)), ("cpu", "gpu-bound"): (2, 256, 4, (8, 128))}
-PHASES = ("begin", "launch", "end", "plain", "guard")  # Note [Phase timers]
+PHASES = ("begin", "launch", "end", "plain", "guard", "find", "describe", "ring")  # Note [Phase timers]
 
 
 def add_phases(acc: dict) -> None:
@@ -47,8 +49,9 @@ def add_phases(acc: dict) -> None:
 
 def print_phases(times: dict, phases: dict, base: float, steps: int) -> None:
     print("\n| mode | ms / step | x untraced | thread | recorded launches / step | begin µs | launch µs | end µs "
-          "| unrecorded launches / step | their µs | guarded ops / step | guard µs |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| unrecorded launches / step | their µs | guarded ops / step | guard µs | of begin: find µs | describe µs "
+          "| ring µs |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
     def us(c_ns):
         c, ns = c_ns
@@ -59,7 +62,8 @@ def print_phases(times: dict, phases: dict, base: float, steps: int) -> None:
         for label, per in sorted(acc.items()):
             print(f"| {k} | {med:.3f} | {med / base:.3f} | {label} | {per['begin'][0] / steps:.1f} | {us(per['begin'])} "
                   f"| {us(per['launch'])} | {us(per['end'])} | {per['plain'][0] / steps:.1f} | {us(per['plain'])} "
-                  f"| {per['guard'][0] / steps:.1f} | {us(per['guard'])} |")
+                  f"| {per['guard'][0] / steps:.1f} | {us(per['guard'])} | {us(per['find'])} | {us(per['describe'])} "
+                  f"| {us(per['ring'])} |")
 
 
 def main() -> None:
