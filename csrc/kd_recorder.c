@@ -606,7 +606,25 @@ static PyObject *rec_hash_window(kd_recorder *self, PyObject *args)
     return PyLong_FromLong(prev);
 }
 
+/* prefault() -> bytes touched (Note [Ring prefault] in core/kd_ring.c). */
+static PyObject *rec_prefault(kd_recorder *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->started) {
+        PyErr_SetString(PyExc_RuntimeError, "Recorder.prefault(): call it before start(), while nothing writes the ring");
+        return NULL;
+    }
+    if (self->ring == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Recorder.prefault(): this recorder has no ring");
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(kd_ring_prefault(self->ring));
+}
+
 static PyMethodDef rec_methods[] = {
+    {"prefault", (PyCFunction)rec_prefault, METH_NOARGS,
+     "prefault() -> bytes: touch every page of the ring now, so launches never fault it in (Note [Ring prefault]); "
+     "only while not started."},
     {"hash_window", (PyCFunction)rec_hash_window, METH_VARARGS,
      "hash_window(n, spec) -> previous n: while n > 0 every launch into this recorder is hashed bitwise too, "
      "with hash spec `spec` where nothing else asked for a hash (Note [Hash windows])."},

@@ -267,7 +267,10 @@ class FlightRecorder:
         the text summary goes to that path + ``.txt``.
     keep_digests: how many older steps' digests are kept (``digests``).
     ring_capacity: the recorder's ring, in 128-byte slots (Note [Ring
-        protocol]); it is drained early when more than half full.
+        protocol]); it is drained early when more than half full.  Its
+        memory (128 MB by default) is touched when the recorder is made, so
+        no launch pays for a page fault (Note [Ring prefault] in
+        csrc/core/kd_ring.c).
     group: the process group to compare on (default: the default group).
     signals: the signals whose arrival dumps (then the previous handler runs).
     compare: "replicas" (default): compare what must agree across
@@ -329,6 +332,7 @@ class FlightRecorder:
         self._dm = DebugMode(kernels_only=True, ring_capacity=ring_capacity, overflow="overwrite",
                              batch_gpu_work=batch_gpu_work)
         self._rec = self._dm._recorder
+        self._rec.prefault()  # resident now, not faulted in launch by launch (Note [Ring prefault])
         self._dm._flight = self  # kdebug.replicated marks under it become this recorder's records (_mark)
         self._marks: dict[int, list[int]] = {}  # step -> launch indices of its kdebug.replicated records
         self._hash_ctx = None

@@ -90,6 +90,32 @@ def test_memory_stays_bounded(tmp_path):
     assert [int(s["digest"], 16) for s in run.meta["flight"]["steps"]] == [d.digest for d in list(fr.digests)[-3:]]
 
 
+def test_the_ring_is_resident_before_the_first_launch(tmp_path):
+    """Note [Ring prefault]: the flight recorder touches its ring's pages when
+    it is made, so no launch pays a page fault on the first lap (touching
+    them again faults in almost none: without the prefault, all 32768 pages
+    of the default ring would fault here); a recorder that is recording
+    refuses, and the launches it recorded are unchanged by a prefault."""
+    import resource
+
+    fr = kdebug.FlightRecorder(every=5, keep_steps=3, trace=str(tmp_path / "p.kdt"))
+    who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+    f0 = resource.getrusage(who).ru_minflt
+    touched = fr._rec.prefault()
+    faults = resource.getrusage(who).ru_minflt - f0
+    assert touched == fr._rec.capacity * 128 and faults < touched // 4096 // 100, (touched, faults)
+    step = make_step()
+    step(0)
+    with fr:
+        step(1)
+        with pytest.raises(RuntimeError, match="before start"):
+            fr._rec.prefault()
+        fr.step()
+    fr.close()
+    run = kdebug.load(fr.dump())
+    assert fr.stats["steps"] == 1 and len(run.kernels) == 3  # make_step: 3 launches per step
+
+
 def test_step_counters_and_early_drain(tmp_path):
     """step() reads the recorder's O(1) counters (seen, slots_used, capacity),
     which agree with stats() (whose lost-launch count walks the unread ring);

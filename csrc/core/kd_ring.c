@@ -257,6 +257,27 @@ uint64_t kd_ring_lost(const kd_ring *r)
     return refused + overwritten;
 }
 
+/* Note [Ring prefault]
+ * A recorder meant to stay on for a whole job (the flight recorder) writes
+ * its ring round and round: after the first lap every page is resident, and
+ * only the first lap pays for the lazy mapping, one fault per page on the
+ * launch path.  Touching the pages up front moves that cost to the
+ * recorder's construction (a memory pass over the ring) and makes the host
+ * memory it uses visible at once rather than after the first lap.  A
+ * DebugMode recording a few steps keeps the lazy mapping: an unused ring
+ * costs it address space, not memory. */
+uint64_t kd_ring_prefault(kd_ring *r)
+{
+    const size_t page = 4096;
+    volatile unsigned char *p = (volatile unsigned char *)r->slots;
+    size_t bytes = (size_t)r->capacity * sizeof(kd_slot);
+    for (size_t off = 0; off < bytes; off += page)
+        p[off] = p[off];
+    if (bytes)
+        p[bytes - 1] = p[bytes - 1];
+    return bytes;
+}
+
 void kd_ring_clear(kd_ring *r)
 {
     uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);

@@ -86,6 +86,25 @@ static void test_ring_basic(void)
     kd_ring_free(r);
 }
 
+/* Note [Ring prefault]: touching the pages changes no launch, written or to come */
+static void test_ring_prefault(void)
+{
+    kd_ring *r = kd_ring_new(1 << 12, KD_RING_OVERWRITE);
+    CHECK(r != NULL);
+    CHECK(kd_ring_prefault(r) == ((uint64_t)1 << 12) * sizeof(kd_slot));
+    static collect c;
+    memset(&c, 0, sizeof c);
+    for (uint64_t i = 0; i < 10; i++)
+        CHECK(write_launch(r, 5, i) == 1);
+    CHECK(kd_ring_prefault(r) == ((uint64_t)1 << 12) * sizeof(kd_slot)); /* with launches unread */
+    for (uint64_t i = 10; i < 20; i++)
+        CHECK(write_launch(r, 5, i) == 1);
+    CHECK(kd_ring_read(r, scratch, 4096, visit_collect, &c) == 20);
+    CHECK(c.n == 20 && c.bad == 0 && c.marks[0] == 0 && c.marks[19] == 19);
+    CHECK(kd_ring_lost(r) == 0);
+    kd_ring_free(r);
+}
+
 static void test_ring_wrap_overwrite(void)
 {
     /* 16 slots, launches of 5 slots: the ring wraps and launches straddle
@@ -1090,6 +1109,7 @@ int main(void)
     test_ring_drop_new();
     test_ring_lost_incremental();
     test_ring_reuse();
+    test_ring_prefault();
     test_ring_in_flight();
     test_ring_threads();
     test_strtab();
