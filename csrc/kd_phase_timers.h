@@ -21,8 +21,13 @@
 extern "C" {
 #endif
 
-/* find, describe, ring: parts of begin (finding the recorder and the
- * kernel's info; describing the arguments; reserving and filling the ring) */
+/* find, describe, ring: parts of a Triton launch's begin, not a partition
+ * of it (finding the recorder and the kernel's info, counted for unrecorded
+ * launches too; describing the arguments; reserving and filling the ring,
+ * with the pre-launch hashes launched or queued).  describe and ring are
+ * timed in kd_launch_begin, so they also count records that have no begin
+ * (C++ launches, the op observer, replica state records).  Left out of all
+ * three: the hash settings, the deferred queue's stream guard, the header. */
 enum { KD_PT_BEGIN, KD_PT_LAUNCH, KD_PT_END, KD_PT_PLAIN, KD_PT_GUARD, KD_PT_FIND, KD_PT_DESCRIBE, KD_PT_RING,
        KD_PT_N };
 

@@ -272,7 +272,8 @@ def replicated(t: torch.Tensor, name: str) -> torch.Tensor:
     dm = _active.debug_mode()
     if not isinstance(dm, DebugMode) or dm._recorder is None or not dm._entered:
         return t
-    flight = getattr(dm, "_flight", None)
+    ref = getattr(dm, "_flight", None)  # weakref.ref to a FlightRecorder (kdebug/flight.py)
+    flight = ref() if ref is not None else None
     if flight is not None:  # a FlightRecorder's: a record in its ring, compared with its step
         flight._mark(marked_value(t, name), name)
         return t

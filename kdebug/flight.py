@@ -135,6 +135,7 @@ import os
 import signal
 import sys
 import threading
+import weakref
 from array import array
 from bisect import bisect_left
 from typing import Any, Callable
@@ -150,6 +151,7 @@ _ROW = 4  # step, launches, lost, digest
 # (KD_CUDA_CAPACITY 8192), so that a long window does not fill it (a full ring
 # is read back with a device synchronization).  Below that the compare does.
 _READ_BACK_AT = 2048
+_PREFAULT_MAX_BYTES = 256 << 20  # rings up to this size are touched when a recorder is made (Note [Ring prefault])
 
 
 def _mix(a: int, b: int) -> int:
@@ -268,9 +270,10 @@ class FlightRecorder:
     keep_digests: how many older steps' digests are kept (``digests``).
     ring_capacity: the recorder's ring, in 128-byte slots (Note [Ring
         protocol]); it is drained early when more than half full.  Its
-        memory (128 MB by default) is touched when the recorder is made, so
-        no launch pays for a page fault (Note [Ring prefault] in
-        csrc/core/kd_ring.c).
+        memory (128 MB by default: host memory per rank) is touched when the
+        recorder is made, so no launch pays for a page fault (Note [Ring
+        prefault] in csrc/core/kd_ring.c); a ring above 256 MB is not (it
+        stays lazily mapped, faulted in as it fills).
     group: the process group to compare on (default: the default group).
     signals: the signals whose arrival dumps (then the previous handler runs).
     compare: "replicas" (default): compare what must agree across
@@ -332,8 +335,11 @@ class FlightRecorder:
         self._dm = DebugMode(kernels_only=True, ring_capacity=ring_capacity, overflow="overwrite",
                              batch_gpu_work=batch_gpu_work)
         self._rec = self._dm._recorder
-        self._rec.prefault()  # resident now, not faulted in launch by launch (Note [Ring prefault])
-        self._dm._flight = self  # kdebug.replicated marks under it become this recorder's records (_mark)
+        if self._rec.capacity * 128 <= _PREFAULT_MAX_BYTES:  # resident now, not faulted in launch by launch
+            self._rec.prefault()  # (Note [Ring prefault]); a larger ring stays lazily mapped
+        # kdebug.replicated marks under it become this recorder's records (_mark); weak: no cycle keeps a
+        # dropped recorder's ring (resident: Note [Ring prefault]) alive until a garbage collection
+        self._dm._flight = weakref.ref(self)
         self._marks: dict[int, list[int]] = {}  # step -> launch indices of its kdebug.replicated records
         self._hash_ctx = None
         self._depth = 0

@@ -93,8 +93,8 @@ def test_memory_stays_bounded(tmp_path):
 def test_the_ring_is_resident_before_the_first_launch(tmp_path):
     """Note [Ring prefault]: the flight recorder touches its ring's pages when
     it is made, so no launch pays a page fault on the first lap (touching
-    them again faults in almost none: without the prefault, all 32768 pages
-    of the default ring would fault here); a recorder that is recording
+    them again faults in almost none: without the prefault, every one of the
+    32768 pages of the default ring would fault here); a recorder that is recording
     refuses, and the launches it recorded are unchanged by a prefault."""
     import resource
 
@@ -114,6 +114,35 @@ def test_the_ring_is_resident_before_the_first_launch(tmp_path):
     fr.close()
     run = kdebug.load(fr.dump())
     assert fr.stats["steps"] == 1 and len(run.kernels) == 3  # make_step: 3 launches per step
+
+
+def test_a_dropped_recorder_frees_its_ring_without_a_collection(tmp_path, monkeypatch):
+    """A recorder no longer referenced is freed by reference counting (no
+    cycle through its DebugMode), so its resident ring goes back at once;
+    a ring above kdebug.flight._PREFAULT_MAX_BYTES is not touched up front
+    (it stays lazily mapped: touching it afterwards faults its pages in)."""
+    import gc
+    import resource
+    import weakref
+
+    gc.disable()
+    try:
+        fr = kdebug.FlightRecorder(every=5, keep_steps=3, trace=str(tmp_path / "w.kdt"))
+        with fr:
+            fr.step()
+        fr.close()
+        ref = weakref.ref(fr)
+        del fr
+        assert ref() is None
+    finally:
+        gc.enable()
+    monkeypatch.setattr(kdebug.flight, "_PREFAULT_MAX_BYTES", 1 << 20)
+    lazy = kdebug.FlightRecorder(every=5, keep_steps=3, trace=str(tmp_path / "l.kdt"), ring_capacity=1 << 16)
+    who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+    f0 = resource.getrusage(who).ru_minflt
+    touched = lazy._rec.prefault()
+    assert touched == (1 << 16) * 128 and resource.getrusage(who).ru_minflt - f0 >= touched // 4096 // 2
+    lazy.close()
 
 
 def test_step_counters_and_early_drain(tmp_path):

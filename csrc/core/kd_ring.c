@@ -2,6 +2,7 @@
 #include "kd_ring.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 /* Slots for a requested capacity: a power of two, at least 16; 0 above 2^32. */
@@ -265,16 +266,21 @@ uint64_t kd_ring_lost(const kd_ring *r)
  * recorder's construction (a memory pass over the ring) and makes the host
  * memory it uses visible at once rather than after the first lap.  A
  * DebugMode recording a few steps keeps the lazy mapping: an unused ring
- * costs it address space, not memory. */
+ * costs it address space, not memory.  So does a flight recorder whose ring
+ * is above 256 MB (kdebug/flight.py): committing that much host memory per
+ * rank at construction could get a job killed before its first step. */
 uint64_t kd_ring_prefault(kd_ring *r)
 {
-    const size_t page = 4096;
-    volatile unsigned char *p = (volatile unsigned char *)r->slots;
+    long ps = sysconf(_SC_PAGESIZE);
+    const size_t page = ps > 0 ? (size_t)ps : 4096;
+    unsigned char *p = (unsigned char *)r->slots;
     size_t bytes = (size_t)r->capacity * sizeof(kd_slot);
+    /* an atomic or of 0: one write fault per page, no value changed (a read
+     * then a write would fault twice: the zero page, then its copy) */
     for (size_t off = 0; off < bytes; off += page)
-        p[off] = p[off];
+        __atomic_fetch_or(&p[off], (unsigned char)0, __ATOMIC_RELAXED);
     if (bytes)
-        p[bytes - 1] = p[bytes - 1];
+        __atomic_fetch_or(&p[bytes - 1], (unsigned char)0, __ATOMIC_RELAXED);
     return bytes;
 }
 

@@ -128,7 +128,7 @@ int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
  * what was written since: Note [Counting lost launches]).  Reader side. */
 uint64_t kd_ring_lost(const kd_ring *r);
 
-/* Touches every page of the ring's slots (reading and writing back one byte
+/* Touches every page of the ring's slots (an atomic or of 0 into one byte
  * of each, so no launch changes): a ring's memory is mapped lazily
  * (kd_ring_new), and until each page is first written a launch that reaches
  * it pays a page fault and the kernel's zeroing of the page on the launch
