@@ -335,7 +335,7 @@ class FlightRecorder:
         self._dm = DebugMode(kernels_only=True, ring_capacity=ring_capacity, overflow="overwrite",
                              batch_gpu_work=batch_gpu_work)
         self._rec = self._dm._recorder
-        if self._rec.capacity * 128 <= _PREFAULT_MAX_BYTES:  # resident now, not faulted in launch by launch
+        if self._rec.capacity * _C.SLOT_BYTES <= _PREFAULT_MAX_BYTES:  # resident now, not faulted in launch by launch
             self._rec.prefault()  # (Note [Ring prefault]); a larger ring stays lazily mapped
         # kdebug.replicated marks under it become this recorder's records (_mark); weak: no cycle keeps a
         # dropped recorder's ring (resident: Note [Ring prefault]) alive until a garbage collection

@@ -333,7 +333,7 @@ class DebugMode(_upstream.DebugMode):
         except MemoryError:
             raise MemoryError(
                 f"DebugMode(ring_capacity={f['ring_capacity']}) could not reserve its ring "
-                f"({f['ring_capacity'] * 128} bytes of address space): pass a smaller ring_capacity "
+                f"({f['ring_capacity'] * _C.SLOT_BYTES} bytes of address space): pass a smaller ring_capacity "
                 "(the default, 2**20 slots, is 128 MiB, touched only as it fills)") from None
         self._materialized = 0
         self._flush_lock = threading.RLock()  # Note [One flush at a time]
