@@ -163,10 +163,12 @@ class BuildExt(build_ext):
                 continue
             nvcc, home, gencode = cuda
             os.makedirs(self.build_temp, exist_ok=True)
+            cap = os.environ.get("KDEBUG_CUDA_LAUNCH_CAP", "")  # Note [One hash kernel per batch]: tests of the split
+            defines = [f"-DKD_CUDA_LAUNCH_CAP={int(cap)}"] if cap else []
             for src in CUDA_SOURCES:
                 obj = os.path.join(self.build_temp, os.path.basename(src)[:-3] + ".o")
-                self.spawn([nvcc, "-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-Icsrc", "-Icsrc/core", *gencode, "-c", src,
-                            "-o", obj])
+                self.spawn([nvcc, "-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-Icsrc", "-Icsrc/core", *gencode, *defines,
+                            "-c", src, "-o", obj])
                 ext.extra_objects.append(obj)
             lib = os.path.join(home, "lib64")
             ext.library_dirs.append(lib)

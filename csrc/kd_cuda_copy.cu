@@ -85,11 +85,11 @@ template <int CAP> void launch(const kd_cuda_copy *c, int n, const int *first_bl
 
 extern "C" int kd_cuda_copy_enqueue(int device, uint64_t stream, const kd_cuda_copy *c, int n)
 {
-    if (n <= 0 || n > KD_CUDA_BATCH) {
+    if (n <= 0 || n > KD_CUDA_COPY_BATCH) {
         std::snprintf(last_error, sizeof last_error, "bad copy batch (%d tensors)", n);
         return -1;
     }
-    int first_block[KD_CUDA_BATCH + 1];
+    int first_block[KD_CUDA_COPY_BATCH + 1];
     int blocks = 0;
     for (int i = 0; i < n; i++) {
         int isz = c[i].src.itemsize;
@@ -110,7 +110,7 @@ extern "C" int kd_cuda_copy_enqueue(int device, uint64_t stream, const kd_cuda_c
     else if (n <= 4)
         launch<4>(c, n, first_block, st);
     else
-        launch<KD_CUDA_BATCH>(c, n, first_block, st);
+        launch<KD_CUDA_COPY_BATCH>(c, n, first_block, st);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         std::snprintf(last_error, sizeof last_error, "launching kdebug's copy kernel: %s (%d)",

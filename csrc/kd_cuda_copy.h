@@ -1,6 +1,6 @@
 /* kd_cuda_copy.h - copies of CUDA tensors for record_outputs, many per launch.
  *
- * kd_cuda_copy_enqueue queues one kernel that copies up to KD_CUDA_BATCH
+ * kd_cuda_copy_enqueue queues one kernel that copies up to KD_CUDA_COPY_BATCH
  * tensors (any strides) into fresh destinations, on the stream of the launch
  * that wrote them.  A destination either has the source's strides (a dense
  * source: torch's empty_like) or is contiguous.  kd_cuda_stub.c provides the
@@ -9,7 +9,9 @@
 #ifndef KD_CUDA_COPY_H
 #define KD_CUDA_COPY_H
 
-#include "kd_cuda_hash.h" /* kd_cuda_tensor, KD_CUDA_BATCH */
+#include "kd_cuda_hash.h" /* kd_cuda_tensor */
+
+#define KD_CUDA_COPY_BATCH 16 /* copies one kernel takes (its parameter block within 4 KB) */
 
 #ifdef __cplusplus
 extern "C" {

@@ -292,9 +292,16 @@ __global__ void __launch_bounds__(kThreads) hash_kernel(const __grid_constant__ 
     // (every block returns: no block waits for another)
     if (b.base != nullptr && *b.base < 0)
         return;
-    int ti = 0;
-    while (ti + 1 < b.n && (int)blockIdx.x >= b.first_block[ti + 1])
-        ti++;
+    // the tensor this block hashes: the last ti with first_block[ti] <= blockIdx.x
+    int lo = 0, hi = b.n - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if ((int)blockIdx.x >= b.first_block[mid])
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const int ti = lo;
     const kd_cuda_tensor &T = b.t[ti];
     const int lb = blockIdx.x - b.first_block[ti];
     const int nb = b.first_block[ti + 1] - b.first_block[ti];
@@ -491,9 +498,9 @@ int ensure(DeviceState &s)
 template <int CAP>
 void launch(const Batch &full, int blocks, cudaStream_t st, DeviceState &s, double *partials = nullptr)
 {
-    BatchT<CAP> b;
-    std::memcpy(b.t, full.t, sizeof b.t);
-    std::memcpy(b.slot, full.slot, sizeof b.slot);
+    BatchT<CAP> b; // full.n <= CAP: only the tensors the batch holds are copied
+    std::memcpy(b.t, full.t, sizeof(kd_cuda_tensor) * full.n);
+    std::memcpy(b.slot, full.slot, sizeof(int64_t) * full.n);
     for (int i = 0; i <= CAP; i++)
         b.first_block[i] = full.first_block[i <= full.n ? i : full.n];
     b.n = full.n;
@@ -742,17 +749,70 @@ int plan_blocks(Batch &b, const kd_cuda_tensor *t, int n, int kinds)
     return blocks;
 }
 
-// The hash kernel for batch b, its parameter block sized to b.n (one, up to
-// four, or a full batch); the runtime's error for the launch.
-cudaError_t launch_batch(const Batch &b, int blocks, cudaStream_t st, DeviceState &s, double *partials = nullptr)
+/* Note [One hash kernel per batch]
+ * A batch of up to KD_CUDA_BATCH (128) tensors is one kernel launch: the
+ * tensors travel in the kernel's parameter block (__grid_constant__, 160
+ * bytes a tensor), sized to the batch (1, 4, 16, 64 or 128 tensors: a launch
+ * copies all of it).  128 tensors take about 21 KB, within the 32 KB of
+ * kernel parameters CUDA 12.1 allows from Volta on; a toolkit before 12.1
+ * (4 KB) launches the batch 16 tensors at a time (kLaunchCap), each launch
+ * with its share of the blocks, slots and norm partials, so the results are
+ * the same.  Why: the flight recorder's replica records hash about 200
+ * gradients, parameters and optimizer states per step, which took 14 hash
+ * launches in batches of 16 (a few microseconds of host time each); a block
+ * finds its tensor by a binary search over first_block. */
+#if defined(KD_CUDA_LAUNCH_CAP) // a build that tests the split (KDEBUG_CUDA_LAUNCH_CAP=16 python setup.py ...)
+constexpr int kLaunchCap = KD_CUDA_LAUNCH_CAP;
+#elif defined(CUDART_VERSION) && CUDART_VERSION >= 12010
+constexpr int kLaunchCap = KD_CUDA_BATCH;
+#else
+constexpr int kLaunchCap = 16;
+#endif
+static_assert(kLaunchCap >= 16 && kLaunchCap <= KD_CUDA_BATCH, "a launch takes 16 to KD_CUDA_BATCH tensors");
+static_assert(sizeof(BatchT<KD_CUDA_BATCH>) <= 32764, "the batch must fit CUDA's kernel parameters");
+
+// One launch of the hash kernel for b (b.n <= kLaunchCap), its parameter
+// block sized to b.n.
+void launch_one(const Batch &b, int blocks, cudaStream_t st, DeviceState &s, double *partials)
 {
     if (b.n == 1)
         launch<1>(b, blocks, st, s, partials);
     else if (b.n <= 4)
         launch<4>(b, blocks, st, s, partials);
+    else if (b.n <= 16 || kLaunchCap <= 16)
+        launch<16>(b, blocks, st, s, partials);
+    else if (b.n <= 64)
+        launch<(kLaunchCap >= 64 ? 64 : 16)>(b, blocks, st, s, partials);
     else
-        launch<KD_CUDA_BATCH>(b, blocks, st, s, partials);
-    return cudaGetLastError();
+        launch<kLaunchCap>(b, blocks, st, s, partials);
+}
+
+// The hash kernel(s) for batch b (Note [One hash kernel per batch]); the
+// runtime's error for the launches.
+cudaError_t launch_batch(const Batch &b, int blocks, cudaStream_t st, DeviceState &s, double *partials = nullptr)
+{
+    if (b.n <= kLaunchCap) {
+        launch_one(b, blocks, st, s, partials);
+        return cudaGetLastError();
+    }
+    for (int i = 0; i < b.n; i += kLaunchCap) {
+        const int n = b.n - i < kLaunchCap ? b.n - i : kLaunchCap;
+        Batch part;
+        std::memcpy(part.t, b.t + i, sizeof(kd_cuda_tensor) * n);
+        std::memcpy(part.slot, b.slot + i, sizeof(int64_t) * n);
+        for (int k = 0; k <= n; k++)
+            part.first_block[k] = b.first_block[i + k] - b.first_block[i];
+        part.n = n;
+        part.kinds = b.kinds;
+        part.pbase = b.pbase + b.first_block[i]; // block k of this part is block first_block[i] + k of the batch
+        part.pstride = b.pstride;
+        part.base = b.base;
+        launch_one(part, part.first_block[n], st, s, partials);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
 }
 
 } // namespace

@@ -36,11 +36,11 @@ static struct {
     int kinds;
     int nh, nc;
     uint64_t bytes;
-    kd_cuda_tensor ht[KD_CUDA_BATCH]; /* distinct views to hash (nu of them) */
+    kd_cuda_tensor ht[KD_DEFER_VIEWS]; /* distinct views to hash (nu of them) */
     int nu;
     hash_entry he[KD_DEFER_ENTRIES];
-    kd_cuda_copy cc[KD_CUDA_BATCH];
-    copy_entry ce[KD_CUDA_BATCH];
+    kd_cuda_copy cc[KD_CUDA_COPY_BATCH];
+    copy_entry ce[KD_CUDA_COPY_BATCH];
     kd_defer_stats st;
     char error[256];
     int guard_held; /* KD_DEFER_GUARDED: the C++ write guard is installed for the queue */
@@ -105,8 +105,8 @@ int kd_defer_flush(void)
     Q.st.pending = 0;
     if (nh) {
         /* drop entries whose memory moved, then one launch for the rest */
-        kd_cuda_tensor t[KD_CUDA_BATCH];
-        int map[KD_CUDA_BATCH], n = 0;
+        kd_cuda_tensor t[KD_DEFER_VIEWS];
+        int map[KD_DEFER_VIEWS], n = 0;
         for (int u = 0; u < nu; u++)
             map[u] = 0;
         for (int i = 0; i < nh; i++)
@@ -141,7 +141,7 @@ int kd_defer_flush(void)
         }
     }
     if (nc) {
-        kd_cuda_copy c[KD_CUDA_BATCH];
+        kd_cuda_copy c[KD_CUDA_COPY_BATCH];
         int n = 0;
         for (int i = 0; i < nc; i++) {
             if (storage_moved(Q.ce[i].storage, Q.ce[i].sdata)) {
@@ -182,8 +182,8 @@ static void admit(int device, uint64_t stream, int kinds, uint64_t bytes)
             kd_cuda_stream_wait(device, from, stream);
         return;
     }
-    if ((kinds && Q.nh && Q.kinds != kinds) || (kinds && (Q.nu == KD_CUDA_BATCH || Q.nh == KD_DEFER_ENTRIES)) ||
-        (!kinds && Q.nc == KD_CUDA_BATCH) || Q.bytes + bytes > KD_DEFER_MAX_BYTES)
+    if ((kinds && Q.nh && Q.kinds != kinds) || (kinds && (Q.nu == KD_DEFER_VIEWS || Q.nh == KD_DEFER_ENTRIES)) ||
+        (!kinds && Q.nc == KD_CUDA_COPY_BATCH) || Q.bytes + bytes > KD_DEFER_MAX_BYTES)
         kd_defer_flush();
 }
 

@@ -8,9 +8,9 @@
  * under kernels_only, which pushes none, by the C++ write guard: Note [C++
  * write guard] in kd_write_guard.c, installed from the first entry), the work is queued
  * here with a strong reference to its tensor (so the caching allocator cannot
- * hand the memory to anyone else) and launched as one hash kernel and one
- * copy kernel per KD_CUDA_BATCH tensors, on the stream the tensors were
- * written on.  The queue is flushed, before anything runs, when:
+ * hand the memory to anyone else) and launched as one hash kernel per
+ * KD_DEFER_VIEWS distinct tensors and one copy kernel per KD_CUDA_COPY_BATCH,
+ * on the stream the tensors were written on.  The queue is flushed, before anything runs, when:
  *   - a recorded launch or an aten op is about to write memory overlapping a
  *     queued tensor (kd_defer_guard, from the launch's written arguments and
  *     from the op schema's mutable / out= arguments);
@@ -43,10 +43,15 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "kd_cuda_copy.h"
 #include "kd_cuda_hash.h"
 
 #define KD_DEFER_MAX_BYTES (512ull << 20)
-#define KD_DEFER_ENTRIES 64 /* hashes queued, sharing at most KD_CUDA_BATCH distinct views */
+#define KD_DEFER_ENTRIES 64 /* hashes queued, sharing at most KD_DEFER_VIEWS distinct views */
+/* Distinct views one flush hashes (one kernel; <= KD_CUDA_BATCH).  A fuller
+ * queue is held longer, and while it holds work the C++ write guard checks
+ * every op that writes GPU memory (Note [C++ write guard]). */
+#define KD_DEFER_VIEWS 16
 
 /* Where a deferred hash's result index goes: called once per entry at flush
  * with the result's global index (>= 0), or -1 and a message on failure. */

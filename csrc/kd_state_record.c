@@ -26,8 +26,9 @@
  * recorder's optimizer window hashes nothing but these records under
  * hashes="compared": launched at once, they leave the guard uninstalled
  * (on the H200, releasing the guard after each window saved 0.13-0.45 ms of
- * a 7.6-8.8 ms transformer step).  The same number of hash kernels run (one
- * per KD_CUDA_BATCH tensors), in the same stream order.  Not covered: a
+ * a 7.6-8.8 ms transformer step).  One hash kernel per record (up to
+ * KD_CUDA_BATCH = KD_GPU_BATCH_MAX tensors: Note [One hash kernel per batch]
+ * in kd_cuda_hash.cu), in the same stream order.  Not covered: a
  * compiled optimizer step's own launches in the window are hashed through
  * the queue as any launch, and install the guard for the rest of the
  * recording; so do copies of a record's tensors under a user's

@@ -231,3 +231,36 @@ def test_a_non_blocking_copy_to_the_host_is_hashed_once_it_landed(how):
     ops = [op for op in dm.operators if "copy" in str(getattr(op, "op", ""))]
     assert ops, [str(getattr(op, "op", "")) for op in dm.operators]
     assert ops[-1].log["hash"] == hashing.bitwise(y)
+
+
+def test_a_record_of_128_tensors_is_one_batch_with_each_tensors_own_hashes():
+    """Note [One hash kernel per batch]: a record of _C.STATE_RECORD_MAX (128)
+    CUDA tensors (the flight recorder's replica records) is hashed by one
+    batch, its tensors found by each block's binary search: large ones over
+    many blocks, empty and one-element ones, views, odd dtypes, all in one
+    launch.  Each tensor's bitwise hash equals the host's, and its stats hash
+    the one kdebug's kernel computes for that tensor alone (the float64 sum
+    is split by the tensor's size only: Note [Hashing on the GPU]).  A build
+    with KDEBUG_CUDA_LAUNCH_CAP=16 runs the same test over launches of 16."""
+    n = _C.STATE_RECORD_MAX
+    dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.uint8]
+    tensors = []
+    for i in range(n):
+        size = [0, 1, 7, 4099, 3 << 20][i % 5] + i  # some over a thousand blocks
+        t = _make(dtypes[i % len(dtypes)], (size,), seed=i)
+        if i % 7 == 3 and size > 4:
+            t = t[1::2]  # a strided view
+        tensors.append(t)
+    names = [f"t{i}" for i in range(n)]
+    s0 = _C.defer_stats()
+    with DebugMode(kernels_only=True) as dm:
+        with DebugMode.log_tensor_hashes(hash_fn=["bitwise", "stats"]):
+            assert _C.record_state("kdebug::many", names, tensors)
+    s1 = _C.defer_stats()
+    assert s1["direct_hash_launches"] - s0["direct_hash_launches"] == 1  # one batch, not one per 16
+    (rec,) = [k for k in dm.kernels if k.kernel_name == "kdebug::many"]
+    assert list(rec.post_hashes) == names
+    for name, t in zip(names, tensors):
+        bw, st = rec.post_hashes[name]
+        assert bw == hashing.bitwise(t, on_host=True), name
+        assert st == hashing.stats(t), name  # this tensor alone, one launch

@@ -24,7 +24,11 @@
 extern "C" {
 #endif
 
-#define KD_CUDA_BATCH 16
+/* Tensors one kd_cuda_hash_enqueue takes: one hash kernel whose parameter
+ * block holds them all (160 bytes a tensor, about 21 KB for 128: within the
+ * 32 KB of kernel parameters CUDA 12.1 allows; a toolkit before 12.1 launches
+ * them 16 at a time, Note [One hash kernel per batch] in kd_cuda_hash.cu). */
+#define KD_CUDA_BATCH 128
 #define KD_CUDA_CAPACITY 8192 /* results in flight per device */
 #define KD_CUDA_MAX_DIMS 8
 
