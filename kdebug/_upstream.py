@@ -163,7 +163,7 @@ def get_op_name(op) -> str:
     return str(op)
 
 
-_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # no Python subclass: has_no_data's common case
 
 
 def has_no_data(t) -> bool:
@@ -175,7 +175,7 @@ def has_no_data(t) -> bool:
     FunctionalTensor, DTensor; its data lives in its inner tensors).  Reading
     such a tensor's data pointer crashed the process (a FakeTensor's is no
     memory at all)."""
-    if (type(t) in _PLAIN_TENSORS and not t.is_meta and not torch._is_functional_tensor(t)
+    if (type(t) in PLAIN_TENSORS and not t.is_meta and not torch._is_functional_tensor(t)
             and not torch._C._functorch.is_functorch_wrapped_tensor(t)):
         return False  # the common case, cheaply: no Python subclass (fake or wrapper), no C++ wrapper
     if t.is_meta:

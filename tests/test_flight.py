@@ -125,6 +125,10 @@ def test_a_dropped_recorder_frees_its_ring_without_a_collection(tmp_path, monkey
     import resource
     import weakref
 
+    # the first DebugMode of a process: upstream's DebugMode.__init__ imports a module
+    # lazily (_ensure_annotate_decorated -> torch.__getattr__, torch 2.13), whose frames
+    # stay referenced and keep that first caller alive; made here, not by the recorder
+    kdebug.DebugMode(kernels_only=True, ring_capacity=16)
     gc.disable()
     try:
         fr = kdebug.FlightRecorder(every=5, keep_steps=3, trace=str(tmp_path / "w.kdt"))
@@ -1038,3 +1042,32 @@ def test_a_compare_bounds_the_lag_of_undigested_steps_to_one_window(monkeypatch,
         assert len(fr._pending) <= 2 * fr.every
     assert fr.stats["waiting_compares"] > 0 and fr.stats["uncompared_steps"] == 0
     assert fr.divergence is None and [d.step for d in fr.digests] == list(range(12))
+
+
+def test_gradient_records_follow_the_gradients_each_step(tmp_path):
+    """The gradients' record layout is reused from step to step
+    (FlightRecorder._grads_plan): each step's kdebug::flight_grads record
+    still holds that step's gradients (new tensors after zero_grad), leaves
+    out one that is None, and takes it back when it returns; every hash is the
+    host's bitwise hash of that step's gradient."""
+    from kdebug import hashing
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fr = kdebug.FlightRecorder(every=1000, keep_steps=8, trace=str(tmp_path / "g.kdt"))
+    handle = fr.attach(opt, model)
+    want = []
+    with fr:
+        for step in range(4):
+            opt.zero_grad()
+            model(torch.randn(3, 4)).sum().backward()
+            if step == 2:
+                model[1].bias.grad = None
+            want.append({f"{n}.grad": hashing.bitwise(p.grad, on_host=True)
+                         for n, p in model.named_parameters() if p.grad is not None})
+            opt.step()
+    handle.remove()
+    run = kdebug.load(fr.dump())
+    got = [dict(k.post_hashes) for k in run.kernels if k.kernel_name == "kdebug::flight_grads"]
+    assert got == want
+    assert "1.bias.grad" not in got[2] and "1.bias.grad" in got[3] and len(set(map(str, got))) == 4
