@@ -400,7 +400,7 @@ static PyObject *get_objects(kd_launch_view *v, void *c)
         return NULL;
     if (r == NULL || (r->store_objs == NULL && !r->store_objects))
         Py_RETURN_NONE; /* a LaunchTable keeps no objects */
-    uint64_t base = r->table.store.launch_off[v->index];
+    uint64_t base = kd_store_offset(&r->table.store, v->index); /* never dropped: Note [Dropping from the front] */
     PyObject *t = PyTuple_New(h->launch.nargs);
     kd_arg_iter it = kd_args_begin(h, 1u + h->launch.nslots);
     while (t && kd_args_next(&it)) {

@@ -19,7 +19,9 @@ void kd_store_free(kd_store *s)
 void kd_store_clear(kd_store *s)
 {
     s->npayloads = 0;
+    s->dead = 0;
     s->nlaunches = 0;
+    s->front = 0;
 }
 
 void kd_store_drop_front(kd_store *s, uint64_t n)
@@ -28,27 +30,54 @@ void kd_store_drop_front(kd_store *s, uint64_t n)
         kd_store_clear(s);
         return;
     }
-    if (n == 0)
-        return;
-    uint64_t base = s->launch_off[n];
-    memmove(s->payloads, &s->payloads[base], (size_t)(s->npayloads - base) * sizeof(kd_payload));
-    for (uint64_t i = n; i < s->nlaunches; i++)
-        s->launch_off[i - n] = s->launch_off[i] - base;
+    s->front += n;
     s->nlaunches -= n;
-    s->npayloads -= base;
+    s->dead = s->launch_off[s->front];
+}
+
+/* Moves the live launches to the front of both arrays (Note [Dropping from
+ * the front]). */
+static void compact(kd_store *s)
+{
+    uint64_t dead = s->dead;
+    if (dead)
+        memmove(s->payloads, &s->payloads[dead], (size_t)(s->npayloads - dead) * sizeof(kd_payload));
+    for (uint64_t i = 0; i < s->nlaunches; i++)
+        s->launch_off[i] = s->launch_off[s->front + i] - dead;
+    s->npayloads -= dead;
+    s->dead = 0;
+    s->front = 0;
+}
+
+/* Room for one more launch of n payloads; -1 when out of memory (the store
+ * is unchanged but perhaps compacted). */
+static int make_room(kd_store *s, uint32_t n)
+{
+    if (s->npayloads + n <= s->payload_cap && s->front + s->nlaunches + 1 <= s->launch_cap)
+        return 0;
+    if (s->dead || s->front) {
+        compact(s);
+        /* twice what is live, so that the next compaction is as far away as this one moved */
+        uint64_t want_p = 2 * (s->npayloads + n), want_l = 2 * (s->nlaunches + 1);
+        if (want_p > s->payload_cap)
+            (void)kd_grow((void **)&s->payloads, &s->payload_cap, want_p, sizeof(kd_payload));
+        if (want_l > s->launch_cap)
+            (void)kd_grow((void **)&s->launch_off, &s->launch_cap, want_l, sizeof(uint64_t));
+    }
+    if (kd_grow((void **)&s->payloads, &s->payload_cap, s->npayloads + n, sizeof(kd_payload)) != 0 ||
+        kd_grow((void **)&s->launch_off, &s->launch_cap, s->front + s->nlaunches + 1, sizeof(uint64_t)) != 0)
+        return -1;
+    return 0;
 }
 
 int kd_store_append(kd_store *s, const kd_payload *p, uint32_t n)
 {
     if (n == 0 || p[0].tag != KD_TAG_LAUNCH)
         return -1;
-    if (kd_grow((void **)&s->payloads, &s->payload_cap, s->npayloads + n,
-                sizeof(kd_payload)) != 0 ||
-        kd_grow((void **)&s->launch_off, &s->launch_cap, s->nlaunches + 1,
-                sizeof(uint64_t)) != 0)
+    if (make_room(s, n) != 0)
         return -1;
     memcpy(&s->payloads[s->npayloads], p, (size_t)n * sizeof(kd_payload));
-    s->launch_off[s->nlaunches++] = s->npayloads;
+    s->launch_off[s->front + s->nlaunches++] = s->npayloads;
     s->npayloads += n;
     return 0;
 }

@@ -12,12 +12,26 @@
 
 #include "kd_record.h"
 
+/* Note [Dropping from the front]
+ * The flight recorder drops its oldest launches at every drain (forget)
+ * while keeping the last few windows of steps.  Moving the kept launches to
+ * the front each time moved about three windows of records per window
+ * recorded.  So a drop only advances `front` (launches) and `dead`
+ * (payloads); the space is reclaimed when an append finds the arrays full:
+ * the live launches move to the front once, and the arrays then grow to
+ * twice what is live, so a compaction moves at most as many payloads as
+ * were appended since the last one.  Offsets in launch_off are indexes into
+ * payloads (dead ones included) and change only at a compaction; a parallel
+ * array indexed the same way (the Recorder's store_objs) is valid only for
+ * a store that never drops (the Recorder refuses forget() there). */
 typedef struct kd_store {
-    kd_payload *payloads;
-    uint64_t npayloads;
+    kd_payload *payloads; /* [dead, npayloads): the live launches' payloads */
+    uint64_t npayloads;   /* end of the used payloads, dropped ones included */
     uint64_t payload_cap;
-    uint64_t *launch_off; /* header offset of launch i */
-    uint64_t nlaunches;
+    uint64_t dead;        /* payloads of dropped launches not yet reclaimed */
+    uint64_t *launch_off; /* launch_off[front + i]: header offset of live launch i */
+    uint64_t front;       /* launch_off entries of dropped launches */
+    uint64_t nlaunches;   /* live launches */
     uint64_t launch_cap;
 } kd_store;
 
@@ -29,15 +43,27 @@ void kd_store_clear(kd_store *s);
  * of memory (nothing appended). */
 int kd_store_append(kd_store *s, const kd_payload *p, uint32_t n);
 
-/* Drops the first n launches (all of them when n >= nlaunches); the rest
- * move to the front, in order (launch i becomes launch i - n).  Never
- * allocates. */
+/* Drops the first n launches (all of them when n >= nlaunches); launch i
+ * becomes launch i - n.  O(1): nothing moves (Note [Dropping from the
+ * front]).  Never allocates. */
 void kd_store_drop_front(kd_store *s, uint64_t n);
+
+/* Offset in payloads of live launch i's header (i < nlaunches). */
+static inline uint64_t kd_store_offset(const kd_store *s, uint64_t i)
+{
+    return s->launch_off[s->front + i];
+}
 
 /* Header payload of launch i (i < nlaunches); args follow it. */
 static inline const kd_payload *kd_store_launch(const kd_store *s, uint64_t i)
 {
-    return &s->payloads[s->launch_off[i]];
+    return &s->payloads[kd_store_offset(s, i)];
+}
+
+/* Payloads the live launches take. */
+static inline uint64_t kd_store_live_payloads(const kd_store *s)
+{
+    return s->npayloads - s->dead;
 }
 
 /* Offset (from the header) of the payload that starts argument k of a launch,

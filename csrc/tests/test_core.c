@@ -593,13 +593,48 @@ static void test_render(void)
     kd_store_drop_front(&s, 0);
     CHECK(s.nlaunches == 1001 && s.npayloads == 7007);
     kd_store_drop_front(&s, 998);
-    CHECK(s.nlaunches == 3 && s.npayloads == 21);
+    CHECK(s.nlaunches == 3 && kd_store_live_payloads(&s) == 21);
     CHECK(kd_store_launch(&s, 2)->launch.launch_index == 1000);
     CHECK(kd_store_launch(&s, 0)->tag == KD_TAG_LAUNCH && kd_launch_arg_offset(kd_store_launch(&s, 1), 4) == 6);
-    CHECK(s.launch_off[0] == 0 && s.launch_off[2] == 14);
+    CHECK(kd_store_offset(&s, 0) == s.dead && kd_store_offset(&s, 2) == s.dead + 14);
     kd_store_drop_front(&s, 99);
-    CHECK(s.nlaunches == 0 && s.npayloads == 0);
+    CHECK(s.nlaunches == 0 && s.npayloads == 0 && kd_store_live_payloads(&s) == 0);
     CHECK(kd_store_append(&s, p, 7) == 0 && s.nlaunches == 1);
+    kd_store_free(&s);
+
+    /* Note [Dropping from the front]: a window of launches appended and the
+     * oldest dropped, many times over (the flight recorder's drains): every
+     * kept launch reads back in order with its own payloads, the space of
+     * dropped ones is reclaimed (the arrays stay within four times what is
+     * kept), and launches of several sizes cross each compaction. */
+    kd_store_init(&s);
+    uint64_t next = 0, first = 0, max_cap = 0;
+    int ok = 1;
+    for (int round = 0; round < 300; round++) {
+        for (int k = 0; k < 37; k++, next++) {
+            uint32_t np = 1 + (uint32_t)(next % 5);
+            p[0].launch.launch_index = next;
+            p[0].launch.nslots = (uint16_t)(np - 1);
+            ok &= kd_store_append(&s, p, np) == 0;
+        }
+        uint64_t keep = 40 + (uint64_t)(round % 3) * 30; /* kept: more, or fewer, than a window */
+        if (s.nlaunches > keep) {
+            first += s.nlaunches - keep;
+            kd_store_drop_front(&s, s.nlaunches - keep);
+        }
+        ok &= s.nlaunches == next - first;
+        for (uint64_t i = 0; i < s.nlaunches && ok; i++) {
+            const kd_payload *h = kd_store_launch(&s, i);
+            ok &= h->tag == KD_TAG_LAUNCH && h->launch.launch_index == first + i &&
+                  h->launch.nslots == (first + i) % 5;
+            if (i + 1 < s.nlaunches) /* each launch's payloads end where the next one's begin */
+                ok &= kd_store_offset(&s, i + 1) - kd_store_offset(&s, i) == 1u + h->launch.nslots;
+        }
+        if (s.payload_cap > max_cap)
+            max_cap = s.payload_cap;
+    }
+    CHECK(ok);
+    CHECK(max_cap <= 4 * 100 * 5 + 256); /* at most 100 launches of at most 5 payloads kept */
     kd_store_free(&s);
     kd_strtab_free(t);
 }
