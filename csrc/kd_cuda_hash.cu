@@ -779,12 +779,12 @@ void launch_one(const Batch &b, int blocks, cudaStream_t st, DeviceState &s, dou
         launch<1>(b, blocks, st, s, partials);
     else if (b.n <= 4)
         launch<4>(b, blocks, st, s, partials);
-    else if (b.n <= 16 || kLaunchCap <= 16)
+    else if (b.n <= 16)
         launch<16>(b, blocks, st, s, partials);
-    else if (b.n <= 64)
-        launch<(kLaunchCap >= 64 ? 64 : 16)>(b, blocks, st, s, partials);
+    else if (b.n <= 64 && kLaunchCap >= 64)
+        launch<(kLaunchCap >= 64 ? 64 : kLaunchCap)>(b, blocks, st, s, partials);
     else
-        launch<kLaunchCap>(b, blocks, st, s, partials);
+        launch<kLaunchCap>(b, blocks, st, s, partials); // b.n <= kLaunchCap
 }
 
 // The hash kernel(s) for batch b (Note [One hash kernel per batch]); the
