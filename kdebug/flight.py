@@ -534,28 +534,27 @@ class FlightRecorder:
         """_plan of the gradients (name + '.grad', p.grad).  Gradients are new
         tensors after zero_grad(set_to_none=True), so they cannot be cached as
         the state is; what is reused is the plan's layout (which gradients go
-        to which record) while every gradient is a plain tensor (no wrapper
-        subclass: _upstream.has_no_data's common case) of the same type on the
-        same device as when it was planned, and the same ones are None.  That
-        keeps a step's host work to one attribute read and a type and device
-        check per gradient (was a full _plan: 0.07 of 0.17 ms per AdamW step
-        of the 50-parameter transformer, on the 2-core CPU machine)."""
+        to which record) while every gradient has data of its own
+        (_upstream.has_no_data: _plan then records each as itself) on the same
+        device as when it was planned, and the same ones are None.  That keeps
+        a step's host work to one attribute read and those checks per gradient
+        (was a full _plan: 0.07 of 0.17 ms per AdamW step of the 50-parameter
+        transformer, on the 2-core CPU machine)."""
         named = self._grad_names(opt)
         grads = [p.grad for _, p in named]
-        key = [None if g is None else (type(g), g.device) for g in grads]
+        devices = [None if g is None else g.device for g in grads]
+        own = all(g is None or not _upstream.has_no_data(g) for g in grads)
         cached = self._grad_plan_cache.get(id(opt))
-        if cached is not None and cached[0] is named and cached[1] == key:
+        if own and cached is not None and cached[0] is named and cached[1] == devices:
             return [(names, [grads[i] for i in idx], None) for names, idx in cached[2]], 0
-        present = [(n, g) for (n, _), g in zip(named, grads) if g is not None]
-        plan = self._plan(present)
-        plain = all(k is None or (k[0] in _upstream.PLAIN_TENSORS and k[1].type != "meta") for k in key)
-        if plain and not plan[1]:
+        plan = self._plan([(n, g) for (n, _), g in zip(named, grads) if g is not None])
+        if own:
             # every gradient planned as itself: where each went, by its index in grads
             where = {id(g): i for i, g in enumerate(grads) if g is not None}
             layout = [(names, [where[id(t)] for t in tensors]) for names, tensors, _ in plan[0]]
             if len(self._grad_plan_cache) >= 8:
                 self._grad_plan_cache.clear()
-            self._grad_plan_cache[id(opt)] = (named, key, layout)
+            self._grad_plan_cache[id(opt)] = (named, devices, layout)
         else:
             self._grad_plan_cache.pop(id(opt), None)
         return plan
