@@ -123,7 +123,8 @@ typedef struct kd_write_range {
 typedef int (*kd_write_level_fn)(void);
 /* Called with the GIL held before the op runs: the ranges it writes (n of
  * them), or unbounded = 1 when what it writes cannot be known (no schema, a
- * written tensor without strided storage): then n is 0. */
+ * written tensor without strided storage): then n is 0.  `op` is the op's
+ * qualified name at level 2 only ("?" otherwise: formatting it costs). */
 typedef void (*kd_write_guard_fn)(const char *op, const kd_write_range *w, int n, int unbounded);
 
 /* Adds the write guard: a global RecordFunction start callback with the op's
@@ -131,6 +132,11 @@ typedef void (*kd_write_guard_fn)(const char *op, const kd_write_range *w, int n
 int kd_shim_write_guard_add(kd_write_level_fn level, kd_write_guard_fn guard);
 /* Drops one add of the write guard, removing it with the last.  GIL held. */
 int kd_shim_write_guard_remove(void);
+
+/* The dispatcher's registration epoch the per-thread op tables check (Note
+ * [Op info cache] in kd_torch.cpp); 0 before the write guard or the op
+ * observer was first added. */
+uint64_t kd_shim_op_epoch(void);
 
 /* The message of the last failure in this thread (static storage). */
 const char *kd_shim_last_error(void);

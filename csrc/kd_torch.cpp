@@ -313,6 +313,118 @@ extern "C" uint64_t kd_shim_current_stream(int device_type, int device_index)
     }
 }
 
+// ---- what the dispatcher ops are, per thread (Note [Op info cache]) ----
+//
+// Note [Op info cache]
+// The write guard (Note [C++ write guard] in kd_write_guard.c) and the op
+// observer (Note [C++ op observer]) run at every dispatcher op on every
+// thread, and each needs the op's schema: which arguments it writes, their
+// names.  RecordFunction::operator_name() copies the op's two name strings
+// and Dispatcher::findOp hashes them into the operator table: together most
+// of the guard's ~0.65 us an op on the H200 host.  RecordFunction::name()
+// and overload_name() instead return the schema's own strings, whose
+// addresses stay put while the op is registered; so each thread keeps a
+// small direct-mapped table from that address pair to what the callbacks
+// need (the schema, its argument count, the written arguments, whether its
+// namespace declares every mutation).  An entry is good only for the
+// registration epoch it was made in: a listener on the dispatcher bumps the
+// epoch at every operator (schema) registration and deregistration, so an
+// address a dropped op's string leaves behind and a later op reuses never
+// hits a stale entry, and an op that gains its schema late is read again.
+// A record that is not a dispatcher op (a RECORD_FUNCTION scope named by a
+// string) has no operator name and is never cached.  Checked against torch
+// 2.11 and 2.13 (RecordFunction::name / overload_name return the schema's
+// c_str() for ops; c10::OpRegistrationListener).
+namespace {
+
+std::atomic<uint64_t> op_epoch{1};
+std::atomic<bool> op_epoch_listening{false};
+
+struct EpochListener final : c10::OpRegistrationListener {
+    void onOperatorRegistered(const c10::OperatorHandle &) override { op_epoch.fetch_add(1, std::memory_order_acq_rel); }
+    void onOperatorDeregistered(const c10::OperatorHandle &) override { op_epoch.fetch_add(1, std::memory_order_acq_rel); }
+};
+
+// Installs the epoch listener once (GIL; before any callback that reads the
+// table is added).  Kept for the life of the process.
+void ensure_epoch_listener()
+{
+    static c10::RegistrationHandleRAII *handle = nullptr;
+    if (handle != nullptr)
+        return;
+    handle = new c10::RegistrationHandleRAII(
+        c10::Dispatcher::singleton().addRegistrationListener(std::make_unique<EpochListener>()));
+    op_epoch_listening.store(true, std::memory_order_release);
+}
+
+constexpr int kInfoSlots = 256; // a power of two
+constexpr int kMaxWriteArgs = 12;
+
+struct OpInfo {
+    const char *name = nullptr; // the schema's strings (the key)
+    const char *ovl = nullptr;
+    uint64_t epoch = 0;
+    const c10::FunctionSchema *schema = nullptr; // nullptr: the op has no schema
+    size_t nargs = 0;
+    bool unbounded = false; // no schema, a vararg schema, or more written arguments than kMaxWriteArgs
+    bool trusted = false;   // its namespace declares every mutation (trusted_namespace)
+    uint8_t nw = 0;         // written arguments (alias_info isWrite), their indices:
+    uint8_t widx[kMaxWriteArgs] = {};
+};
+thread_local OpInfo op_infos[kInfoSlots];
+thread_local OpInfo op_info_scratch; // before the listener is installed: read every time
+
+bool trusted_namespace(const std::string &name);
+
+// What dispatcher op `fn` is, or nullptr when it is not one.  May throw (c10).
+const OpInfo *op_info(const at::RecordFunction &fn)
+{
+    const char *nm = fn.name();
+    const char *ov = fn.overload_name();
+    const uint64_t epoch = op_epoch.load(std::memory_order_acquire);
+    const bool listening = op_epoch_listening.load(std::memory_order_acquire);
+    const size_t h = ((reinterpret_cast<uintptr_t>(nm) >> 4) ^ (reinterpret_cast<uintptr_t>(ov) >> 6)) &
+                     static_cast<size_t>(kInfoSlots - 1);
+    OpInfo &e = op_infos[h];
+    if (listening && e.name == nm && e.ovl == ov && e.epoch == epoch)
+        return &e;
+    std::optional<c10::OperatorName> opname = fn.operator_name();
+    if (!opname.has_value())
+        return nullptr;
+    OpInfo &d = listening ? e : op_info_scratch;
+    d.name = nullptr; // not a valid key while it is filled
+    d.schema = nullptr;
+    d.nargs = 0;
+    d.unbounded = false;
+    d.nw = 0;
+    d.trusted = trusted_namespace(opname->name);
+    auto handle = c10::Dispatcher::singleton().findOp(*opname);
+    if (!handle.has_value() || !handle->hasSchema()) {
+        d.unbounded = true;
+    } else {
+        const c10::FunctionSchema &schema = handle->schema();
+        d.schema = &schema;
+        d.nargs = schema.arguments().size();
+        d.unbounded = schema.is_vararg();
+        for (size_t i = 0; i < d.nargs; i++) {
+            const c10::AliasInfo *a = schema.arguments()[i].alias_info();
+            if (a == nullptr || !a->isWrite())
+                continue;
+            if (d.nw == kMaxWriteArgs || i > 255) {
+                d.unbounded = true;
+                break;
+            }
+            d.widx[d.nw++] = static_cast<uint8_t>(i);
+        }
+    }
+    d.ovl = ov;
+    d.epoch = epoch; // read before the lookup: a registration meanwhile makes the next use read it again
+    d.name = nm;
+    return &d;
+}
+
+} // namespace
+
 // ---- the op observer (Note [C++ op observer] in kd_op_observer.c) ----
 namespace {
 
@@ -367,7 +479,7 @@ void op_start(ObsState &st, const at::RecordFunction &fn, bool records)
             st.depth++;
             return;
         }
-        if (!fn.operator_name().has_value())
+        if (op_info(fn) == nullptr) // Note [Op info cache]
             return;
         st.depth = 1;
         st.ninputs = -1;
@@ -416,13 +528,19 @@ PyObject *placeholder(const c10::IValue &v)
 // the new count.  New references land in objs[] (dropped by the caller).
 int add_value(OpScratch &s, int n, const c10::IValue &v, const char *name, uint8_t role)
 {
+    // `name` outlives the record (the schema's, or the caller's buffer): kept
+    // as is; the names made here go to the scratch buffer
     auto put = [&](PyObject *o, const char *nm) {
         if (n >= kMaxOpArgs || o == nullptr) {
             Py_XDECREF(o);
             return;
         }
-        std::snprintf(s.namebuf[n], kNameBytes, "%s", nm);
-        s.names[n] = s.namebuf[n];
+        if (nm == name) {
+            s.names[n] = name;
+        } else {
+            std::snprintf(s.namebuf[n], kNameBytes, "%s", nm);
+            s.names[n] = s.namebuf[n];
+        }
         s.roles[n] = role;
         s.objs[n++] = o;
     };
@@ -459,30 +577,29 @@ bool same_tensor(const c10::IValue &a, const c10::IValue &b)
 }
 
 // Describes the finished op (GIL held) and hands it to the C side.
-void record_op(const at::RecordFunction &fn, const c10::OperatorName &opname, const c10::IValue *inputs, int nin)
+void record_op(const at::RecordFunction &fn, const OpInfo &op, const c10::IValue *inputs, int nin)
 {
     OpScratch &s = op_scratch;
-    if (opname.overload_name.empty())
-        std::snprintf(s.qual, sizeof s.qual, "%s", opname.name.c_str());
+    const char *ovl = fn.overload_name();
+    if (ovl[0] == '\0')
+        std::snprintf(s.qual, sizeof s.qual, "%s", fn.name());
     else
-        std::snprintf(s.qual, sizeof s.qual, "%s.%s", opname.name.c_str(), opname.overload_name.c_str());
-    const c10::FunctionSchema *schema = nullptr;
-    auto handle = c10::Dispatcher::singleton().findOp(opname);
-    if (handle.has_value() && handle->hasSchema())
-        schema = &handle->schema();
+        std::snprintf(s.qual, sizeof s.qual, "%s.%s", fn.name(), ovl);
+    const c10::FunctionSchema *schema = op.schema;
     c10::ArrayRef<const c10::IValue> ins(inputs, static_cast<size_t>(nin));
     const std::vector<c10::IValue> &outs = fn.outputs();
     int n = 0;
-    for (size_t i = 0; i < ins.size(); i++) {
-        char nm[kNameBytes];
+    char argn[kMaxOpArgs][12], resn[kMaxOpArgs][16]; // names made here: they outlive the record
+    for (size_t i = 0; i < ins.size() && i < static_cast<size_t>(kMaxOpArgs); i++) {
+        const char *nm = argn[i];
         uint8_t role = 1; // KD_ROLE_READ
         if (schema != nullptr && i < schema->arguments().size()) {
             const c10::Argument &a = schema->arguments()[i];
-            std::snprintf(nm, sizeof nm, "%s", a.name().c_str());
+            nm = a.name().c_str(); // the schema's: it outlives the record
             if (a.alias_info() != nullptr && a.alias_info()->isWrite())
                 role = 2; // KD_ROLE_WRITE: recorded after the op, so only its result
         } else {
-            std::snprintf(nm, sizeof nm, "arg%zu", i);
+            std::snprintf(argn[i], sizeof argn[i], "arg%zu", i);
         }
         n = add_value(s, n, ins[i], nm, role);
     }
@@ -492,13 +609,13 @@ void record_op(const at::RecordFunction &fn, const c10::OperatorName &opname, co
             aliased = same_tensor(outs[j], ins[i]);
         if (aliased)
             continue;
-        char nm[kNameBytes];
-        if (schema != nullptr && j < schema->returns().size() && !schema->returns()[j].name().empty())
-            std::snprintf(nm, sizeof nm, "%s", schema->returns()[j].name().c_str());
-        else if (outs.size() == 1)
-            std::snprintf(nm, sizeof nm, "result");
-        else
-            std::snprintf(nm, sizeof nm, "result%zu", j);
+        const char *nm = "result";
+        if (schema != nullptr && j < schema->returns().size() && !schema->returns()[j].name().empty()) {
+            nm = schema->returns()[j].name().c_str();
+        } else if (outs.size() > 1 && j < static_cast<size_t>(kMaxOpArgs)) {
+            std::snprintf(resn[j], sizeof resn[j], "result%zu", j);
+            nm = resn[j];
+        }
         n = add_value(s, n, outs[j], nm, 2);
     }
     op_record(s.qual, s.objs, s.names, s.roles, n);
@@ -519,14 +636,15 @@ void op_end(ObsState &st, const at::RecordFunction &fn)
     if (nin < 0 || op_record == nullptr || !Py_IsInitialized())
         return;
     try {
-        std::optional<c10::OperatorName> opname = fn.operator_name();
-        if (!opname.has_value())
+        const OpInfo *found = op_info(fn); // Note [Op info cache]
+        if (found == nullptr)
             return;
+        const OpInfo op = *found; // ops the record runs may reuse its slot
         PyGILState_STATE g = PyGILState_Ensure();
         PyObject *et, *ev, *etb;
         PyErr_Fetch(&et, &ev, &etb);
         try {
-            record_op(fn, *opname, st.inputs, nin);
+            record_op(fn, op, st.inputs, nin);
         } catch (...) {
         }
         PyErr_Clear();
@@ -549,6 +667,7 @@ extern "C" uint64_t kd_shim_op_observer_add(int global, kd_op_want_fn want, kd_o
     try {
         op_want = want;
         op_record = record;
+        ensure_epoch_listener(); // Note [Op info cache]
         uint64_t &handle = global ? global_handle : tls_handle;
         if (handle == 0) {
             auto cb = at::RecordFunctionCallback(global ? op_start_global : op_start_tls,
@@ -672,54 +791,41 @@ std::unique_ptr<at::ObserverContext> write_guard_start_impl(const at::RecordFunc
     kd_write_range w[kMaxWrites];
     int n = 0;
     bool unbounded = false;
-    char qual[256] = "?";
-    std::optional<c10::OperatorName> opname;
+    const OpInfo *op = nullptr;
     try {
-        opname = fn.operator_name();
-        if (!opname.has_value())
+        op = op_info(fn); // Note [Op info cache]
+        if (op == nullptr)
             return nullptr; // a user's record_function scope, not an op: its ops come on their own
         // parts of an op already guarded, run by intra-op workers whose caller may hold the GIL
         if (at::in_parallel_region())
             return nullptr;
-        auto handle = c10::Dispatcher::singleton().findOp(*opname);
         c10::ArrayRef<const c10::IValue> ins = fn.inputs();
-        if (!handle.has_value() || !handle->hasSchema()) {
+        if (op->unbounded || ins.size() != op->nargs)
             unbounded = true;
-        } else {
-            const c10::FunctionSchema &schema = handle->schema();
-            const auto &args = schema.arguments();
-            if (schema.is_vararg() || ins.size() != args.size())
-                unbounded = true;
-            bool annotated = false;
-            for (size_t i = 0; i < args.size() && !unbounded; i++) {
-                const c10::AliasInfo *a = args[i].alias_info();
-                if (a == nullptr || !a->isWrite())
-                    continue;
-                annotated = true;
-                const c10::IValue &v = ins[i];
-                if (v.isTensor()) {
-                    unbounded = !add_write(v.toTensor(), level, w, n);
-                } else if (v.isTensorList()) {
-                    auto list = v.toTensorList();
-                    for (size_t k = 0; k < list.size() && !unbounded; k++)
-                        unbounded = !add_write(list.get(k), level, w, n);
-                } else if (v.isList()) { // Tensor?[] and the like
-                    for (const c10::IValue &e : v.toListRef())
-                        if (e.isTensor() && !unbounded)
-                            unbounded = !add_write(e.toTensor(), level, w, n);
-                } else if (!v.isNone()) {
-                    unbounded = true; // a written value kdebug cannot read as tensors
-                }
+        for (int k = 0; k < op->nw && !unbounded; k++) {
+            const c10::IValue &v = ins[op->widx[k]];
+            if (v.isTensor()) {
+                unbounded = !add_write(v.toTensor(), level, w, n);
+            } else if (v.isTensorList()) {
+                auto list = v.toTensorList();
+                for (size_t j = 0; j < list.size() && !unbounded; j++)
+                    unbounded = !add_write(list.get(j), level, w, n);
+            } else if (v.isList()) { // Tensor?[] and the like
+                for (const c10::IValue &e : v.toListRef())
+                    if (e.isTensor() && !unbounded)
+                        unbounded = !add_write(e.toTensor(), level, w, n);
+            } else if (!v.isNone()) {
+                unbounded = true; // a written value kdebug cannot read as tensors
             }
-            // Outside the namespaces whose schemas declare every mutation
-            // (aten, prims, functional collectives), an op that declares none
-            // but takes tensors may still write them: c10d::allreduce_ and
-            // the other eager collectives do, custom ops may.  Doubt: flush.
-            if (!annotated && !unbounded && !trusted_namespace(opname->name))
-                for (const c10::IValue &v : ins)
-                    if (v.isTensor() || v.isTensorList() || v.isList())
-                        unbounded = true;
         }
+        // Outside the namespaces whose schemas declare every mutation
+        // (aten, prims, functional collectives), an op that declares none
+        // but takes tensors may still write them: c10d::allreduce_ and
+        // the other eager collectives do, custom ops may.  Doubt: flush.
+        if (op->nw == 0 && !unbounded && !op->trusted)
+            for (const c10::IValue &v : ins)
+                if (v.isTensor() || v.isTensorList() || v.isList())
+                    unbounded = true;
     } catch (...) {
         unbounded = true; // any doubt: everything queued goes first
     }
@@ -727,11 +833,13 @@ std::unique_ptr<at::ObserverContext> write_guard_start_impl(const at::RecordFunc
         return nullptr; // writes nothing that matters here: no GIL
     if (!Py_IsInitialized())
         return nullptr;
-    if (opname.has_value()) { // named only for what the guard is told (most ops stop above)
-        if (opname->overload_name.empty())
-            std::snprintf(qual, sizeof qual, "%s", opname->name.c_str());
+    char qual[256] = "?";
+    if (op != nullptr && level == 2) { // named only for the probe's log (kdebug.testing)
+        const char *ovl = fn.overload_name();
+        if (ovl[0] == '\0')
+            std::snprintf(qual, sizeof qual, "%s", fn.name());
         else
-            std::snprintf(qual, sizeof qual, "%s.%s", opname->name.c_str(), opname->overload_name.c_str());
+            std::snprintf(qual, sizeof qual, "%s.%s", fn.name(), ovl);
     }
     PyGILState_STATE g = PyGILState_Ensure();
     kd_write_guard_fn guard = wg_guard;
@@ -760,6 +868,7 @@ extern "C" int kd_shim_write_guard_add(kd_write_level_fn level, kd_write_guard_f
     try {
         wg_level = level;
         wg_guard = guard;
+        ensure_epoch_listener(); // Note [Op info cache]
         if (wg_refs == 0) {
             auto cb = at::RecordFunctionCallback(write_guard_start)
                           .needsInputs(true)
@@ -794,6 +903,11 @@ extern "C" int kd_shim_write_guard_remove(void)
         set_error("unknown C++ exception removing the write guard");
     }
     return -1;
+}
+
+extern "C" uint64_t kd_shim_op_epoch(void)
+{
+    return op_epoch_listening.load(std::memory_order_acquire) ? op_epoch.load(std::memory_order_acquire) : 0;
 }
 
 extern "C" const char *kd_shim_last_error(void) { return last_error; }

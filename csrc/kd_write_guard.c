@@ -198,9 +198,10 @@ static PyObject *mod_probe_log(PyObject *m, PyObject *unused)
 static PyObject *mod_stats(PyObject *m, PyObject *unused)
 {
     (void)m, (void)unused;
-    return Py_BuildValue("{sisKsKsK}", "installed", refs, "ops", (unsigned long long)st.ops, "ranges",
+    return Py_BuildValue("{sisKsKsKsK}", "installed", refs, "ops", (unsigned long long)st.ops, "ranges",
                          (unsigned long long)st.ranges, "unbounded_flushes",
-                         (unsigned long long)st.unbounded_flushes);
+                         (unsigned long long)st.unbounded_flushes, "op_epoch",
+                         (unsigned long long)kd_shim_op_epoch());
 }
 
 static PyMethodDef methods[] = {

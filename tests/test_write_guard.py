@@ -146,6 +146,50 @@ def test_unannotated_ops_outside_aten_flush_everything():
         lib._destroy()
 
 
+def test_an_op_defined_again_with_another_schema_is_read_again():
+    """Note [Op info cache]: the guard keeps what each op writes per thread,
+    keyed by the addresses of the schema's name strings.  An op dropped and
+    defined again under the same name (the new strings may land where the old
+    ones were) must be read from its new schema: here the written argument
+    moves from the first to the second."""
+    x, y = torch.zeros(8), torch.zeros(4, 3)
+    with write_guard_probe():
+        pass  # the guard's first install starts the epoch
+    epochs = []
+    for round in range(3):
+        lib = torch.library.Library("kdebug_wg_epoch", "DEF")
+        try:
+            def first(a):
+                a.add_(1)
+
+            epochs.append(_C.write_guard_stats()["op_epoch"])
+            lib.define("f(Tensor(a!) a) -> ()")
+            lib.impl("f", first, "CPU")
+            epochs.append(_C.write_guard_stats()["op_epoch"])
+            with write_guard_probe() as seen:
+                torch.ops.kdebug_wg_epoch.f(x)
+            (w,) = _writes(seen, "kdebug_wg_epoch::f")
+            assert not w.unbounded and (w.lo, w.hi) == _extent(x)
+        finally:
+            lib._destroy()
+        lib = torch.library.Library("kdebug_wg_epoch", "DEF")
+        try:
+            def second(a, b):
+                b.add_(1)
+
+            lib.define("f(Tensor a, Tensor(a!) b) -> ()")
+            lib.impl("f", second, "CPU")
+            with write_guard_probe() as seen:
+                torch.ops.kdebug_wg_epoch.f(x, y)
+            (w,) = _writes(seen, "kdebug_wg_epoch::f")
+            assert not w.unbounded and (w.lo, w.hi) == _extent(y), round
+        finally:
+            lib._destroy()
+    assert torch.equal(x, torch.full((8,), 3.0)) and torch.equal(y, torch.full((4, 3), 3.0))
+    # the tables' epoch moves at every definition and at every drop
+    assert all(b > a > 0 for a, b in zip(epochs, epochs[1:])), epochs
+
+
 def test_eager_collectives_flush_everything(tmp_path):
     """c10d::allreduce_ (gloo, one rank) declares no write in its schema but
     writes its tensors: the guard asks for a flush before it runs."""
