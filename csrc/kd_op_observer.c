@@ -50,12 +50,12 @@
  *     not write them), and written arguments get no input hash.
  *   - Cost.  Per op on an observed thread: RecordFunction's own work (it
  *     boxes the inputs and keeps the outputs for every op, nested ones too,
- *     since callbacks that need inputs ask for them), one copy of the op's
- *     OperatorName at each outermost op's start (std::string: an allocation
- *     for names over 15 characters) and copies of its input IValues into
- *     thread storage (reference counts).  Per recorded op: the GIL, taken once
- *     (torch's bindings release it around the op), a Dispatcher::findOp for
- *     the schema, Python wrappers of the op's tensors (a tensor that came
+ *     since callbacks that need inputs ask for them), a lookup of the op in
+ *     the thread's table (Note [Op info cache] in kd_torch.cpp) at each
+ *     outermost op's start and copies of its input IValues into thread
+ *     storage (reference counts).  Per recorded op: the GIL, taken once
+ *     (torch's bindings release it around the op), the table's lookup again
+ *     for the schema, Python wrappers of the op's tensors (a tensor that came
  *     from Python already has one; a fresh output gets one, an allocation)
  *     and of its int and float arguments, and the launch path's work into
  *     its per-thread buffer and the ring.  No Python object is kept in a
