@@ -36,6 +36,13 @@ enum { KD_MATH_CONJ = 1, KD_MATH_NEG = 2 };
  * (sparse, nested, ...: the reason is in kd_shim_last_error()). */
 int kd_shim_tensor_meta(PyObject *obj, kd_tensor_meta *out);
 
+/* Whether tensor object obj plainly holds data of its own, as
+ * kdebug._upstream.has_no_data's fast path decides (a dense tensor, not meta,
+ * no functionalization, functorch or Python dispatch key): 1 (*device set
+ * to device type * 256 + index + 1), 0 when it may not (ask Python), -1 not
+ * a tensor.  The caller checks the Python type.  Never raises. */
+int kd_shim_plain_data(PyObject *obj, int *device);
+
 /* A Python tensor (new reference) for an AtenTensorHandle (an at::Tensor *,
  * as Inductor's C shim hands them out): the tensor's own Python object when it
  * has one, else a new one.  NULL when handle is NULL or undefined, or on

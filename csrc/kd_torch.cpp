@@ -44,6 +44,39 @@ void set_error(const char *what)
 
 } // namespace
 
+// Note [Plain replica tensors] (kd_state_record.c): the dispatch keys that
+// make a tensor a wrapper or give it no data of its own, beside meta: torch's
+// _is_functional_tensor (Functionalize) and functorch's
+// is_functorch_wrapped_tensor (its maybe_get_level: a batched tensor,
+// FuncTorchBatched or BatchedNestedTensor; a grad wrapper,
+// FuncTorchGradWrapper; a functional tensor), and a Python subclass
+// (Python).  Checked against torch 2.11 and 2.13.
+extern "C" int kd_shim_plain_data(PyObject *obj, int *device)
+{
+    try {
+        if (!THPVariable_Check(obj))
+            return -1;
+        const at::Tensor &t = THPVariable_Unpack(obj);
+        if (!t.defined() || t.layout() != c10::kStrided)
+            return 0;
+        static const c10::DispatchKeySet wrapped({c10::DispatchKey::Functionalize,
+                                                  c10::DispatchKey::FuncTorchGradWrapper,
+                                                  c10::DispatchKey::FuncTorchBatched,
+                                                  c10::DispatchKey::BatchedNestedTensor,
+                                                  c10::DispatchKey::Python});
+        const c10::TensorImpl *impl = t.unsafeGetTensorImpl();
+        if (!(impl->key_set() & wrapped).empty())
+            return 0;
+        const c10::Device dev = t.device();
+        if (dev.type() == c10::DeviceType::Meta || !impl->has_storage())
+            return 0;
+        *device = static_cast<int>(dev.type()) * 256 + static_cast<int>(dev.index()) + 1;
+        return 1;
+    } catch (...) {
+        return 0;
+    }
+}
+
 extern "C" int kd_shim_tensor_meta(PyObject *obj, kd_tensor_meta *out)
 {
     try {

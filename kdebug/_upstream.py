@@ -163,7 +163,7 @@ def get_op_name(op) -> str:
     return str(op)
 
 
-_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 # has_no_data's checks, looked up once: it runs per gradient per optimizer step (the flight recorder)
 _is_functional_tensor = torch._is_functional_tensor
 _is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
@@ -178,7 +178,7 @@ def has_no_data(t) -> bool:
     FunctionalTensor, DTensor; its data lives in its inner tensors).  Reading
     such a tensor's data pointer crashed the process (a FakeTensor's is no
     memory at all)."""
-    if (type(t) in _PLAIN_TENSORS and not t.is_meta and not _is_functional_tensor(t)
+    if (type(t) in PLAIN_TENSORS and not t.is_meta and not _is_functional_tensor(t)
             and not _is_functorch_wrapped(t)):
         return False  # the common case, cheaply: no Python subclass (fake or wrapper), no C++ wrapper
     if t.is_meta:

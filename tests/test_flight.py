@@ -1044,6 +1044,40 @@ def test_a_compare_bounds_the_lag_of_undigested_steps_to_one_window(monkeypatch,
     assert fr.divergence is None and [d.step for d in fr.digests] == list(range(12))
 
 
+def test_replica_devices_answers_only_for_plain_tensors_of_their_own_data():
+    """Note [Plain replica tensors]: the gradients' check in C gives a device
+    code (type * 256 + index + 1: 0 for the CPU) for a plain tensor or
+    Parameter and None for None, and no answer at all when any one is a meta
+    tensor, a functional or functorch-wrapped tensor, a subclass or a sparse
+    tensor (the flight recorder then asks Python about each)."""
+    from kdebug import _upstream
+
+    plain = _upstream.PLAIN_TENSORS
+    t, p = torch.zeros(2), torch.nn.Parameter(torch.zeros(1))
+    assert _C.replica_devices([t, None, p], plain) == [0, None, 0]
+    assert _C.replica_devices([], plain) == []
+
+    class Sub(torch.Tensor):
+        pass
+
+    for odd in (torch.zeros(2, device="meta"), torch._to_functional_tensor(torch.zeros(2)),
+                torch.zeros(2).as_subclass(Sub), torch.zeros(3).to_sparse()):
+        assert _C.replica_devices([t, odd], plain) is None, odd
+    inside = []
+
+    def f(x):
+        inside.append(_C.replica_devices([t, x], plain))
+        return x.sum()
+
+    torch.func.grad(f)(torch.zeros(3))  # a grad wrapper
+    torch.vmap(lambda x: inside.append(_C.replica_devices([x], plain)) or x)(torch.zeros(2, 3))  # batched
+    assert inside == [None, None]
+
+
+class _GradSub(torch.Tensor):
+    pass
+
+
 def test_gradient_records_follow_the_gradients_each_step(tmp_path):
     """The gradients' record layout is reused from step to step
     (FlightRecorder._grads_plan): each step's kdebug::flight_grads record
@@ -1063,6 +1097,8 @@ def test_gradient_records_follow_the_gradients_each_step(tmp_path):
             model(torch.randn(3, 4)).sum().backward()
             if step == 2:
                 model[1].bias.grad = None
+            if step == 3:  # not a plain tensor type: planned by the Python checks, still recorded
+                model[0].weight.grad = model[0].weight.grad.as_subclass(_GradSub)
             want.append({f"{n}.grad": hashing.bitwise(p.grad, on_host=True)
                          for n, p in model.named_parameters() if p.grad is not None})
             opt.step()
