@@ -228,6 +228,15 @@ __device__ __forceinline__ void add_float(ValueAcc &a, double v)
     else add_finite(a, v);
 }
 
+// add_float for a batch that asks for the norm alone: its fields only (l1
+// takes the same additions in the same order)
+__device__ __forceinline__ void add_norm(ValueAcc &a, double v)
+{
+    if (isnan(v)) a.nan++;
+    else if (isinf(v)) (v > 0 ? a.pinf : a.ninf)++;
+    else a.l1 += fabs(v);
+}
+
 __device__ __forceinline__ void add_value(ValueAcc &a, int kind, int st, int isz, const uint8_t *p, bool aligned)
 {
     if (kind == 0) {
@@ -263,14 +272,48 @@ __device__ double block_sum_tree(double *sh, double v)
 {
     sh[threadIdx.x] = v;
     __syncthreads();
-    for (int w = kThreads / 2; w > 0; w >>= 1) {
+    for (int w = kThreads / 2; w >= 32; w >>= 1) {
         if ((int)threadIdx.x < w)
             sh[threadIdx.x] += sh[threadIdx.x + w];
         __syncthreads();
     }
+    // the last five levels in warp 0, the same pairs in the same order (lane i
+    // adds lane i + w; what lanes >= w compute is never read), without a
+    // __syncthreads per level: the same bits as the shared-memory tree
+    if (threadIdx.x < 32) {
+        double x = sh[threadIdx.x];
+        for (int w = 16; w > 0; w >>= 1)
+            x += __shfl_down_sync(0xffffffffu, x, w);
+        if (threadIdx.x == 0)
+            sh[0] = x;
+    }
+    __syncthreads();
     double t = sh[0];
     __syncthreads();
     return t;
+}
+
+// Three counts summed over the block in one pass (exact integer sums), in thread 0.
+__device__ void block_count3(unsigned long long &a, unsigned long long &b, unsigned long long &c)
+{
+    __shared__ unsigned long long part[3][kThreads / 32];
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_down_sync(0xffffffffu, a, o);
+        b += __shfl_down_sync(0xffffffffu, b, o);
+        c += __shfl_down_sync(0xffffffffu, c, o);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        part[0][threadIdx.x >> 5] = a;
+        part[1][threadIdx.x >> 5] = b;
+        part[2][threadIdx.x >> 5] = c;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        a = b = c = 0;
+        for (int i = 0; i < kThreads / 32; i++)
+            a += part[0][i], b += part[1][i], c += part[2][i];
+    }
+    __syncthreads();
 }
 
 // The sum of the n partials at p in a fixed order: thread i takes partials
@@ -348,6 +391,15 @@ __global__ void __launch_bounds__(kThreads) hash_kernel(const __grid_constant__ 
             if (T.contiguous && kind == 0 && st == 6 && (T.data & 3) == 0) {
                 // float32: four independent loads in flight, added in element order
                 const float *f = reinterpret_cast<const float *>(T.data);
+                if (b.kinds == HK_NORM) { // the norm alone: only its fields, the same l1 additions
+                    for (; e + 3 * stride < numel; e += 4 * stride) {
+                        float v0 = f[e], v1 = f[e + stride], v2 = f[e + 2 * stride], v3 = f[e + 3 * stride];
+                        add_norm(acc, (double)v0);
+                        add_norm(acc, (double)v1);
+                        add_norm(acc, (double)v2);
+                        add_norm(acc, (double)v3);
+                    }
+                }
                 for (; e + 3 * stride < numel; e += 4 * stride) {
                     float v0 = f[e], v1 = f[e + stride], v2 = f[e + 2 * stride], v3 = f[e + 3 * stride];
                     add_float(acc, (double)v0);
@@ -385,7 +437,7 @@ __global__ void __launch_bounds__(kThreads) hash_kernel(const __grid_constant__ 
             }
         }
         if (b.kinds & (HK_NORM | HK_STATS)) {
-            nan = block_reduce<NT>(nan, SumOp()), pinf = block_reduce<NT>(pinf, SumOp()), ninf = block_reduce<NT>(ninf, SumOp());
+            block_count3(nan, pinf, ninf);
             if (threadIdx.x == 0) {
                 if (nan) atomicAdd(reinterpret_cast<unsigned long long *>(&R->nan), nan);
                 if (pinf) atomicAdd(reinterpret_cast<unsigned long long *>(&R->posinf), pinf);
