@@ -1,6 +1,7 @@
 /* kd_defer.c - the queue of deferred GPU hashes and copies
  * (Note [Deferred GPU work] in kd_defer.h). */
 #include "kd_defer.h"
+#include "kd_phase_timers.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -92,7 +93,17 @@ static int storage_moved(void *storage, uint64_t sdata)
     return kd_shim_storage_data(storage) != sdata;
 }
 
+static int defer_flush(void);
+
 int kd_defer_flush(void)
+{
+    uint64_t t0 = KD_PT_NOW(); /* Note [Phase timers] */
+    int rc = defer_flush();
+    KD_PT_ADD(KD_PT_FLUSH, t0);
+    return rc;
+}
+
+static int defer_flush(void)
 {
     int nh = Q.nh, nc = Q.nc, rc = 0;
     if (nh == 0 && nc == 0)
@@ -117,7 +128,9 @@ int kd_defer_flush(void)
                 map[u] = n;
                 t[n++] = Q.ht[u];
             }
+        uint64_t t_enq = KD_PT_NOW();
         int64_t first = n ? kd_cuda_hash_enqueue(Q.device, Q.stream, Q.kinds, t, n) : 0;
+        KD_PT_ADD(KD_PT_ENQUEUE, t_enq);
         const char *err = first < 0 ? kd_cuda_last_error() : NULL;
         if (first < 0)
             set_error("queuing GPU hashes", err);

@@ -271,6 +271,7 @@ static int read_call_depth(PyObject *mode)
 static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *info,
                          PyObject *const *args, Py_ssize_t nargs, uint64_t stream, kd_pending *p)
 {
+    uint64_t t_pre = KD_PT_NOW(); /* Note [Phase timers] */
     int hashing = p->cfg.kinds != 0 || p->cfg.check_readonly;
     kd_payload *b = ctx->build;
     uint32_t used = 1;
@@ -295,6 +296,7 @@ static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *inf
     if (kd_defer_enabled() && kd_tls_graph == NULL && dev_type == KD_DEV_CUDA)
         kd_defer_guard(dev_index, stream, 0, 0); /* another stream: flush and order */
     uint64_t t_describe = KD_PT_NOW(); /* Note [Phase timers] */
+    KD_PT_ADD(KD_PT_PRE, t_pre);
     for (Py_ssize_t i = 0; i < nargs; i++) {
         uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
         uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
@@ -383,7 +385,9 @@ static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *inf
     for (uint32_t i = 0; i < nreleased; i++)
         Py_DECREF(ctx->released[i]);
     KD_PT_ADD(KD_PT_RING, t_ring);
+    uint64_t t_wg = KD_PT_NOW();
     guard_writes(dev_type, args, nargs, info, stream);
+    KD_PT_ADD(KD_PT_WGUARD, t_wg);
     uint64_t head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
     if (head - p->first <= r->ring->capacity) /* not lapped while Python ran above */
         kd_ring_payload(r->ring, p->first)->launch.t_start_ns = kd_now_ns();
@@ -586,7 +590,9 @@ void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssiz
             memcpy(&ctx->build[i], kd_ring_payload(r->ring, p->first + i), sizeof(kd_payload));
         PyObject *et, *ev, *etb;
         PyErr_Fetch(&et, &ev, &etb);
+        uint64_t t_after = KD_PT_NOW();
         after_launch(r, p, args, nargs, ctx->build, &batch);
+        KD_PT_ADD(KD_PT_AFTER, t_after);
         PyErr_Restore(et, ev, etb);
     }
     /* From here to the commit: no Python code runs.  A writer that lapped the
@@ -611,8 +617,11 @@ void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssiz
         }
         if (raised)
             h->flags |= KD_LF_RAISED;
-        if (post)
+        if (post) {
+            uint64_t t_pub = KD_PT_NOW();
             publish_post(r, p, ctx->build, &batch);
+            KD_PT_ADD(KD_PT_PUBLISH, t_pub);
+        }
         if (kd_tls_graph != NULL)
             kd_graph_add_launch(kd_tls_graph, r, p->first, p->n); /* Note [CUDA graph replays] */
     } else if (kd_tls_graph != NULL) {

@@ -44,7 +44,8 @@ void kd_pt_add(int phase, uint64_t ns)
 }
 
 static const char *const names[KD_PT_N] = {"begin", "launch", "end", "plain", "guard",
-                                              "find", "describe", "ring"};
+                                              "find", "describe", "ring", "pre", "wguard", "after",
+                                              "publish", "flush", "enqueue"};
 
 /* _phase_timers(reset=False) -> [{"thread", "<phase>": (count, ns), ...}] */
 static PyObject *mod_phase_timers(PyObject *m, PyObject *args)

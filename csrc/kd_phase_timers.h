@@ -29,7 +29,7 @@ extern "C" {
  * (C++ launches, the op observer, replica state records).  Left out of all
  * three: the hash settings, the deferred queue's stream guard, the header. */
 enum { KD_PT_BEGIN, KD_PT_LAUNCH, KD_PT_END, KD_PT_PLAIN, KD_PT_GUARD, KD_PT_FIND, KD_PT_DESCRIBE, KD_PT_RING,
-       KD_PT_N };
+       KD_PT_PRE, KD_PT_WGUARD, KD_PT_AFTER, KD_PT_PUBLISH, KD_PT_FLUSH, KD_PT_ENQUEUE, KD_PT_N };
 
 #ifdef KD_PHASE_TIMERS
 uint64_t kd_pt_now(void);

@@ -34,7 +34,7 @@ from kdebug.workloads import Transformer, train_step_fn
 
 SIZES = {("cuda", "transformer"): (4, 512, 8, (8, 256)), ("cuda", "gpu-bound"): (4, 1024, 16, (32, 512)),
          ("cpu", "transformer"): (2, 128, 4, (4, 64)), ("cpu", "gpu-bound"): (2, 256, 4, (8, 128))}
-PHASES = ("begin", "launch", "end", "plain", "guard", "find", "describe", "ring")  # Note [Phase timers]
+PHASES = ("begin", "launch", "end", "plain", "guard", "find", "describe", "ring", "pre", "wguard", "after", "publish", "flush", "enqueue")  # Note [Phase timers]
 
 
 def add_phases(acc: dict) -> None:
@@ -64,6 +64,13 @@ def print_phases(times: dict, phases: dict, base: float, steps: int) -> None:
                   f"| {us(per['launch'])} | {us(per['end'])} | {per['plain'][0] / steps:.1f} | {us(per['plain'])} "
                   f"| {per['guard'][0] / steps:.1f} | {us(per['guard'])} | {us(per['find'])} | {us(per['describe'])} "
                   f"| {us(per['ring'])} |")
+    print("\nParts (per step: count x µs each): pre = begin before describing (hash settings, the queue's "
+          "stream guard); wguard = the launch's writes checked against the queue; after = end's hashing; "
+          "publish = end's merge and queueing; flush = the queue's hash launches; enqueue = of flush, the hash kernel's launch")
+    for k, acc in phases.items():
+        for label, per in sorted(acc.items()):
+            parts = "  ".join(f"{ph} {per[ph][0] / steps:.1f}x{us(per[ph])}" for ph in PHASES[8:])
+            print(f"  {k} / {label}: {parts}")
 
 
 def main() -> None:
