@@ -475,6 +475,8 @@ struct OpScratch {
     const char *names[kMaxOpArgs];
     uint8_t roles[kMaxOpArgs];
     char namebuf[kMaxOpArgs][kNameBytes];
+    char argname[kMaxOpArgs][kNameBytes]; // the op's argument and result names, copied (record_op)
+    char resname[kMaxOpArgs][kNameBytes];
     char qual[256];
 };
 thread_local OpScratch op_scratch;
@@ -621,35 +623,41 @@ void record_op(const at::RecordFunction &fn, const OpInfo &op, const c10::IValue
     const c10::FunctionSchema *schema = op.schema;
     c10::ArrayRef<const c10::IValue> ins(inputs, static_cast<size_t>(nin));
     const std::vector<c10::IValue> &outs = fn.outputs();
-    int n = 0;
-    char argn[kMaxOpArgs][12], resn[kMaxOpArgs][16]; // names made here: they outlive the record
-    for (size_t i = 0; i < ins.size() && i < static_cast<size_t>(kMaxOpArgs); i++) {
-        const char *nm = argn[i];
-        uint8_t role = 1; // KD_ROLE_READ
+    // Every name and role first, copied out of the schema before any tensor
+    // is wrapped: a wrap can run the garbage collector, whose finalizers may
+    // drop the op (a torch.library.Library) and free its schema.
+    const size_t nins = ins.size() < static_cast<size_t>(kMaxOpArgs) ? ins.size() : kMaxOpArgs;
+    const size_t nouts = outs.size() < static_cast<size_t>(kMaxOpArgs) ? outs.size() : kMaxOpArgs;
+    uint8_t in_role[kMaxOpArgs];
+    for (size_t i = 0; i < nins; i++) {
+        in_role[i] = 1; // KD_ROLE_READ
         if (schema != nullptr && i < schema->arguments().size()) {
             const c10::Argument &a = schema->arguments()[i];
-            nm = a.name().c_str(); // the schema's: it outlives the record
+            std::snprintf(s.argname[i], kNameBytes, "%s", a.name().c_str());
             if (a.alias_info() != nullptr && a.alias_info()->isWrite())
-                role = 2; // KD_ROLE_WRITE: recorded after the op, so only its result
+                in_role[i] = 2; // KD_ROLE_WRITE: recorded after the op, so only its result
         } else {
-            std::snprintf(argn[i], sizeof argn[i], "arg%zu", i);
+            std::snprintf(s.argname[i], kNameBytes, "arg%zu", i);
         }
-        n = add_value(s, n, ins[i], nm, role);
     }
-    for (size_t j = 0; j < outs.size(); j++) {
+    for (size_t j = 0; j < nouts; j++) {
+        if (schema != nullptr && j < schema->returns().size() && !schema->returns()[j].name().empty())
+            std::snprintf(s.resname[j], kNameBytes, "%s", schema->returns()[j].name().c_str());
+        else if (outs.size() == 1)
+            std::snprintf(s.resname[j], kNameBytes, "result");
+        else
+            std::snprintf(s.resname[j], kNameBytes, "result%zu", j);
+    }
+    schema = nullptr; // not read past here
+    int n = 0;
+    for (size_t i = 0; i < nins; i++)
+        n = add_value(s, n, ins[i], s.argname[i], in_role[i]);
+    for (size_t j = 0; j < nouts; j++) {
         bool aliased = false; // in-place / out=: already recorded as the written argument
         for (size_t i = 0; i < ins.size() && !aliased; i++)
             aliased = same_tensor(outs[j], ins[i]);
-        if (aliased)
-            continue;
-        const char *nm = "result";
-        if (schema != nullptr && j < schema->returns().size() && !schema->returns()[j].name().empty()) {
-            nm = schema->returns()[j].name().c_str();
-        } else if (outs.size() > 1 && j < static_cast<size_t>(kMaxOpArgs)) {
-            std::snprintf(resn[j], sizeof resn[j], "result%zu", j);
-            nm = resn[j];
-        }
-        n = add_value(s, n, outs[j], nm, 2);
+        if (!aliased)
+            n = add_value(s, n, outs[j], s.resname[j], 2);
     }
     op_record(s.qual, s.objs, s.names, s.roles, n);
     for (int i = 0; i < n; i++)
