@@ -268,6 +268,13 @@ def _write_report(out: str, runs: list, hunt: dict | None, title: str | None = N
 
 
 def _report(args: argparse.Namespace) -> int:
+    from .report_inputs import resolve_inputs  # (not `from . import`: that imports torch)
+
+    try:  # a hunt.json kdebug did not write, a path that is not there: refused before torch is imported
+        resolve_inputs(args.runs)
+    except (ValueError, OSError) as e:
+        print(f"kdebug report: {e}", file=sys.stderr)
+        return 2
     return _write_report(args.output, args.runs, None, args.title)
 
 

@@ -96,3 +96,16 @@ def test_help_and_argument_errors_do_not_import_torch():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT},
                        cwd=ROOT, timeout=120)
     assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == "False", p.stdout + p.stderr
+
+
+def test_report_refuses_a_bad_hunt_json_or_a_missing_path_without_torch(tmp_path):
+    (tmp_path / "hunt.json").write_text('{"nproc": 0}')
+    code = ("import sys\nfrom kdebug.cli import main\n"
+            f"assert main(['report', {str(tmp_path)!r}, '-o', {str(tmp_path / 'r.html')!r}]) == 2\n"
+            f"assert main(['report', {str(tmp_path / 'missing.kdt')!r}, '-o', {str(tmp_path / 'r.html')!r}]) == 2\n"
+            "print('torch' in sys.modules)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT},
+                       cwd=ROOT, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == "False", p.stdout + p.stderr
+    assert "nproc must be a whole number of at least 1" in p.stderr and "no such trace file" in p.stderr, p.stderr
+    assert not (tmp_path / "r.html").exists()
