@@ -4,6 +4,8 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -67,25 +69,6 @@ def test_final_ddp_parameters_compared_without_marks(tmp_path):
 
 
 @pytest.mark.distributed
-def test_replicas_match(tmp_path):
-    out = _record(tmp_path)
-    rep = kdebug.compare_ranks(kdebug.load(out))
-    assert rep.ok, str(rep)
-    names = [op._name for op in kdebug.load(out)[1].operators if hasattr(op, "_name")]
-    assert sum(n.startswith("c10d::allreduce_") for n in names) >= 2  # DDP's gradient all-reduces, both steps
-    texts = [getattr(op, "_text", "") or "" for op in kdebug.load(out)[1].operators]
-    finals = sorted(t.split("'")[1] for t in texts if "final DDP" in t)
-    assert finals == ["final DDP0 parameter a.bias", "final DDP0 parameter a.weight",
-                      "final DDP0 parameter b.bias", "final DDP0 parameter b.weight"], finals
-    # a rank's trace says how to start its job again (kdebug repro / rerun of a rank's launch)
-    from kdebug.repro import program_of
-
-    prog = program_of(kdebug.load(rank_path(out, 1)))
-    assert (prog.nproc, prog.rank, prog.target) == (2, 1, [SCRIPT])
-    assert prog.runner_cmd("x.kdt")[1:3] == ["-m", "torch.distributed.run"] and prog.trace_of("x.kdt") == "x.rank1.kdt"
-
-
-@pytest.mark.distributed
 def test_planted_rank_local_kernel_fault_named_by_diff_ranks(tmp_path):
     # DDP(torch.compile(model)); torch.compile(DDP(model)) is the hunt test's (the script's default)
     out = _record(tmp_path, KD_FAULT="kernel:1", KD_FORM="inner")
@@ -143,18 +126,37 @@ def _page_meta(path) -> dict:
     return json.loads(re.search(r'<script id="kd-meta" type="application/json">(.*?)</script>', page, re.S)[1])
 
 
-@pytest.mark.distributed
-def test_hunt_nproc_names_the_rank_and_kernel_that_changed_between_runs(tmp_path):
-    # rank 1's fused relu is perturbed in the second run only (the first run
-    # leaves the mark), by another value in every process: --confirm's re-runs
-    # see it recur and prove it by replay in rank 1.  The plant stands down
-    # under torch.use_deterministic_algorithms(True): --try-fixes must apply
-    # that fix in every rank to see it remove the divergence.
-    keep, html = tmp_path / "hunt", tmp_path / "r.html"
-    p = _hunt(tmp_path, "--keep", str(keep), "--confirm", "--confirm-tries", "1", "--try-fixes",
+@dataclass(frozen=True)
+class NprocHunt:
+    proc: subprocess.CompletedProcess
+    dir: Path  # the hunt's directory: the page per rank (r.rank{R}.html)
+    keep: Path  # --keep: hunt.json and the traces, run{i}.rank{R}.kdt
+    html: Path  # --html
+
+
+@pytest.fixture(scope="module")
+def nproc_hunt(tmp_path_factory) -> NprocHunt:
+    """The hunt of test_hunt_nproc_names_the_rank_and_kernel_that_changed_between_runs,
+    made once (seven two-rank jobs): rank 1's fused relu is perturbed in the
+    second run only (the first run leaves the mark), by another value in
+    every process: --confirm's re-runs see it recur and prove it by replay in
+    rank 1.  The plant stands down under torch.use_deterministic_algorithms(True):
+    --try-fixes must apply that fix in every rank to see it remove the
+    divergence.  Its run 0, where nothing is planted, is also the job
+    test_replicas_match reads."""
+    d = tmp_path_factory.mktemp("nproc-hunt")
+    keep, html = d / "hunt", d / "r.html"
+    p = _hunt(d, "--keep", str(keep), "--confirm", "--confirm-tries", "1", "--try-fixes",
               "--fixes", "deterministic_algorithms", "--rerun-times", "3", "--html", str(html), KD_FAULT="kernel:1",
-              KD_FAULT_FROM_SECOND_RUN=str(tmp_path / "mark"), KD_FAULT_VALUE="random",
+              KD_FAULT_FROM_SECOND_RUN=str(d / "mark"), KD_FAULT_VALUE="random",
               KD_FAULT_UNLESS_DETERMINISTIC="1")
+    return NprocHunt(p, d, keep, html)
+
+
+@pytest.mark.distributed
+def test_hunt_nproc_names_the_rank_and_kernel_that_changed_between_runs(nproc_hunt):
+    # (the hunt: the nproc_hunt fixture)
+    p, tmp_path, keep, html = nproc_hunt.proc, nproc_hunt.dir, nproc_hunt.keep, nproc_hunt.html
     assert p.returncode == 1, p.stdout[-4000:]
     import json
 
@@ -198,6 +200,27 @@ def test_hunt_nproc_names_the_rank_and_kernel_that_changed_between_runs(tmp_path
 
     runs, found = resolve_inputs([str(keep)])
     assert found["rank"] == 1 and [os.path.basename(r) for r in runs] == ["run0.rank1.kdt", "run1.rank1.kdt"]
+
+
+@pytest.mark.distributed
+def test_replicas_match(nproc_hunt):
+    # the job with no fault: run 0 of nproc_hunt's hunt (its fault is planted from the second run on)
+    out = str(nproc_hunt.keep / "run0.kdt")
+    assert os.path.exists(rank_path(out, 1)), nproc_hunt.proc.stdout[-4000:]
+    rep = kdebug.compare_ranks(kdebug.load(out))
+    assert rep.ok, str(rep)
+    names = [op._name for op in kdebug.load(out)[1].operators if hasattr(op, "_name")]
+    assert sum(n.startswith("c10d::allreduce_") for n in names) >= 2  # DDP's gradient all-reduces, both steps
+    texts = [getattr(op, "_text", "") or "" for op in kdebug.load(out)[1].operators]
+    finals = sorted(t.split("'")[1] for t in texts if "final DDP" in t)
+    assert finals == ["final DDP0 parameter a.bias", "final DDP0 parameter a.weight",
+                      "final DDP0 parameter b.bias", "final DDP0 parameter b.weight"], finals
+    # a rank's trace says how to start its job again (kdebug repro / rerun of a rank's launch)
+    from kdebug.repro import program_of
+
+    prog = program_of(kdebug.load(rank_path(out, 1)))
+    assert (prog.nproc, prog.rank, prog.target) == (2, 1, [SCRIPT])
+    assert prog.runner_cmd("x.kdt")[1:3] == ["-m", "torch.distributed.run"] and prog.trace_of("x.kdt") == "x.rank1.kdt"
 
 
 def test_hunt_nproc_refuses_options_it_does_not_support(tmp_path):
