@@ -55,23 +55,24 @@ def _finite(x):
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import _runner, accuracy, cli
+    from . import cli
+    from ._files import output_problem, replaced_atomically  # (not `from . import`: that imports torch)
+    from ._runner import run_for_status
 
     found = cli.program_target("accuracy", args.command, args.module_name)
     if found is None:
         return 2
     target, module = found
-    from . import _files
-
     for out in (args.json, args.html):
-        problem = out and _files.output_problem(out)
+        problem = out and output_problem(out)
         if problem:
             print(f"kdebug accuracy: {problem}", file=sys.stderr)
             return 2
+    from . import accuracy
     status = [0]
 
     def program():
-        status[0] = _runner.run_for_status(target, module)
+        status[0] = run_for_status(target, module)
 
     try:
         budgets = accuracy._budgets(args.max_bytes, args.max_device_bytes, args.max_host_bytes,
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kdebug accuracy: the program exited with status {status[0]}; the verdict covers the graph calls "
               "made before that", file=sys.stderr)
     if args.json:
-        with _files.replaced_atomically(args.json) as f:
+        with replaced_atomically(args.json) as f:
             json.dump(_finite(report.to_json()), f, indent=1, default=str)
     if args.html:
         from . import accuracy_html

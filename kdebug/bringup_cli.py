@@ -47,15 +47,17 @@ def constraints_text(vs: list, checked: list) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import _files, _runner, cli
+    from . import cli
+    from ._files import output_problem, replaced_atomically  # (not `from . import`: that imports torch)
+    from ._runner import run_for_status
 
     found = cli.program_target("analyze", args.command, args.module_name)
     if found is None:
         return 2
     target, module = found
     to_stdout = args.json == "-"
-    problem = (args.json and not to_stdout and _files.output_problem(args.json)
-               or args.html and _files.output_problem(args.html))
+    problem = (args.json and not to_stdout and output_problem(args.json)
+               or args.html and output_problem(args.html))
     if problem:
         print(f"kdebug analyze: {problem}", file=sys.stderr)
         return 2
@@ -64,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
     clear_violations()
     with CompileInspector() as insp:
-        status = _runner.run_for_status(target, module)
+        status = run_for_status(target, module)
     report = insp.report()
     vs, checked = violations(), checks()
     out: dict = {"program": " ".join(target), "exit_status": status}
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("\n\n".join(text))
     if args.json and not to_stdout:
-        with _files.replaced_atomically(args.json) as f:
+        with replaced_atomically(args.json) as f:
             json.dump(out, f, indent=1)
     if status:
         print(f"kdebug analyze: the program exited with status {status}; the analysis covers what ran before that",

@@ -108,9 +108,9 @@ def _record(args: argparse.Namespace) -> int:
     if not module and not os.path.exists(target[0]):
         print(f"kdebug record: no such script: {target[0]}", file=sys.stderr)
         return 2
-    from . import _files
+    from ._files import output_problem  # (not `from . import _files`: that imports torch)
 
-    problem = _files.output_problem(args.output)  # before the program runs, not after
+    problem = output_problem(args.output)  # before the program runs, not after
     if problem:
         print(f"kdebug record: {problem}", file=sys.stderr)
         return 2
@@ -439,9 +439,9 @@ def _hunt(args: argparse.Namespace) -> int:
         _warn_hunt_options_after_script(args.command, target, args.hunt_options)
         what = " ".join(target)
     if args.html and args.nproc is None:  # --nproc writes a page per rank (hunt_ranks checks each)
-        from . import _files
+        from ._files import output_problem  # (not `from . import _files`: that imports torch)
 
-        problem = _files.output_problem(args.html)
+        problem = output_problem(args.html)
         if problem:
             print(f"kdebug hunt: {problem}", file=sys.stderr)
             return 2

@@ -53,8 +53,6 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .compare import is_collective
-
 UNSUPPORTED = (("in_process", "--in-process"),)
 
 # Note [Gloo exit race] (kdebug/_runner.py): what a rank prints when torch's
@@ -129,6 +127,8 @@ def _confirm_rank(args, rank: int, rep, stem0: str, tmp: str, target: list[str],
 
 
 def _root_entry(root) -> dict:
+    from .compare import is_collective  # (here: the options --nproc refuses are checked without torch)
+
     return {"root": root.step_a.label(), "kind": root.kind, "collective": is_collective(root.step_a),
             "consequences": root.consequences}
 

@@ -21,14 +21,16 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import _files, _runner, cli
+    from . import cli
+    from ._files import output_problem, replaced_atomically  # (not `from . import`: that imports torch)
+    from ._runner import run_for_status
 
     found = cli.program_target("minify", args.command, args.module_name)
     if found is None:
         return 2
     target, module = found
     to_stdout = args.json == "-"
-    problem = args.json and not to_stdout and _files.output_problem(args.json)
+    problem = args.json and not to_stdout and output_problem(args.json)
     if problem:
         print(f"kdebug minify: {problem}", file=sys.stderr)
         return 2
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     clear_violations()
     old = minify_by_default(True)
     try:
-        status = _runner.run_for_status(target, module)
+        status = run_for_status(target, module)
     finally:
         minify_by_default(old)
     results, vs = minified(), violations()
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         if not checks():
             print("  no graph was checked: compile with backend=kdebug.backends.constrained(caps, mode='strict')")
     if args.json and not to_stdout:
-        with _files.replaced_atomically(args.json) as f:
+        with replaced_atomically(args.json) as f:
             json.dump(out, f, indent=1)
     if results:
         return 1

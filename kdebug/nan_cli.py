@@ -22,13 +22,15 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import _files, _runner, cli
+    from . import cli
+    from ._files import output_problem, replaced_atomically  # (not `from . import`: that imports torch)
+    from ._runner import run_for_status
 
     found = cli.program_target("nan", args.command, args.module_name)
     if found is None:
         return 2
     target, module = found
-    problem = args.json and _files.output_problem(args.json)
+    problem = args.json and output_problem(args.json)
     if problem:
         print(f"kdebug nan: {problem}", file=sys.stderr)
         return 2
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     provenance.install()  # FX nodes and source lines of every graph the script compiles
     with kdebug.DebugMode(check_finite="inputs" if args.inputs else True) as dm:
-        status = _runner.run_for_status(target, module)
+        status = run_for_status(target, module)
     try:
         report = dm.first_nonfinite()
     except ValueError as e:  # the program replaced the stats hash with its own log_tensor_hashes everywhere
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kdebug nan: the program exited with status {status}; the verdict covers what ran before that",
               file=sys.stderr)
     if args.json:
-        with _files.replaced_atomically(args.json) as f:
+        with replaced_atomically(args.json) as f:
             json.dump(report.to_json(), f, indent=1)
     if report.steps == 0:
         print("kdebug nan: nothing was recorded (does the script run any torch op?)", file=sys.stderr)

@@ -98,14 +98,28 @@ def test_help_and_argument_errors_do_not_import_torch():
     assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == "False", p.stdout + p.stderr
 
 
-def test_report_refuses_a_bad_hunt_json_or_a_missing_path_without_torch(tmp_path):
+def test_refusals_before_running_do_not_import_torch(tmp_path):
+    """What the CLI refuses before any work (a hunt.json kdebug did not write,
+    a path that is not there, an output that cannot be written, an option
+    hunt --nproc refuses, a missing script) is said without importing torch."""
     (tmp_path / "hunt.json").write_text('{"nproc": 0}')
+    prog = _script(tmp_path, "print('ran')\n")
+    nowhere = str(tmp_path / "nowhere" / "out")
+    argvs = [["report", str(tmp_path), "-o", str(tmp_path / "r.html")],
+             ["report", str(tmp_path / "missing.kdt"), "-o", str(tmp_path / "r.html")],
+             ["record", "-o", nowhere, "--", "python", prog],
+             ["hunt", "--html", nowhere, prog],
+             ["hunt", "--nproc", "2", "--in-process", prog],
+             ["hunt", "--nproc", "2"]]
+    argvs += [[cmd, str(tmp_path / "missing.py")] for cmd in ("accuracy", "nan", "minify", "analyze")]
     code = ("import sys\nfrom kdebug.cli import main\n"
-            f"assert main(['report', {str(tmp_path)!r}, '-o', {str(tmp_path / 'r.html')!r}]) == 2\n"
-            f"assert main(['report', {str(tmp_path / 'missing.kdt')!r}, '-o', {str(tmp_path / 'r.html')!r}]) == 2\n"
+            f"for argv in {argvs!r}:\n"
+            "    assert main(argv) == 2, argv\n"
             "print('torch' in sys.modules)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT},
                        cwd=ROOT, timeout=120)
     assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == "False", p.stdout + p.stderr
     assert "nproc must be a whole number of at least 1" in p.stderr and "no such trace file" in p.stderr, p.stderr
-    assert not (tmp_path / "r.html").exists()
+    assert "--in-process cannot be used with --nproc" in p.stderr and "give the script" in p.stderr, p.stderr
+    assert p.stderr.count("does not exist") == 2 and p.stderr.count("no such script") == 4, p.stderr
+    assert "ran" not in p.stdout and not (tmp_path / "r.html").exists()
