@@ -9,13 +9,16 @@ draws it from ``os.urandom``).
 
 The perturbation happens inside the launch (between the kernel and kdebug's
 post-launch hashes), exactly as a non-deterministic kernel would behave; no
-dispatch mode sees it.  C++ kernels (CPU) only: they are the ones wrapped in
-their module's globals.
+dispatch mode sees it.  C++ kernels are wrapped in their module's globals;
+Triton kernels of the Python wrapper (Inductor's CachingAutotuner) through
+their launcher, which kdebug's launch hook calls before it hashes the
+outputs (Note [Triton faults]).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 
 import torch
 
@@ -47,15 +50,26 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float
     kdebug instead, perturbed from kdebug's launch hook while recording."""
     state = {"calls": 0, "hits": 0}
     swapped, lacking = [], []
+    autotuner = _upstream.caching_autotuner() if not cpp_wrapper else None
+    seen: set[int] = set()  # a kernel under two names, or in two scopes, is perturbed once
     for scope in (() if cpp_wrapper else _scopes()):
         for key, obj in list(scope.items()):
+            if id(obj) in seen:
+                continue
+            if autotuner is not None and isinstance(obj, autotuner) and name in key:
+                seen.add(id(obj))
+                pos = _triton_position(obj, arg, lacking)
+                if pos is not None:
+                    swapped.append(_perturb_triton(obj, pos, state, occurrence, value))
+                continue
             if not isinstance(obj, _C.CppKernel) or name not in obj.info.name:
                 continue
+            seen.add(id(obj))
             names = list(obj.info.arg_names)
-            if arg not in names:  # a kernel of another generated module whose name also matches
+            pos = _written_position(names, list(obj.info.roles), arg)
+            if pos is None:  # a kernel of another generated module whose name also matches
                 lacking.append(f"{obj.info.name} (it has {names})")
                 continue
-            pos = names.index(arg)
             inner = obj.__wrapped__
             # the fault is part of the kernel: under kdebug hunt --confirm it
             # goes inside the replay, which then overwrites what it wrote
@@ -72,7 +86,7 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float
                 return r
 
             scope[key] = _C.CppKernel(replay.wrap(perturbing, obj.info.name) if replaying else perturbing, obj.info)
-            swapped.append((scope, key, obj))
+            swapped.append(functools.partial(scope.__setitem__, key, obj))
     if cpp_wrapper:
         # Note [C++ wrapper launches]: the launches of C++-wrapper / AOTI code
         # (compiled under kdebug) are perturbed from kdebug's launch hook
@@ -90,15 +104,84 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float
             _C._cpp_launch_fault_hook(None)
         return
     if not swapped and lacking:
-        raise ValueError(f"no loaded C++ kernel whose name contains {name!r} has an argument {arg!r}: "
+        raise ValueError(f"no loaded kernel whose name contains {name!r} has "
+                         + ("a written argument" if arg is None else f"an argument {arg!r}") + ": "
                          + "; ".join(lacking[:4]))
     if not swapped:
-        raise ValueError(f"no loaded C++ kernel's name contains {name!r}: compile and run the function first")
+        raise ValueError(f"no loaded C++ or Triton kernel's name contains {name!r}: compile and run the function "
+                         "first (a Triton kernel must have been launched once)")
     try:
         yield state
     finally:
-        for scope, key, obj in swapped:
-            scope[key] = obj
+        for restore in swapped:
+            restore()
+
+
+def _written_position(names: list, roles: list, arg: str | None) -> int | None:
+    """Position of ``arg`` among a kernel's arguments, or of its first
+    written argument when ``arg`` is None; None when there is no such one."""
+    if arg is None:
+        return next((i for i, r in enumerate(roles) if r & _C.ROLE_WRITE), None)
+    return names.index(arg) if arg in names else None
+
+
+def _triton_position(obj, arg: str | None, lacking: list) -> int | None:
+    from .inductor import triton_kernel_info
+
+    info = triton_kernel_info(obj)
+    pos = _written_position(list(info.arg_names), list(info.roles), arg)
+    if pos is None:
+        lacking.append(f"{info.name} (it has {list(info.arg_names)})")
+    elif not getattr(obj, "launchers", None) or len(obj.launchers) != 1:
+        lacking.append(f"{info.name} (not launched yet: run the function once first)")
+        return None
+    return pos
+
+
+class _PerturbingLauncher:
+    """Note [Triton faults]: stands for a CachingAutotuner's launcher (and
+    its cached fast launcher, torch >= 2.12).  kdebug's launch hook wraps
+    CachingAutotuner.run, which calls the launcher: the fault is added on
+    the launch's stream after the kernel and before kdebug's post-launch
+    hashes are taken or queued, as a kernel that wrote another value would.
+    Every other attribute (config, cache_hash, __globals__ for the runner
+    hook, ...) is the launcher's own, except ``_is_static``: torch 2.13's
+    run() would otherwise rebuild the launcher from its code into a fast
+    launcher that bypasses this one."""
+
+    _is_static = False
+
+    def __init__(self, inner, pos: int, state: dict, occurrence: int, value):
+        self._kd_inner, self._kd_pos, self._kd_state = inner, pos, state
+        self._kd_occurrence, self._kd_value = occurrence, value
+
+    def __call__(self, *args, **kwargs):
+        r = self._kd_inner(*args, **kwargs)
+        st = self._kd_state
+        if st["calls"] == self._kd_occurrence:
+            _bump(args[self._kd_pos], self._kd_value)
+            st["hits"] += 1
+        st["calls"] += 1
+        return r
+
+    def __getattr__(self, key):
+        return getattr(self._kd_inner, key)
+
+
+def _perturb_triton(obj, pos: int, state: dict, occurrence: int, value):
+    """Swaps the autotuner's launcher(s) for perturbing ones; returns what
+    puts them back."""
+    launchers, cached = obj.launchers, obj.__dict__.get("_cached_launcher")
+    obj.launchers = [_PerturbingLauncher(launchers[0], pos, state, occurrence, value)]
+    if cached is not None:
+        obj._cached_launcher = _PerturbingLauncher(cached, pos, state, occurrence, value)
+
+    def restore():
+        obj.launchers = launchers
+        if "_cached_launcher" in obj.__dict__:
+            obj._cached_launcher = cached
+
+    return restore
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import kdebug
-from kdebug import DebugMode
+from kdebug import DebugMode, testing
 
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
@@ -96,3 +96,36 @@ def test_gpu_report_and_perfetto_export(index_add_case, tmp_path, block_step):
     assert any(t.startswith("stream 0x") for t in threads)
     ia = next(e for e in slices if "index_add" in e["name"])
     assert any("post bitwise 0x" in v for v in ia["args"]["args"].values())
+
+
+def test_perturbed_triton_kernel_of_the_python_wrapper_is_named(tmp_path):
+    """kdebug.testing.perturb_kernel_output on a Triton kernel (Note [Triton
+    faults]): the fault lands between the kernel and kdebug's post-launch
+    hashes, so the recorded hash and the step's result both change, and the
+    compare names that launch."""
+    def f(x):
+        return (torch.sin(x) * 2).sum(dim=1).relu() + 1
+
+    cf = torch.compile(f)
+    x = torch.randn(512, 256, device="cuda")
+    want = cf(x)  # compiles and launches once: the launchers exist
+    a = tmp_path / "a.kdt"
+    with DebugMode(trace=a), DebugMode.log_tensor_hashes(["bitwise"]):
+        clean = cf(x)
+    ra = kdebug.load(str(a))
+    n = len(ra.kernels)  # Triton launches of one call
+    assert n >= 1 and all(k.kind == "triton" and k.kernel_name.startswith("triton_") for k in ra.kernels)
+    with testing.perturb_kernel_output("triton_", None, occurrence=n, value=1000.0) as st:
+        first = cf(x)  # launches 0 .. n-1: untouched
+        second = cf(x)  # launch n: the second call's first kernel
+    assert st["hits"] == 1 and torch.equal(clean, want) and torch.equal(first, want)
+    assert not torch.equal(second, want)  # the fault changed the program's result, not only a hash
+    assert torch.equal(cf(x), want)  # the block's exit put the launchers back
+    c = tmp_path / "c.kdt"
+    with DebugMode(trace=c), DebugMode.log_tensor_hashes(["bitwise"]):
+        with testing.perturb_kernel_output("triton_", None, value=1000.0) as st:
+            cf(x)
+    rep = kdebug.compare(str(a), str(c))
+    assert st["hits"] == 1 and not rep.ok, str(rep)
+    d = rep.divergence
+    assert d.kind == "output" and d.step_a.name == ra.kernels[0].kernel_name, str(rep)
