@@ -54,6 +54,10 @@ class _SettingsContext:
                 self._after_exit()
 
 
+# namespaces whose schemas declare every argument an op writes (as in csrc/kd_torch.cpp's trusted_namespace)
+_DECLARING = ("aten::", "prim::", "prims::", "_c10d_functional::")
+
+
 def _op_info(func) -> OpInfo:
     """What the aten-op fast path needs to know of an op, once per op
     (kd_dispatch.c caches it)."""
@@ -76,6 +80,13 @@ def _op_info(func) -> OpInfo:
                     if a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only)
         names = tuple(a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write)
         outs = tuple(a.name for a in arguments if a.is_out)
+        if not pos and not names and not name.startswith(_DECLARING) \
+                and any("Tensor" in str(a.type) for a in arguments):
+            # Note [C++ write guard]: outside the namespaces whose schemas declare every
+            # mutation, an op that takes tensors may write them undeclared: c10d::allreduce_
+            # (DDP's bucket, written in place by NCCL after kdebug queued hashes of the views
+            # the reducer filled), custom ops.  Unknown writes: queued GPU work goes first.
+            pos = names = None
     writes = pos is None or bool(pos) or bool(names)
     try:  # a view op (as_strided, view, slice, ...): its output aliases an argument, nothing written
         returns = func._schema.returns

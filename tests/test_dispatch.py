@@ -158,3 +158,30 @@ def test_entering_under_a_mode_that_makes_dynamo_skip_compiled_frames_warns():
             with DebugMode() as dm:
                 torch.ones(2).add(1)
     assert "aten::add.Tensor" in dm.debug_string()
+
+
+def test_ops_whose_schema_may_leave_writes_out_are_taken_as_writing_anything():
+    """Note [C++ write guard], for the dispatch-mode path too: outside aten,
+    prim(s) and _c10d_functional a schema need not declare what an op
+    writes (c10d::allreduce_ takes Tensor[] tensors and NCCL writes them in
+    place), so such an op flushes the deferred GPU work before it runs
+    (written_pos None); ops whose schemas declare their writes keep them."""
+    lib = torch.library.Library("kd_test_writes", "FRAGMENT")  # noqa: TOR901
+    lib.define("undeclared(Tensor x) -> ()")
+    lib.define("declared(Tensor(a!) x, Tensor y) -> ()")
+    lib.define("no_tensors(int n) -> int")
+    try:
+        info = mode._op_info
+        assert info(torch.ops.c10d.allreduce_.default).written_pos is None
+        assert info(torch.ops.c10d.allreduce_.default).writes
+        assert info(torch.ops.kd_test_writes.undeclared.default).written_pos is None
+        assert info(torch.ops.kd_test_writes.declared.default).written_pos == (0,)
+        assert info(torch.ops.kd_test_writes.no_tensors.default).written_pos == ()
+        assert not info(torch.ops.kd_test_writes.no_tensors.default).writes
+        assert info(torch.ops.aten.add_.Tensor).written_pos == (0,)
+        assert (info(torch.ops.aten.mul.out).written_pos, info(torch.ops.aten.mul.out).written_names) == ((), ("out",))
+        assert not info(torch.ops.aten.add.Tensor).writes
+        # the functional collectives' schemas are trusted: out of place, nothing written
+        assert info(torch.ops._c10d_functional.all_reduce.default).written_pos == ()
+    finally:
+        lib._destroy()

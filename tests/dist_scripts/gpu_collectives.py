@@ -2,9 +2,12 @@
 runs it in a subprocess, with a timeout): an eager all_reduce with
 async_op=True and wait, and a compiled function with a functional all_reduce
 + wait_tensor, recorded under torch.cuda.set_sync_debug_mode("error").
+Under torch's launcher (WORLD_SIZE set) each rank runs it on its own GPU.
 Prints one JSON line: the collective records' output hashes, the hashes of
-the results taken after a synchronize, their input hashes, kdebug's stats."""
+the results taken after a synchronize, their input hashes, the output hash
+of the mul.out that wrote the all-reduced tensor just before, kdebug's stats."""
 import json
+import os
 
 import torch
 import torch.distributed as dist
@@ -13,8 +16,13 @@ import torch.distributed._functional_collectives as funcol
 import kdebug
 from kdebug import collectives, hashing
 
-dist.init_process_group("nccl", rank=0, world_size=1, store=dist.HashStore(), device_id=torch.device("cuda", 0))
-dev = torch.device("cuda", 0)
+if "WORLD_SIZE" in os.environ:  # started by torch's launcher: one rank a GPU
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", device_id=dev)
+else:
+    dev = torch.device("cuda", 0)
+    dist.init_process_group("nccl", rank=0, world_size=1, store=dist.HashStore(), device_id=dev)
 x = torch.arange(1 << 20, device=dev, dtype=torch.float32) / 7
 y = torch.randn(1 << 16, device=dev, generator=torch.Generator(dev).manual_seed(0))
 # premul_sum scales by 2 on a 1-rank group: the output differs from the input,
@@ -37,7 +45,11 @@ syncs_error = None
 with kdebug.DebugMode() as dm, kdebug.DebugMode.log_tensor_hashes(["bitwise"], hash_inputs=True):
     torch.cuda.set_sync_debug_mode("error")
     try:
-        a = x.clone()
+        # an op's output hash waits in kdebug's queue (Note [Deferred GPU work]) when the
+        # collective writes the same memory in place (as DDP's reducer fills a bucket view
+        # with mul.out, then all-reduces the bucket): the queue must go first
+        a = torch.empty_like(x)
+        torch.mul(x, 1.0, out=a)
         work = dist.all_reduce(a, op=op, async_op=True)
         work.wait()
         out, _ = f(y)
@@ -63,6 +75,7 @@ def flat(h):
 
 
 recs = {}
+queued = [str(flat(value(c.log.get("hash")))) for c in dm.operators if str(getattr(c, "op", "")) == "aten.mul.out"]
 for c in dm.operators:
     if isinstance(c, collectives.CollectiveCall):
         recs.setdefault(c.op._schema.name, []).append(
@@ -73,5 +86,5 @@ print("KDJSON " + json.dumps({
     "eager_result": str(value(hashing.start_value(a, spec))) if syncs_error is None else None,
     "eager_input": str(value(hashing.start_value(x, spec))),
     "functional_result": str(value(hashing.start_value(out, spec))) if syncs_error is None else None,
-    "records": recs, "stats": collectives.stats(dm)}))
+    "records": recs, "queued": queued, "stats": collectives.stats(dm), "rank": dist.get_rank(), "world": dist.get_world_size()}))
 dist.destroy_process_group()
