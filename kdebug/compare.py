@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import functools
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -1108,8 +1109,33 @@ def _code_differs(A: _Side, B: _Side, a: Step, b: Step) -> tuple | None:
     codes_a = {e.code_sha256 for e in _provenance(A, a) if e.code_sha256}
     codes_b = {e.code_sha256 for e in _provenance(B, b) if e.code_sha256}
     if codes_a and codes_b and codes_a.isdisjoint(codes_b):
+        texts_a = {_code_text(A, h) for h in codes_a}
+        texts_b = {_code_text(B, h) for h in codes_b}
+        if None not in texts_a and None not in texts_b \
+                and not {_device_free(t) for t in texts_a}.isdisjoint({_device_free(t) for t in texts_b}):
+            return None  # the same code compiled for another GPU (ranks of one job, one GPU each)
         return min(codes_a), min(codes_b)
     return None
+
+
+def _code_text(side: _Side, sha256: str) -> str | None:
+    if side._trace is not None:
+        return side._trace.kernel_code(sha256)
+    from . import kernel_code
+
+    return kernel_code.text(sha256)
+
+
+# Note [Code of another device]: a Triton kernel's generated source names the
+# device it was compiled for (triton_meta's DeviceProperties(..., index=N,
+# ...)), so ranks that run one GPU each compile the same kernel into texts
+# with different sha256 (seen on 2 H200s, torch 2.11).  Such texts are the
+# same code: the index is masked before two texts are compared.
+_DEVICE_INDEX = re.compile(r"(DeviceProperties\(type='[a-z]+', index=)\d+")
+
+
+def _device_free(text: str) -> str:
+    return _DEVICE_INDEX.sub(r"\1?", text)
 
 
 def _identity(side: _Side, step: Step) -> list[str]:
@@ -1147,6 +1173,24 @@ def is_collective(step) -> bool:
     return step is not None and step.kind == "aten" and is_collective_name(step.name)
 
 
+def _pin_hint() -> str:
+    import torch._inductor.config as inductor_config
+
+    if hasattr(inductor_config, "deterministic"):
+        return ("; torch._inductor.config.deterministic = True (TORCHINDUCTOR_DETERMINISTIC=1) skips the "
+                "benchmarking that changes numerics")
+    return ("; this torch has no torch._inductor.config.deterministic (newer ones do: it skips the "
+            "benchmarking that changes numerics)")
+
+
+def _launch_differs(x: "Root") -> bool:
+    """Whether a root kernel's two launches were configured differently
+    (autotuning's choice: Note [Launch table]), both configs known."""
+    sa, sb = x.step_a, x.step_b
+    return (sa.kind == "kernel" and sa.config is not None and sb.config is not None
+            and (sa.config, sa.grid) != (sb.config, sb.grid))
+
+
 def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
     what = "kernel" if x.step_a.kind == "kernel" else "op"
     out = []
@@ -1162,6 +1206,12 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
                    f"{side_name(a)}, {x.code[1][:12]} in {side_name(b)}): a value compiled into it as a constant "
                    "(a Python float or int, a global, a shape) differed between the runs, so its other result "
                    "says nothing about its determinism; kdebug show --source N of each run shows the two codes")
+        elif _launch_differs(x):
+            why = (f"-> this kernel ran with another launch config in {side_name(b)} (config {x.step_b.config}, "
+                   f"grid {x.step_b.grid}) than in {side_name(a)} (config {x.step_a.config}, grid "
+                   f"{x.step_a.grid}): autotuning chose differently (each process benchmarks on its own), and "
+                   "another block size or warp count sums in another order, so its other result says nothing "
+                   f"about its determinism{_pin_hint()}")
         elif x.step_a.kind == "aten" and draws_random(x.step_a.name):
             why = ("-> this op drew other random numbers: the generator it uses was in another state "
                    "(an unseeded program, or one seeded from time)")

@@ -648,3 +648,107 @@ def test_a_write_through_a_view_with_gaps_does_not_hide_the_rest(tmp_path, throu
     left, right = (a, b) if not through_traces else (_saved(a, tmp_path / "a.kdt"), _saved(b, tmp_path / "b.kdt"))
     r = compare(left, right)
     assert not r.ok and r.roots and r.roots[0].step_a.name == name and r.roots[0].reaches_end >= 1, str(r)
+
+
+def test_kernel_sources_that_differ_only_in_their_gpu_index_are_one_code():
+    """Note [Code of another device]: ranks with one GPU each compile a
+    Triton kernel into sources that differ only in triton_meta's device
+    index; those are one code (seen on 2 H200s: a planted fault on rank 1 was
+    blamed on 'different code').  A constant that differs still counts."""
+    from torch._inductor.runtime.hints import DeviceProperties
+
+    from kdebug.compare import _device_free
+
+    def source(index, scale):
+        props = DeviceProperties(type="cuda", index=index, multi_processor_count=132, cc=90, major=9)
+        return ("@triton_heuristics.pointwise(size_hints={'x': 256}, filename=__file__, "
+                f"triton_meta={{'signature': {{'in_ptr0': '*fp32'}}, 'device': {props!r}, 'constants': {{}}}})\n"
+                "@triton.jit\ndef triton_poi_fused_mul_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n"
+                f"    tmp1 = tmp0 * {scale}\n")
+
+    assert "index=1" in source(1, 0.5) and source(0, 0.5) != source(1, 0.5)
+    assert _device_free(source(0, 0.5)) == _device_free(source(1, 0.5))
+    assert _device_free(source(0, 0.5)) != _device_free(source(1, 0.25))
+    assert "multi_processor_count=132" in _device_free(source(3, 0.5))
+
+
+def test_a_root_kernel_launched_with_another_config_is_put_down_to_autotuning():
+    """Seen on 2 H200s: each rank autotuned a softmax reduction on its own and
+    picked another block size; the replicas then differed there from identical
+    inputs.  The verdict names the two configs instead of 'computed another
+    result from the same inputs' (a config alone: the same wording stays)."""
+    from kdebug.compare import Root, Step, _root_lines
+
+    def step(config, grid):
+        return Step(6, "kernel", "triton_per_fused__softmax_5", grid, config, kernel_number=3)
+
+    a = step("XBLOCK=1, R0_BLOCK=128", (1024, 1, 1))
+    b = step("XBLOCK=8, R0_BLOCK=128", (128, 1, 1))
+    text = "\n".join(_root_lines(Root("root", a, b, [("output in_out_ptr0", 1, 2)]), "rank 0", "rank 1"))
+    assert "another launch config in rank 1 (config XBLOCK=8, R0_BLOCK=128, grid (128, 1, 1))" in text, text
+    assert "rank 0 (config XBLOCK=1, R0_BLOCK=128, grid (1024, 1, 1))" in text and "autotuning" in text, text
+    same = "\n".join(_root_lines(Root("root", a, step(a.config, a.grid), [("output in_out_ptr0", 1, 2)]),
+                                 "rank 0", "rank 1"))
+    assert "launch config" not in same and "computed another result on rank 1" in same, same
+
+
+class _TwoLayers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(16, 32)
+        self.b = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: torch.optim.SGD(ps, lr=0.1, foreach=True),
+    lambda ps: torch.optim.AdamW(ps, lr=1e-2, fused=True),
+], ids=["sgd_foreach", "adamw_fused"])
+def test_a_difference_through_an_optimizer_step_that_returns_nothing_is_followed(tmp_path, make_opt):
+    """Note [Writes returned by no output]: a foreach / fused optimizer step
+    writes the parameters in place and returns nothing.  Its record now holds
+    the hashes of what it wrote, so a kernel fault in step 1 of 3 is the root
+    of the later steps' differences, not a 'benign' difference that died out
+    at the optimizer with the next step's reads changed 'outside the
+    recording' (found on a compiled DDP step on 2 H200s, where CUDA's
+    optimizers take the foreach path by default)."""
+    from kdebug import hashing
+
+    def run(path, fault):
+        torch.manual_seed(0)
+        m = _TwoLayers()
+        f = torch.compile(m)
+        opt = make_opt(list(m.parameters()))
+        x = torch.randn(4, 16)
+        f(x).sum().backward()  # compiles forward and backward outside the recording
+        m.zero_grad()
+        with DebugMode(trace=path) as dm, DebugMode.log_tensor_hashes(["bitwise"], hash_inputs=True):
+            for step in range(3):
+                ctx = perturb_kernel_output("cpp_fused_relu", None, value=0.5) if fault and step == 1 \
+                    else contextlib.nullcontext()
+                with ctx:
+                    f(x).square().mean().backward()
+                opt.step()
+                opt.zero_grad()
+        return m, dm
+
+    m, dm = run(tmp_path / "a.kdt", False)
+    # the last optimizer op that wrote the parameters holds their hashes as they are now
+    spec = hashing.parse("bitwise")[1]
+    def value(h):  # a CPU hash is an int; a device hash a Pending, read once the device is done
+        return h.value() if isinstance(h, hashing.Pending) else h
+
+    want = {str(value(hashing.start_value(p.detach(), spec))) for p in m.parameters()}
+    writers = [c for c in dm.operators if str(getattr(c, "op", "")).startswith(("aten._foreach_add_", "aten._fused_"))]
+    assert writers, [str(getattr(c, "op", "")) for c in dm.operators]
+    flat = [str(value(v)) for v in torch.utils._pytree.tree_leaves(writers[-1].log["hash"])]
+    assert want <= set(flat), (want, flat)
+    run(tmp_path / "b.kdt", True)
+    r = compare(str(tmp_path / "a.kdt"), str(tmp_path / "b.kdt"))
+    assert not r.ok, str(r)
+    assert r.divergence.kind == "output" and "cpp_fused_relu" in r.divergence.step_a.name, str(r)
+    root = r.roots[0]
+    assert "cpp_fused_relu" in root.step_a.name and not root.benign and root.consequences > 10, str(r)
+    assert "outside" not in [x.kind for x in r.roots], str(r)
