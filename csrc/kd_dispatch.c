@@ -512,10 +512,18 @@ static PyObject *dispatch_hooked(PyObject *mode, PyObject *func, PyObject *types
                 goto fail;
         }
         if (!skipped) {
+            /* Note [Writes returned by no output] (kd_op_writes.c) */
+            PyObject *outs = kd_op_written_values(info, args, kw, result);
+            if (outs == NULL)
+                goto fail;
+            if (outs == Py_None)
+                Py_SETREF(outs, Py_NewRef(result));
             PyObject *tree = NULL;
             int byp = 0;
-            if (tree_hash(result, entry, &tree, &byp) < 0)
+            if (tree_hash(outs, entry, &tree, &byp) < 0) {
+                Py_DECREF(outs);
                 goto fail;
+            }
             int rc = 0;
             if (tree != Py_None) {
                 rc = log_hash(call, s_hash, tree);
@@ -523,9 +531,10 @@ static PyObject *dispatch_hooked(PyObject *mode, PyObject *func, PyObject *types
                 by_pytree |= byp;
             }
             Py_DECREF(tree);
+            if (rc == 0)
+                rc = set_extents(call, in_obj, args, kw, outs);
+            Py_DECREF(outs);
             if (rc < 0)
-                goto fail;
-            if (set_extents(call, in_obj, args, kw, result) < 0)
                 goto fail;
         }
     }

@@ -49,6 +49,57 @@ void kd_op_guard_writes(PyObject *info, PyObject *args, PyObject *kwargs)
     PyErr_Clear();
 }
 
+/* ---- Note [Writes returned by no output] ----
+ * An op's output hashes are the hashes of what it returns (upstream's
+ * log_tensor_hashes hashes the result).  An in-place op that returns nothing
+ * - torch.optim's foreach and fused steps: _foreach_add_(Tensor(a!)[] self,
+ * ...) -> (), _fused_adamw_(...) -> () - would then leave no hash of what it
+ * wrote: the parameters an optimizer step changed looked unchanged to the
+ * comparison, a difference in the gradients "died out" at the step, and the
+ * next step's reads of the parameters seemed changed "outside the recording"
+ * (seen on a compiled DDP step on 2 H200s; on CPU with SGD(foreach=True),
+ * runs that ended with other parameters were called matching).  For such an
+ * op the written arguments stand in for its outputs: hashed after it ran,
+ * in schema order, with their extents as its written extents.  An op that
+ * returns something keeps upstream's hashes of its result. */
+
+PyObject *kd_op_written_values(PyObject *info, PyObject *args, PyObject *kwargs, PyObject *result)
+{
+    PyObject *pos = PyTuple_GET_ITEM(info, KD_OPI_WRITTEN_POS);
+    PyObject *names = PyTuple_GET_ITEM(info, KD_OPI_WRITTEN_NAMES);
+    if (result != Py_None || pos == Py_None || !kd_op_flag(info, KD_OPI_WRITES))
+        return Py_NewRef(Py_None);
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(pos); j++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pos, j));
+        if (i == -1 && PyErr_Occurred())
+            goto fail;
+        if (i >= 0 && i < nargs && PyList_Append(out, PyTuple_GET_ITEM(args, i)) < 0)
+            goto fail;
+    }
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0 && names != Py_None)
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(names); j++) {
+            PyObject *a = PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(names, j));
+            if (a == NULL && PyErr_Occurred())
+                goto fail;
+            if (a != NULL && a != Py_None && PyList_Append(out, a) < 0)
+                goto fail;
+        }
+    if (PyList_GET_SIZE(out) == 0) {
+        Py_DECREF(out);
+        return Py_NewRef(Py_None);
+    }
+    PyObject *t = PyList_AsTuple(out);
+    Py_DECREF(out);
+    return t;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 /* ---- Note [Fresh buffers] for aten ops (mode.py) ---- */
 
 static PyObject *storage_key(PyObject *t)

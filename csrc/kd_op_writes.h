@@ -26,6 +26,14 @@ PyObject *kd_op_without_fresh(PyObject *fresh, PyObject *info, PyObject *args);
 /* 1 when a tensor argument of args (top level) is still fresh, else 0; -1 with an error. */
 int kd_op_reads_fresh(PyObject *fresh, PyObject *args);
 
+/* Note [Writes returned by no output]: the values an op wrote in place when
+ * it returns nothing (result None) - the foreach and fused optimizer ops
+ * (_foreach_add_, _fused_adam_: Tensor(a!)[] self ... -> ()) - as a tuple of
+ * its written arguments in schema order (positional, then keyword), to be
+ * hashed as its outputs; Py_None (new reference) when it returned something,
+ * writes nothing or writes what kdebug cannot name; NULL with an error. */
+PyObject *kd_op_written_values(PyObject *info, PyObject *args, PyObject *kwargs, PyObject *result);
+
 /* kwargs with the op's out= arguments as None, or kwargs itself (new reference); NULL with an error. */
 PyObject *kd_op_without_outs(PyObject *info, PyObject *kwargs);
 
