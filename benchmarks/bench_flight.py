@@ -4,6 +4,8 @@ untraced step, in one process (Note [Flight recorder] in kdebug/flight.py).
     python benchmarks/bench_flight.py --device cpu
     python benchmarks/bench_flight.py --device cuda                       # transformer step (goal <= 1.05x)
     python benchmarks/bench_flight.py --device cuda --workload gpu-bound  # large step (goal <= 1.02x)
+    python -m torch.distributed.run --nproc-per-node 2 benchmarks/bench_flight.py --device cuda --optimizer adamw
+                                   # DDP on 2 GPUs (NCCL): the compare is a collective across the ranks
 
 The recorder stays on across a loop of steps as it would in a training job
 (``fr.step()`` after each, a compare every ``--every`` steps: with no process
@@ -13,6 +15,13 @@ the device is synchronized only at the start and end of each loop (as a
 training loop would run).  Reported: the median ms / step over rounds, and
 kdebug's device synchronizations per step while recording (collecting GPU
 hashes at a compare; never per kernel).
+
+Under torch's launcher (WORLD_SIZE set) every rank runs the same loops on its
+own GPU (LOCAL_RANK) with the model in DistributedDataParallel (NCCL on CUDA,
+gloo on CPU) and the same batch, so the ranks are replicas and the recorder's
+compare is its small collective across them.  Rank 0 prints the table; every
+rank's ratios are gathered and printed beside it, and --json writes one file
+per rank (NAME.rank{R}.json).
 """
 from __future__ import annotations
 
@@ -26,8 +35,26 @@ import torch
 
 
 def _sync(device):
-    if device == "cuda":
+    if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+def _init_ranks(dev: str) -> tuple[int, int]:
+    """(rank, world size): under torch's launcher, the process group (NCCL on
+    CUDA, one GPU a rank; gloo on CPU); else (0, 1)."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return 0, 1
+    import torch.distributed as dist
+
+    if dev == "cuda":
+        local = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=local)
+    else:
+        dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size()
 
 
 def loop_ms(step, x, device, n, fr=None, attached=False):
@@ -84,10 +111,18 @@ def main(argv=None):
     from kdebug.workloads import Transformer, train_step_fn
 
     blocks, d, heads, shape = SIZES[(dev, args.workload)]
+    rank, world = _init_ranks(dev)
+    if world > 1 and dev == "cuda":
+        dev = f"cuda:{torch.cuda.current_device()}"
     torch.manual_seed(0)
     model = Transformer(blocks, d, heads).to(dev)
     x = torch.randn(*shape, d, device=dev)
-    step = train_step_fn(model)
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        step = train_step_fn(DDP(model, device_ids=[torch.cuda.current_device()] if dev.startswith("cuda") else None))
+    else:
+        step = train_step_fn(model)
     opt = None
     if args.optimizer == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -156,6 +191,50 @@ def main(argv=None):
                   "paired_ratio": statistics.median(f[0] / u[0] for u, f in zip(untraced, flight)),
                   "min_ratio": min(t[0] for t in flight) / min(t[0] for t in untraced),
                   "ms": rec, "cpu_ms": crec, "syncs": syncs[h], "launches_per_step": launches[h]}
+    if world > 1:
+        import torch.distributed as dist
+
+        # (all_gather_object needs numpy, which torch's CPU wheel does not bring)
+        mine = torch.tensor([v for h in variants for v in (res[h]["ratio"], res[h]["paired_ratio"])],
+                            dtype=torch.float64, device=dev)
+        got = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(got, mine)
+        every = [{h: (round(float(g[2 * i]), 3), round(float(g[2 * i + 1]), 3)) for i, h in enumerate(variants)}
+                 for g in got]
+        if args.json:
+            stem, ext = (args.json[:-5], ".json") if args.json.endswith(".json") else (args.json, "")
+            args.json = f"{stem}.rank{rank}{ext}"
+    if rank != 0:
+        print_ = _quiet
+    else:
+        print_ = print
+    _report(print_, args, dev, blocks, d, shape, launches, opt, variants, base, cbase, res, steps_rec,
+            compare_calls, plain_calls, csyncs, cfr)
+    if world > 1:
+        print_(f"{world} ranks (DistributedDataParallel, {'NCCL' if dev.startswith('cuda') else 'gloo'}), "
+               f"every rank's x untraced (median, paired): "
+               + "; ".join(f"rank {i} " + ", ".join(f"{h} {a:.3f} / {b:.3f}" for h, (a, b) in e.items())
+                           for i, e in enumerate(every)))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": dev, "workload": args.workload, "optimizer": args.optimizer, "compare": args.compare,
+                       "every": args.every, "keep_steps": args.keep_steps, "threads": torch.get_num_threads(),
+                       "rank": rank, "world_size": world, "all_ranks": every if world > 1 else None,
+                       "untraced_wall_cpu_ms": untraced, "flight": res, "steps": steps_rec,
+                       "compare_call_ms": compare_calls, "step_call_ms_median": statistics.median(plain_calls) if plain_calls else None,
+                       "compare_loop_syncs": csyncs, "waiting_compares": cfr.stats["waiting_compares"],
+                       "torch": torch.__version__}, f, indent=1)
+    if world > 1:
+        torch.distributed.destroy_process_group()
+    return 0
+
+
+def _quiet(*_a, **_k):
+    pass
+
+
+def _report(print, args, dev, blocks, d, shape, launches, opt, variants, base, cbase, res, steps_rec,
+            compare_calls, plain_calls, csyncs, cfr):
     print(f"\n{dev} {args.workload}: {blocks} blocks d={d} batch {shape}, fwd+bwd, "
           f"{max(launches.values())} Inductor launches/step, torch {torch.__version__}, "
           f"{torch.get_num_threads()} CPU thread(s); FlightRecorder(every={args.every}, keep_steps={args.keep_steps}, "
@@ -176,15 +255,6 @@ def main(argv=None):
               f"({len(compare_calls)} compares, max {max(compare_calls):.3f}), other steps "
               f"{statistics.median(plain_calls) * 1e3:.1f} us median; kdebug device synchronizations {csyncs}, "
               f"waiting compares {cfr.stats['waiting_compares']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": dev, "workload": args.workload, "optimizer": args.optimizer, "compare": args.compare,
-                       "every": args.every, "keep_steps": args.keep_steps, "threads": torch.get_num_threads(),
-                       "untraced_wall_cpu_ms": untraced, "flight": res, "steps": steps_rec,
-                       "compare_call_ms": compare_calls, "step_call_ms_median": statistics.median(plain_calls) if plain_calls else None,
-                       "compare_loop_syncs": csyncs, "waiting_compares": cfr.stats["waiting_compares"],
-                       "torch": torch.__version__}, f, indent=1)
-    return 0
 
 
 if __name__ == "__main__":
