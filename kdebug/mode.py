@@ -7,7 +7,6 @@ import inspect
 import os
 import threading
 import weakref
-from collections import Counter
 from typing import Any
 
 import torch
@@ -19,6 +18,7 @@ from .calls import _VERBOSE, RECORDED_ATTRIBUTES, _AtenOpCall, _CppKernelCall, _
 _UPSTREAM_PARAMS = {n: p for n, p in inspect.signature(_upstream.DebugMode.__init__).parameters.items()
                     if n != "self"}
 _UPSTREAM_FLAGS = list(_UPSTREAM_PARAMS)
+_UPSTREAM_FLAG_SET = frozenset(_UPSTREAM_FLAGS)
 _UPSTREAM_DEFAULTS = {n: p.default for n, p in _UPSTREAM_PARAMS.items()}
 _u = _upstream.utils_module
 
@@ -286,7 +286,7 @@ class DebugMode(_upstream.DebugMode):
         op_path: str = "python",
         **upstream_flags: Any,
     ) -> None:
-        unknown = sorted(set(upstream_flags) - set(_UPSTREAM_FLAGS))
+        unknown = sorted(set(upstream_flags) - _UPSTREAM_FLAG_SET) if upstream_flags else None
         if unknown:
             raise TypeError(
                 f"DebugMode got unknown flag(s) {', '.join(unknown)}. kdebug accepts upstream "
@@ -295,11 +295,9 @@ class DebugMode(_upstream.DebugMode):
                 "record_final_state, check_finite, record_extern_ops, op_path."
             )
         # Note [Flag validation] (kdebug/_flags.py)
-        f = _flags.debug_mode(
-            dict(record_triton_kernels=record_triton_kernels, kernels_only=kernels_only,
-                 record_all_threads=record_all_threads, ring_capacity=ring_capacity, overflow=overflow,
-                 batch_gpu_work=batch_gpu_work, trace=trace, record_final_state=record_final_state,
-                 check_finite=check_finite, record_extern_ops=record_extern_ops, op_path=op_path),
+        f = _flags.debug_mode_flags(
+            (record_triton_kernels, kernels_only, record_all_threads, ring_capacity, overflow, batch_gpu_work,
+             trace, record_final_state, check_finite, record_extern_ops, op_path),
             upstream_flags, _UPSTREAM_DEFAULTS)
         self._recorder = None
         self._stream = None
@@ -348,7 +346,7 @@ class DebugMode(_upstream.DebugMode):
         self._materialized = 0
         self._flush_lock = threading.RLock()  # Note [One flush at a time]
         self._flush_owner: int | None = None
-        self._bypass: Counter[str] = Counter()
+        self._bypass: dict[str, int] = {}  # reason -> graph calls (a dict: a Counter took 1 us to make)
         self._graphs_at_enter: cudagraphs.Snapshot | None = None
         self._graphs_at_exit: cudagraphs.Snapshot | None = None  # None while recording
         self._warned: set[str] = set()
@@ -822,7 +820,7 @@ class DebugMode(_upstream.DebugMode):
             inductor.warn(msg, stacklevel=4)
 
     def _note_bypass(self, reason: str) -> None:
-        self._bypass[reason] += 1
+        self._bypass[reason] = self._bypass.get(reason, 0) + 1
         self._warn_once(
             "bypass:" + reason,
             f"a compiled graph runs through {reason}: its kernel launches do not pass through "
