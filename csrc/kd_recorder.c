@@ -10,6 +10,7 @@
 #include "kd_hook.h"
 #include "kd_launch.h"
 #include "kd_recorder.h"
+#include "kd_types.h"
 #include "kd_view.h"
 #include "kd_graph.h"
 #include "kd_results.h"
@@ -480,6 +481,20 @@ static PyObject *rec_stats(kd_recorder *self, PyObject *unused)
     return d;
 }
 
+/* problem_counts() -> ProblemCounts: the counters of stats() that DebugMode
+ * warns about when they grow, read at every exit without building stats()'s
+ * dict (Note [Problems at exit] in kdebug/mode.py). */
+static PyObject *rec_problem_counts(kd_recorder *self, PyObject *unused)
+{
+    (void)unused;
+    return KD_RECORD(kd_ProblemCountsType,
+                     PyLong_FromUnsignedLongLong((unsigned long long)(kd_ring_lost(self->ring) + self->drain_failures)),
+                     PyLong_FromUnsignedLongLong((unsigned long long)self->errors),
+                     PyLong_FromUnsignedLongLong((unsigned long long)self->outputs_skipped),
+                     PyLong_FromUnsignedLongLong((unsigned long long)self->readonly_changed),
+                     PyLong_FromUnsignedLongLong((unsigned long long)self->hash_unsupported));
+}
+
 static PyObject *rec_messages(kd_recorder *self, PyObject *unused)
 {
     (void)unused;
@@ -645,6 +660,8 @@ static PyMethodDef rec_methods[] = {
      "splice(ops, items, merged): ops[:] = items, with `merged` kernel records among them."},
     {"launch", (PyCFunction)rec_launch, METH_O, "launch(i): view of stored launch i."},
     {"stats", (PyCFunction)rec_stats, METH_NOARGS, "Counters: launches, dropped, errors, ..."},
+    {"problem_counts", (PyCFunction)rec_problem_counts, METH_NOARGS,
+     "problem_counts() -> ProblemCounts: dropped, errors, outputs_skipped, readonly_changed, hash_unsupported."},
     {"messages", (PyCFunction)rec_messages, METH_NOARGS,
      "The first error messages from inside the hook."},
     {"is_recording", (PyCFunction)rec_is_recording, METH_NOARGS, "Whether started."},

@@ -645,8 +645,7 @@ class DebugMode(_upstream.DebugMode):
                 if self._graphs_at_enter is None:  # Note [CUDA graph replays]: what this recording saw
                     self._graphs_at_enter = cudagraphs.snapshot()
                 self._graphs_at_exit = None
-            d = _C.defer_stats()
-            self._defer_failures = d["hash_failures"] + d["copy_failures"]
+            self._defer_failures = _C.defer_failures()  # Note [Problems at exit]
             prev_defer = _C._set_defer(self._defer_mode)
             undo.append((_C._set_defer, prev_defer))
             if self._trace_path is not None:
@@ -859,13 +858,21 @@ class DebugMode(_upstream.DebugMode):
             f"were not recorded. First: {msgs[0] if msgs else '?'}"),
     }
 
+    # Note [Problems at exit]
+    # Every exit (and every read of the records) asks whether a counter that
+    # is warned about grew: the deferred GPU work's failures, the recorder's
+    # ProblemCounts, the CUDA graphs.  The counters are read without the
+    # dicts of defer_stats() and Recorder.stats() (_C.defer_failures,
+    # Recorder.problem_counts); those are read, with what the messages say,
+    # only when one of them grew.  A DebugMode per step so pays a few us less
+    # per step, and warns as before.
     def _report_problems(self) -> None:
         if self._recorder is None:
             return
-        d = _C.defer_stats()
-        failed = d["hash_failures"] + d["copy_failures"]
+        failed = _C.defer_failures()
         if failed > self._defer_failures:
             self._defer_failures = failed
+            d = _C.defer_stats()
             inductor.warn(f"kdebug could not queue its batched GPU work ({d['hash_failures']} hash(es) "
                           f"missing, {d['copy_failures']} recorded output(s) not copied): {d['last_error']}. "
                           "DebugMode(batch_gpu_work=False) hashes and copies one tensor at a time.",
@@ -882,6 +889,10 @@ class DebugMode(_upstream.DebugMode):
                     f"graph:{g.graph_id}" not in self._warned:
                 self._warned.add(f"graph:{g.graph_id}")
                 inductor.warn(g.text() + ("" if g.complete else " -- this recording is incomplete"), stacklevel=4)
+        p, r = self._recorder.problem_counts(), self._reported
+        if not (p.dropped > r["dropped"] or p.errors > r["errors"] or p.outputs_skipped > r["outputs_skipped"]
+                or p.readonly_changed > r["readonly_changed"] or p.hash_unsupported > r["hash_unsupported"]):
+            return
         s = self._recorder.stats()
         for key, message in self._PROBLEMS.items():
             if s[key] > self._reported.get(key, 0):
