@@ -22,6 +22,27 @@ _UPSTREAM_FLAG_SET = frozenset(_UPSTREAM_FLAGS)
 _UPSTREAM_DEFAULTS = {n: p.default for n, p in _UPSTREAM_PARAMS.items()}
 _u = _upstream.utils_module
 
+# Note [Hash hooks per spec]
+# A built-in hash_fn's fast-path entry (a HashHook) and aten-op hooks are a
+# function of its spec id and hash_inputs alone: hashing.parse gives one spec
+# per id, made once and never changed, and the hooks only read it.  So they
+# are made once per (spec id, hash_inputs) and shared by every
+# log_tensor_hashes() that asks for them (a loop entering one per step made
+# them every step); a frame only reads its entry and hooks.  A callable
+# hash_fn gets its own hooks each time.
+_hash_hooks: dict[tuple[int, bool], tuple[HashHook, tuple]] = {}
+
+
+def _builtin_hash_hooks(spec_id: int, spec, inputs: bool) -> tuple[HashHook, tuple]:
+    """(fast-path entry, aten-op hooks) of a built-in hash spec (Note [Hash hooks per spec])."""
+    made = _hash_hooks.get((spec_id, inputs))
+    if made is None or made[0].spec is not spec:
+        made = (HashHook(spec=spec, hash_inputs=inputs, spec_id=spec_id, kinds=spec.kinds, value_fn=spec.value),
+                _aten_hooks.hash_hooks(spec.aten_fn(), inputs))
+        _hash_hooks[(spec_id, inputs)] = made
+    return made
+
+
 class _SettingsContext:
     """A log_tensor_hashes() / record_outputs() context: ``push()`` enters it
     on this thread (Note [Aten-op hash settings per thread],
@@ -540,11 +561,11 @@ class DebugMode(_upstream.DebugMode):
             prev = _C._set_hash_config(spec.kinds, inputs, check, spec_id)
             if spec.fn is not None:
                 hashing.push_custom(spec.fn)
-            # a callable hash_fn: upstream's code runs the hooks (no fast-path entry)
-            entry = (HashHook(spec=spec, hash_inputs=inputs, spec_id=spec_id, kinds=spec.kinds, value_fn=spec.value)
-                     if spec.fn is None else None)
-            return _aten_hooks.push("hash", entry, _aten_hooks.hash_hooks(spec.aten_fn(), inputs), prev,
-                                    _C._set_hash_config, spec.fn)
+                # a callable hash_fn: upstream's code runs the hooks (no fast-path entry)
+                entry, hooks = None, _aten_hooks.hash_hooks(spec.fn, inputs)
+            else:
+                entry, hooks = _builtin_hash_hooks(spec_id, spec, inputs)
+            return _aten_hooks.push("hash", entry, hooks, prev, _C._set_hash_config, spec.fn)
 
         return _SettingsContext(push)
 
