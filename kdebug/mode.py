@@ -653,7 +653,7 @@ class DebugMode(_upstream.DebugMode):
                 self._recorder.start(self, self._ops, self.record_all_threads)
                 undo.append((self._recorder.stop,))
                 held = list.__getitem__(self._ops, slice(None))  # a DebugMode entered again
-                self._recorder.splice(self._ops, held, sum(isinstance(x, _KernelCall) for x in held))
+                self._recorder.splice(self._ops, held, sum(isinstance(x, _KernelCall) for x in held) if held else 0)
                 _active.start_recording(self, self.record_all_threads)
                 undo.append((_active.stop_recording, self, self.record_all_threads))
                 if self._op_mode:

@@ -257,3 +257,24 @@ def test_global_cpp_wrapper_config_warns_at_entry():
         with pytest.warns(KdebugWarning, match="cpp_wrapper=True"):
             with DebugMode(kernels_only=True):
                 pass
+
+
+@pytest.mark.parametrize("cuda, recorded, setting, warned", [
+    (True, False, True, True),     # a GPU host, kdebug without CUDA graph support, graphs on: warned
+    (True, True, True, False),     # replays are recorded (a CUDA build): nothing to warn about
+    (True, False, False, False),   # graphs off
+    (False, False, True, False),   # no GPU
+])
+def test_cuda_graph_config_warns_at_entry_only_where_replays_go_unrecorded(monkeypatch, cuda, recorded, setting,
+                                                                           warned):
+    from kdebug import cudagraphs, inductor
+
+    monkeypatch.setattr(inductor, "_cuda_available", lambda: cuda)
+    monkeypatch.setattr(cudagraphs, "_installed", recorded)
+    with torch._inductor.config.patch({"triton.cudagraphs": setting}):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with DebugMode(kernels_only=True):
+                pass
+    said = [str(m.message) for m in w if "triton.cudagraphs=True" in str(m.message)]
+    assert len(said) == (1 if warned else 0), said
