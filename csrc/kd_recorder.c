@@ -454,7 +454,7 @@ static PyObject *rec_stats(kd_recorder *self, PyObject *unused)
         "{sKsKsKsKsKsKsKsKsKsKss}", "launches",
         (unsigned long long)atomic_load(&g->committed), "stored",
         (unsigned long long)self->table.store.nlaunches, "dropped",
-        (unsigned long long)(kd_ring_lost(g) + self->drain_failures), "refused",
+        (unsigned long long)(kd_ring_lost_fast(g) + self->drain_failures), "refused",
         (unsigned long long)atomic_load(&g->refused), "errors",
         (unsigned long long)self->errors, "unrecorded", (unsigned long long)self->unrecorded,
         "suppressed", (unsigned long long)self->suppressed, "capacity",
@@ -488,7 +488,7 @@ static PyObject *rec_problem_counts(kd_recorder *self, PyObject *unused)
 {
     (void)unused;
     return KD_RECORD(kd_ProblemCountsType,
-                     PyLong_FromUnsignedLongLong((unsigned long long)(kd_ring_lost(self->ring) + self->drain_failures)),
+                     PyLong_FromUnsignedLongLong((unsigned long long)(kd_ring_lost_fast(self->ring) + self->drain_failures)),
                      PyLong_FromUnsignedLongLong((unsigned long long)self->errors),
                      PyLong_FromUnsignedLongLong((unsigned long long)self->outputs_skipped),
                      PyLong_FromUnsignedLongLong((unsigned long long)self->readonly_changed),
@@ -557,7 +557,8 @@ static PyObject *rec_get_owner_thread(kd_recorder *self, void *c)
 }
 
 /* Launches seen so far (the next launch index): a counter, O(1), unlike
- * stats(), whose "dropped" walks the unread ring (kd_ring_lost). */
+ * stats(), whose "dropped" walks the unread ring once it went round
+ * (kd_ring_lost_fast). */
 static PyObject *rec_get_seen(kd_recorder *self, void *c)
 {
     (void)c;
