@@ -269,6 +269,17 @@ static PyObject *mod_defer_stats(PyObject *m, PyObject *unused)
                          "last_error", kd_defer_last_error());
 }
 
+/* defer_failures() -> hash_failures + copy_failures of defer_stats(), without
+ * its dict: DebugMode reads it at every enter and exit (Note [Problems at
+ * exit] in kdebug/mode.py). */
+static PyObject *mod_defer_failures(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    kd_defer_stats st;
+    kd_defer_get_stats(&st);
+    return PyLong_FromUnsignedLongLong((unsigned long long)(st.hash_failures + st.copy_failures));
+}
+
 static PyObject *mod_empty_like(PyObject *m, PyObject *t)
 {
     (void)m;
@@ -303,6 +314,8 @@ static PyMethodDef module_methods[] = {
      "never waits (Note [Reading results without waiting]).  Does nothing while fewer than at_least "
      "GPU hashes wait that no read-back has begun on."},
     {"defer_stats", mod_defer_stats, METH_NOARGS, "defer_stats() -> counters of the deferred GPU work."},
+    {"defer_failures", mod_defer_failures, METH_NOARGS,
+     "defer_failures() -> defer_stats()'s hash_failures + copy_failures."},
     {"_set_hash_config", mod_set_hash_config, METH_VARARGS,
      "Set what launches hash: (kinds, hash_inputs, check_readonly, spec); returns the previous."},
     {"_set_record_outputs", mod_set_record_outputs, METH_VARARGS,

@@ -10,6 +10,7 @@
 #include "kd_hook.h"
 #include "kd_launch.h"
 #include "kd_recorder.h"
+#include "kd_types.h"
 #include "kd_view.h"
 #include "kd_graph.h"
 #include "kd_results.h"
@@ -453,7 +454,7 @@ static PyObject *rec_stats(kd_recorder *self, PyObject *unused)
         "{sKsKsKsKsKsKsKsKsKsKss}", "launches",
         (unsigned long long)atomic_load(&g->committed), "stored",
         (unsigned long long)self->table.store.nlaunches, "dropped",
-        (unsigned long long)(kd_ring_lost(g) + self->drain_failures), "refused",
+        (unsigned long long)(kd_ring_lost_fast(g) + self->drain_failures), "refused",
         (unsigned long long)atomic_load(&g->refused), "errors",
         (unsigned long long)self->errors, "unrecorded", (unsigned long long)self->unrecorded,
         "suppressed", (unsigned long long)self->suppressed, "capacity",
@@ -478,6 +479,20 @@ static PyObject *rec_stats(kd_recorder *self, PyObject *unused)
     }
     Py_DECREF(more);
     return d;
+}
+
+/* problem_counts() -> ProblemCounts: the counters of stats() that DebugMode
+ * warns about when they grow, read at every exit without building stats()'s
+ * dict (Note [Problems at exit] in kdebug/mode.py). */
+static PyObject *rec_problem_counts(kd_recorder *self, PyObject *unused)
+{
+    (void)unused;
+    return KD_RECORD(kd_ProblemCountsType,
+                     PyLong_FromUnsignedLongLong((unsigned long long)(kd_ring_lost_fast(self->ring) + self->drain_failures)),
+                     PyLong_FromUnsignedLongLong((unsigned long long)self->errors),
+                     PyLong_FromUnsignedLongLong((unsigned long long)self->outputs_skipped),
+                     PyLong_FromUnsignedLongLong((unsigned long long)self->readonly_changed),
+                     PyLong_FromUnsignedLongLong((unsigned long long)self->hash_unsupported));
 }
 
 static PyObject *rec_messages(kd_recorder *self, PyObject *unused)
@@ -542,7 +557,8 @@ static PyObject *rec_get_owner_thread(kd_recorder *self, void *c)
 }
 
 /* Launches seen so far (the next launch index): a counter, O(1), unlike
- * stats(), whose "dropped" walks the unread ring (kd_ring_lost). */
+ * stats(), whose "dropped" walks the unread ring once it went round
+ * (kd_ring_lost_fast). */
 static PyObject *rec_get_seen(kd_recorder *self, void *c)
 {
     (void)c;
@@ -645,6 +661,8 @@ static PyMethodDef rec_methods[] = {
      "splice(ops, items, merged): ops[:] = items, with `merged` kernel records among them."},
     {"launch", (PyCFunction)rec_launch, METH_O, "launch(i): view of stored launch i."},
     {"stats", (PyCFunction)rec_stats, METH_NOARGS, "Counters: launches, dropped, errors, ..."},
+    {"problem_counts", (PyCFunction)rec_problem_counts, METH_NOARGS,
+     "problem_counts() -> ProblemCounts: dropped, errors, outputs_skipped, readonly_changed, hash_unsupported."},
     {"messages", (PyCFunction)rec_messages, METH_NOARGS,
      "The first error messages from inside the hook."},
     {"is_recording", (PyCFunction)rec_is_recording, METH_NOARGS, "Whether started."},

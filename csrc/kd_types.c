@@ -109,9 +109,17 @@ static PyStructSequence_Field output_config_fields[] = {
     END,
 };
 
+static PyStructSequence_Field problem_counts_fields[] = {
+    FIELD("dropped", "launch records lost (ring full, or not copied out of it)"),
+    FIELD("errors", "errors inside the launch hook"),
+    FIELD("outputs_skipped", "kernel outputs not kept: over record_outputs' budget"),
+    FIELD("readonly_changed", "arguments a kernel only reads that changed during its launch"),
+    FIELD("hash_unsupported", "tensors of a dtype the requested hash cannot decode"),
+    END,
+};
 PyTypeObject *kd_TensorArgType, *kd_ScalarArgType, *kd_ArgHashesType, *kd_PendingCallType, *kd_ExtentType,
     *kd_OpExtentsType, *kd_TraceOpType, *kd_LastWriteType, *kd_TraceTableType, *kd_HashConfigType,
-    *kd_OutputConfigType;
+    *kd_OutputConfigType, *kd_ProblemCountsType;
 
 typedef struct {
     const char *name; /* after the last dot: the module attribute */
@@ -132,6 +140,8 @@ static const seq_def seq_defs[] = {
     {"kdebug._C.TraceTable", "TraceReader.table's rows (Note [Trace tables]).", trace_table_fields, &kd_TraceTableType},
     {"kdebug._C.HashConfig", "This thread's hash settings (_set_hash_config).", hash_config_fields, &kd_HashConfigType},
     {"kdebug._C.OutputConfig", "This thread's record_outputs settings.", output_config_fields, &kd_OutputConfigType},
+    {"kdebug._C.ProblemCounts", "The recorder's counters a DebugMode warns about (Recorder.problem_counts).",
+     problem_counts_fields, &kd_ProblemCountsType},
 };
 
 /* A struct sequence of type t from items[0..n), stolen; NULL if any is NULL. */

@@ -114,6 +114,14 @@ class OutputConfig(tuple[Any, ...]):
     budget: int
     filter: int
 
+class ProblemCounts(tuple[Any, ...]):
+    """The recorder's counters a DebugMode warns about (Recorder.problem_counts)."""
+    dropped: int
+    errors: int
+    outputs_skipped: int
+    readonly_changed: int
+    hash_unsupported: int
+
 # ---- types ----
 
 class TraceError(ValueError):
@@ -168,7 +176,8 @@ class Recorder:
     def set_ops(self, ops: list) -> None: ...
     def splice(self, ops: list, items: list, merged: int) -> None: ...
     def launch(self, i: int) -> Launch: ...
-    def stats(self) -> dict[str, Any]: ...  # "dropped" walks the unread ring: not per step
+    def stats(self) -> dict[str, Any]: ...  # "dropped" walks the unread ring once it went round (kd_ring_lost_fast)
+    def problem_counts(self) -> ProblemCounts: ...  # stats()'s counters DebugMode warns about, no dict
     seen: int        # launches seen so far, O(1)
     slots_used: int  # ring slots not yet drained, O(1)
     held_from: int | None  # after the last drain: first launch left waiting for GPU hashes
@@ -249,6 +258,7 @@ def graph_stats() -> dict[str, Any]: ...
 def collect_ready(at_least: int = 0) -> int: ...  # 0, or -1 on a CUDA error; never waits for the device
 def defer_flush() -> int: ...  # 0, or -1 when some of it failed (counted)
 def defer_stats() -> dict[str, Any]: ...
+def defer_failures() -> int: ...  # defer_stats()'s hash_failures + copy_failures
 def tree_resolve(obj: Any, value_fn: Callable[[HashValues, int], Any]) -> Any: ...
 def tree_extents(obj: Any) -> Any: ...  # obj with Extent leaves, or NotImplemented
 def tree_leaf_digest(value: Any) -> int: ...

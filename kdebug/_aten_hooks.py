@@ -79,7 +79,8 @@ class Frame:
         self.part = part
         self.entry = entry  # the fast path's entry (kd_dispatch.c), None: it cannot do this frame's work
         self.hooks = hooks  # (pre-log, log, record) hook or None, as upstream's hooks are called
-        self.positions = tuple(len(lst) for lst in _global_hooks())  # of upstream's, at entry
+        record, log, pre = _upstream.dispatch_hook_lists()
+        self.positions = (len(pre), len(log), len(record))  # of upstream's (PRE, LOG, RECORD), at entry
         self.seq = next(_seq)
         self.prev = prev  # the kernel-side settings to restore: restore(*prev)
         self.restore = restore
@@ -101,15 +102,23 @@ class ThreadHooks:
         self.record_code = 0
 
     def _summarize(self) -> None:
-        hashes = [f for f in self.frames if f.part == "hash"]
-        # a record frame without an aten-op hook (a filter that leaves aten ops
-        # out) records kernels only; one with an entry (a filter: kdebug/values.py)
-        # goes through upstream's code
-        records = [f for f in self.frames if f.part == "record" and f.hooks[RECORD] is not None]
-        one = len(hashes) == 1 and hashes[0].entry is not None
-        self.hash_code = 0 if not hashes else 1 if one else 2
-        self.hash_entry = hashes[0].entry if one else None
-        self.record_code = 0 if not records else 1 if len(records) == 1 and records[0].entry is None else 2
+        # one pass (run at every enter and exit of a context): the hash frames,
+        # and the record frames with an aten-op hook.  A record frame without
+        # one (a filter that leaves aten ops out) records kernels only; one with
+        # an entry (a filter: kdebug/values.py) goes through upstream's code
+        nhash = nrecord = 0
+        first_hash = first_record = None
+        for f in self.frames:
+            if f.part == "hash":
+                nhash += 1
+                first_hash = first_hash or f
+            elif f.part == "record" and f.hooks[RECORD] is not None:
+                nrecord += 1
+                first_record = first_record or f
+        one = nhash == 1 and first_hash.entry is not None
+        self.hash_code = 0 if not nhash else 1 if one else 2
+        self.hash_entry = first_hash.entry if one else None
+        self.record_code = 0 if not nrecord else 1 if nrecord == 1 and first_record.entry is None else 2
 
     def has(self, part: str) -> bool:
         return any(f.part == part for f in self.frames)
@@ -144,11 +153,14 @@ def pop(frame: Frame, remove_custom: Callable) -> None:
             f"{frame.thread} was exited on thread {me}: exit it on the thread that entered it "
             "(nothing was changed)")
     th = this_thread()
-    at = next((i for i, f in enumerate(th.frames) if f is frame), None)
-    if at is None:
+    frames = th.frames
+    at = len(frames) - 1  # a frame is in the list once: looked for from the innermost, where it usually is
+    while at >= 0 and frames[at] is not frame:
+        at -= 1
+    if at < 0:
         raise RuntimeError("a kdebug DebugMode.log_tensor_hashes() / record_outputs() context was exited "
                            "twice, or without being entered")
-    later = [f for f in th.frames[at + 1:] if f.part == frame.part]
+    later = [f for f in frames[at + 1:] if f.part == frame.part] if at + 1 < len(frames) else []
     del th.frames[at]
     th._summarize()
     if frame.custom is not None:

@@ -7,12 +7,25 @@ one raises a TypeError / ValueError that names the flag, what it got and what
 is allowed.  Nothing is coerced: bool("False") is True, int(1.9) is 1 and
 2**64 wraps to 0 in C, so a string, a float or an out-of-range int would
 silently become another setting.
+
+Note [Checked DebugMode flags]
+A training loop makes a DebugMode per step with the same flags, and checking
+them took about 3 us of the 35 a construction, enter and exit cost.
+debug_mode_flags remembers the answer for flags that are all of type bool,
+int, str or None and come without upstream flags: debug_mode is a function of
+those values and their types alone (os.fspath of a str is the str), and the
+key holds both, so check_finite=1 is not taken for check_finite=True (equal,
+with one hash) nor ring_capacity=16.0 for 16.  Any other type is checked
+every time (its value could change, or not be hashable), as are upstream's
+flags; failures are never remembered, so a bad flag raises every time.  The
+answer is read-only, shared by the constructions that share the flags.
 """
 from __future__ import annotations
 
 import operator
 import os
-from typing import Any
+import types
+from typing import Any, Mapping
 
 # ring slots (128 bytes each): kd_ring_new's range
 RING_MIN, RING_MAX = 16, 1 << 32
@@ -98,6 +111,31 @@ def debug_mode(kdebug_flags: dict[str, Any], upstream_flags: dict[str, Any],
                          "record_triton_kernels=True")
     if out["kernels_only"] and not out["record_triton_kernels"]:
         raise ValueError("kernels_only=True records nothing unless record_triton_kernels=True")
+    return out
+
+
+# DebugMode's own flags, in its signature's order (debug_mode_flags' tuple)
+DEBUG_MODE_FLAGS = ("record_triton_kernels", "kernels_only", "record_all_threads", "ring_capacity", "overflow",
+                    "batch_gpu_work", "trace", "record_final_state", "check_finite", "record_extern_ops", "op_path")
+_PLAIN_TYPES = frozenset({bool, int, str, type(None)})
+_checked: dict[tuple, Mapping[str, Any]] = {}  # Note [Checked DebugMode flags]
+_CHECKED_MAX = 256
+
+
+def debug_mode_flags(values: tuple, upstream_flags: dict[str, Any],
+                     upstream_defaults: dict[str, Any]) -> Mapping[str, Any]:
+    """debug_mode() of DebugMode's own flags given as a tuple in
+    DEBUG_MODE_FLAGS order, remembered where that is sound (Note [Checked
+    DebugMode flags]).  The answer is read-only."""
+    kinds = tuple(map(type, values))
+    plain = not upstream_flags and _PLAIN_TYPES.issuperset(kinds)
+    if plain:
+        out = _checked.get(values + kinds)
+        if out is not None:
+            return out
+    out = types.MappingProxyType(debug_mode(dict(zip(DEBUG_MODE_FLAGS, values)), upstream_flags, upstream_defaults))
+    if plain and len(_checked) < _CHECKED_MAX:
+        _checked[values + kinds] = out
     return out
 
 

@@ -30,7 +30,7 @@ except ImportError as e:  # pragma: no cover - torch too old
 # 2.11, 2.13
 from torch.utils._dtype_abbrs import dtype_abbrs
 from torch.utils._pytree import tree_all, tree_is_leaf, tree_map  # 2.11, 2.13
-from torch.utils._python_dispatch import TorchDispatchMode  # 2.11, 2.13
+from torch.utils._python_dispatch import TorchDispatchMode, _get_dispatch_stack_at  # 2.11, 2.13
 
 OpOverload = torch._ops.OpOverload  # 2.11, 2.13
 OpOverloadPacket = torch._ops.OpOverloadPacket  # 2.11, 2.13
@@ -130,8 +130,6 @@ def install_hook_runners(run_pre_log, run_log) -> None:
 
 def dispatch_modes() -> list:
     """This thread's dispatch modes, outermost first (2.11, 2.13)."""
-    from torch.utils._python_dispatch import _get_dispatch_stack_at
-
     return [_get_dispatch_stack_at(i) for i in range(dispatch_stack_depth())]
 
 
@@ -474,11 +472,18 @@ def register_lasting_compile_callbacks(start, end) -> None:
     handler.clear = clear
 
 
-def inductor_config():
-    """torch._inductor.config (2.11, 2.13)."""
-    import torch._inductor.config
+_inductor_config = None
 
-    return torch._inductor.config
+
+def inductor_config():
+    """torch._inductor.config (2.11, 2.13): imported at the first call (every
+    DebugMode enter reads it), the module kept from then on."""
+    global _inductor_config
+    if _inductor_config is None:
+        import torch._inductor.config
+
+        _inductor_config = torch._inductor.config
+    return _inductor_config
 
 
 def dynamo_reset() -> None:

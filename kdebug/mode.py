@@ -7,7 +7,6 @@ import inspect
 import os
 import threading
 import weakref
-from collections import Counter
 from typing import Any
 
 import torch
@@ -19,8 +18,30 @@ from .calls import _VERBOSE, RECORDED_ATTRIBUTES, _AtenOpCall, _CppKernelCall, _
 _UPSTREAM_PARAMS = {n: p for n, p in inspect.signature(_upstream.DebugMode.__init__).parameters.items()
                     if n != "self"}
 _UPSTREAM_FLAGS = list(_UPSTREAM_PARAMS)
+_UPSTREAM_FLAG_SET = frozenset(_UPSTREAM_FLAGS)
 _UPSTREAM_DEFAULTS = {n: p.default for n, p in _UPSTREAM_PARAMS.items()}
 _u = _upstream.utils_module
+
+# Note [Hash hooks per spec]
+# A built-in hash_fn's fast-path entry (a HashHook) and aten-op hooks are a
+# function of its spec id and hash_inputs alone: hashing.parse gives one spec
+# per id, made once and never changed, and the hooks only read it.  So they
+# are made once per (spec id, hash_inputs) and shared by every
+# log_tensor_hashes() that asks for them (a loop entering one per step made
+# them every step); a frame only reads its entry and hooks.  A callable
+# hash_fn gets its own hooks each time.
+_hash_hooks: dict[tuple[int, bool], tuple[HashHook, tuple]] = {}
+
+
+def _builtin_hash_hooks(spec_id: int, spec, inputs: bool) -> tuple[HashHook, tuple]:
+    """(fast-path entry, aten-op hooks) of a built-in hash spec (Note [Hash hooks per spec])."""
+    made = _hash_hooks.get((spec_id, inputs))
+    if made is None or made[0].spec is not spec:
+        made = (HashHook(spec=spec, hash_inputs=inputs, spec_id=spec_id, kinds=spec.kinds, value_fn=spec.value),
+                _aten_hooks.hash_hooks(spec.aten_fn(), inputs))
+        _hash_hooks[(spec_id, inputs)] = made
+    return made
+
 
 class _SettingsContext:
     """A log_tensor_hashes() / record_outputs() context: ``push()`` enters it
@@ -182,6 +203,16 @@ def _configure() -> None:
 _dispatch = _C.dispatch
 
 
+def _undo_failed_enter(undo: list, exc: BaseException) -> None:
+    """Note [Transactional enter]: undoes the steps of a failed __enter__,
+    last first, as the ExitStack the steps used to register with did: every
+    undo runs, and one that raises replaces the failure (chained to it)."""
+    with contextlib.ExitStack() as stack:
+        for fn, *args in undo:
+            stack.callback(fn, *args)
+        raise exc
+
+
 def _compile_skipping_modes() -> list[str]:
     """Class names of dispatch modes on this thread's stack that make dynamo
     skip compiled frames (not infra modes, ignore_compile_internals False)."""
@@ -287,7 +318,7 @@ class DebugMode(_upstream.DebugMode):
         op_path: str = "python",
         **upstream_flags: Any,
     ) -> None:
-        unknown = sorted(set(upstream_flags) - set(_UPSTREAM_FLAGS))
+        unknown = sorted(set(upstream_flags) - _UPSTREAM_FLAG_SET) if upstream_flags else None
         if unknown:
             raise TypeError(
                 f"DebugMode got unknown flag(s) {', '.join(unknown)}. kdebug accepts upstream "
@@ -296,11 +327,9 @@ class DebugMode(_upstream.DebugMode):
                 "record_final_state, check_finite, record_extern_ops, op_path."
             )
         # Note [Flag validation] (kdebug/_flags.py)
-        f = _flags.debug_mode(
-            dict(record_triton_kernels=record_triton_kernels, kernels_only=kernels_only,
-                 record_all_threads=record_all_threads, ring_capacity=ring_capacity, overflow=overflow,
-                 batch_gpu_work=batch_gpu_work, trace=trace, record_final_state=record_final_state,
-                 check_finite=check_finite, record_extern_ops=record_extern_ops, op_path=op_path),
+        f = _flags.debug_mode_flags(
+            (record_triton_kernels, kernels_only, record_all_threads, ring_capacity, overflow, batch_gpu_work,
+             trace, record_final_state, check_finite, record_extern_ops, op_path),
             upstream_flags, _UPSTREAM_DEFAULTS)
         self._recorder = None
         self._stream = None
@@ -349,7 +378,7 @@ class DebugMode(_upstream.DebugMode):
         self._materialized = 0
         self._flush_lock = threading.RLock()  # Note [One flush at a time]
         self._flush_owner: int | None = None
-        self._bypass: Counter[str] = Counter()
+        self._bypass: dict[str, int] = {}  # reason -> graph calls (a dict: a Counter took 1 us to make)
         self._graphs_at_enter: cudagraphs.Snapshot | None = None
         self._graphs_at_exit: cudagraphs.Snapshot | None = None  # None while recording
         self._warned: set[str] = set()
@@ -543,11 +572,11 @@ class DebugMode(_upstream.DebugMode):
             prev = _C._set_hash_config(spec.kinds, inputs, check, spec_id)
             if spec.fn is not None:
                 hashing.push_custom(spec.fn)
-            # a callable hash_fn: upstream's code runs the hooks (no fast-path entry)
-            entry = (HashHook(spec=spec, hash_inputs=inputs, spec_id=spec_id, kinds=spec.kinds, value_fn=spec.value)
-                     if spec.fn is None else None)
-            return _aten_hooks.push("hash", entry, _aten_hooks.hash_hooks(spec.aten_fn(), inputs), prev,
-                                    _C._set_hash_config, spec.fn)
+                # a callable hash_fn: upstream's code runs the hooks (no fast-path entry)
+                entry, hooks = None, _aten_hooks.hash_hooks(spec.fn, inputs)
+            else:
+                entry, hooks = _builtin_hash_hooks(spec_id, spec, inputs)
+            return _aten_hooks.push("hash", entry, hooks, prev, _C._set_hash_config, spec.fn)
 
         return _SettingsContext(push)
 
@@ -619,24 +648,28 @@ class DebugMode(_upstream.DebugMode):
                 "Enter DebugMode outside that mode, or give the mode ignore_compile_internals() = True.")
         # Note [Transactional enter]: each step registers its undo; a failing
         # step undoes the ones before it, so a failed __enter__ leaves no
-        # dispatch mode pushed and no recorder running.
-        with contextlib.ExitStack() as undo:
+        # dispatch mode pushed and no recorder running.  The undos are kept in
+        # a plain list and handed to an ExitStack only when a step fails
+        # (_undo_failed_enter): an ExitStack made on every enter cost about
+        # 3 us, a tenth of a whole construct / enter / exit.
+        undo: list = []
+        try:
             if not self.kernels_only:
                 super().__enter__()
-                undo.callback(super().__exit__, None, None, None)
+                undo.append((super().__exit__, None, None, None))
                 _active.enter_dispatch()
-                undo.callback(_active.exit_dispatch)
+                undo.append((_active.exit_dispatch,))
             if self.record_triton_kernels:
                 outer = _active.recording()  # before this one starts
                 self._recorder.start(self, self._ops, self.record_all_threads)
-                undo.callback(self._recorder.stop)
+                undo.append((self._recorder.stop,))
                 held = list.__getitem__(self._ops, slice(None))  # a DebugMode entered again
-                self._recorder.splice(self._ops, held, sum(isinstance(x, _KernelCall) for x in held))
+                self._recorder.splice(self._ops, held, sum(isinstance(x, _KernelCall) for x in held) if held else 0)
                 _active.start_recording(self, self.record_all_threads)
-                undo.callback(_active.stop_recording, self, self.record_all_threads)
+                undo.append((_active.stop_recording, self, self.record_all_threads))
                 if self._op_mode:
                     self._op_handle = _C._op_observer(self._recorder, self._op_mode, self.record_all_threads)
-                    undo.callback(self._remove_op_observer)
+                    undo.append((self._remove_op_observer,))
                 # Note [Nested DebugModes]: a thread-local recorder takes this
                 # thread's launches from the one recording before it
                 self._shadowing = outer if outer is not None and not self.record_all_threads else None
@@ -644,10 +677,9 @@ class DebugMode(_upstream.DebugMode):
                 if self._graphs_at_enter is None:  # Note [CUDA graph replays]: what this recording saw
                     self._graphs_at_enter = cudagraphs.snapshot()
                 self._graphs_at_exit = None
-            d = _C.defer_stats()
-            self._defer_failures = d["hash_failures"] + d["copy_failures"]
+            self._defer_failures = _C.defer_failures()  # Note [Problems at exit]
             prev_defer = _C._set_defer(self._defer_mode)
-            undo.callback(_C._set_defer, prev_defer)
+            undo.append((_C._set_defer, prev_defer))
             if self._trace_path is not None:
                 if self._stream is None:
                     from . import ranks
@@ -663,17 +695,19 @@ class DebugMode(_upstream.DebugMode):
                 ctx = DebugMode.log_tensor_hashes("stats", hash_inputs=self.check_finite == "inputs")
                 ctx.__enter__()
                 self._finite_ctx = ctx
-                undo.callback(self._leave_finite)
+                undo.append((self._leave_finite,))
             if self.record_final_state and not self.kernels_only:
                 # Note [Program reads]: print / tolist / numpy / pickle of a tensor, recorded
                 program_reads.install(self)
-                undo.callback(program_reads.uninstall, self)
+                undo.append((program_reads.uninstall, self))
                 self._reads_installed = True
             self._prev_defer = prev_defer
             self._entered = True
             self._enter_thread = threading.get_ident()
             self._hook_owner = _aten_hooks.this_thread()
-            undo.pop_all()
+        except BaseException as e:
+            _undo_failed_enter(undo, e)
+            raise
         return self
 
     def __exit__(self, *exc):
@@ -817,7 +851,7 @@ class DebugMode(_upstream.DebugMode):
             inductor.warn(msg, stacklevel=4)
 
     def _note_bypass(self, reason: str) -> None:
-        self._bypass[reason] += 1
+        self._bypass[reason] = self._bypass.get(reason, 0) + 1
         self._warn_once(
             "bypass:" + reason,
             f"a compiled graph runs through {reason}: its kernel launches do not pass through "
@@ -856,13 +890,21 @@ class DebugMode(_upstream.DebugMode):
             f"were not recorded. First: {msgs[0] if msgs else '?'}"),
     }
 
+    # Note [Problems at exit]
+    # Every exit (and every read of the records) asks whether a counter that
+    # is warned about grew: the deferred GPU work's failures, the recorder's
+    # ProblemCounts, the CUDA graphs.  The counters are read without the
+    # dicts of defer_stats() and Recorder.stats() (_C.defer_failures,
+    # Recorder.problem_counts); those are read, with what the messages say,
+    # only when one of them grew.  A DebugMode per step so pays a few us less
+    # per step, and warns as before.
     def _report_problems(self) -> None:
         if self._recorder is None:
             return
-        d = _C.defer_stats()
-        failed = d["hash_failures"] + d["copy_failures"]
+        failed = _C.defer_failures()
         if failed > self._defer_failures:
             self._defer_failures = failed
+            d = _C.defer_stats()
             inductor.warn(f"kdebug could not queue its batched GPU work ({d['hash_failures']} hash(es) "
                           f"missing, {d['copy_failures']} recorded output(s) not copied): {d['last_error']}. "
                           "DebugMode(batch_gpu_work=False) hashes and copies one tensor at a time.",
@@ -879,6 +921,10 @@ class DebugMode(_upstream.DebugMode):
                     f"graph:{g.graph_id}" not in self._warned:
                 self._warned.add(f"graph:{g.graph_id}")
                 inductor.warn(g.text() + ("" if g.complete else " -- this recording is incomplete"), stacklevel=4)
+        p, r = self._recorder.problem_counts(), self._reported
+        if not (p.dropped > r["dropped"] or p.errors > r["errors"] or p.outputs_skipped > r["outputs_skipped"]
+                or p.readonly_changed > r["readonly_changed"] or p.hash_unsupported > r["hash_unsupported"]):
+            return
         s = self._recorder.stats()
         for key, message in self._PROBLEMS.items():
             if s[key] > self._reported.get(key, 0):

@@ -35,6 +35,47 @@ def test_good_flags_are_kept():
     assert dm.kernel_stats["overflow"] == "drop_new"
 
 
+def test_checked_flags_are_not_taken_for_equal_flags_of_another_type():
+    """Note [Checked DebugMode flags]: flags accepted once are remembered, but
+    an equal value of another type (1 == True, 16.0 == 16, 0 == False, with
+    the same hash) is still checked, and a bad flag raises every time."""
+    for _ in range(2):  # the second round finds the good flags remembered
+        assert DebugMode(check_finite=True, kernels_only=True).check_finite is True
+        with pytest.raises(ValueError, match=r"check_finite must be False, True .*not 1"):
+            DebugMode(check_finite=1, kernels_only=True)
+        assert DebugMode(check_finite=False, kernels_only=True).check_finite is False
+        with pytest.raises(ValueError, match=r"check_finite must be False, True .*not 0"):
+            DebugMode(check_finite=0, kernels_only=True)
+        assert DebugMode(ring_capacity=16).kernel_stats["capacity"] == 16
+        with pytest.raises(TypeError, match=r"ring_capacity must be an int .*float 16\.0"):
+            DebugMode(ring_capacity=16.0)
+        dm = DebugMode(kernels_only=1, record_extern_ops=True)  # accepted, normalized to a bool
+        assert dm.kernels_only is True and dm.record_extern_ops is True
+        with pytest.raises(ValueError, match=r"record_extern_ops=True is for kernels_only=True"):
+            DebugMode(kernels_only=0, record_extern_ops=True)
+        with pytest.raises(TypeError, match=r"kernels_only must be True or False, not the int 2"):
+            DebugMode(kernels_only=2)
+        # the same kdebug flags with an upstream flag: checked again (store_original_args=2 is bad)
+        with pytest.raises(TypeError, match=r"store_original_args must be True or False"):
+            DebugMode(kernels_only=True, record_extern_ops=True, store_original_args=2)
+
+
+def test_checked_flags_follow_a_path_like_trace(tmp_path):
+    """A trace given as an os.PathLike is not remembered: the object may
+    name another path the next time."""
+    class Moving:
+        def __init__(self):
+            self.path = str(tmp_path / "a.kdt")
+
+        def __fspath__(self):
+            return self.path
+
+    p = Moving()
+    assert DebugMode(trace=p)._trace_path == str(tmp_path / "a.kdt")
+    p.path = str(tmp_path / "b.kdt")
+    assert DebugMode(trace=p)._trace_path == str(tmp_path / "b.kdt")
+
+
 def test_ring_too_large_for_memory_says_what_to_do(monkeypatch):
     from kdebug import _C, mode
 

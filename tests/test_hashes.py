@@ -420,3 +420,31 @@ def test_views_of_a_fresh_buffer_are_not_hashed_and_keep_it_fresh():
     assert ops[3][1]["input_hash"][0][0] is None  # copy_ writes the still-fresh bucket: no pre hash
     assert ops[4][1].get("hash") is not None  # after the write: a view of written memory is hashed
     assert ops[5][1].get("input_hash") is not None
+
+
+@pytest.mark.parametrize("path", ["fast", "upstream"])
+def test_hash_contexts_one_after_another_each_hash_as_asked(path):
+    """Note [Hash hooks per spec]: the entry and hooks made for one
+    (hash_fn, hash_inputs) are not what another gets, on the fast path and
+    through upstream's hooks (record_ids sends every op there)."""
+    a, b = torch.randn(5), torch.randn(5)
+    asked = [("norm", False), ("norm", True), ("bitwise", False), ("bitwise", True), ("norm", False),
+             ("bitwise", False)] * 2
+    with DebugMode(**({"record_ids": True} if path == "upstream" else {})) as dm:
+        for fn, inputs in asked:
+            with DebugMode.log_tensor_hashes(fn, hash_inputs=inputs):
+                torch.add(a, b)
+    logs = [o.log for o in dm.operators]
+    out = a + b
+    assert len(logs) == len(asked)
+    for (fn, inputs), log in zip(asked, logs):
+        assert ("input_hash" in log) == inputs, (fn, inputs, log)
+        if fn == "bitwise":
+            assert log["hash"] == reference_bitwise(out)
+            if inputs:
+                assert log["input_hash"][0] == (reference_bitwise(a), reference_bitwise(b))
+        else:  # upstream's norm: the float64 L1 norm
+            assert log["hash"] == pytest.approx(out.double().abs().sum().item(), rel=1e-12)
+            if inputs:
+                assert log["input_hash"][0] == pytest.approx((a.double().abs().sum().item(),
+                                                              b.double().abs().sum().item()), rel=1e-12)

@@ -136,6 +136,52 @@ def test_failed_enter_leaves_nothing_behind(fns, tmp_path):
     assert len(ok.kernels) == 1 and ok.complete
 
 
+def test_failed_kernels_only_enter_undoes_every_step(fns, tmp_path):
+    """Note [Transactional enter] with the op observer and the deferral mode:
+    each is undone, last first, and an undo that fails is chained to the
+    failure, as an ExitStack chains it."""
+    f, g, x = fns
+    prev_defer = _C._set_defer(0)
+    _C._set_defer(prev_defer)
+    dm = DebugMode(kernels_only=True, record_extern_ops=True, trace=str(tmp_path / "missing" / "run.kdt"))
+    with pytest.raises(FileNotFoundError):
+        dm.__enter__()
+    assert dm._op_handle is None and not dm._recorder.is_recording()
+    assert kdebug.get_active_debug_mode() is None
+    assert _C._set_defer(prev_defer) == prev_defer  # put back as it was before the enter
+    order = []
+    dm = DebugMode(kernels_only=True, trace=str(tmp_path / "missing" / "run.kdt"))
+    stop = dm._recorder.stop
+
+    class Boom(Exception):
+        pass
+
+    def failing_stop():
+        order.append("stop")
+        stop()
+        raise Boom("undo failed")
+
+    dm._recorder = _RecorderProxy(dm._recorder, failing_stop)
+    with pytest.raises(Boom) as info:
+        dm.__enter__()
+    assert order == ["stop"]
+    assert isinstance(info.value.__context__, FileNotFoundError)
+    assert not dm._recorder.is_recording() and kdebug.get_active_debug_mode() is None
+    with DebugMode(kernels_only=True) as ok:  # the next one works
+        f(x)
+    assert len(ok.kernels) == 1 and ok.complete
+
+
+class _RecorderProxy:
+    """A Recorder whose stop is replaced (a C type's method cannot be set)."""
+
+    def __init__(self, rec, stop):
+        self._rec, self.stop = rec, stop
+
+    def __getattr__(self, name):
+        return getattr(self._rec, name)
+
+
 def test_exit_without_enter_is_a_clear_error():
     with pytest.raises(RuntimeError, match=r"__exit__ was called without a matching __enter__"):
         DebugMode().__exit__(None, None, None)

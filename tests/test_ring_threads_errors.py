@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 
 import pytest
 import torch
@@ -51,6 +52,42 @@ def test_ring_wraps_and_counts_dropped(many, overflow):
         assert idx == list(range(len(kept)))
     assert not dm.complete
     assert dm.debug_string().startswith(f"# kdebug: INCOMPLETE: {stats['dropped']} launch(es) dropped")
+
+
+def _drop_warnings(w) -> list[int]:
+    """The counts of the 'dropped because the ring' warnings caught in w."""
+    return [int(str(m.message).split("kdebug: ")[1].split()[0]) for m in w
+            if "dropped because the ring" in str(m.message)]
+
+
+def test_problem_counts_are_the_stats_counters_and_warn_once_per_growth(many):
+    """Note [Problems at exit]: the exit reads Recorder.problem_counts, the
+    counters of stats() it warns about, and warns once each time one grows."""
+    fn, x, per_call = many
+    dm = DebugMode(kernels_only=True, ring_capacity=16)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with dm:
+            for _ in range(10):
+                fn(x)
+        first = _drop_warnings(w)
+        p, s = dm._recorder.problem_counts(), dm._recorder.stats()
+        assert first == [s["dropped"]] and p.dropped == s["dropped"] > 0
+        assert (p.errors, p.outputs_skipped, p.readonly_changed, p.hash_unsupported) == \
+            (s["errors"], s["outputs_skipped"], s["readonly_changed"], s["hash_unsupported"]) == (0, 0, 0, 0)
+        dm.kernels  # a read reports problems too: nothing grew, no second warning
+        assert _drop_warnings(w) == first
+        with dm:  # entered again: more launches dropped, warned again with the new count
+            for _ in range(10):
+                fn(x)
+        counts = _drop_warnings(w)
+        assert len(counts) == 2 and counts[1] > counts[0]
+        assert counts[1] == dm._recorder.problem_counts().dropped == dm._recorder.stats()["dropped"]
+    kdebug._C._inject_hook_faults(1)
+    with pytest.warns(KdebugWarning, match=r"1 error\(s\) inside the launch hook"):
+        with DebugMode(kernels_only=True) as bad:
+            fn(x)
+    assert bad._recorder.problem_counts().errors == bad._recorder.stats()["errors"] == 1
 
 
 def test_reading_mid_run_keeps_everything(many):
@@ -220,3 +257,24 @@ def test_global_cpp_wrapper_config_warns_at_entry():
         with pytest.warns(KdebugWarning, match="cpp_wrapper=True"):
             with DebugMode(kernels_only=True):
                 pass
+
+
+@pytest.mark.parametrize("cuda, recorded, setting, warned", [
+    (True, False, True, True),     # a GPU host, kdebug without CUDA graph support, graphs on: warned
+    (True, True, True, False),     # replays are recorded (a CUDA build): nothing to warn about
+    (True, False, False, False),   # graphs off
+    (False, False, True, False),   # no GPU
+])
+def test_cuda_graph_config_warns_at_entry_only_where_replays_go_unrecorded(monkeypatch, cuda, recorded, setting,
+                                                                           warned):
+    from kdebug import cudagraphs, inductor
+
+    monkeypatch.setattr(inductor, "_cuda_available", lambda: cuda)
+    monkeypatch.setattr(cudagraphs, "_installed", recorded)
+    with torch._inductor.config.patch({"triton.cudagraphs": setting}):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with DebugMode(kernels_only=True):
+                pass
+    said = [str(m.message) for m in w if "triton.cudagraphs=True" in str(m.message)]
+    assert len(said) == (1 if warned else 0), said

@@ -73,6 +73,8 @@ typedef struct kd_ring {
     _Atomic uint64_t tail;      /* reader cursor: tickets before it are consumed */
     _Atomic uint64_t committed; /* launches committed */
     _Atomic uint64_t refused;   /* launches refused: ring full, too large, lapped */
+    _Atomic uint64_t reserved;  /* launches given tickets (kd_ring_reserve); kd_ring_lost_fast */
+    uint64_t cleared_at;        /* head when the ring was made or last cleared (reader only) */
     uint64_t read;              /* launches the reader returned (reader only) */
     uint64_t skipped_slots;     /* slots the reader skipped as lost (reader only) */
     /* kd_ring_lost's walk so far (reader only): unread launches in
@@ -127,6 +129,12 @@ int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
  * counted by walking the ring as kd_ring_read would; a later call walks only
  * what was written since: Note [Counting lost launches]).  Reader side. */
 uint64_t kd_ring_lost(const kd_ring *r);
+
+/* kd_ring_lost's answer, in O(1) where it can be known without the walk:
+ * no ticket handed out since the ring was made or cleared has been lapped,
+ * the reader skipped no slot and no launch is in flight (Note [Counting lost
+ * launches]).  Otherwise kd_ring_lost itself.  Reader side. */
+uint64_t kd_ring_lost_fast(const kd_ring *r);
 
 /* Touches every page of the ring's slots (an atomic or of 0 into one byte
  * of each, so no launch changes): a ring's memory is mapped lazily

@@ -205,6 +205,63 @@ static void test_ring_lost_incremental(void)
     kd_ring_free(r);
 }
 
+/* Note [Counting lost launches]: kd_ring_lost_fast answers as the walk does
+ * (the counts below are what was written, refused and read: independent of
+ * either), without walking while no ticket since the clear was lapped, the
+ * reader skipped nothing and no launch is in flight; and walks otherwise. */
+static void test_ring_lost_fast(void)
+{
+    kd_ring *r = kd_ring_new(64, KD_RING_OVERWRITE);
+    static collect c;
+    memset(&c, 0, sizeof c);
+    for (uint64_t i = 0; i < 10; i++)
+        CHECK(write_launch(r, 3, i) == 1); /* 40 of 64 slots, unread */
+    CHECK(kd_ring_lost_fast(r) == 0 && !r->lost_memo); /* answered without the walk */
+    CHECK(kd_ring_lost(r) == 0);
+    /* a launch in flight: the walk's answer, whatever it is */
+    uint64_t first;
+    CHECK(kd_ring_reserve(r, 4, &first) == 0);
+    r->lost_memo = 0;
+    CHECK(kd_ring_lost_fast(r) == kd_ring_lost(r) && r->lost_memo); /* it walked */
+    kd_payload *h = kd_ring_payload(r, first);
+    memset(h, 0, sizeof *h);
+    h->launch.tag = KD_TAG_LAUNCH;
+    h->launch.nargs = h->launch.nslots = 3;
+    for (uint32_t i = 1; i < 4; i++)
+        memset(kd_ring_payload(r, first + i), 0, sizeof(kd_payload));
+    CHECK(kd_ring_commit(r, first, 4) == 1);
+    r->lost_memo = 0;
+    CHECK(kd_ring_lost_fast(r) == 0 && !r->lost_memo);
+    /* read, then a launch larger than the ring: refused, counted without the walk */
+    CHECK(kd_ring_read(r, scratch, 4096, visit_collect, &c) == 11);
+    CHECK(write_launch(r, 80, 99) == 0);
+    CHECK(kd_ring_lost_fast(r) == 1 && !r->lost_memo && kd_ring_lost(r) == 1);
+    /* lap the ring (head 44 + 80 slots): 4 of the 20 launches written fit, 16 lost, walked */
+    for (uint64_t i = 11; i < 31; i++)
+        CHECK(write_launch(r, 3, i) == 1);
+    r->lost_memo = 0;
+    CHECK(kd_ring_lost_fast(r) == 1 + 4 && kd_ring_lost(r) == 1 + 4);
+    CHECK(kd_ring_read(r, scratch, 4096, visit_collect, &c) == 16);
+    CHECK(kd_ring_lost_fast(r) == 1 + 4);
+    /* cleared: this recording's tickets start at the head, none lapped */
+    kd_ring_clear(r);
+    for (uint64_t i = 0; i < 12; i++)
+        CHECK(write_launch(r, 3, i) == 1);
+    CHECK(kd_ring_lost_fast(r) == 0 && !r->lost_memo && kd_ring_lost(r) == 0);
+    /* a launch the reader skips (larger than its scratch): lost, walked */
+    CHECK(kd_ring_read(r, scratch, 3, visit_collect, &c) == 0);
+    CHECK(r->skipped_slots > 0);
+    CHECK(kd_ring_lost_fast(r) == kd_ring_lost(r));
+    kd_ring_free(r);
+    /* drop_new: refused when full, never overwritten */
+    r = kd_ring_new(16, KD_RING_DROP_NEW);
+    int ok = 0;
+    for (uint64_t i = 0; i < 10; i++)
+        ok += write_launch(r, 4, i); /* 5 slots each: 3 fit */
+    CHECK(ok == 3 && kd_ring_lost_fast(r) == 7 && kd_ring_lost(r) == 7);
+    kd_ring_free(r);
+}
+
 static void test_ring_reuse(void)
 {
     kd_ring *r = kd_ring_new(16, KD_RING_OVERWRITE);
@@ -1143,6 +1200,7 @@ int main(void)
     test_ring_wrap_overwrite();
     test_ring_drop_new();
     test_ring_lost_incremental();
+    test_ring_lost_fast();
     test_ring_reuse();
     test_ring_prefault();
     test_ring_in_flight();
