@@ -91,6 +91,7 @@ def _op_info(func) -> OpInfo:
     special = special or collectives.is_collective(func)
     pos: tuple | None = ()
     names: tuple | None = ()
+    undeclared = False
     outs: tuple = ()
     try:
         arguments = func._schema.arguments
@@ -101,8 +102,9 @@ def _op_info(func) -> OpInfo:
                     if a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only)
         names = tuple(a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write)
         outs = tuple(a.name for a in arguments if a.is_out)
-        if not pos and not names and not name.startswith(_DECLARING) \
-                and any("Tensor" in str(a.type) for a in arguments):
+        undeclared = not pos and not names and not name.startswith(_DECLARING) \
+            and any("Tensor" in str(a.type) for a in arguments)
+        if undeclared:
             # Note [C++ write guard]: outside the namespaces whose schemas declare every
             # mutation, an op that takes tensors may write them undeclared: c10d::allreduce_
             # (DDP's bucket, written in place by NCCL after kdebug queued hashes of the views
@@ -111,7 +113,9 @@ def _op_info(func) -> OpInfo:
     writes = pos is None or bool(pos) or bool(names)
     try:  # a view op (as_strided, view, slice, ...): its output aliases an argument, nothing written
         returns = func._schema.returns
-        view = not writes and bool(returns) and all(
+        # (an op of an undeclaring namespace whose schema returns only aliases stays a view for
+        # Note [Fresh buffers]; its unknown writes still flush the queued GPU work)
+        view = (not writes or (pos is None and undeclared)) and bool(returns) and all(
             r.alias_info is not None and not r.alias_info.is_write for r in returns)
     except AttributeError:
         view = False
