@@ -141,12 +141,16 @@ def test_a_dropped_recorder_frees_its_ring_without_a_collection(tmp_path, monkey
     finally:
         gc.enable()
     monkeypatch.setattr(kdebug.flight, "_PREFAULT_MAX_BYTES", 1 << 20)
+    # a ring of this size released by an earlier test of this process would be reused (resident):
+    # this DebugMode takes it, so the recorder's ring is a new mapping
+    holder = kdebug.DebugMode(kernels_only=True, ring_capacity=1 << 16)
     lazy = kdebug.FlightRecorder(every=5, keep_steps=3, trace=str(tmp_path / "l.kdt"), ring_capacity=1 << 16)
     who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
     f0 = resource.getrusage(who).ru_minflt
     touched = lazy._rec.prefault()
     assert touched == (1 << 16) * 128 and resource.getrusage(who).ru_minflt - f0 >= touched // 4096 // 2
     lazy.close()
+    del holder
 
 
 def test_step_counters_and_early_drain(tmp_path):

@@ -1,9 +1,13 @@
 /* kd_ring.c - the launch ring; protocol in Note [Ring protocol] (kd_ring.h). */
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE 1 /* MAP_ANONYMOUS beside -D_POSIX_C_SOURCE (Note [Ring mapping]) */
+#endif
 #include "kd_ring.h"
 
 #include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Slots for a requested capacity: a power of two, at least 16; 0 above 2^32. */
 static uint64_t slots_for(uint64_t capacity)
@@ -26,13 +30,20 @@ kd_ring *kd_ring_new(uint64_t capacity, int policy)
     kd_ring *r = calloc(1, sizeof *r);
     if (r == NULL)
         return NULL;
-    /* calloc of a large block maps zero pages lazily: an unused ring costs
-     * address space, not memory. */
-    r->slots = calloc(cap, sizeof(kd_slot));
-    if (r->slots == NULL) {
+    /* Note [Ring mapping]: the slots are an anonymous mapping of their own,
+     * zero pages mapped lazily: an unused ring costs address space, not
+     * memory.  calloc gave that only while glibc served the block by mmap;
+     * after a large free glibc raises its mmap threshold (up to 32 MB) and
+     * serves such blocks from the heap, zeroing them with memset: a ring of
+     * 8 MB was then touched whole at construction (seen as a flaky fault
+     * count in tests/test_flight.py, depending on what ran before). */
+    void *slots = mmap(NULL, (size_t)cap * sizeof(kd_slot), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+    if (slots == MAP_FAILED) {
         free(r);
         return NULL;
     }
+    r->slots = slots;
     r->capacity = cap;
     r->mask = cap - 1;
     r->policy = known_policy(policy);
@@ -73,7 +84,7 @@ void kd_ring_free(kd_ring *r)
 {
     if (r == NULL)
         return;
-    free(r->slots);
+    munmap(r->slots, (size_t)r->capacity * sizeof(kd_slot));
     free(r);
 }
 
