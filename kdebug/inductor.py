@@ -260,9 +260,40 @@ def cpp_kernel_info(name: str, argtypes: list[str], source: str,
                     fresh: frozenset[int] = frozenset()) -> _C.KernelInfo:
     """Roles from the pybinding's argument types: ``const T*`` is read, ``T*``
     written (and read too for in_out_ptr / in_ptr, unless the buffer is
-    fresh: Note [Fresh buffers]), scalars read."""
+    fresh, Note [Fresh buffers], or written before it is read, Note [Written
+    before read]), scalars read."""
     names = _param_names(source, len(argtypes))
+    first = written_first(source)
+    fresh = fresh | frozenset(i for i, n in enumerate(names) if n in first)
     return _C.KernelInfo(_C.KIND_CPP, name, names, cpp_roles(names, argtypes, fresh), 0, -1)
+
+
+# Note [Written before read]
+# Inductor's C++ kernels name a buffer in_out_ptrM when nodes of the kernel
+# update it in place, and emit `auto out_ptrN = in_out_ptrM;` /
+# `auto in_ptrK = in_out_ptrM;` for the names it had as a plain output / input
+# before (KernelArgs.aliases(), torch/_inductor/codegen/common.py, 2.11-2.13).
+# An in_out_ptr aliased to an output and to no input holds a buffer that this
+# kernel first produces (a layer norm's variance, then its rsqrt in place):
+# its bytes before the launch are never read.  They are whatever the memory
+# held - a dead buffer reused, or uninitialized memory where the call site
+# allocated it fresh (Note [Fresh buffers] keeps only positions fresh at every
+# call site of a kernel) - so hashing them as an input made false roots "from
+# outside the recording" (seen on CPU in a 2-rank hunt of a compiled
+# transformer: a layer-norm kernel called at three sites, fresh at one, its
+# input hash of garbage values 1e38 vs 2e14).  Such an argument is written
+# only.  Triton kernels emit no such lines and keep their roles; so do the
+# C++ wrapper's kernels (kdebug/cpp_launch.py).
+_ALIAS = re.compile(r"\bauto\s+(in_ptr|out_ptr)\d+\s*=\s*(in_out_ptr\d+)\s*;")
+
+
+def written_first(source: str) -> frozenset[str]:
+    """The in_out_ptr parameters of a C++ kernel's source that it writes
+    before it reads them (Note [Written before read])."""
+    outs, ins = set(), set()
+    for kind, inout in _ALIAS.findall(source or ""):
+        (outs if kind == "out_ptr" else ins).add(inout)
+    return frozenset(outs - ins)
 
 
 def cpp_roles(names: list[str], argtypes: list[str], fresh: frozenset[int] = frozenset()) -> list[int]:

@@ -290,3 +290,67 @@ def test_triton_source_round_trips_on_cuda(tmp_path):
         assert os.path.isfile(e.module)
     out = _show(str(path), "--source", str(run.kernels[0].launch_index))
     assert out.returncode == 0 and f"def {run.kernels[0].kernel_name}(" in out.stdout
+
+
+def test_an_in_out_buffer_a_cpp_kernel_writes_before_reading_is_no_input():
+    """Note [Written before read]: a C++ kernel's in_out_ptr that the source
+    aliases to an output (`auto out_ptrN = in_out_ptrM;`) and to no input is
+    written only, fresh or not at its call site.  Checked against the real
+    kernel: NaN written into those buffers before the launch changes nothing
+    it computes, while NaN in an input it reads does."""
+    import ast
+
+    from kdebug import _C, _upstream
+
+    ln, lin = torch.nn.LayerNorm(48), torch.nn.Linear(48, 48)
+
+    def g(x):
+        return torch.relu(lin(ln(x * 3.0))).sum()
+
+    cg = torch.compile(g)
+    x = torch.randn(8, 48, requires_grad=True)
+    with DebugMode():  # instruments the generated modules (their kernels become CppKernel)
+        want = cg(x).detach()
+    found = None
+    for m in _upstream.generated_modules():
+        for key, obj in m.__dict__.items():
+            if isinstance(obj, _C.CppKernel) and "native_layer_norm" in key and "backward" not in key:
+                found = (m, key, obj)
+    assert found is not None
+    m, key, obj = found
+    tree = ast.parse(open(m.__file__).read())
+    call = next(n.value for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == key)
+    argtypes, source = ast.literal_eval(call.args[0]), ast.literal_eval(call.args[1])
+    first = inductor.written_first(source)
+    assert first and all(re.search(rf"auto out_ptr\d+ = {n};", source) for n in first), source[:400]
+    info = inductor.cpp_kernel_info(key, argtypes, source)  # no fresh positions: the rule alone
+    names = list(info.arg_names)
+    assert all(info.roles[names.index(n)] == _C.ROLE_WRITE for n in first)
+    reads = [i for i, n in enumerate(names) if n.startswith("in_ptr")]
+    assert reads and all(info.roles[i] & _C.ROLE_READ for i in reads)
+
+    def run_with_nan_in(positions):
+        inner, calls = obj.__wrapped__, []
+
+        def poisoned(*args):
+            kept = [(args[i], args[i].clone()) for i in positions]
+            for t, _ in kept:
+                t.fill_(float("nan"))
+            r = inner(*args)
+            for i, (t, old) in zip(positions, kept):
+                if names[i].startswith("in_ptr"):
+                    t.copy_(old)  # the control's input goes back as it was (a parameter, the input)
+            calls.append(1)
+            return r
+
+        m.__dict__[key] = _C.CppKernel(poisoned, obj.info)
+        try:
+            out = cg(x).detach()  # with grad, as recorded: the same compiled graph
+        finally:
+            m.__dict__[key] = obj
+        assert calls, "the compiled call did not launch the kernel under test"
+        return out
+
+    assert torch.equal(run_with_nan_in([names.index(n) for n in first]), want)
+    assert torch.isnan(run_with_nan_in(reads[:1])).all()  # the control: a buffer it reads
+    assert torch.equal(cg(x).detach(), want)

@@ -21,6 +21,7 @@ Knobs (environment), as in ddp_step.py, its gloo / CPU sibling:
                       adds: intrinsically non-deterministic) or float features
                       through a Linear (default features)
   KD_STEPS            training steps (default 3)
+  KD_DEVICE=cpu       the same job on CPU over gloo (default cuda: NCCL)
 
 The model is a module class of this script (torch.compile(DDP(model)) does not
 compile a frame whose code is in torch.nn; see ddp_step.py)."""
@@ -37,9 +38,13 @@ import kdebug
 from kdebug import testing
 
 local = int(os.environ.get("LOCAL_RANK", "0"))
-dev = torch.device("cuda", local)
-torch.cuda.set_device(dev)
-dist.init_process_group("nccl", device_id=dev)
+if os.environ.get("KD_DEVICE", "cuda") == "cuda":
+    dev = torch.device("cuda", local)
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", device_id=dev)
+else:  # KD_DEVICE=cpu: the same job on gloo (a dry run of the GPU tests' logic on a CPU machine)
+    dev = torch.device("cpu")
+    dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(0)
 ATTN = os.environ.get("KD_ATTN", "sdpa")
@@ -85,8 +90,8 @@ class Net(torch.nn.Module):
 
 
 model = Net().to(dev, torch.bfloat16)
-fwd = torch.compile(DDP(model, device_ids=[local]))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
+fwd = torch.compile(DDP(model, device_ids=[local] if dev.type == "cuda" else None))
+opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)  # CUDA's default path, on CPU too
 g = torch.Generator(dev).manual_seed(1)
 idx = torch.randint(0, 512, (4, 128), device=dev, generator=g) if TOKENS else \
     torch.randn(4, 128, 256, device=dev, generator=g, dtype=torch.bfloat16)
