@@ -425,3 +425,33 @@ def test_a_deeply_nested_hunt_json_is_refused(tmp_path):
     (tmp_path / "hunt.json").write_text("[" * 100000 + "]" * 100000)
     with pytest.raises(ValueError, match="not a readable kdebug hunt.json"):
         resolve_inputs([str(tmp_path)])
+
+
+DDP_STEPS = os.path.join(ROOT, "tests", "dist_scripts", "ddp_gpu_step.py")
+
+
+@pytest.mark.distributed
+def test_hunt_nproc_follows_a_planted_fault_through_the_optimizer_into_the_next_step(tmp_path):
+    """The GPU DDP job of tests/test_gpu_ranks.py on gloo (KD_DEVICE=cpu): a
+    bf16 transformer, three steps, SGD's foreach step, rank 1's GELU kernel
+    perturbed in step 1 of the second run.  Step 2 reads parameters the
+    foreach step wrote (Note [Writes returned by no output]) and a layer-norm
+    kernel's in_out buffer holds whatever its memory held (Note [Written
+    before read]): the hunt names only the planted kernel on rank 1, nothing
+    'from outside the recording', and rank 0's difference as received through
+    the all-reduce."""
+    import json
+
+    keep = tmp_path / "hunt"
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--nproc", "2", "--keep", str(keep), DDP_STEPS],
+                       env={**os.environ, "PYTHONPATH": ROOT, "KD_DEVICE": "cpu", "KD_ATTN": "math",
+                            "KD_FAULT": "kernel:1", "KD_FAULT_FROM_SECOND_RUN": str(tmp_path / "mark")},
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert p.returncode == 1, p.stdout[-4000:]
+    assert "the difference started on rank(s) [1]" in p.stdout, p.stdout[-4000:]
+    hunt = json.loads((keep / "hunt.json").read_text())
+    r0, r1 = hunt["ranks"]["0"], hunt["ranks"]["1"]
+    assert r1["origin"] and [x["root"].split()[-1].startswith("cpp_fused_gelu") for x in r1["roots"]] == [True], r1
+    assert not r0["origin"] and r0["roots"] and all(x["collective"] for x in r0["roots"]), r0
+    assert all(x["kind"] == "root" for r in (r0, r1) for x in r["roots"]), hunt["ranks"]  # none "outside"
+    assert [x["match"] for x in hunt["replicas"]] == [True, False]
