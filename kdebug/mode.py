@@ -91,38 +91,35 @@ def _op_info(func) -> OpInfo:
     special = special or collectives.is_collective(func)
     pos: tuple | None = ()
     names: tuple | None = ()
-    undeclared = False
     outs: tuple = ()
     try:
         arguments = func._schema.arguments
     except AttributeError:  # no schema: it may write anything
-        pos = names = None
+        arguments = pos = names = None
     else:
         pos = tuple(i for i, a in enumerate(arguments)
                     if a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only)
         names = tuple(a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write)
         outs = tuple(a.name for a in arguments if a.is_out)
-        undeclared = not pos and not names and not name.startswith(_DECLARING) \
-            and any("Tensor" in str(a.type) for a in arguments)
-        if undeclared:
-            # Note [C++ write guard]: outside the namespaces whose schemas declare every
-            # mutation, an op that takes tensors may write them undeclared: c10d::allreduce_
-            # (DDP's bucket, written in place by NCCL after kdebug queued hashes of the views
-            # the reducer filled), custom ops.  Unknown writes: queued GPU work goes first.
-            pos = names = None
-    writes = pos is None or bool(pos) or bool(names)
+    declared = pos is None or bool(pos) or bool(names)  # what the schema says, or no schema
     try:  # a view op (as_strided, view, slice, ...): its output aliases an argument, nothing written
         returns = func._schema.returns
-        # (an op of an undeclaring namespace whose schema returns only aliases stays a view for
-        # Note [Fresh buffers]; its unknown writes still flush the queued GPU work)
-        view = (not writes or (pos is None and undeclared)) and bool(returns) and all(
+        view = not declared and bool(returns) and all(
             r.alias_info is not None and not r.alias_info.is_write for r in returns)
     except AttributeError:
         view = False
+    if not declared and not name.startswith(_DECLARING) and any("Tensor" in str(a.type) for a in arguments):
+        # Note [C++ write guard]: outside the namespaces whose schemas declare every
+        # mutation, an op that takes tensors may write them undeclared: c10d::allreduce_
+        # (DDP's bucket, written in place by NCCL after kdebug queued hashes of the views
+        # the reducer filled), custom ops.  Unknown writes: queued GPU work goes first (a
+        # view by its schema stays one for Note [Fresh buffers]).
+        pos = names = None
+    writes = pos is None or bool(pos) or bool(names)
     # OpOverload.__call__ is `self._op(*args, **kwargs)`: call _op, one Python frame less
     op = func._op if type(func) is _upstream.OpOverload and hasattr(func, "_op") else func
     nb = next(((i, a.kwarg_only) for i, a in enumerate(arguments) if a.name == "non_blocking"), None) \
-        if pos is not None else None
+        if arguments is not None else None
     if nb is not None:
         op = _settling(op, None if nb[1] else nb[0])
     return OpInfo(special=special,
@@ -926,8 +923,7 @@ class DebugMode(_upstream.DebugMode):
                 self._warned.add(f"graph:{g.graph_id}")
                 inductor.warn(g.text() + ("" if g.complete else " -- this recording is incomplete"), stacklevel=4)
         p, r = self._recorder.problem_counts(), self._reported
-        if not (p.dropped > r["dropped"] or p.errors > r["errors"] or p.outputs_skipped > r["outputs_skipped"]
-                or p.readonly_changed > r["readonly_changed"] or p.hash_unsupported > r["hash_unsupported"]):
+        if not any(getattr(p, key) > r[key] for key in self._PROBLEMS):  # ProblemCounts has each key
             return
         s = self._recorder.stats()
         for key, message in self._PROBLEMS.items():

@@ -170,6 +170,7 @@ def test_ops_whose_schema_may_leave_writes_out_are_taken_as_writing_anything():
     lib.define("undeclared(Tensor x) -> ()")
     lib.define("declared(Tensor(a!) x, Tensor y) -> ()")
     lib.define("no_tensors(int n) -> int")
+    lib.define("to_host(Tensor x, bool non_blocking=False) -> Tensor")
     try:
         info = mode._op_info
         assert info(torch.ops.c10d.allreduce_.default).written_pos is None
@@ -181,6 +182,10 @@ def test_ops_whose_schema_may_leave_writes_out_are_taken_as_writing_anything():
         assert info(torch.ops.aten.add_.Tensor).written_pos == (0,)
         assert (info(torch.ops.aten.mul.out).written_pos, info(torch.ops.aten.mul.out).written_names) == ((), ("out",))
         assert not info(torch.ops.aten.add.Tensor).writes
+        # its unknown writes keep Note [Non-blocking copies to the host]: called through the settling wrapper
+        to_host = info(torch.ops.kd_test_writes.to_host.default)
+        assert to_host.written_pos is None and to_host.callable.__name__ == "call"
+        assert info(torch.ops.aten.add.Tensor).callable.__name__ != "call"
         # the functional collectives' schemas are trusted: out of place, nothing written
         assert info(torch.ops._c10d_functional.all_reduce.default).written_pos == ()
     finally:
