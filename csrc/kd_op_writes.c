@@ -24,29 +24,52 @@ static void guard_one(PyObject *a)
     }
 }
 
-/* Flush deferred GPU work that this op is about to overwrite (Note [Deferred
- * GPU work] in kd_defer.h); an op with no schema may write anything. */
-void kd_op_guard_writes(PyObject *info, PyObject *args, PyObject *kwargs)
+/* Calls fn(arg, ctx) on each argument the op's schema writes (written_pos
+ * must not be None): positional ones in schema order, then keyword ones;
+ * -1 as soon as fn returns -1 or a lookup fails (with an error), else 0. */
+static int each_written(PyObject *info, PyObject *args, PyObject *kwargs, int (*fn)(PyObject *, void *), void *ctx)
 {
     PyObject *pos = PyTuple_GET_ITEM(info, KD_OPI_WRITTEN_POS);
-    if (pos == Py_None) {
-        kd_defer_flush();
-        return;
-    }
     Py_ssize_t nargs = PyTuple_GET_SIZE(args);
     for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(pos); j++) {
         Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pos, j));
-        if (i >= 0 && i < nargs)
-            guard_one(PyTuple_GET_ITEM(args, i));
+        if (i == -1 && PyErr_Occurred())
+            return -1;
+        if (i >= 0 && i < nargs && fn(PyTuple_GET_ITEM(args, i), ctx) < 0)
+            return -1;
     }
     PyObject *names = PyTuple_GET_ITEM(info, KD_OPI_WRITTEN_NAMES);
     if (kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0 && names != Py_None)
         for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(names); j++) {
             PyObject *a = PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(names, j));
-            if (a != NULL)
-                guard_one(a);
+            if (a == NULL && PyErr_Occurred())
+                return -1;
+            if (a != NULL && fn(a, ctx) < 0)
+                return -1;
         }
-    PyErr_Clear();
+    return 0;
+}
+
+static int guard_written(PyObject *a, void *ctx)
+{
+    (void)ctx;
+    guard_one(a);
+    return 0;
+}
+
+/* Flush deferred GPU work that this op is about to overwrite (Note [Deferred
+ * GPU work] in kd_defer.h); an op with no schema may write anything. */
+void kd_op_guard_writes(PyObject *info, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_ITEM(info, KD_OPI_WRITTEN_POS) == Py_None) {
+        kd_defer_flush();
+        return;
+    }
+    if (each_written(info, args, kwargs, guard_written, NULL) < 0) {
+        PyErr_Clear();
+        kd_defer_flush(); /* an argument it could not read: any doubt, everything queued goes first */
+    }
+    PyErr_Clear(); /* the guards report their own failures (kd_defer.c); the op runs */
 }
 
 /* ---- Note [Writes returned by no output] ----
@@ -63,41 +86,26 @@ void kd_op_guard_writes(PyObject *info, PyObject *args, PyObject *kwargs)
  * in schema order, with their extents as its written extents.  An op that
  * returns something keeps upstream's hashes of its result. */
 
+static int append_written(PyObject *a, void *list)
+{
+    return a == Py_None ? 0 : PyList_Append((PyObject *)list, a);
+}
+
 PyObject *kd_op_written_values(PyObject *info, PyObject *args, PyObject *kwargs, PyObject *result)
 {
-    PyObject *pos = PyTuple_GET_ITEM(info, KD_OPI_WRITTEN_POS);
-    PyObject *names = PyTuple_GET_ITEM(info, KD_OPI_WRITTEN_NAMES);
-    if (result != Py_None || pos == Py_None || !kd_op_flag(info, KD_OPI_WRITES))
+    if (result != Py_None || PyTuple_GET_ITEM(info, KD_OPI_WRITTEN_POS) == Py_None ||
+        !kd_op_flag(info, KD_OPI_WRITES))
         return Py_NewRef(Py_None);
     PyObject *out = PyList_New(0);
     if (out == NULL)
         return NULL;
-    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
-    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(pos); j++) {
-        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pos, j));
-        if (i == -1 && PyErr_Occurred())
-            goto fail;
-        if (i >= 0 && i < nargs && PyList_Append(out, PyTuple_GET_ITEM(args, i)) < 0)
-            goto fail;
-    }
-    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0 && names != Py_None)
-        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(names); j++) {
-            PyObject *a = PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(names, j));
-            if (a == NULL && PyErr_Occurred())
-                goto fail;
-            if (a != NULL && a != Py_None && PyList_Append(out, a) < 0)
-                goto fail;
-        }
-    if (PyList_GET_SIZE(out) == 0) {
+    if (each_written(info, args, kwargs, append_written, out) < 0) {
         Py_DECREF(out);
-        return Py_NewRef(Py_None);
+        return NULL;
     }
-    PyObject *t = PyList_AsTuple(out);
+    PyObject *t = PyList_GET_SIZE(out) == 0 ? Py_NewRef(Py_None) : PyList_AsTuple(out);
     Py_DECREF(out);
     return t;
-fail:
-    Py_DECREF(out);
-    return NULL;
 }
 
 /* ---- Note [Fresh buffers] for aten ops (mode.py) ---- */
