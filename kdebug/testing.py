@@ -39,16 +39,17 @@ def _bump(t: torch.Tensor, value) -> None:
 
 
 @contextlib.contextmanager
-def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float = 1, *,
+def perturb_kernel_output(name: str, arg: str | None, occurrence: int = 0, value: float = 1, *,
                           cpp_wrapper: bool = False):
     """Within the block, the ``occurrence``-th launch (counting from 0) of the
-    C++ kernels whose names contain ``name`` gets argument ``arg`` perturbed
-    after it ran: ``value`` is added to its first element (a bool element is
-    flipped instead).  Yields a dict whose "hits" says how many launches were
+    C++ kernels and Python-wrapper Triton kernels whose names contain ``name``
+    gets argument ``arg`` (None: the kernel's first written argument)
+    perturbed after it ran: ``value`` is added to its first element (a bool
+    element is flipped instead).  Yields a dict whose "hits" says how many launches were
     perturbed (1 when the launch happened).  ``cpp_wrapper=True``: the
     kernels (C++ or Triton) of C++-wrapper / AOTInductor code compiled under
     kdebug instead, perturbed from kdebug's launch hook while recording."""
-    state = {"calls": 0, "hits": 0}
+    fault = _Fault(occurrence, value)
     swapped, lacking = [], []
     autotuner = _upstream.caching_autotuner() if not cpp_wrapper else None
     seen: set[int] = set()  # a kernel under two names, or in two scopes, is perturbed once
@@ -60,7 +61,7 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float
                 seen.add(id(obj))
                 pos = _triton_position(obj, arg, lacking)
                 if pos is not None:
-                    swapped.append(_perturb_triton(obj, pos, state, occurrence, value))
+                    swapped.append(_perturb_triton(obj, pos, fault))
                 continue
             if not isinstance(obj, _C.CppKernel) or name not in obj.info.name:
                 continue
@@ -79,10 +80,7 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float
 
             def perturbing(*args, _inner=inner, _pos=pos):
                 r = _inner(*args)
-                if state["calls"] == occurrence:
-                    _bump(args[_pos], value)
-                    state["hits"] += 1
-                state["calls"] += 1
+                fault.launched(args[_pos])
                 return r
 
             scope[key] = _C.CppKernel(replay.wrap(perturbing, obj.info.name) if replaying else perturbing, obj.info)
@@ -90,16 +88,13 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float
     if cpp_wrapper:
         # Note [C++ wrapper launches]: the launches of C++-wrapper / AOTI code
         # (compiled under kdebug) are perturbed from kdebug's launch hook
-        def fault(kernel, tensors):
+        def hook(kernel, tensors):
             if name in kernel and arg in tensors:
-                if state["calls"] == occurrence:
-                    _bump(tensors[arg], value)
-                    state["hits"] += 1
-                state["calls"] += 1
+                fault.launched(tensors[arg])
 
-        _C._cpp_launch_fault_hook(fault)
+        _C._cpp_launch_fault_hook(hook)
         try:
-            yield state
+            yield fault.state
         finally:
             _C._cpp_launch_fault_hook(None)
         return
@@ -111,10 +106,29 @@ def perturb_kernel_output(name: str, arg: str, occurrence: int = 0, value: float
         raise ValueError(f"no loaded C++ or Triton kernel's name contains {name!r}: compile and run the function "
                          "first (a Triton kernel must have been launched once)")
     try:
-        yield state
+        yield fault.state
     finally:
         for restore in swapped:
             restore()
+
+
+class _Fault:
+    """One perturb_kernel_output block's count of the matching launches,
+    whichever path runs them (a C++ kernel's wrapper, a Triton launcher, the
+    C++-wrapper launch hook): the ``occurrence``-th gets the fault.
+    ``state`` is the dict the block yields."""
+
+    def __init__(self, occurrence: int, value):
+        self.occurrence, self.value = occurrence, value
+        self.state = {"calls": 0, "hits": 0}
+
+    def launched(self, written: torch.Tensor) -> None:
+        """After a matching launch that wrote ``written``."""
+        st = self.state
+        if st["calls"] == self.occurrence:
+            _bump(written, self.value)
+            st["hits"] += 1
+        st["calls"] += 1
 
 
 def _written_position(names: list, roles: list, arg: str | None) -> int | None:
@@ -151,30 +165,25 @@ class _PerturbingLauncher:
 
     _is_static = False
 
-    def __init__(self, inner, pos: int, state: dict, occurrence: int, value):
-        self._kd_inner, self._kd_pos, self._kd_state = inner, pos, state
-        self._kd_occurrence, self._kd_value = occurrence, value
+    def __init__(self, inner, pos: int, fault: "_Fault"):
+        self._kd_inner, self._kd_pos, self._kd_fault = inner, pos, fault
 
     def __call__(self, *args, **kwargs):
         r = self._kd_inner(*args, **kwargs)
-        st = self._kd_state
-        if st["calls"] == self._kd_occurrence:
-            _bump(args[self._kd_pos], self._kd_value)
-            st["hits"] += 1
-        st["calls"] += 1
+        self._kd_fault.launched(args[self._kd_pos])
         return r
 
     def __getattr__(self, key):
         return getattr(self._kd_inner, key)
 
 
-def _perturb_triton(obj, pos: int, state: dict, occurrence: int, value):
+def _perturb_triton(obj, pos: int, fault: "_Fault"):
     """Swaps the autotuner's launcher(s) for perturbing ones; returns what
     puts them back."""
     launchers, cached = obj.launchers, obj.__dict__.get("_cached_launcher")
-    obj.launchers = [_PerturbingLauncher(launchers[0], pos, state, occurrence, value)]
+    obj.launchers = [_PerturbingLauncher(launchers[0], pos, fault)]
     if cached is not None:
-        obj._cached_launcher = _PerturbingLauncher(cached, pos, state, occurrence, value)
+        obj._cached_launcher = _PerturbingLauncher(cached, pos, fault)
 
     def restore():
         obj.launchers = launchers
