@@ -430,6 +430,16 @@ static PyObject *rec_forget(kd_recorder *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* position(launch_index) -> the store index of the first stored launch whose
+ * launch index is >= launch_index (len(self) when none is): kd_store_lower_bound. */
+static PyObject *rec_position(kd_recorder *self, PyObject *arg)
+{
+    unsigned long long want = PyLong_AsUnsignedLongLong(arg);
+    if (want == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    return PyLong_FromUnsignedLongLong(kd_store_lower_bound(&self->table.store, want));
+}
+
 static Py_ssize_t rec_len(kd_recorder *self) { return (Py_ssize_t)self->table.store.nlaunches; }
 
 static PyObject *rec_launch(kd_recorder *self, PyObject *arg)
@@ -660,6 +670,9 @@ static PyMethodDef rec_methods[] = {
     {"splice", (PyCFunction)rec_splice, METH_VARARGS,
      "splice(ops, items, merged): ops[:] = items, with `merged` kernel records among them."},
     {"launch", (PyCFunction)rec_launch, METH_O, "launch(i): view of stored launch i."},
+    {"position", (PyCFunction)rec_position, METH_O,
+     "position(launch_index) -> the index of the first stored launch whose launch_index is >= launch_index "
+     "(len(self) when none is): a binary search over the stored launches, in launch order."},
     {"stats", (PyCFunction)rec_stats, METH_NOARGS, "Counters: launches, dropped, errors, ..."},
     {"problem_counts", (PyCFunction)rec_problem_counts, METH_NOARGS,
      "problem_counts() -> ProblemCounts: dropped, errors, outputs_skipped, readonly_changed, hash_unsupported."},

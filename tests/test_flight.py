@@ -4,6 +4,7 @@ and on SIGTERM, and two gloo ranks (torch.distributed.run) that match or where
 rank 1's kernel output is perturbed at one step."""
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import re
@@ -927,6 +928,9 @@ class _HeldRecorder:
 
     def launch(self, i):
         return type("L", (), {"launch_index": self.table[i]})
+
+    def position(self, launch_index):
+        return bisect.bisect_left(self.table, launch_index)
 
     def stats(self):
         return {"dropped": 0, "unrecorded": 0}

@@ -35,6 +35,19 @@ void kd_store_drop_front(kd_store *s, uint64_t n)
     s->dead = s->launch_off[s->front];
 }
 
+uint64_t kd_store_lower_bound(const kd_store *s, uint64_t want)
+{
+    uint64_t lo = 0, hi = s->nlaunches;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (kd_store_launch(s, mid)->launch.launch_index < want)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* Moves the live launches to the front of both arrays (Note [Dropping from
  * the front]). */
 static void compact(kd_store *s)

@@ -60,6 +60,13 @@ static inline const kd_payload *kd_store_launch(const kd_store *s, uint64_t i)
     return &s->payloads[kd_store_offset(s, i)];
 }
 
+/* The store index of the first live launch whose launch index is >= want
+ * (nlaunches when none is): a binary search, for stores whose launches are
+ * in launch-index order (a ring drained in order; lost launches leave gaps,
+ * which it steps over).  The flight recorder finds a step's launches with it
+ * (kdebug/flight.py, FlightRecorder._drain). */
+uint64_t kd_store_lower_bound(const kd_store *s, uint64_t want);
+
 /* Payloads the live launches take. */
 static inline uint64_t kd_store_live_payloads(const kd_store *s)
 {

@@ -680,6 +680,11 @@ static void test_render(void)
             kd_store_drop_front(&s, s.nlaunches - keep);
         }
         ok &= s.nlaunches == next - first;
+        /* lower_bound: the launch with that index, the first one for an
+         * index dropped already, nlaunches past the last */
+        ok &= kd_store_lower_bound(&s, first + s.nlaunches / 2) == s.nlaunches / 2;
+        ok &= kd_store_lower_bound(&s, first) == 0 && kd_store_lower_bound(&s, 0) == 0;
+        ok &= kd_store_lower_bound(&s, next) == s.nlaunches && kd_store_lower_bound(&s, UINT64_MAX) == s.nlaunches;
         for (uint64_t i = 0; i < s.nlaunches && ok; i++) {
             const kd_payload *h = kd_store_launch(&s, i);
             ok &= h->tag == KD_TAG_LAUNCH && h->launch.launch_index == first + i &&
@@ -691,7 +696,18 @@ static void test_render(void)
             max_cap = s.payload_cap;
     }
     CHECK(ok);
-    CHECK(max_cap <= 4 * 100 * 5 + 256); /* at most 100 launches of at most 5 payloads kept */
+    CHECK(max_cap <= 4 * 100 * 5 + 256);
+    /* lower_bound over gaps (lost launches): indexes 0, 3, 6, ... */
+    kd_store_clear(&s);
+    for (uint64_t k = 0; k < 50; k++) {
+        p[0].launch.launch_index = 3 * k;
+        p[0].launch.nslots = 0;
+        CHECK(kd_store_append(&s, p, 1) == 0);
+    }
+    CHECK(kd_store_lower_bound(&s, 0) == 0 && kd_store_lower_bound(&s, 1) == 1 && kd_store_lower_bound(&s, 3) == 1);
+    CHECK(kd_store_lower_bound(&s, 4) == 2 && kd_store_lower_bound(&s, 147) == 49 && kd_store_lower_bound(&s, 148) == 50);
+    kd_store_drop_front(&s, 10); /* first live: index 30 */
+    CHECK(kd_store_lower_bound(&s, 0) == 0 && kd_store_lower_bound(&s, 31) == 1); /* at most 100 launches of at most 5 payloads kept */
     kd_store_free(&s);
     kd_strtab_free(t);
 }
