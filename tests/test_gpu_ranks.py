@@ -123,7 +123,7 @@ def test_two_gpu_hunt_of_a_deterministic_compiled_ddp_step_finds_runs_and_replic
     run = kdebug.load(str(keep / "run0.kdt"))
     assert run.ranks == [0, 1]
     for r in run:
-        names = [k.name for k in r.kernels]
+        names = [k.kernel_name for k in r.kernels]
         assert sum(n.startswith("triton_") for n in names) > 20, names[:10]
         ops = [op._name for op in r.operators if hasattr(op, "_name")]
         assert sum(n.startswith("c10d::allreduce_") for n in ops) >= 3  # DDP's gradient buckets, every step
@@ -163,8 +163,9 @@ def test_two_gpu_hunt_names_the_planted_rank_and_triton_kernel(tmp_path):
     hunt = json.loads((keep / "hunt.json").read_text())
     r1, r0 = hunt["ranks"]["1"], hunt["ranks"]["0"]
     assert r1["origin"] and not r0["origin"], hunt["ranks"]
-    root = r1["roots"][0]["root"]
-    assert root.startswith("triton_") and "gelu" in root and "backward" not in root, root
+    root = r1["roots"][0]["root"]  # "kernel #75 triton_poi_fused_gelu_view_8"
+    kernel = re.search(r"\btriton_\w+", root)
+    assert kernel and "gelu" in kernel.group() and "backward" not in kernel.group(), root
     assert all(x["collective"] for x in r0["roots"] if x["kind"] == "root"), r0["roots"]
 
 
@@ -172,15 +173,22 @@ def test_two_gpu_hunt_names_the_planted_rank_and_triton_kernel(tmp_path):
 @two_gpus
 def test_two_gpu_diff_ranks_names_the_rank_local_triton_fault(tmp_path):
     """Issue 22 part 2, across replicas in one job: kdebug record --nproc 2
-    with rank 1's GELU kernel perturbed; kdebug diff --ranks names the
-    rank-local root on rank 1 (beside any kernel the ranks autotuned apart)."""
+    with rank 1's first layer norm of step 1 perturbed; kdebug diff --ranks
+    names the rank-local root on rank 1 (beside any kernel the ranks
+    autotuned apart).  Not the GELU, as in the run-to-run hunt: on torch 2.11
+    the two ranks autotune the attention softmax into other configs (seen on
+    2 H200s: XBLOCK=1 against 8), so every kernel after it in the forward
+    already reads other values on rank 1 than on rank 0 (a consequence, never
+    a root with identical inputs).  Block 0's first layer norm runs before
+    any softmax of the step, on parameters the all-reduce made equal."""
     out = tmp_path / "run.kdt"
-    p = _kd("record", "--nproc", "2", "-o", str(out), "--", DDP_GPU, KD_ATTN="math", KD_FAULT="kernel:1")
+    p = _kd("record", "--nproc", "2", "-o", str(out), "--", DDP_GPU, KD_ATTN="math", KD_FAULT="kernel:1",
+            KD_FAULT_KERNEL="layer_norm")
     assert p.returncode == 0, p.stdout[-4000:]
     p = _kd("diff", str(out), "--ranks", timeout=300)
     assert p.returncode == 1, p.stdout[-4000:]
     roots = [line for line in p.stdout.splitlines() if "REPLICAS DIVERGE" in line or line.strip().startswith("also:")]
-    planted = [r for r in roots if "gelu" in r and "backward" not in r.split("on rank")[0]]
+    planted = [r for r in roots if "layer_norm" in r and "backward" not in r.split("on rank")[0]]
     assert planted and "rank-local root" in planted[0] and "on rank 1" in planted[0], p.stdout[-4000:]
     assert all(AUTOTUNED in r for r in roots[:roots.index(planted[0])]), p.stdout[-4000:]
     # the ranks compiled the kernel for their own GPU: the same code (Note [Code of another device])
