@@ -5,6 +5,7 @@ machine with 2 GPUs, kdebug hunt / record --nproc 2 of a compiled bf16 DDP
 step (tests/dist_scripts/ddp_gpu_step.py; issue 22)."""
 import json
 import os
+import re
 import subprocess
 import sys
 
