@@ -55,7 +55,9 @@
  *     outermost op's start and copies of its input IValues into thread
  *     storage (reference counts).  Per recorded op: the GIL, taken once
  *     (torch's bindings release it around the op), the table's lookup again
- *     for the schema, Python wrappers of the op's tensors (a tensor that came
+ *     for the schema (whose names are interned at the op's first record on
+ *     the thread: Note [Op names interned once] in kd_torch.cpp), Python
+ *     wrappers of the op's tensors (a tensor that came
  *     from Python already has one; a fresh output gets one, an allocation)
  *     and of its int and float arguments, and the launch path's work into
  *     its per-thread buffer and the ring.  No Python object is kept in a
@@ -99,8 +101,10 @@ static int op_want(void)
     return kd_tls_in_graph > 0 || atomic_load_explicit(&ops_all_recorders, memory_order_relaxed) > 0;
 }
 
-/* With the GIL: records one op into this thread's recorder (never raises). */
-static void op_record(const char *name, PyObject *const *args, const char *const *names,
+/* With the GIL: records one op into this thread's recorder (never raises).
+ * Its names come interned (op_intern; Note [Op names interned once] in
+ * kd_torch.cpp). */
+static void op_record(uint32_t name_id, int empty, PyObject *const *args, const uint32_t *name_ids,
                       const uint8_t *roles, int nargs)
 {
     kd_recorder *r = kd_active_recorder();
@@ -108,14 +112,12 @@ static void op_record(const char *name, PyObject *const *args, const char *const
         return;
     if (nargs > KD_OP_MAX_ARGS)
         nargs = KD_OP_MAX_ARGS;
-    uint32_t name_ids[KD_OP_MAX_ARGS + 1];
+    uint32_t ids[KD_OP_MAX_ARGS + 1];
     uint8_t rls[KD_OP_MAX_ARGS + 1];
-    /* an empty* op's output holds whatever memory it got: never hashed */
-    int empty = strstr(name, "::empty") != NULL || strstr(name, "::new_empty") != NULL;
     kd_kernel_info info; /* read by the launch path only: no Python object */
     memset(&info, 0, sizeof info);
     info.kind = KD_KIND_ATEN;
-    info.name_id = kd_strtab_intern(kd_strings, name, strlen(name));
+    info.name_id = name_id;
     if (info.name_id == 0) {
         kd_recorder_error(r, "kdebug's string table is full: an aten op was not recorded");
         r->unrecorded++;
@@ -124,13 +126,14 @@ static void op_record(const char *name, PyObject *const *args, const char *const
     uint64_t stream = 0;
     int have_dev = 0;
     for (int i = 0; i < nargs; i++) {
-        name_ids[i] = kd_strtab_intern(kd_strings, names[i], strlen(names[i]));
+        ids[i] = name_ids[i];
+        /* an empty* op's output holds whatever memory it got: never hashed */
         rls[i] = empty ? 0 : roles[i];
         if (!have_dev)
             have_dev = kd_launch_device_of(args[i], &info, &stream);
     }
     info.nnames = (uint32_t)nargs;
-    info.name_ids = name_ids;
+    info.name_ids = ids;
     info.roles = rls;
     Py_INCREF(r);
     kd_capture saved = kd_tls_capture; /* an op is launched inside no launcher */
@@ -141,6 +144,12 @@ static void op_record(const char *name, PyObject *const *args, const char *const
     kd_tls_capture = saved;
     Py_DECREF(r);
     PyErr_Clear();
+}
+
+/* With the GIL: the string table's id of an op's or argument's name. */
+static uint32_t op_intern(const char *s, size_t n)
+{
+    return kd_strtab_intern(kd_strings, s, n);
 }
 
 /* _op_observer(recorder, mode, all_threads) -> handle: records ops into
@@ -157,7 +166,7 @@ static PyObject *kd_op_observer_add(PyObject *m, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "_op_observer: mode is 1 (extern ops) or 2 (all ops)");
         return NULL;
     }
-    uint64_t h = kd_shim_op_observer_add(all, op_want, op_record);
+    uint64_t h = kd_shim_op_observer_add(all, op_want, op_record, op_intern);
     if (h == 0) {
         PyErr_Format(PyExc_RuntimeError, "kdebug could not add its op observer: %s", kd_shim_last_error());
         return NULL;

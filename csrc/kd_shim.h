@@ -97,19 +97,26 @@ uint64_t kd_shim_current_stream(int device_type, int device_index);
  * RecordFunction callback.  want() is asked, without the GIL, at the end of
  * every outermost dispatcher op on a thread that has the callback: whether
  * this thread records ops now (thread-locals only).  record() is then called
- * with the GIL held: the op's qualified name ("aten::mm.out"), its arguments
- * and outputs as Python objects (borrowed; tensors wrapped, other values as
- * placeholders of their type), their names and KD_ROLE_* roles. */
+ * with the GIL held: the id of the op's qualified name ("aten::mm.out") in
+ * kdebug's string table (0: not interned, the table is full), whether it is
+ * an empty* op (its output holds whatever memory it got), its arguments and
+ * outputs as Python objects (borrowed; tensors wrapped, other values as
+ * placeholders of their type), their names' ids and KD_ROLE_* roles. */
 typedef int (*kd_op_want_fn)(void);
-typedef void (*kd_op_record_fn)(const char *name, PyObject *const *args, const char *const *names,
+typedef void (*kd_op_record_fn)(uint32_t name_id, int empty, PyObject *const *args, const uint32_t *name_ids,
                                 const uint8_t *roles, int nargs);
+/* The string table's id of the n bytes at s (0: the table is full), GIL
+ * held: the shim interns the op's and its arguments' names through it, once
+ * per op and thread for ops of a fixed schema (Note [Op names interned once]
+ * in kd_torch.cpp). */
+typedef uint32_t (*kd_op_intern_fn)(const char *s, size_t n);
 
 /* Adds the op observer (thread-local to this thread and the threads torch
  * carries its state to, or global: every thread; one of each kind is
  * registered, counted per add, and while the global one is registered the
  * thread-local one records nothing, so no op is recorded twice).  Returns its
  * handle, 0 on failure (kd_shim_last_error() says why).  GIL held. */
-uint64_t kd_shim_op_observer_add(int global, kd_op_want_fn want, kd_op_record_fn record);
+uint64_t kd_shim_op_observer_add(int global, kd_op_want_fn want, kd_op_record_fn record, kd_op_intern_fn intern);
 
 /* Drops one add of an observer (kd_shim_op_observer_add's handle; a
  * thread-local one on the thread that added it), removing it with the last.

@@ -392,6 +392,8 @@ void ensure_epoch_listener()
 
 constexpr int kInfoSlots = 256; // a power of two
 constexpr int kMaxWriteArgs = 12;
+constexpr int kIdArgs = 24; // names interned once: ops of at most this many arguments
+constexpr int kIdRes = 4;   // and results (Note [Op names interned once])
 
 struct OpInfo {
     const char *name = nullptr; // the schema's strings (the key)
@@ -403,6 +405,14 @@ struct OpInfo {
     bool trusted = false;   // its namespace declares every mutation (trusted_namespace)
     uint8_t nw = 0;         // written arguments (alias_info isWrite), their indices:
     uint8_t widx[kMaxWriteArgs] = {};
+    // Note [Op names interned once]: filled at the op's first record on this thread
+    bool ids_ok = false;
+    bool empty = false;     // an empty* op: its output holds whatever memory it got
+    uint8_t nin_ids = 0, nres_ids = 0;
+    uint32_t qual_id = 0;
+    uint32_t write_mask = 0; // arguments the schema says it writes (bit i: argument i)
+    uint32_t arg_id[kIdArgs] = {};
+    uint32_t res_id[kIdRes] = {};
 };
 thread_local OpInfo op_infos[kInfoSlots];
 thread_local OpInfo op_info_scratch; // before the listener is installed: read every time
@@ -426,6 +436,7 @@ const OpInfo *op_info(const at::RecordFunction &fn)
         return nullptr;
     OpInfo &d = listening ? e : op_info_scratch;
     d.name = nullptr; // not a valid key while it is filled
+    d.ids_ok = false;
     d.schema = nullptr;
     d.nargs = 0;
     d.unbounded = false;
@@ -463,6 +474,7 @@ namespace {
 
 kd_op_want_fn op_want = nullptr;     // set by kd_shim_op_observer_add (GIL)
 kd_op_record_fn op_record = nullptr;
+kd_op_intern_fn op_intern = nullptr;
 
 constexpr int kMaxOpArgs = 128;
 constexpr size_t kNameBytes = 64;
@@ -472,11 +484,12 @@ constexpr size_t kNameBytes = 64;
 // static thread storage so the callback allocates nothing of its own.
 struct OpScratch {
     PyObject *objs[kMaxOpArgs];
-    const char *names[kMaxOpArgs];
+    uint32_t ids[kMaxOpArgs]; // the names' ids in kdebug's string table
     uint8_t roles[kMaxOpArgs];
-    char namebuf[kMaxOpArgs][kNameBytes];
     char argname[kMaxOpArgs][kNameBytes]; // the op's argument and result names, copied (record_op)
     char resname[kMaxOpArgs][kNameBytes];
+    uint32_t argid[kMaxOpArgs];
+    uint32_t resid[kMaxOpArgs];
     char qual[256];
 };
 thread_local OpScratch op_scratch;
@@ -559,47 +572,42 @@ PyObject *placeholder(const c10::IValue &v)
 }
 
 // Appends one value (a Tensor, a scalar, None, or a placeholder) as argument
-// `name` with `role`; tensor lists become one argument per tensor.  Returns
-// the new count.  New references land in objs[] (dropped by the caller).
-int add_value(OpScratch &s, int n, const c10::IValue &v, const char *name, uint8_t role)
+// `id` (its name's id; `name`, the same name as text, is read only for a
+// tensor list, whose elements are named "name[i]") with `role`; tensor lists
+// become one argument per tensor.  Returns the new count.  New references
+// land in objs[] (dropped by the caller).
+int add_value(OpScratch &s, int n, const c10::IValue &v, const char *name, uint32_t id, uint8_t role)
 {
-    // `name` outlives the record (the schema's, or the caller's buffer): kept
-    // as is; the names made here go to the scratch buffer
-    auto put = [&](PyObject *o, const char *nm) {
+    auto put = [&](PyObject *o, uint32_t nm) {
         if (n >= kMaxOpArgs || o == nullptr) {
             Py_XDECREF(o);
             return;
         }
-        if (nm == name) {
-            s.names[n] = name;
-        } else {
-            std::snprintf(s.namebuf[n], kNameBytes, "%s", nm);
-            s.names[n] = s.namebuf[n];
-        }
+        s.ids[n] = nm;
         s.roles[n] = role;
         s.objs[n++] = o;
     };
     if (v.isTensor()) {
         const at::Tensor &t = v.toTensor();
-        put(t.defined() ? THPVariable_Wrap(t) : Py_NewRef(Py_None), name);
+        put(t.defined() ? THPVariable_Wrap(t) : Py_NewRef(Py_None), id);
     } else if (v.isTensorList()) {
         auto list = v.toTensorList();
         for (size_t i = 0; i < list.size(); i++) {
             char nm[kNameBytes];
-            std::snprintf(nm, sizeof nm, "%s[%zu]", name, i);
+            std::snprintf(nm, sizeof nm, "%s[%zu]", name != nullptr ? name : "", i);
             const at::Tensor t = list.get(i);
-            put(t.defined() ? THPVariable_Wrap(t) : Py_NewRef(Py_None), nm);
+            put(t.defined() ? THPVariable_Wrap(t) : Py_NewRef(Py_None), op_intern(nm, std::strlen(nm)));
         }
     } else if (v.isNone()) {
-        put(Py_NewRef(Py_None), name);
+        put(Py_NewRef(Py_None), id);
     } else if (v.isBool()) {
-        put(PyBool_FromLong(v.toBool()), name);
+        put(PyBool_FromLong(v.toBool()), id);
     } else if (v.isInt()) {
-        put(PyLong_FromLongLong(v.toInt()), name);
+        put(PyLong_FromLongLong(v.toInt()), id);
     } else if (v.isDouble()) {
-        put(PyFloat_FromDouble(v.toDouble()), name);
+        put(PyFloat_FromDouble(v.toDouble()), id);
     } else {
-        put(Py_NewRef(placeholder(v)), name);
+        put(Py_NewRef(placeholder(v)), id);
     }
     return n;
 }
@@ -611,55 +619,148 @@ bool same_tensor(const c10::IValue &a, const c10::IValue &b)
            a.toTensor().unsafeGetTensorImpl() == b.toTensor().unsafeGetTensorImpl();
 }
 
-// Describes the finished op (GIL held) and hands it to the C side.
+/* Note [Op names interned once]
+ * An op's record names the op ("aten::add.Tensor") and each of its arguments
+ * and results by the schema; the C side keeps names as ids in kdebug's string
+ * table.  Formatting and interning every name at every op (snprintf, then a
+ * hash and a compare under the table's lock) was about 0.35 us of the C++
+ * path's 3.7 us per eager op on the 2-core CPU machine (perf).  So an op's
+ * names are interned at its first record on a thread, into its op info slot
+ * (Note [Op info cache]): for an op with a schema of fixed arity (no varargs)
+ * and at most kIdArgs arguments and kIdRes results, recorded with as many
+ * inputs and outputs as the schema has.  They are reused while the slot holds
+ * that op at that registration epoch (a registration refills the slot, ids
+ * included).  An op with a tensor-list argument, named per element
+ * ("tensors[2]"), and any other op takes the per-call path: the same names,
+ * interned at each record.  An id never changes: the table only grows, and a
+ * full table (id 0) caches nothing. */
+
+// The qualified name of fn ("aten::mm.out") into buf.
+void qualified_name(const at::RecordFunction &fn, char *buf, size_t size)
+{
+    const char *ovl = fn.overload_name();
+    if (ovl[0] == '\0')
+        std::snprintf(buf, size, "%s", fn.name());
+    else
+        std::snprintf(buf, size, "%s.%s", fn.name(), ovl);
+}
+
+bool is_empty_op(const char *qual)
+{
+    return std::strstr(qual, "::empty") != nullptr || std::strstr(qual, "::new_empty") != nullptr;
+}
+
+// Interns d's names into d (GIL held; before any tensor is wrapped: the
+// schema is read).  False when the op takes the per-call path.
+bool intern_names(OpInfo &d, const at::RecordFunction &fn, size_t nin, size_t nout)
+{
+    const c10::FunctionSchema *schema = d.schema;
+    if (schema == nullptr || d.unbounded || nin != d.nargs || nin > static_cast<size_t>(kIdArgs) ||
+        nout > static_cast<size_t>(kIdRes) || nout != schema->returns().size())
+        return false;
+    char qual[256];
+    qualified_name(fn, qual, sizeof qual);
+    const uint32_t q = op_intern(qual, std::strlen(qual));
+    if (q == 0)
+        return false;
+    uint32_t mask = 0;
+    for (size_t i = 0; i < nin; i++) {
+        const c10::Argument &a = schema->arguments()[i];
+        d.arg_id[i] = op_intern(a.name().c_str(), a.name().size());
+        if (d.arg_id[i] == 0)
+            return false;
+        if (a.alias_info() != nullptr && a.alias_info()->isWrite())
+            mask |= 1u << i;
+    }
+    for (size_t j = 0; j < nout; j++) {
+        char nm[kNameBytes];
+        const std::string &rn = schema->returns()[j].name();
+        if (!rn.empty())
+            std::snprintf(nm, sizeof nm, "%s", rn.c_str());
+        else if (nout == 1)
+            std::snprintf(nm, sizeof nm, "result");
+        else
+            std::snprintf(nm, sizeof nm, "result%zu", j);
+        d.res_id[j] = op_intern(nm, std::strlen(nm));
+        if (d.res_id[j] == 0)
+            return false;
+    }
+    d.qual_id = q;
+    d.empty = is_empty_op(qual);
+    d.write_mask = mask;
+    d.nin_ids = static_cast<uint8_t>(nin);
+    d.nres_ids = static_cast<uint8_t>(nout);
+    d.ids_ok = true;
+    return true;
+}
+
+// Describes the finished op (GIL held) and hands it to the C side: with the
+// names op interned once when it can (Note [Op names interned once]), else
+// formatted and interned here.
 void record_op(const at::RecordFunction &fn, const OpInfo &op, const c10::IValue *inputs, int nin)
 {
     OpScratch &s = op_scratch;
-    const char *ovl = fn.overload_name();
-    if (ovl[0] == '\0')
-        std::snprintf(s.qual, sizeof s.qual, "%s", fn.name());
-    else
-        std::snprintf(s.qual, sizeof s.qual, "%s.%s", fn.name(), ovl);
-    const c10::FunctionSchema *schema = op.schema;
     c10::ArrayRef<const c10::IValue> ins(inputs, static_cast<size_t>(nin));
     const std::vector<c10::IValue> &outs = fn.outputs();
-    // Every name and role first, copied out of the schema before any tensor
-    // is wrapped: a wrap can run the garbage collector, whose finalizers may
-    // drop the op (a torch.library.Library) and free its schema.
     const size_t nins = ins.size() < static_cast<size_t>(kMaxOpArgs) ? ins.size() : kMaxOpArgs;
     const size_t nouts = outs.size() < static_cast<size_t>(kMaxOpArgs) ? outs.size() : kMaxOpArgs;
+    bool cached = op.ids_ok && nins == op.nin_ids && nouts == op.nres_ids;
+    for (size_t i = 0; cached && i < nins; i++)
+        cached = !ins[i].isTensorList();
+    uint32_t qual_id;
+    bool empty;
     uint8_t in_role[kMaxOpArgs];
-    for (size_t i = 0; i < nins; i++) {
-        in_role[i] = 1; // KD_ROLE_READ
-        if (schema != nullptr && i < schema->arguments().size()) {
-            const c10::Argument &a = schema->arguments()[i];
-            std::snprintf(s.argname[i], kNameBytes, "%s", a.name().c_str());
-            if (a.alias_info() != nullptr && a.alias_info()->isWrite())
-                in_role[i] = 2; // KD_ROLE_WRITE: recorded after the op, so only its result
-        } else {
-            std::snprintf(s.argname[i], kNameBytes, "arg%zu", i);
+    if (cached) {
+        qual_id = op.qual_id;
+        empty = op.empty;
+        for (size_t i = 0; i < nins; i++) {
+            in_role[i] = (op.write_mask >> i) & 1u ? 2 : 1;
+            s.argid[i] = op.arg_id[i];
+            s.argname[i][0] = '\0'; // read for tensor lists only: none here
+        }
+        for (size_t j = 0; j < nouts; j++)
+            s.resid[j] = op.res_id[j];
+    } else {
+        qualified_name(fn, s.qual, sizeof s.qual);
+        qual_id = op_intern(s.qual, std::strlen(s.qual));
+        empty = is_empty_op(s.qual);
+        const c10::FunctionSchema *schema = op.schema;
+        // Every name and role first, copied out of the schema before any tensor
+        // is wrapped: a wrap can run the garbage collector, whose finalizers may
+        // drop the op (a torch.library.Library) and free its schema.
+        for (size_t i = 0; i < nins; i++) {
+            in_role[i] = 1; // KD_ROLE_READ
+            if (schema != nullptr && i < schema->arguments().size()) {
+                const c10::Argument &a = schema->arguments()[i];
+                std::snprintf(s.argname[i], kNameBytes, "%s", a.name().c_str());
+                if (a.alias_info() != nullptr && a.alias_info()->isWrite())
+                    in_role[i] = 2; // KD_ROLE_WRITE: recorded after the op, so only its result
+            } else {
+                std::snprintf(s.argname[i], kNameBytes, "arg%zu", i);
+            }
+            s.argid[i] = op_intern(s.argname[i], std::strlen(s.argname[i]));
+        }
+        for (size_t j = 0; j < nouts; j++) {
+            if (schema != nullptr && j < schema->returns().size() && !schema->returns()[j].name().empty())
+                std::snprintf(s.resname[j], kNameBytes, "%s", schema->returns()[j].name().c_str());
+            else if (outs.size() == 1)
+                std::snprintf(s.resname[j], kNameBytes, "result");
+            else
+                std::snprintf(s.resname[j], kNameBytes, "result%zu", j);
+            s.resid[j] = op_intern(s.resname[j], std::strlen(s.resname[j]));
         }
     }
-    for (size_t j = 0; j < nouts; j++) {
-        if (schema != nullptr && j < schema->returns().size() && !schema->returns()[j].name().empty())
-            std::snprintf(s.resname[j], kNameBytes, "%s", schema->returns()[j].name().c_str());
-        else if (outs.size() == 1)
-            std::snprintf(s.resname[j], kNameBytes, "result");
-        else
-            std::snprintf(s.resname[j], kNameBytes, "result%zu", j);
-    }
-    schema = nullptr; // not read past here
     int n = 0;
     for (size_t i = 0; i < nins; i++)
-        n = add_value(s, n, ins[i], s.argname[i], in_role[i]);
+        n = add_value(s, n, ins[i], s.argname[i], s.argid[i], in_role[i]);
     for (size_t j = 0; j < nouts; j++) {
         bool aliased = false; // in-place / out=: already recorded as the written argument
         for (size_t i = 0; i < ins.size() && !aliased; i++)
             aliased = same_tensor(outs[j], ins[i]);
         if (!aliased)
-            n = add_value(s, n, outs[j], s.resname[j], 2);
+            n = add_value(s, n, outs[j], s.resname[j], s.resid[j], 2);
     }
-    op_record(s.qual, s.objs, s.names, s.roles, n);
+    op_record(qual_id, empty ? 1 : 0, s.objs, s.ids, s.roles, n);
     for (int i = 0; i < n; i++)
         Py_DECREF(s.objs[i]);
 }
@@ -680,11 +781,15 @@ void op_end(ObsState &st, const at::RecordFunction &fn)
         const OpInfo *found = op_info(fn); // Note [Op info cache]
         if (found == nullptr)
             return;
-        const OpInfo op = *found; // ops the record runs may reuse its slot
         PyGILState_STATE g = PyGILState_Ensure();
         PyObject *et, *ev, *etb;
         PyErr_Fetch(&et, &ev, &etb);
         try {
+            // Note [Op names interned once]: at the op's first record (the slot is
+            // this thread's; nothing ran since op_info returned it)
+            if (!found->ids_ok)
+                intern_names(const_cast<OpInfo &>(*found), fn, static_cast<size_t>(nin), fn.outputs().size());
+            const OpInfo op = *found; // ops the record runs may reuse its slot
             record_op(fn, op, st.inputs, nin);
         } catch (...) {
         }
@@ -703,11 +808,13 @@ void op_end_global(const at::RecordFunction &fn, at::ObserverContext *) { op_end
 
 } // namespace
 
-extern "C" uint64_t kd_shim_op_observer_add(int global, kd_op_want_fn want, kd_op_record_fn record)
+extern "C" uint64_t kd_shim_op_observer_add(int global, kd_op_want_fn want, kd_op_record_fn record,
+                                           kd_op_intern_fn intern)
 {
     try {
         op_want = want;
         op_record = record;
+        op_intern = intern;
         ensure_epoch_listener(); // Note [Op info cache]
         uint64_t &handle = global ? global_handle : tls_handle;
         if (handle == 0) {

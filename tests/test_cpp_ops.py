@@ -231,3 +231,69 @@ def test_check_hash_mismatches_sees_aten_records(compiled):
         b = _run(fn, x, kernels_only=True, record_extern_ops=True)
     (m,) = [d for d in DebugMode.check_hash_mismatches(a.operators, b.operators) if d["call_type"] == "aten op"]
     assert m["call"] == "aten::mm.out" and m["arg_name"] == "out" and m["hash1"] != m["hash2"]
+
+
+def _names_roles(op):
+    return list(op.roles.items())
+
+
+def test_op_names_interned_once_match_the_schema_on_every_record():
+    """Note [Op names interned once] (csrc/kd_torch.cpp): an op's names are
+    interned at its first record on a thread and reused; the records of the
+    first call, of later calls, and of ops that take the per-call path
+    (tensor lists, several results) carry the schema's names and roles."""
+    a, b, out = torch.randn(3), torch.randn(3), torch.empty(3)
+    with DebugMode(op_path="c++") as dm:
+        for _ in range(3):
+            torch.add(a, b)
+        torch.add(a, b, out=out)
+        torch.cat([a, b])
+        torch.max(torch.stack([a, b]), dim=0)
+        c = a.clone()
+        c.relu_()
+        c.relu_()
+    by = {}
+    for op in dm.operators:
+        by.setdefault(op.kernel_name, []).append(op)
+    adds = by["aten::add.Tensor"]
+    assert len(adds) == 3
+    # aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
+    assert all(_names_roles(op) == [("self", "R"), ("other", "R"), ("alpha", "R"), ("result", "W")] for op in adds)
+    # out=: the written argument is the result (no separate result argument)
+    assert _names_roles(by["aten::add.out"][0]) == [("self", "R"), ("other", "R"), ("alpha", "R"), ("out", "W")]
+    # a tensor list: one argument per tensor, named by its index (the per-call path)
+    assert [n for n, _ in _names_roles(by["aten::cat"][0])] == ["tensors[0]", "tensors[1]", "dim", "result"]
+    # several results, named by the schema: max.dim(...) -> (Tensor values, Tensor indices)
+    assert _names_roles(by["aten::max.dim"][0])[-2:] == [("values", "W"), ("indices", "W")]
+    # in place: relu_(Tensor(a!) self) -> Tensor(a!), the first record and the reused names alike
+    assert [_names_roles(op) for op in by["aten::relu_"]] == [[("self", "W")]] * 2
+
+
+def test_op_names_follow_a_reregistered_op():
+    """A custom op dropped and defined again with other argument names: the
+    records name the arguments of the schema in force (the op info slot is
+    refilled at a registration, Note [Op info cache]; its interned names with
+    it)."""
+    def define(arg):
+        lib = torch.library.Library("kdtest_names", "DEF")
+        lib.define(f"f(Tensor {arg}) -> Tensor")
+        lib.impl("f", lambda t: t + 1, "CompositeExplicitAutograd")
+        return lib
+
+    x = torch.randn(2)
+    lib = define("first")
+    with DebugMode(op_path="c++") as dm:
+        torch.ops.kdtest_names.f(x)
+        torch.ops.kdtest_names.f(x)
+    lib._destroy()
+    del lib
+    lib = define("second")
+    try:
+        with DebugMode(op_path="c++") as dm2:
+            torch.ops.kdtest_names.f(x)
+    finally:
+        lib._destroy()
+    firsts = [op for op in dm.operators if op.kernel_name == "kdtest_names::f"]
+    assert len(firsts) == 2 and all(list(op.roles)[0] == "first" for op in firsts)
+    second = [op for op in dm2.operators if op.kernel_name == "kdtest_names::f"]
+    assert len(second) == 1 and list(second[0].roles)[0] == "second", [list(op.roles) for op in dm2.operators]
