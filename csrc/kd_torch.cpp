@@ -650,43 +650,64 @@ bool is_empty_op(const char *qual)
     return std::strstr(qual, "::empty") != nullptr || std::strstr(qual, "::new_empty") != nullptr;
 }
 
+// The names of an op's first nins arguments and nouts results into
+// s.argname / s.resname and its arguments' roles into in_role, copied out of
+// the schema (nullptr: none): the schema's names, "argN" past its arguments,
+// "result" / "resultN" for unnamed results.
+void name_op(const c10::FunctionSchema *schema, size_t nins, size_t nouts, OpScratch &s, uint8_t *in_role)
+{
+    for (size_t i = 0; i < nins; i++) {
+        in_role[i] = 1; // KD_ROLE_READ
+        if (schema != nullptr && i < schema->arguments().size()) {
+            const c10::Argument &a = schema->arguments()[i];
+            std::snprintf(s.argname[i], kNameBytes, "%s", a.name().c_str());
+            if (a.alias_info() != nullptr && a.alias_info()->isWrite())
+                in_role[i] = 2; // KD_ROLE_WRITE: recorded after the op, so only its result
+        } else {
+            std::snprintf(s.argname[i], kNameBytes, "arg%zu", i);
+        }
+    }
+    for (size_t j = 0; j < nouts; j++) {
+        if (schema != nullptr && j < schema->returns().size() && !schema->returns()[j].name().empty())
+            std::snprintf(s.resname[j], kNameBytes, "%s", schema->returns()[j].name().c_str());
+        else if (nouts == 1)
+            std::snprintf(s.resname[j], kNameBytes, "result");
+        else
+            std::snprintf(s.resname[j], kNameBytes, "result%zu", j);
+    }
+}
+
 // Interns d's names into d (GIL held; before any tensor is wrapped: the
-// schema is read).  False when the op takes the per-call path.
+// schema is read), through name_op and this thread's scratch, which the
+// record then fills again.  False when the op takes the per-call path.
 bool intern_names(OpInfo &d, const at::RecordFunction &fn, size_t nin, size_t nout)
 {
     const c10::FunctionSchema *schema = d.schema;
     if (schema == nullptr || d.unbounded || nin != d.nargs || nin > static_cast<size_t>(kIdArgs) ||
         nout > static_cast<size_t>(kIdRes) || nout != schema->returns().size())
         return false;
-    char qual[256];
-    qualified_name(fn, qual, sizeof qual);
-    const uint32_t q = op_intern(qual, std::strlen(qual));
+    OpScratch &s = op_scratch;
+    qualified_name(fn, s.qual, sizeof s.qual);
+    const uint32_t q = op_intern(s.qual, std::strlen(s.qual));
     if (q == 0)
         return false;
+    uint8_t role[kIdArgs];
+    name_op(schema, nin, nout, s, role);
     uint32_t mask = 0;
     for (size_t i = 0; i < nin; i++) {
-        const c10::Argument &a = schema->arguments()[i];
-        d.arg_id[i] = op_intern(a.name().c_str(), a.name().size());
+        d.arg_id[i] = op_intern(s.argname[i], std::strlen(s.argname[i]));
         if (d.arg_id[i] == 0)
             return false;
-        if (a.alias_info() != nullptr && a.alias_info()->isWrite())
+        if (role[i] == 2)
             mask |= 1u << i;
     }
     for (size_t j = 0; j < nout; j++) {
-        char nm[kNameBytes];
-        const std::string &rn = schema->returns()[j].name();
-        if (!rn.empty())
-            std::snprintf(nm, sizeof nm, "%s", rn.c_str());
-        else if (nout == 1)
-            std::snprintf(nm, sizeof nm, "result");
-        else
-            std::snprintf(nm, sizeof nm, "result%zu", j);
-        d.res_id[j] = op_intern(nm, std::strlen(nm));
+        d.res_id[j] = op_intern(s.resname[j], std::strlen(s.resname[j]));
         if (d.res_id[j] == 0)
             return false;
     }
     d.qual_id = q;
-    d.empty = is_empty_op(qual);
+    d.empty = is_empty_op(s.qual);
     d.write_mask = mask;
     d.nin_ids = static_cast<uint8_t>(nin);
     d.nres_ids = static_cast<uint8_t>(nout);
@@ -696,7 +717,7 @@ bool intern_names(OpInfo &d, const at::RecordFunction &fn, size_t nin, size_t no
 
 // Describes the finished op (GIL held) and hands it to the C side: with the
 // names op interned once when it can (Note [Op names interned once]), else
-// formatted and interned here.
+// named (name_op) and interned here.
 void record_op(const at::RecordFunction &fn, const OpInfo &op, const c10::IValue *inputs, int nin)
 {
     OpScratch &s = op_scratch;
@@ -704,9 +725,13 @@ void record_op(const at::RecordFunction &fn, const OpInfo &op, const c10::IValue
     const std::vector<c10::IValue> &outs = fn.outputs();
     const size_t nins = ins.size() < static_cast<size_t>(kMaxOpArgs) ? ins.size() : kMaxOpArgs;
     const size_t nouts = outs.size() < static_cast<size_t>(kMaxOpArgs) ? outs.size() : kMaxOpArgs;
+    // a tensor list, argument or result, is named per element ("tensors[2]",
+    // "result[0]") from the text of its name, which only the per-call path formats
     bool cached = op.ids_ok && nins == op.nin_ids && nouts == op.nres_ids;
     for (size_t i = 0; cached && i < nins; i++)
         cached = !ins[i].isTensorList();
+    for (size_t j = 0; cached && j < nouts; j++)
+        cached = !outs[j].isTensorList();
     uint32_t qual_id;
     bool empty;
     uint8_t in_role[kMaxOpArgs];
@@ -716,7 +741,6 @@ void record_op(const at::RecordFunction &fn, const OpInfo &op, const c10::IValue
         for (size_t i = 0; i < nins; i++) {
             in_role[i] = (op.write_mask >> i) & 1u ? 2 : 1;
             s.argid[i] = op.arg_id[i];
-            s.argname[i][0] = '\0'; // read for tensor lists only: none here
         }
         for (size_t j = 0; j < nouts; j++)
             s.resid[j] = op.res_id[j];
@@ -724,31 +748,14 @@ void record_op(const at::RecordFunction &fn, const OpInfo &op, const c10::IValue
         qualified_name(fn, s.qual, sizeof s.qual);
         qual_id = op_intern(s.qual, std::strlen(s.qual));
         empty = is_empty_op(s.qual);
-        const c10::FunctionSchema *schema = op.schema;
         // Every name and role first, copied out of the schema before any tensor
         // is wrapped: a wrap can run the garbage collector, whose finalizers may
         // drop the op (a torch.library.Library) and free its schema.
-        for (size_t i = 0; i < nins; i++) {
-            in_role[i] = 1; // KD_ROLE_READ
-            if (schema != nullptr && i < schema->arguments().size()) {
-                const c10::Argument &a = schema->arguments()[i];
-                std::snprintf(s.argname[i], kNameBytes, "%s", a.name().c_str());
-                if (a.alias_info() != nullptr && a.alias_info()->isWrite())
-                    in_role[i] = 2; // KD_ROLE_WRITE: recorded after the op, so only its result
-            } else {
-                std::snprintf(s.argname[i], kNameBytes, "arg%zu", i);
-            }
+        name_op(op.schema, nins, nouts, s, in_role);
+        for (size_t i = 0; i < nins; i++)
             s.argid[i] = op_intern(s.argname[i], std::strlen(s.argname[i]));
-        }
-        for (size_t j = 0; j < nouts; j++) {
-            if (schema != nullptr && j < schema->returns().size() && !schema->returns()[j].name().empty())
-                std::snprintf(s.resname[j], kNameBytes, "%s", schema->returns()[j].name().c_str());
-            else if (outs.size() == 1)
-                std::snprintf(s.resname[j], kNameBytes, "result");
-            else
-                std::snprintf(s.resname[j], kNameBytes, "result%zu", j);
+        for (size_t j = 0; j < nouts; j++)
             s.resid[j] = op_intern(s.resname[j], std::strlen(s.resname[j]));
-        }
     }
     int n = 0;
     for (size_t i = 0; i < nins; i++)

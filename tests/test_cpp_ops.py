@@ -297,3 +297,22 @@ def test_op_names_follow_a_reregistered_op():
     assert len(firsts) == 2 and all(list(op.roles)[0] == "first" for op in firsts)
     second = [op for op in dm2.operators if op.kernel_name == "kdtest_names::f"]
     assert len(second) == 1 and list(second[0].roles)[0] == "second", [list(op.roles) for op in dm2.operators]
+
+
+def test_a_tensor_list_result_is_named_on_a_threads_first_record():
+    """A tensor-list result (unbind.int(Tensor self, int dim) -> Tensor[]) is
+    named per element from its result name: "result[0]", "result[1]", also
+    as the first op recorded on a fresh thread, where the reused-name path
+    once read an empty name buffer ("[0]", "[1]")."""
+    x = torch.randn(2, 3)
+
+    def work():
+        torch.unbind(x)
+        torch.unbind(x)
+
+    with DebugMode(op_path="c++", record_all_threads=True) as dm:
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+    unbinds = [list(op.roles) for op in dm.operators if op.kernel_name == "aten::unbind.int"]
+    assert unbinds == [["self", "dim", "result[0]", "result[1]"]] * 2, unbinds
