@@ -696,7 +696,7 @@ static void test_render(void)
             max_cap = s.payload_cap;
     }
     CHECK(ok);
-    CHECK(max_cap <= 4 * 100 * 5 + 256);
+    CHECK(max_cap <= 4 * 100 * 5 + 256); /* at most 100 launches of at most 5 payloads kept */
     /* lower_bound over gaps (lost launches): indexes 0, 3, 6, ... */
     kd_store_clear(&s);
     for (uint64_t k = 0; k < 50; k++) {
@@ -707,7 +707,7 @@ static void test_render(void)
     CHECK(kd_store_lower_bound(&s, 0) == 0 && kd_store_lower_bound(&s, 1) == 1 && kd_store_lower_bound(&s, 3) == 1);
     CHECK(kd_store_lower_bound(&s, 4) == 2 && kd_store_lower_bound(&s, 147) == 49 && kd_store_lower_bound(&s, 148) == 50);
     kd_store_drop_front(&s, 10); /* first live: index 30 */
-    CHECK(kd_store_lower_bound(&s, 0) == 0 && kd_store_lower_bound(&s, 31) == 1); /* at most 100 launches of at most 5 payloads kept */
+    CHECK(kd_store_lower_bound(&s, 0) == 0 && kd_store_lower_bound(&s, 31) == 1);
     kd_store_free(&s);
     kd_strtab_free(t);
 }
