@@ -926,14 +926,8 @@ class _HeldRecorder:
         self.held_from = stop if stop < self.seen else None
         return len(self.table)
 
-    def launch(self, i):
-        return type("L", (), {"launch_index": self.table[i]})
-
     def position(self, launch_index):
         return bisect.bisect_left(self.table, launch_index)
-
-    def stats(self):
-        return {"dropped": 0, "unrecorded": 0}
 
     def forget(self, k):
         del self.table[:k]
