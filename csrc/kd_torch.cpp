@@ -630,9 +630,9 @@ bool same_tensor(const c10::IValue &a, const c10::IValue &b)
  * and at most kIdArgs arguments and kIdRes results, recorded with as many
  * inputs and outputs as the schema has.  They are reused while the slot holds
  * that op at that registration epoch (a registration refills the slot, ids
- * included).  An op with a tensor-list argument, named per element
- * ("tensors[2]"), and any other op takes the per-call path: the same names,
- * interned at each record.  An id never changes: the table only grows, and a
+ * included).  A record with a tensor-list argument or result, named per
+ * element ("tensors[2]", "result[0]"), and any other op take the per-call
+ * path: the same names (name_op), interned at each record.  An id never changes: the table only grows, and a
  * full table (id 0) caches nothing. */
 
 // The qualified name of fn ("aten::mm.out") into buf.
