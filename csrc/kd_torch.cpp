@@ -792,12 +792,19 @@ void op_end(ObsState &st, const at::RecordFunction &fn)
         PyObject *et, *ev, *etb;
         PyErr_Fetch(&et, &ev, &etb);
         try {
-            // Note [Op names interned once]: at the op's first record (the slot is
-            // this thread's; nothing ran since op_info returned it)
-            if (!found->ids_ok)
-                intern_names(const_cast<OpInfo &>(*found), fn, static_cast<size_t>(nin), fn.outputs().size());
-            const OpInfo op = *found; // ops the record runs may reuse its slot
-            record_op(fn, op, st.inputs, nin);
+            // Waiting for the GIL let other threads run: one may have dropped
+            // a library and with it the schema `found` points into.  A
+            // registration since the lookup is seen in the epoch; look again.
+            if (found->epoch != op_epoch.load(std::memory_order_acquire))
+                found = op_info(fn);
+            if (found != nullptr) { // else no longer an op kdebug can name: not recorded
+                // Note [Op names interned once]: at the op's first record (the slot is
+                // this thread's; nothing ran since op_info returned it)
+                if (!found->ids_ok)
+                    intern_names(const_cast<OpInfo &>(*found), fn, static_cast<size_t>(nin), fn.outputs().size());
+                const OpInfo op = *found; // ops the record runs may reuse its slot
+                record_op(fn, op, st.inputs, nin);
+            }
         } catch (...) {
         }
         PyErr_Clear();
