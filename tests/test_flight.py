@@ -576,6 +576,10 @@ def test_replica_state_list_follows_the_optimizer(tmp_path):
     assert "group0.param1.exp_avg" in names() and same_objects()
     opt.load_state_dict(opt.state_dict())  # new state tensors
     assert same_objects()
+    opt.state[a.weight]["exp_avg"] = torch.zeros(4, 4)  # one state tensor replaced in its dict
+    assert same_objects()
+    opt.state[a.bias] = dict(opt.state[a.bias])  # a parameter's state dict replaced (same tensors)
+    assert same_objects()
     opt.add_param_group({"params": list(b.parameters())})
     assert names()[-2:] == ["group1.param0", "group1.param1"] and same_objects()
     # the gradient names follow the param groups too (their cache is checked against the parameters)
