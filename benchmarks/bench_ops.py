@@ -2,7 +2,8 @@
 (kdebug.workloads.transformer_step: forward + backward; CPU by default).
 
 Configurations (each a whole step; --n x --rounds steps each, interleaved one
-step at a time; min and median reported):
+step at a time; min and median reported, and the paired ratio: the median over
+iterations of a step's time over the untraced / null-mode step run next to it):
   untraced           no recording
   null_mode          a do-nothing Python TorchDispatchMode (the floor of any Python op recording)
   upstream           torch.utils._debug_mode.DebugMode()
@@ -117,10 +118,17 @@ def main(argv=None):
             row[f"{stat}_x_null_mode"] = round(row[stat + "_ms"] / floor, 3)
         row = table["ko_extern_hash"]
         row[f"{stat}_x_ko_hash"] = round(row[stat + "_ms"] / table["ko_hash"][stat + "_ms"], 3)
+    # paired: the median over iterations of a step's time over the untraced
+    # (null-mode) step of the same iteration, run next to it
+    for name, row in table.items():
+        for ref in ("untraced", "null_mode"):
+            row[f"paired_x_{ref}"] = round(statistics.median(
+                t / u for t, u in zip(times[name], times[ref])), 3)
     for name, row in table.items():
         print(f"{name:16s} min {row['min_ms']:8.2f} ms x{row['min_x_untraced']:.3f} untraced "
               f"x{row['min_x_null_mode']:.3f} null-mode | median {row['median_ms']:8.2f} ms "
-              f"x{row['median_x_untraced']:.3f} x{row['median_x_null_mode']:.3f} | "
+              f"x{row['median_x_untraced']:.3f} x{row['median_x_null_mode']:.3f} | paired "
+              f"x{row['paired_x_untraced']:.3f} x{row['paired_x_null_mode']:.3f} | "
               f"records={row.get('records', '-')} aten={row.get('aten', '-')}")
     r = table["ko_extern_hash"]
     print(f"ko_extern_hash / ko_hash: min x{r['min_x_ko_hash']:.3f}, median x{r['median_x_ko_hash']:.3f}")
