@@ -54,18 +54,73 @@ static PyObject *table_full(kd_recorder *r)
     Py_RETURN_FALSE;
 }
 
-/* record_state(name, arg_names, tensors) -> bool */
+/* Note [Replica names interned once]
+ * A replica record's argument names (about 260 a step under the flight
+ * recorder: every gradient, parameter and optimizer state) were interned at
+ * every record, each a hash and a mutex in kd_strings, about 40% of
+ * record_state's own time (perf, the CPU machine).  The flight recorder's
+ * plans are cached across steps, so it interns each record's names once
+ * (intern_names: their ids packed as native uint32) and hands record_state
+ * the ids; a list of str still works (kdebug.replicated marks).  Ids never
+ * change (kd_strtab.h); an id 0 is a name the full table could not take. */
+
+/* intern_names(names) -> bytes: the names' string ids, native uint32 each */
+static PyObject *intern_names(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    if (!PyList_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "intern_names takes a list of str");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(arg);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint32_t));
+    if (out == NULL)
+        return NULL;
+    uint32_t *ids = (uint32_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *nm = PyList_GET_ITEM(arg, i);
+        Py_ssize_t len;
+        const char *s = PyUnicode_Check(nm) ? PyUnicode_AsUTF8AndSize(nm, &len) : NULL;
+        if (s == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "intern_names: each name must be a str");
+            Py_DECREF(out);
+            return NULL;
+        }
+        ids[i] = kd_strtab_intern(kd_strings, s, (size_t)len); /* 0: the table is full (record_state counts it) */
+    }
+    return out;
+}
+
+/* record_state(name, arg_names, tensors) -> bool; arg_names: a list of str
+ * or intern_names' bytes (Note [Replica names interned once]) */
 static PyObject *record_state(PyObject *m, PyObject *args)
 {
     (void)m;
     const char *name;
     PyObject *names, *tensors;
-    if (!PyArg_ParseTuple(args, "sO!O!:record_state", &name, &PyList_Type, &names, &PyList_Type, &tensors))
+    if (!PyArg_ParseTuple(args, "sOO!:record_state", &name, &names, &PyList_Type, &tensors))
         return NULL;
+    const int by_id = PyBytes_Check(names);
+    if (!by_id && !PyList_Check(names)) {
+        PyErr_SetString(PyExc_TypeError, "record_state: give the names as a list of str or intern_names' bytes");
+        return NULL;
+    }
     Py_ssize_t n = PyList_GET_SIZE(tensors);
-    if (n < 1 || n > KD_GPU_BATCH_MAX || PyList_GET_SIZE(names) != n) {
+    Py_ssize_t nn = by_id ? PyBytes_GET_SIZE(names) / (Py_ssize_t)sizeof(uint32_t) : PyList_GET_SIZE(names);
+    if (n < 1 || n > KD_GPU_BATCH_MAX || nn != n ||
+        (by_id && PyBytes_GET_SIZE(names) != n * (Py_ssize_t)sizeof(uint32_t))) {
         PyErr_Format(PyExc_ValueError, "record_state takes 1 to %d tensors, each with a name", KD_GPU_BATCH_MAX);
         return NULL;
+    }
+    if (by_id) {
+        const uint32_t *given = (const uint32_t *)PyBytes_AS_STRING(names);
+        const uint32_t count = kd_strtab_count(kd_strings);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (given[i] > count) {
+                PyErr_SetString(PyExc_ValueError, "record_state: a name id that intern_names did not give");
+                return NULL;
+            }
     }
     kd_recorder *r = kd_active_recorder();
     if (r == NULL)
@@ -83,15 +138,19 @@ static PyObject *record_state(PyObject *m, PyObject *args)
     info.device_index = -1;
     uint64_t stream = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *nm = PyList_GET_ITEM(names, i);
-        Py_ssize_t len;
-        const char *s = PyUnicode_Check(nm) ? PyUnicode_AsUTF8AndSize(nm, &len) : NULL;
-        if (s == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "record_state: each name must be a str");
-            return NULL;
+        if (by_id) {
+            memcpy(&name_ids[i], PyBytes_AS_STRING(names) + i * (Py_ssize_t)sizeof(uint32_t), sizeof(uint32_t));
+        } else {
+            PyObject *nm = PyList_GET_ITEM(names, i);
+            Py_ssize_t len;
+            const char *s = PyUnicode_Check(nm) ? PyUnicode_AsUTF8AndSize(nm, &len) : NULL;
+            if (s == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "record_state: each name must be a str");
+                return NULL;
+            }
+            name_ids[i] = kd_strtab_intern(kd_strings, s, (size_t)len);
         }
-        name_ids[i] = kd_strtab_intern(kd_strings, s, (size_t)len);
         if (name_ids[i] == 0)
             return table_full(r);
         roles[i] = KD_ROLE_WRITE;
@@ -166,7 +225,11 @@ static PyMethodDef state_record_methods[] = {
      "not plainly a tensor of its own data (Note [Plain replica tensors])."},
     {"record_state", record_state, METH_VARARGS,
      "record_state(name, arg_names, tensors) -> bool: one record, as if kernel `name` wrote `tensors` (all on "
-     "one device), into this thread's active recorder (False: none); Note [Replica state records]."},
+     "one device), into this thread's active recorder (False: none); arg_names: a list of str or "
+     "intern_names' bytes; Note [Replica state records]."},
+    {"intern_names", intern_names, METH_O,
+     "intern_names(names) -> bytes: the names' string ids (native uint32 each; 0: kdebug's string table is "
+     "full), for record_state (Note [Replica names interned once])."},
     {NULL, NULL, 0, NULL},
 };
 

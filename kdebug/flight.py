@@ -204,6 +204,19 @@ def _state_unchanged(opt, check: tuple) -> bool:
             and all(map(is_, map(dict.get, st_dicts, st_keys), st_tensors)))
 
 
+class _Names(list):
+    """A replica record's argument names, with their string ids interned
+    once (``ids``, what record_state takes: Note [Replica names interned
+    once] in csrc/kd_state_record.c); the plans holding them are cached
+    across steps."""
+
+    __slots__ = ("ids",)
+
+    def __init__(self, names: list) -> None:
+        super().__init__(names)
+        self.ids = _C.intern_names(names)
+
+
 class _Handles:
     """The two optimizer hooks of FlightRecorder.attach; remove() detaches both."""
 
@@ -498,7 +511,7 @@ class FlightRecorder:
         for names, tensors, sources in by_dev.values():
             for k in range(0, len(tensors), m):
                 unwrapped = sources[k:k + m]
-                records.append((names[k:k + m], tensors[k:k + m],
+                records.append((_Names(names[k:k + m]), tensors[k:k + m],
                                 unwrapped if any(x is not None for x in unwrapped) else None))
         return records, skipped
 
@@ -521,7 +534,7 @@ class FlightRecorder:
                             "DTensors (FSDP) or other wrapper subclasses whose ranks hold different parts: not "
                             "compared across ranks")
         for names, tensors in resolved:
-            if _C.record_state(what, names, tensors):
+            if _C.record_state(what, names.ids, tensors):
                 self.stats["replica_records"] += 1
 
     def _mark(self, value, name: str) -> None:

@@ -1113,3 +1113,32 @@ def test_gradient_records_follow_the_gradients_each_step(tmp_path):
     got = [dict(k.post_hashes) for k in run.kernels if k.kernel_name == "kdebug::flight_grads"]
     assert got == want
     assert "1.bias.grad" not in got[2] and "1.bias.grad" in got[3] and len(set(map(str, got))) == 4
+
+
+def test_replica_record_names_given_as_interned_ids_or_as_str(tmp_path):
+    """record_state takes its argument names as a list of str or as
+    intern_names' ids (Note [Replica names interned once]): both give the
+    same named, hashed record; ids it did not hand out, a length that does
+    not match the tensors, and names that are not str are refused with an
+    error that says so, and nothing is recorded for them."""
+    from kdebug import _C, hashing
+
+    a, b = torch.arange(6.0), torch.ones(2, 3)
+    ids = _C.intern_names(["w", "w.exp_avg"])
+    assert len(ids) == 8
+    with kdebug.DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes("bitwise"):
+        assert _C.record_state("kdebug::by_id", ids, [a, b])
+        assert _C.record_state("kdebug::by_str", ["w", "w.exp_avg"], [a, b])
+        with pytest.raises(ValueError, match="intern_names did not give"):
+            _C.record_state("kdebug::bad", (1 << 31).to_bytes(4, "little") * 2, [a, b])
+        with pytest.raises(ValueError, match="each with a name"):
+            _C.record_state("kdebug::bad", ids[:4], [a, b])
+        with pytest.raises(TypeError, match="list of str or intern_names"):
+            _C.record_state("kdebug::bad", ("w", "w.exp_avg"), [a, b])
+    with pytest.raises(TypeError, match="must be a str"):
+        _C.intern_names(["w", 3])
+    recs = [k for k in dm.operators if str(getattr(k, "kernel_name", "")).startswith("kdebug::")]
+    assert [k.kernel_name for k in recs] == ["kdebug::by_id", "kdebug::by_str"]
+    want = {"w": hashing.bitwise(a, on_host=True), "w.exp_avg": hashing.bitwise(b, on_host=True)}
+    for k in recs:
+        assert k.post_hashes == want
