@@ -1142,3 +1142,43 @@ def test_replica_record_names_given_as_interned_ids_or_as_str(tmp_path):
     want = {"w": hashing.bitwise(a, on_host=True), "w.exp_avg": hashing.bitwise(b, on_host=True)}
     for k in recs:
         assert k.post_hashes == want
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),  # its state appears at the first step
+    lambda p: torch.optim.Adam(p, foreach=False),
+    lambda p: torch.optim.AdamW(p, amsgrad=True),
+    lambda p: torch.optim.RMSprop(p, momentum=0.5, centered=True),
+    lambda p: torch.optim.ASGD(p),
+], ids=["sgd_momentum", "adam_single_tensor", "adamw_amsgrad", "rmsprop_centered", "asgd"])
+def test_every_step_state_record_is_the_optimizers_state_after_that_step(make, tmp_path):
+    """Whatever an optimizer keeps and however it updates it (in place,
+    created at its first step, several buffers per parameter), each step's
+    state record holds the hashes of exactly the parameters and state
+    tensors the optimizer holds after that step: the cached state list
+    (FlightRecorder._state_entry) never records stale or missing tensors.
+    Expected values: the host's bitwise hash of opt.state, read after each step."""
+    from kdebug import hashing
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    opt = make(model.parameters())
+    fr = kdebug.FlightRecorder(every=1000, keep_steps=8, trace=str(tmp_path / "o.kdt"), ring_capacity=1 << 14)
+    handle = fr.attach(opt, model)
+    wants = []
+    with fr:
+        for _ in range(4):
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            want = {}
+            for n, p in model.named_parameters():
+                want[n] = hashing.bitwise(p, on_host=True)
+                want.update({f"{n}.{k}": hashing.bitwise(v, on_host=True)
+                             for k, v in opt.state[p].items() if isinstance(v, torch.Tensor)})
+            wants.append(want)
+    handle.remove()
+    recs = [k for k in kdebug.load(fr.dump()).kernels if k.kernel_name == "kdebug::flight_state"]
+    assert len(recs) == 4  # one record a step: fewer than _C.STATE_RECORD_MAX tensors
+    assert [dict(k.post_hashes) for k in recs] == wants
+    assert len(wants[-1]) > 4  # the state itself is in it, not only the parameters
