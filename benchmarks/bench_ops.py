@@ -12,7 +12,11 @@ iterations of a step's time over the untraced / null-mode step run next to it):
   ko_hash            DebugMode(kernels_only=True) + log_tensor_hashes()
   ko_extern_hash     DebugMode(kernels_only=True, record_extern_ops=True) + log_tensor_hashes()
 
-    python benchmarks/bench_ops.py [--device cpu] [--n 30] [--out benchmarks/results/ops_cpu.json]
+With --loop K, each configuration is also timed entered once around K steps
+(as a recording is used around a training loop, without the per-step cost of
+making, entering and leaving it), --n rounds in a rotated order.
+
+    python benchmarks/bench_ops.py [--device cpu] [--n 30] [--loop 10] [--out benchmarks/results/ops_cpu.json]
 """
 from __future__ import annotations
 
@@ -71,6 +75,35 @@ def per_op_us(n_ops: int = 2000, repeats: int = 15) -> dict:
     return {k: {"us_per_op": round(v, 3), "overhead_us": round(v - best["untraced"], 3)} for k, v in best.items()}
 
 
+def _loops(step, x, cfgs, device, k: int, rounds: int) -> dict:
+    """Each configuration entered once around k steps (the device synchronized
+    before and after), rounds of every configuration in a rotated order:
+    ms / step, the median over rounds, and its ratios to the untraced and
+    null-mode loops (of the medians, and paired: the median of each round's
+    ratio)."""
+    names = list(cfgs)
+    times = {n: [] for n in names}
+    for r in range(rounds + 1):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            _sync(device)
+            t0 = time.perf_counter()
+            with cfgs[name]():
+                for _ in range(k):
+                    step(x)
+                _sync(device)
+            if r:  # round 0 warms each configuration up
+                times[name].append((time.perf_counter() - t0) * 1e3 / k)
+    out = {}
+    for name, ts in times.items():
+        row = {"median_ms": round(statistics.median(ts), 3)}
+        for ref in ("untraced", "null_mode"):
+            row[f"median_x_{ref}"] = round(statistics.median(ts) / statistics.median(times[ref]), 3)
+            row[f"paired_x_{ref}"] = round(statistics.median(t / u for t, u in zip(ts, times[ref])), 3)
+        out[name] = row
+    return out
+
+
 def _sync(device):
     if device == "cuda":
         torch.cuda.synchronize()
@@ -82,6 +115,9 @@ def main(argv=None):
     p.add_argument("--n", type=int, default=30)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", default=None)
+    p.add_argument("--loop", type=int, default=0,
+                   help="also time each configuration entered once around K steps (how a recording "
+                        "is used around a training loop), --n rounds in a rotated order")
     a = p.parse_args(argv)
     step, x = transformer_step(a.device)
     cfgs = _configs()
@@ -132,6 +168,15 @@ def main(argv=None):
               f"records={row.get('records', '-')} aten={row.get('aten', '-')}")
     r = table["ko_extern_hash"]
     print(f"ko_extern_hash / ko_hash: min x{r['min_x_ko_hash']:.3f}, median x{r['median_x_ko_hash']:.3f}")
+    loops = None
+    if a.loop:
+        loops = _loops(step, x, cfgs, a.device, a.loop, a.n)
+        print(f"entered once around {a.loop} steps ({a.n} rounds, rotated order; ms / step, median over rounds; "
+              f"paired: median of the rounds' ratios)")
+        for name, row in loops.items():
+            print(f"  {name:16s} {row['median_ms']:8.3f} ms x{row['median_x_untraced']:.3f} untraced "
+                  f"x{row['median_x_null_mode']:.3f} null-mode | paired x{row['paired_x_untraced']:.3f} "
+                  f"x{row['paired_x_null_mode']:.3f}")
     ops = per_op_us()
     for name, row in ops.items():
         print(f"per op {name:12s} {row['us_per_op']:8.3f} us  (+{row['overhead_us']:.3f} us over untraced)")
@@ -139,7 +184,8 @@ def main(argv=None):
         with open(a.out, "w") as f:
             json.dump({"device": a.device, "torch": torch.__version__, "steps_per_config": a.n * a.rounds, "load_avg": os.getloadavg(),
                        "workload": "kdebug.workloads.transformer_step (compiled forward + backward)",
-                       "table": table, "per_op_eager_add": ops}, f, indent=1)
+                       "table": table, "entered_once": loops and {"steps_per_loop": a.loop, "rounds": a.n, "table": loops},
+                       "per_op_eager_add": ops}, f, indent=1)
 
 
 if __name__ == "__main__":
