@@ -62,7 +62,34 @@ static PyObject *table_full(kd_recorder *r)
  * plans are cached across steps, so it interns each record's names once
  * (intern_names: their ids packed as native uint32) and hands record_state
  * the ids; a list of str still works (kdebug.replicated marks).  Ids never
- * change (kd_strtab.h); an id 0 is a name the full table could not take. */
+ * change (kd_strtab.h); an id 0 is a name the full table could not take.  A
+ * NUL in a name (torch allows one in a parameter's name; the table takes
+ * none) is interned as the two characters \0 (intern_label): the record
+ * was dropped whole before, reported as a full table. */
+
+/* The string id of a tensor's name: a NUL in it (torch takes
+ * register_parameter("w\x00x", ...); kd_strings takes no NUL) is written as
+ * the two characters \0.  0: the table is full (or out of memory). */
+static uint32_t intern_label(const char *s, Py_ssize_t len)
+{
+    if (memchr(s, '\0', (size_t)len) == NULL)
+        return kd_strtab_intern(kd_strings, s, (size_t)len);
+    char *buf = PyMem_Malloc((size_t)len * 2 + 1);
+    if (buf == NULL)
+        return 0;
+    size_t k = 0;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (s[i] == '\0') {
+            buf[k++] = '\\';
+            buf[k++] = '0';
+        } else {
+            buf[k++] = s[i];
+        }
+    }
+    uint32_t id = kd_strtab_intern(kd_strings, buf, k);
+    PyMem_Free(buf);
+    return id;
+}
 
 /* intern_names(names) -> bytes: the names' string ids, native uint32 each */
 static PyObject *intern_names(PyObject *m, PyObject *arg)
@@ -87,7 +114,7 @@ static PyObject *intern_names(PyObject *m, PyObject *arg)
             Py_DECREF(out);
             return NULL;
         }
-        ids[i] = kd_strtab_intern(kd_strings, s, (size_t)len); /* 0: the table is full (record_state counts it) */
+        ids[i] = intern_label(s, len); /* 0: the table is full (record_state counts it) */
     }
     return out;
 }
@@ -149,7 +176,7 @@ static PyObject *record_state(PyObject *m, PyObject *args)
                     PyErr_SetString(PyExc_TypeError, "record_state: each name must be a str");
                 return NULL;
             }
-            name_ids[i] = kd_strtab_intern(kd_strings, s, (size_t)len);
+            name_ids[i] = intern_label(s, len);
         }
         if (name_ids[i] == 0)
             return table_full(r);

@@ -130,6 +130,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import collections.abc
 import dataclasses
 import itertools
 import os
@@ -190,10 +191,13 @@ def _state_unchanged(opt, check: tuple) -> bool:
     objects ``check`` (FlightRecorder._state_entry) saw: the same parameters
     in the same groups, ``opt.state`` with the same keys in the same order
     mapping to the same dicts, each with as many entries and the same tensor
-    at each key that held one.  Identity checks at C speed, with no lookup
-    by tensor (a tensor's __hash__ is Python code: looking up 50 parameters'
-    state took 14 us of a step on the H200 host); about 250 objects a step."""
-    sizes, ps, keys, sts, lens, st_dicts, st_keys, st_tensors = check
+    at each key that held one; a dict that also held other values (an int
+    step, a slot still None) has the same keys in the same order and no
+    tensor where one was not, so a value that became a tensor is recorded.
+    Identity checks at C speed, with no lookup by tensor (a tensor's
+    __hash__ is Python code: looking up 50 parameters' state took 14 us of a
+    step on the H200 host); about 250 objects a step."""
+    sizes, ps, keys, sts, lens, st_dicts, st_keys, st_tensors, mixed, mixed_keys, others = check
     groups = opt.param_groups
     if len(groups) != len(sizes) or any(len(g["params"]) != n for g, n in zip(groups, sizes)):
         return False
@@ -201,7 +205,9 @@ def _state_unchanged(opt, check: tuple) -> bool:
     return (all(map(is_, itertools.chain.from_iterable(g["params"] for g in groups), ps))
             and len(state) == len(keys) and all(map(is_, state, keys)) and all(map(is_, state.values(), sts))
             and list(map(len, sts)) == lens
-            and all(map(is_, map(dict.get, st_dicts, st_keys), st_tensors)))
+            and all(map(is_, map(dict.get, st_dicts, st_keys), st_tensors))
+            and (not mixed or (list(map(list, mixed)) == mixed_keys
+                               and not any(isinstance(st.get(k), torch.Tensor) for st, k in others))))
 
 
 class _Names(list):
@@ -683,22 +689,27 @@ class FlightRecorder:
                 name = self._tensor_name(p, gi, pi)
                 named.append((name, p))
                 st = opt.state.get(p)
-                for key, v in sorted((st or {}).items(), key=lambda kv: str(kv[0])):
+                # a parameter's state is a mapping (torch.optim's always is); anything else holds no state
+                items = st.items() if isinstance(st, collections.abc.Mapping) else ()
+                for key, v in sorted(items, key=lambda kv: str(kv[0])):
                     if isinstance(v, torch.Tensor):
                         named.append((f"{name}.{key}", v))
         if len(self._state_cache) >= 8:  # optimizers replaced over a job: their tensors are not kept alive
             self._state_cache.clear()
         state = opt.state
-        sts = list(state.values())
         # what _state_unchanged compares; None (built again at every step) for an
         # optimizer whose state is not a dict of dicts
         check = None
-        if isinstance(state, dict) and all(type(st) is dict for st in sts):
+        if isinstance(state, dict) and all(type(st) is dict for st in state.values()):
+            sts = list(state.values())
             held = [(st, k, v) for st in sts for k, v in st.items() if isinstance(v, torch.Tensor)]
+            mixed = [st for st in sts if not all(isinstance(v, torch.Tensor) for v in st.values())]
             check = ([len(g["params"]) for g in opt.param_groups],
                      [p for g in opt.param_groups for p in g["params"]],
                      list(state), sts, list(map(len, sts)),
-                     [st for st, _, _ in held], [k for _, k, _ in held], [v for _, _, v in held])
+                     [st for st, _, _ in held], [k for _, k, _ in held], [v for _, _, v in held],
+                     mixed, [list(st) for st in mixed],
+                     [(st, k) for st in mixed for k, v in st.items() if not isinstance(v, torch.Tensor)])
         # the same objects, so the same records, until the list is rebuilt
         entry = ([len(g["params"]) for g in opt.param_groups], named, self._plan(named), check)
         self._state_cache[id(opt)] = entry

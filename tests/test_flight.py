@@ -1182,3 +1182,83 @@ def test_every_step_state_record_is_the_optimizers_state_after_that_step(make, t
     assert len(recs) == 4  # one record a step: fewer than _C.STATE_RECORD_MAX tensors
     assert [dict(k.post_hashes) for k in recs] == wants
     assert len(wants[-1]) > 4  # the state itself is in it, not only the parameters
+
+
+class _WarmupEma(torch.optim.Optimizer):
+    """SGD with an EMA of the parameters that begins after a warm-up step:
+    its state slot holds None first and a tensor later (the dict's length
+    does not change), next to an int count and a str tag."""
+
+    def __init__(self, params):
+        super().__init__(params, {"lr": 0.1})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for g in self.param_groups:
+            for p in g["params"]:
+                st = self.state[p]
+                if not st:
+                    st["n"], st["ema"], st["tag"] = 0, None, "warm"
+                st["n"] += 1
+                p.add_(p.grad, alpha=-g["lr"])
+                if st["ema"] is not None:
+                    st["ema"].lerp_(p, 0.1)
+                elif st["n"] >= 2:
+                    st["ema"] = p.clone()
+
+
+def test_state_that_becomes_a_tensor_later_is_recorded_from_then_on(tmp_path):
+    """A state value that is not a tensor at first (None until a warm-up
+    ends) and a tensor later, in a dict of unchanged length, is in the state
+    records from the step it appears in (the cached state list was kept
+    before: found by an adversarial review); so is a state key that replaces
+    a non-tensor one."""
+    from kdebug import hashing
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = _WarmupEma(model.parameters())
+    fr = kdebug.FlightRecorder(every=1000, keep_steps=8, trace=str(tmp_path / "e.kdt"), ring_capacity=1 << 14)
+    handle = fr.attach(opt, model)
+    with fr:
+        for i in range(4):
+            opt.zero_grad()
+            model(torch.randn(4, 3)).sum().backward()
+            if i == 3:  # a non-tensor entry swapped for a tensor one: same length, another key
+                for p in model.parameters():
+                    del opt.state[p]["tag"]
+                    opt.state[p]["extra"] = torch.zeros(1)
+            opt.step()
+    handle.remove()
+    recs = [k for k in kdebug.load(fr.dump()).kernels if k.kernel_name == "kdebug::flight_state"]
+    assert [sorted(k.post_hashes) for k in recs] == [
+        ["bias", "weight"],
+        ["bias", "bias.ema", "weight", "weight.ema"],
+        ["bias", "bias.ema", "weight", "weight.ema"],
+        ["bias", "bias.ema", "bias.extra", "weight", "weight.ema", "weight.extra"]]
+    assert recs[-1].post_hashes["weight.ema"] == hashing.bitwise(opt.state[model.weight]["ema"], on_host=True)
+
+
+def test_odd_optimizer_state_and_names_neither_raise_nor_drop_records(tmp_path):
+    """A parameter's state that is not a mapping (a tensor here) holds no
+    state for the recorder instead of raising out of opt.step(); a parameter
+    whose name holds a NUL (torch allows it) is recorded under the name with
+    the NUL written as \\0, not dropped with its whole record as if kdebug's
+    string table were full."""
+    m = torch.nn.Module()
+    m.register_parameter("w\x00x", torch.nn.Parameter(torch.randn(3)))
+    m.register_parameter("ok", torch.nn.Parameter(torch.randn(3)))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    fr = kdebug.FlightRecorder(every=1000, keep_steps=8, trace=str(tmp_path / "n.kdt"), ring_capacity=1 << 14)
+    handle = fr.attach(opt, m)
+    with fr:
+        for _ in range(2):
+            for p in m.parameters():
+                p.grad = torch.ones(3)
+            opt.state[m.ok] = torch.zeros(2)  # not a dict
+            opt.step()
+    handle.remove()
+    assert fr.stats["replica_records"] == 4
+    assert not fr._dm.kernel_stats["errors"]
+    recs = [k for k in kdebug.load(fr.dump()).kernels if k.kernel_name == "kdebug::flight_state"]
+    assert [sorted(k.post_hashes) for k in recs] == [["ok", "w\\0x"]] * 2
