@@ -139,7 +139,7 @@ import sys
 import threading
 import weakref
 from operator import is_
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -186,7 +186,22 @@ def _mix(a: int, b: int) -> int:
     return x ^ (x >> 31)
 
 
-def _state_unchanged(opt, check: tuple) -> bool:
+class _StateCheck(NamedTuple):
+    """What _state_unchanged compares (FlightRecorder._state_entry builds it)."""
+    sizes: list        # parameters per param group
+    params: list       # every group's parameters, in order
+    keys: list         # opt.state's keys, in its order
+    dicts: list        # opt.state's values (one dict per parameter with state), in its order
+    lens: list         # their lengths
+    held_dicts: list   # per state tensor: its dict, its key, the tensor
+    held_keys: list
+    held: list
+    mixed: list        # the dicts that also hold other values
+    mixed_keys: list   # their keys, in order
+    others: list       # (dict, key) of each value in them that is not a tensor
+
+
+def _state_unchanged(opt, check: _StateCheck) -> bool:
     """Whether ``opt``'s parameters, state dicts and state tensors are the
     objects ``check`` (FlightRecorder._state_entry) saw: the same parameters
     in the same groups, ``opt.state`` with the same keys in the same order
@@ -197,17 +212,18 @@ def _state_unchanged(opt, check: tuple) -> bool:
     Identity checks at C speed, with no lookup by tensor (a tensor's
     __hash__ is Python code: looking up 50 parameters' state took 14 us of a
     step on the H200 host); about 250 objects a step."""
-    sizes, ps, keys, sts, lens, st_dicts, st_keys, st_tensors, mixed, mixed_keys, others = check
+    c = check
     groups = opt.param_groups
-    if len(groups) != len(sizes) or any(len(g["params"]) != n for g, n in zip(groups, sizes)):
+    if len(groups) != len(c.sizes) or any(len(g["params"]) != n for g, n in zip(groups, c.sizes)):
         return False
     state = opt.state
-    return (all(map(is_, itertools.chain.from_iterable(g["params"] for g in groups), ps))
-            and len(state) == len(keys) and all(map(is_, state, keys)) and all(map(is_, state.values(), sts))
-            and list(map(len, sts)) == lens
-            and all(map(is_, map(dict.get, st_dicts, st_keys), st_tensors))
-            and (not mixed or (list(map(list, mixed)) == mixed_keys
-                               and not any(isinstance(st.get(k), torch.Tensor) for st, k in others))))
+    return (all(map(is_, itertools.chain.from_iterable(g["params"] for g in groups), c.params))
+            and len(state) == len(c.keys) and all(map(is_, state, c.keys))
+            and all(map(is_, state.values(), c.dicts))
+            and list(map(len, c.dicts)) == c.lens
+            and all(map(is_, map(dict.get, c.held_dicts, c.held_keys), c.held))
+            and (not c.mixed or (list(map(list, c.mixed)) == c.mixed_keys
+                                 and not any(isinstance(st.get(k), torch.Tensor) for st, k in c.others))))
 
 
 class _Names(list):
@@ -704,12 +720,13 @@ class FlightRecorder:
             sts = list(state.values())
             held = [(st, k, v) for st in sts for k, v in st.items() if isinstance(v, torch.Tensor)]
             mixed = [st for st in sts if not all(isinstance(v, torch.Tensor) for v in st.values())]
-            check = ([len(g["params"]) for g in opt.param_groups],
-                     [p for g in opt.param_groups for p in g["params"]],
-                     list(state), sts, list(map(len, sts)),
-                     [st for st, _, _ in held], [k for _, k, _ in held], [v for _, _, v in held],
-                     mixed, [list(st) for st in mixed],
-                     [(st, k) for st in mixed for k, v in st.items() if not isinstance(v, torch.Tensor)])
+            check = _StateCheck(
+                sizes=[len(g["params"]) for g in opt.param_groups],
+                params=[p for g in opt.param_groups for p in g["params"]],
+                keys=list(state), dicts=sts, lens=list(map(len, sts)),
+                held_dicts=[st for st, _, _ in held], held_keys=[k for _, k, _ in held], held=[v for _, _, v in held],
+                mixed=mixed, mixed_keys=[list(st) for st in mixed],
+                others=[(st, k) for st in mixed for k, v in st.items() if not isinstance(v, torch.Tensor)])
         # the same objects, so the same records, until the list is rebuilt
         entry = ([len(g["params"]) for g in opt.param_groups], named, self._plan(named), check)
         self._state_cache[id(opt)] = entry
