@@ -75,6 +75,12 @@ def per_op_us(n_ops: int = 2000, repeats: int = 15) -> dict:
     return {k: {"us_per_op": round(v, 3), "overhead_us": round(v - best["untraced"], 3)} for k, v in best.items()}
 
 
+def _paired(ts: list, ref: list) -> float:
+    """The median over iterations of a time over the reference's time of the
+    same iteration, run next to it."""
+    return round(statistics.median(t / u for t, u in zip(ts, ref)), 3)
+
+
 def _loops(step, x, cfgs, device, k: int, rounds: int) -> dict:
     """Each configuration entered once around k steps (the device synchronized
     before and after), rounds of every configuration in a rotated order:
@@ -99,7 +105,7 @@ def _loops(step, x, cfgs, device, k: int, rounds: int) -> dict:
         row = {"median_ms": round(statistics.median(ts), 3)}
         for ref in ("untraced", "null_mode"):
             row[f"median_x_{ref}"] = round(statistics.median(ts) / statistics.median(times[ref]), 3)
-            row[f"paired_x_{ref}"] = round(statistics.median(t / u for t, u in zip(ts, times[ref])), 3)
+            row[f"paired_x_{ref}"] = _paired(ts, times[ref])
         out[name] = row
     return out
 
@@ -154,12 +160,9 @@ def main(argv=None):
             row[f"{stat}_x_null_mode"] = round(row[stat + "_ms"] / floor, 3)
         row = table["ko_extern_hash"]
         row[f"{stat}_x_ko_hash"] = round(row[stat + "_ms"] / table["ko_hash"][stat + "_ms"], 3)
-    # paired: the median over iterations of a step's time over the untraced
-    # (null-mode) step of the same iteration, run next to it
     for name, row in table.items():
         for ref in ("untraced", "null_mode"):
-            row[f"paired_x_{ref}"] = round(statistics.median(
-                t / u for t, u in zip(times[name], times[ref])), 3)
+            row[f"paired_x_{ref}"] = _paired(times[name], times[ref])
     for name, row in table.items():
         print(f"{name:16s} min {row['min_ms']:8.2f} ms x{row['min_x_untraced']:.3f} untraced "
               f"x{row['min_x_null_mode']:.3f} null-mode | median {row['median_ms']:8.2f} ms "

@@ -91,6 +91,21 @@ static uint32_t intern_label(const char *s, Py_ssize_t len)
     return id;
 }
 
+/* The string id of name object nm (a str: intern_label), into *id; -1 with a
+ * TypeError naming `who` for anything else. */
+static int name_id(PyObject *nm, const char *who, uint32_t *id)
+{
+    Py_ssize_t len;
+    const char *s = PyUnicode_Check(nm) ? PyUnicode_AsUTF8AndSize(nm, &len) : NULL;
+    if (s == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "%s: each name must be a str", who);
+        return -1;
+    }
+    *id = intern_label(s, len); /* 0: the table is full (record_state counts it) */
+    return 0;
+}
+
 /* intern_names(names) -> bytes: the names' string ids, native uint32 each */
 static PyObject *intern_names(PyObject *m, PyObject *arg)
 {
@@ -104,18 +119,11 @@ static PyObject *intern_names(PyObject *m, PyObject *arg)
     if (out == NULL)
         return NULL;
     uint32_t *ids = (uint32_t *)PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *nm = PyList_GET_ITEM(arg, i);
-        Py_ssize_t len;
-        const char *s = PyUnicode_Check(nm) ? PyUnicode_AsUTF8AndSize(nm, &len) : NULL;
-        if (s == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "intern_names: each name must be a str");
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (name_id(PyList_GET_ITEM(arg, i), "intern_names", &ids[i]) != 0) {
             Py_DECREF(out);
             return NULL;
         }
-        ids[i] = intern_label(s, len); /* 0: the table is full (record_state counts it) */
-    }
     return out;
 }
 
@@ -134,9 +142,9 @@ static PyObject *record_state(PyObject *m, PyObject *args)
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(tensors);
-    Py_ssize_t nn = by_id ? PyBytes_GET_SIZE(names) / (Py_ssize_t)sizeof(uint32_t) : PyList_GET_SIZE(names);
-    if (n < 1 || n > KD_GPU_BATCH_MAX || nn != n ||
-        (by_id && PyBytes_GET_SIZE(names) != n * (Py_ssize_t)sizeof(uint32_t))) {
+    const int one_name_each = by_id ? PyBytes_GET_SIZE(names) == n * (Py_ssize_t)sizeof(uint32_t)
+                                    : PyList_GET_SIZE(names) == n;
+    if (n < 1 || n > KD_GPU_BATCH_MAX || !one_name_each) {
         PyErr_Format(PyExc_ValueError, "record_state takes 1 to %d tensors, each with a name", KD_GPU_BATCH_MAX);
         return NULL;
     }
@@ -167,16 +175,8 @@ static PyObject *record_state(PyObject *m, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++) {
         if (by_id) {
             memcpy(&name_ids[i], PyBytes_AS_STRING(names) + i * (Py_ssize_t)sizeof(uint32_t), sizeof(uint32_t));
-        } else {
-            PyObject *nm = PyList_GET_ITEM(names, i);
-            Py_ssize_t len;
-            const char *s = PyUnicode_Check(nm) ? PyUnicode_AsUTF8AndSize(nm, &len) : NULL;
-            if (s == NULL) {
-                if (!PyErr_Occurred())
-                    PyErr_SetString(PyExc_TypeError, "record_state: each name must be a str");
-                return NULL;
-            }
-            name_ids[i] = intern_label(s, len);
+        } else if (name_id(PyList_GET_ITEM(names, i), "record_state", &name_ids[i]) != 0) {
+            return NULL;
         }
         if (name_ids[i] == 0)
             return table_full(r);
