@@ -647,10 +647,19 @@ static PyObject *rec_prefault(kd_recorder *self, PyObject *unused)
     return PyLong_FromUnsignedLongLong(kd_ring_prefault(self->ring));
 }
 
+/* resident() -> bytes of the ring in memory now (Note [Spare rings] in core/kd_ring.c). */
+static PyObject *rec_resident(kd_recorder *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(self->ring != NULL ? kd_ring_resident(self->ring) : 0);
+}
+
 static PyMethodDef rec_methods[] = {
     {"prefault", (PyCFunction)rec_prefault, METH_NOARGS,
      "prefault() -> bytes: touch every page of the ring now, so launches never fault it in (Note [Ring prefault]); "
      "only while not started."},
+    {"resident", (PyCFunction)rec_resident, METH_NOARGS,
+     "resident() -> bytes of the ring resident in memory now (pages a launch or prefault() touched)."},
     {"hash_window", (PyCFunction)rec_hash_window, METH_VARARGS,
      "hash_window(n, spec) -> previous n: while n > 0 every launch into this recorder is hashed bitwise too, "
      "with hash spec `spec` where nothing else asked for a hash (Note [Hash windows])."},

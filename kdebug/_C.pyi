@@ -188,6 +188,7 @@ class Recorder:
     def record(self, info: KernelInfo, args: tuple, stream: int = 0) -> bool: ...
     def hash_window(self, n: int, spec: int) -> int: ...  # Note [Hash windows]: hash every launch bitwise too while n > 0
     def prefault(self) -> int: ...  # Note [Ring prefault]: touch the ring's pages now (bytes); not while started
+    def resident(self) -> int: ...  # bytes of the ring resident in memory now (mincore)
     outputs: dict[int, dict[str, Any]]
     custom: dict[tuple[int, int, int], Any]
     owner_thread: int  # threading.get_ident() of the thread that last started it

@@ -119,11 +119,11 @@ def test_the_ring_is_resident_before_the_first_launch(tmp_path):
 
 def test_a_dropped_recorder_frees_its_ring_without_a_collection(tmp_path, monkeypatch):
     """A recorder no longer referenced is freed by reference counting (no
-    cycle through its DebugMode), so its resident ring goes back at once;
-    a ring above kdebug.flight._PREFAULT_MAX_BYTES is not touched up front
-    (it stays lazily mapped: touching it afterwards faults its pages in)."""
+    cycle through its DebugMode), so its resident ring goes back at once
+    (kept for reuse with at most its first 16 MB resident: Note [Spare
+    rings]); a ring above kdebug.flight._PREFAULT_MAX_BYTES is not touched up
+    front (it stays lazily mapped until prefault() or launches touch it)."""
     import gc
-    import resource
     import weakref
 
     # the first DebugMode of a process: upstream's DebugMode.__init__ imports a module
@@ -137,21 +137,25 @@ def test_a_dropped_recorder_frees_its_ring_without_a_collection(tmp_path, monkey
             fr.step()
         fr.close()
         ref = weakref.ref(fr)
+        assert fr._rec.resident() == fr._rec.capacity * 128  # prefaulted whole
         del fr
         assert ref() is None
+        # the next DebugMode of that size takes a kept ring: none holds more than 16 MB resident
+        again = kdebug.DebugMode(kernels_only=True)
+        assert again._recorder.capacity == 1 << 20 and 0 < again._recorder.resident() <= 16 << 20
+        del again
     finally:
         gc.enable()
     monkeypatch.setattr(kdebug.flight, "_PREFAULT_MAX_BYTES", 1 << 20)
-    # a ring of this size released by an earlier test of this process would be reused (resident):
-    # this DebugMode takes it, so the recorder's ring is a new mapping
-    holder = kdebug.DebugMode(kernels_only=True, ring_capacity=1 << 16)
+    # rings of this size released by earlier tests of this process are kept for reuse, resident
+    # (Note [Spare rings]: at most 4): these DebugModes take them, so the recorder's ring is a new mapping
+    holders = [kdebug.DebugMode(kernels_only=True, ring_capacity=1 << 16) for _ in range(4)]
     lazy = kdebug.FlightRecorder(every=5, keep_steps=3, trace=str(tmp_path / "l.kdt"), ring_capacity=1 << 16)
-    who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
-    f0 = resource.getrusage(who).ru_minflt
+    assert lazy._rec.resident() == 0
     touched = lazy._rec.prefault()
-    assert touched == (1 << 16) * 128 and resource.getrusage(who).ru_minflt - f0 >= touched // 4096 // 2
+    assert touched == (1 << 16) * 128 and lazy._rec.resident() == touched
     lazy.close()
-    del holder
+    del holders
 
 
 def test_step_counters_and_early_drain(tmp_path):

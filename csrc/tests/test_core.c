@@ -287,6 +287,8 @@ static void test_ring_reuse(void)
     /* stale stamps read as unwritten: an in-flight launch stops the reader */
     uint64_t first;
     CHECK(kd_ring_reserve(again, 3, &first) == 0);
+    /* its tickets begin a lap: slot 0, the pages written first before */
+    CHECK(first == 32 && (first & again->mask) == 0);
     CHECK(kd_ring_read(again, scratch, 4096, visit_collect, &c) == 0);
     kd_payload *h = kd_ring_payload(again, first);
     memset(h, 0, sizeof *h);
@@ -309,6 +311,48 @@ static void test_ring_reuse(void)
     CHECK(c.bad == 0 && c.n == 5 && c.marks[0] == 77 && c.marks[4] == 81);
     CHECK(kd_ring_lost(again) == 2);
     kd_ring_free(again);
+}
+
+/* Note [Spare rings]: several rings kept, the newest reused first; a kept
+ * ring's pages past the first 16 MB go back and read as never written. */
+static void test_ring_spares(void)
+{
+    kd_ring *a = kd_ring_reuse(16, KD_RING_OVERWRITE), *b = kd_ring_reuse(16, KD_RING_OVERWRITE);
+    CHECK(a != NULL && b != NULL && a != b);
+    kd_ring_release(a);
+    kd_ring_release(b);
+    kd_ring *b2 = kd_ring_reuse(16, KD_RING_OVERWRITE), *a2 = kd_ring_reuse(16, KD_RING_OVERWRITE);
+    CHECK(b2 == b && a2 == a);
+    kd_ring *c = kd_ring_reuse(16, KD_RING_OVERWRITE); /* none kept: a new one */
+    CHECK(c != NULL && c != a && c != b);
+    /* five released, four kept: the first released is freed (ASan: no leak, no double free) */
+    kd_ring *more[2] = {kd_ring_reuse(16, KD_RING_OVERWRITE), kd_ring_reuse(16, KD_RING_OVERWRITE)};
+    kd_ring_release(a2);
+    kd_ring_release(b2);
+    kd_ring_release(c);
+    kd_ring_release(more[0]);
+    kd_ring_release(more[1]);
+    kd_ring *got[4];
+    for (int i = 0; i < 4; i++)
+        got[i] = kd_ring_reuse(16, KD_RING_OVERWRITE);
+    CHECK(got[0] == more[1] && got[1] == more[0] && got[2] == c && got[3] == b2);
+    for (int i = 0; i < 4; i++)
+        kd_ring_free(got[i]);
+    /* 32 MB of slots, written to 24 MB: the last 8 MB are given back at release */
+    uint64_t cap = (uint64_t)1 << 18;
+    kd_ring *big = kd_ring_reuse(cap, KD_RING_OVERWRITE);
+    CHECK(big != NULL);
+    uint64_t upto = (uint64_t)3 << 16, first;
+    CHECK(kd_ring_reserve(big, (uint32_t)upto, &first) == 0 && first == 0);
+    CHECK(kd_ring_commit(big, first, (uint32_t)upto) == 1);
+    kd_ring_release(big);
+    kd_ring *big2 = kd_ring_reuse(cap, KD_RING_OVERWRITE);
+    CHECK(big2 == big && atomic_load(&big2->head) == cap);
+    CHECK(atomic_load(&big2->slots[upto - 1].stamp) == 0); /* given back: zero again */
+    CHECK(atomic_load(&big2->slots[1000].stamp) == 1001); /* kept: stale, below every ticket to come */
+    static collect none;
+    CHECK(kd_ring_read(big2, scratch, 4096, visit_collect, &none) == 0);
+    kd_ring_free(big2);
 }
 
 static void test_ring_in_flight(void)
@@ -1218,6 +1262,7 @@ int main(void)
     test_ring_lost_incremental();
     test_ring_lost_fast();
     test_ring_reuse();
+    test_ring_spares();
     test_ring_prefault();
     test_ring_in_flight();
     test_ring_threads();
