@@ -215,6 +215,8 @@ static void *enter(PyObject *src, const kd_cuda_tensor *t, int device, uint64_t 
         }
         Q.guard_held = 1;
     }
+    if (Q.guard_held)
+        kd_write_guard_idle(0); /* paused at a quiet point: guarding again before this entry exists */
     void *storage = Q.on ? kd_shim_storage_hold(src, sdata) : NULL;
     if (storage == NULL)
         return NULL;
@@ -361,6 +363,14 @@ PyObject *kd_defer_clone(PyObject *o, const kd_tensor_meta *m, uint64_t stream)
 }
 
 int kd_defer_pending(void) { return Q.nh + Q.nc != 0; }
+
+int kd_defer_flush_quiet(void)
+{
+    int rc = kd_defer_flush();
+    if (Q.guard_held && Q.nh + Q.nc == 0)
+        kd_write_guard_idle(1);
+    return rc;
+}
 
 void kd_defer_get_stats(kd_defer_stats *s)
 {

@@ -95,6 +95,11 @@ void kd_defer_guard_tensor(PyObject *tensor, uint64_t stream);
 /* Launches everything queued.  Returns 0, or -1 if some of it failed (counted). */
 int kd_defer_flush(void);
 
+/* kd_defer_flush at a quiet point (a flush asked for from Python, a
+ * recording's end): the C++ write guard is paused while the queue stays
+ * empty (Paused between windows, in Note [C++ write guard]). */
+int kd_defer_flush_quiet(void);
+
 /* Is any hash or copy queued and not yet launched? */
 int kd_defer_pending(void);
 

@@ -225,7 +225,7 @@ static PyObject *mod_set_defer(PyObject *m, PyObject *arg)
 static PyObject *mod_defer_flush(PyObject *m, PyObject *unused)
 {
     (void)m, (void)unused;
-    return PyLong_FromLong(kd_defer_flush());
+    return PyLong_FromLong(kd_defer_flush_quiet());
 }
 
 /* Note [Reading results without waiting] (kd_cuda_hash.cu). */
@@ -307,7 +307,7 @@ static PyMethodDef module_methods[] = {
     {"graph_stats", kd_mod_graph_stats, METH_NOARGS, "graph_stats() -> every graph's counters."},
     {"_empty_like", mod_empty_like, METH_O, "_empty_like(t): what record_outputs copies into (tests)."},
     {"_set_defer", mod_set_defer, METH_O, "_set_defer(mode) -> previous: batch GPU hashes / copies: 0 off, 1 under a dispatch mode, 2 with the C++ write guard (Note [Deferred GPU work])."},
-    {"defer_flush", mod_defer_flush, METH_NOARGS, "defer_flush(): launch every deferred GPU hash / copy now."},
+    {"defer_flush", mod_defer_flush, METH_NOARGS, "defer_flush(): launch every deferred GPU hash / copy now (a quiet point: the C++ write guard pauses until the next is queued)."},
     {"collect_ready", mod_collect_ready, METH_VARARGS,
      "collect_ready(at_least=0) -> 0, or -1 on a CUDA error (kept for a blocking collect): deferred GPU "
      "hashes launched, hashes read back earlier handed to their records, the rest begun reading back; "

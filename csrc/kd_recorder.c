@@ -323,7 +323,7 @@ static PyObject *rec_stop(kd_recorder *self, PyObject *unused)
     (void)unused;
     if (!self->started)
         Py_RETURN_NONE;
-    kd_defer_flush(); /* nothing of this recording waits past its end */
+    kd_defer_flush_quiet(); /* nothing of this recording waits past its end */
     if (self->all_threads) {
         if (kd_global_recorder == self)
             kd_global_recorder = NULL;

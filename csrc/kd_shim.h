@@ -146,6 +146,10 @@ typedef void (*kd_write_guard_fn)(const char *op, const kd_write_range *w, int n
 int kd_shim_write_guard_add(kd_write_level_fn level, kd_write_guard_fn guard);
 /* Drops one add of the write guard, removing it with the last.  GIL held. */
 int kd_shim_write_guard_remove(void);
+/* Disables (paused != 0) or enables again the installed guard's callback in
+ * torch: while disabled, ops pay nothing for it.  0, or -1 with
+ * kd_shim_last_error().  GIL held. */
+int kd_shim_write_guard_pause(int paused);
 
 /* The dispatcher's registration epoch the per-thread op tables check (Note
  * [Op info cache] in kd_torch.cpp); 0 before the write guard or the op

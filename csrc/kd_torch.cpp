@@ -1067,6 +1067,28 @@ extern "C" int kd_shim_write_guard_remove(void)
     return -1;
 }
 
+extern "C" int kd_shim_write_guard_pause(int paused)
+{
+    try {
+        if (wg_refs <= 0) {
+            set_error("the write guard is not installed");
+            return -1;
+        }
+        // a disabled callback costs an op nothing: RecordFunction neither runs
+        // nor boxes inputs for it (each thread sees the change at its next op)
+        if (paused)
+            at::disableCallback(wg_handle);
+        else
+            at::reenableCallback(wg_handle);
+        return 0;
+    } catch (const std::exception &e) {
+        set_error(e.what());
+    } catch (...) {
+        set_error("unknown C++ exception pausing the write guard");
+    }
+    return -1;
+}
+
 extern "C" uint64_t kd_shim_op_epoch(void)
 {
     return op_epoch_listening.load(std::memory_order_acquire) ? op_epoch.load(std::memory_order_acquire) : 0;

@@ -16,6 +16,11 @@ const char *kd_write_guard_error(void);
  * GPU work is queued, 0 once the queue is empty. */
 void kd_write_guard_arm(int pending);
 
+/* idle != 0: nothing is queued at a quiet point; the installed callback is
+ * disabled in torch until kd_write_guard_idle(0) (Paused between windows, in
+ * Note [C++ write guard]).  Not while probing.  GIL held. */
+void kd_write_guard_idle(int idle);
+
 /* Adds _write_guard_probe / write_guard_stats to module m; -1 with an exception. */
 int kd_write_guard_module_init(PyObject *m);
 

@@ -68,9 +68,11 @@ def test_extern_mm_into_a_reused_buffer_flushes_first():
 
 
 def test_eager_writers_after_a_kernel_flush_first():
-    """The user's eager ops overwrite a compiled kernel's output (mm out=, an
-    in-place add) before anything flushed: the recorded hash is of the
-    kernel's output."""
+    """Eager ops overwrite a compiled kernel's output (mm out=, an in-place
+    add) while its hash is still queued -- here inside a compiled graph's
+    call, as its extern calls run (after the call, its end has flushed
+    already: test_the_guard_pauses_after_a_graph_call): the recorded hash is
+    of the kernel's output."""
     cf = torch.compile(lambda x: torch.sin(x) * 2)
     x = torch.randn(128, 128, device="cuda")
     a = torch.randn(128, 128, device="cuda")
@@ -78,10 +80,15 @@ def test_eager_writers_after_a_kernel_flush_first():
     s0 = _C.defer_stats()
     with DebugMode(kernels_only=True) as dm:
         with DebugMode.log_tensor_hashes("bitwise"):
-            out = cf(x)
-            torch.mm(a, a, out=out)
-            out2 = cf(x)
-            out2.add_(1)
+            _C._graph_call(True)  # an outer graph's call still running: its end flushes nothing yet
+            try:
+                out = cf(x)
+                assert _C.defer_stats()["pending"] == 1
+                torch.mm(a, a, out=out)
+                out2 = cf(x)
+                out2.add_(1)
+            finally:
+                _C._graph_call(False)
     s1 = _C.defer_stats()
     assert s1["hazard_flushes"] >= s0["hazard_flushes"] + 2
     ks = dm.kernels
@@ -132,3 +139,40 @@ def test_flight_recorder_defers(block_step, tmp_path):
     assert len(digests[0]) == 3 and all(lost == 0 for _, lost, _ in digests[0])
     assert digests[0] == digests[1]
     assert launched[0] * 2 < launched[1], launched
+
+
+def test_the_guard_pauses_after_a_graph_call():
+    """Paused between windows (Note [C++ write guard]): a compiled graph's
+    call ends with its last hashes launched and the guard's callback
+    disabled in torch, so the eager ops after it pay nothing for it; the
+    next call's first queued hash enables it again before it exists, and an
+    extern write inside that call into a queued kernel output still flushes
+    first.  Every recorded hash is of the
+    kernel's output."""
+    cf = torch.compile(lambda x: torch.sin(x) * 2)
+    x = torch.randn(128, 128, device="cuda")
+    a = torch.randn(128, 128, device="cuda")
+    want = hashing.bitwise(cf(x))
+    with DebugMode(kernels_only=True) as dm:
+        with DebugMode.log_tensor_hashes("bitwise"):
+            cf(x)
+            g0, d0 = _C.write_guard_stats(), _C.defer_stats()
+            assert g0["installed"] == 1 and g0["paused"] and d0["pending"] == 0  # the call's end flushed
+            torch.sin(x).add_(1)  # nothing queued, nothing guarded: still paused
+            assert _C.write_guard_stats()["paused"]
+            _C._graph_call(True)
+            try:
+                out = cf(x)
+                g1 = _C.write_guard_stats()
+                assert not g1["paused"] and g1["resumes"] == g0["resumes"] + 1  # before its hash was queued
+                torch.mm(a, a, out=out)  # overwrites a queued hash's tensor: flushed first
+                assert _C.defer_stats()["hazard_flushes"] == d0["hazard_flushes"] + 1
+                cf(x)
+            finally:
+                _C._graph_call(False)
+            assert _C.defer_stats()["pending"] == 0 and _C.write_guard_stats()["paused"]
+            out = cf(x)
+            assert _C.write_guard_stats()["paused"]
+    ks = dm.kernels
+    assert len(ks) == 4 and all(k.post_hashes["out_ptr0"] == want for k in ks)
+    assert _C.write_guard_stats()["installed"] == 0
