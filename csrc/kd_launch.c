@@ -67,6 +67,18 @@ kd_recorder *kd_active_recorder(void)
     return r;
 }
 
+int kd_recording_here(void)
+{
+    if (kd_tls_recorder != NULL)
+        return 1;
+    if (kd_started_recorders <= 0)
+        return 0;
+    PyObject *o = kd_shim_tls_recorder_get(); /* as kd_active_recorder finds it, without counting anything */
+    if (o != NULL && Py_TYPE(o) == &kd_RecorderType && ((kd_recorder *)o)->started)
+        return 1;
+    return kd_global_recorder != NULL;
+}
+
 /* ---- the launch path (Note [Record layout] in kd_record.h) ---- */
 
 _Thread_local kd_hash_config kd_hcfg = {0, 0, 0, 0, 0, 0, 0};

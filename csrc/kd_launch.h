@@ -32,6 +32,11 @@ uint64_t kd_now_ns(void);
  * this thread is compiling or Inductor is benchmarking. */
 kd_recorder *kd_active_recorder(void);
 
+/* Whether a started recorder records this thread's launches: its own, the
+ * one torch carried to it (autograd's device threads) or a global one.  No
+ * side effect (kd_active_recorder counts suppressed launches).  GIL held. */
+int kd_recording_here(void);
+
 /* A launch issued from C++ (the C++ wrapper hook, the C++ op observer) runs
  * on the current stream of its tensor o's device: sets info's device and
  * *stream (0 for CPU) from o and returns 1, or 0 when o is no tensor. */

@@ -215,7 +215,18 @@ static PyObject *kd_graph_call(PyObject *m, PyObject *arg)
     return PyLong_FromLong(kd_tls_in_graph);
 }
 
+/* _recording_here() -> bool: kd_recording_here (kdebug/inductor.py: a compiled
+ * graph called on autograd's device thread, whose Python-side state knows no
+ * recording, is recorded there all the same). */
+static PyObject *kd_py_recording_here(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    return PyBool_FromLong(kd_recording_here());
+}
+
 static PyMethodDef op_observer_methods[] = {
+    {"_recording_here", kd_py_recording_here, METH_NOARGS,
+     "_recording_here() -> whether a started recorder records this thread's launches (its own, carried, global)."},
     {"_op_observer", kd_op_observer_add, METH_VARARGS,
      "_op_observer(recorder, mode, all_threads) -> handle (Note [C++ op observer])."},
     {"_op_observer_remove", kd_op_observer_remove, METH_VARARGS,

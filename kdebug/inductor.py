@@ -437,7 +437,9 @@ def _observed_call(orig, graph, inputs):
 
 def _patched_graph_call(orig):
     def __call__(self, inputs):
-        if _active.any_recording():
+        # _C._recording_here(): autograd's device thread runs a compiled backward on CUDA with the
+        # recorder torch carried to it, which the Python-side state (thread-local) does not know of
+        if _active.any_recording() or _C._recording_here():
             reason = graph_bypass_reason(self)
             graphed = reason == "CUDA-graph replay" and cudagraphs.supported()
             if graphed:

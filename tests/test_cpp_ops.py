@@ -222,6 +222,36 @@ def test_extern_ops_on_the_gpu_hash_as_the_python_mode():
                if isinstance(op, _AtenOpCall))
 
 
+@pytest.mark.gpu
+def test_the_backwards_extern_ops_are_recorded_on_autograds_thread():
+    """On CUDA autograd runs the compiled backward on its device thread,
+    where the Python-side recording state is empty: the backward's extern
+    calls (the weight and input gradients' mm) are recorded all the same,
+    with the same names and hashes as the Python mode's records of them."""
+    torch.manual_seed(0)
+    lin = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).cuda()
+    fn = torch.compile(lin)
+    x = torch.randn(32, 256, device="cuda")
+
+    def step():
+        lin.zero_grad(set_to_none=True)
+        fn(x).pow(2).sum().backward()
+
+    step()
+    runs = {}
+    for flags in ({"kernels_only": True, "record_extern_ops": True}, {}):
+        with DebugMode(**flags) as dm, DebugMode.log_tensor_hashes():
+            step()
+        runs[bool(flags)] = dm
+    main = threading.get_ident()
+    ext = [op for op in runs[True].operators if isinstance(op, _AtenOpCall)]
+    mine = [(op.kernel_name, op.post_hashes[op.written[0]]) for op in ext]
+    theirs = [(kdebug._upstream.get_op_name(op.op), op.log["hash"]) for op in runs[False].operators
+              if isinstance(op, kdebug._upstream._OpCall) and "mm" in kdebug._upstream.get_op_name(op.op)]
+    assert len(mine) >= 5 and sorted(mine) == sorted(theirs), (mine, theirs)  # forward 2, backward 3 or more
+    assert sum(op.thread_id != main for op in ext) >= 3  # the backward's, from autograd's thread
+
+
 def test_check_hash_mismatches_sees_aten_records(compiled):
     fn, x = compiled
     a = _run(fn, x, kernels_only=True, record_extern_ops=True)
