@@ -65,8 +65,10 @@ def wanted() -> bool:
     C++-wrapper graphs and AOTInductor packages, CPU and CUDA, compiled
     inside a recording are hooked (Note [C++ wrapper launches]); CUDA AOTI
     was checked on the lent H200 (torch 2.11, 2026-11-27): the same kernels
-    and hashes as the Python wrapper, a planted fault named."""
-    return _active.any_recording()
+    and hashes as the Python wrapper, a planted fault named.  A backward
+    compiled lazily on autograd's device thread is wanted when the recorder
+    torch carried there records it (_C._recording_here)."""
+    return _active.any_recording() or _C._recording_here()
 
 
 def _header() -> str:
