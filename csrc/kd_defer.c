@@ -55,8 +55,10 @@ int kd_defer_set(int on)
     if (on != prev)
         kd_defer_flush();
     if (on != KD_DEFER_GUARDED && Q.guard_held) {
-        kd_write_guard_release();
-        Q.guard_held = 0;
+        if (kd_write_guard_release() == 0)
+            Q.guard_held = 0;
+        else
+            Q.st.guard_failures++; /* still installed, so still held: released at the next change */
     }
     Q.on = on;
     return prev;
@@ -215,8 +217,6 @@ static void *enter(PyObject *src, const kd_cuda_tensor *t, int device, uint64_t 
         }
         Q.guard_held = 1;
     }
-    if (Q.guard_held)
-        kd_write_guard_idle(0); /* paused at a quiet point: guarding again before this entry exists */
     void *storage = Q.on ? kd_shim_storage_hold(src, sdata) : NULL;
     if (storage == NULL)
         return NULL;
@@ -225,13 +225,23 @@ static void *enter(PyObject *src, const kd_cuda_tensor *t, int device, uint64_t 
     return storage;
 }
 
-/* The end of queuing an entry of `bytes` bytes on (device, stream). */
+/* The end of queuing an entry of `bytes` bytes on (device, stream).  A guard
+ * paused at a quiet point is enabled again here, after admit()'s flush (whose
+ * reference drops may run Python code that reaches another quiet point) and
+ * before the entry is armed, with no Python code between; if torch will not
+ * enable it, the queue is launched now: nothing waits unguarded. */
 static void queued(int device, uint64_t stream, uint64_t bytes)
 {
     Q.device = device, Q.stream = stream;
     Q.bytes += bytes;
     Q.st.queued_bytes += bytes;
     Q.st.pending = (uint64_t)(Q.nh + Q.nc);
+    if (Q.guard_held && kd_write_guard_idle(0) != 0) {
+        Q.st.guard_failures++;
+        set_error("deferring GPU work in kernels_only", kd_write_guard_error());
+        kd_defer_flush();
+        return;
+    }
     kd_write_guard_arm(1);
 }
 

@@ -52,7 +52,11 @@
  *     eager ops that follow it, autograd's and the optimizer's) mark quiet
  *     points: when one leaves the queue empty,
  *     the callback is disabled in torch (kd_write_guard_idle) until the next
- *     entry is queued, which enables it before it returns.  A flight
+ *     entry is queued, which enables it before the entry is armed (in
+ *     kd_defer.c's queued(), after admit()'s flush, whose reference drops
+ *     may run Python code that reaches another quiet point); if torch
+ *     refuses to enable it, the entry is launched at once instead of
+ *     waiting unguarded.  A flight
  *     recorder that hashes only its optimizer window so pays the guard on
  *     that window's ops alone, not on every op of the forward and backward.
  *     Flushes on the launch path (a hazard, another stream) do not pause:
@@ -147,7 +151,8 @@ static void guard(const char *op, const kd_write_range *w, int n, int unbounded)
 
 int kd_write_guard_acquire(void)
 {
-    kd_write_guard_idle(0); /* a paused callback serves this user too */
+    if (kd_write_guard_idle(0) != 0) /* a paused callback serves this user too: enabled, or refused */
+        return -1;
     if (kd_shim_write_guard_add(level, guard) != 0) {
         snprintf(error, sizeof error, "kdebug could not install its write guard: %s", kd_shim_last_error());
         return -1;
@@ -156,31 +161,37 @@ int kd_write_guard_acquire(void)
     return 0;
 }
 
-void kd_write_guard_release(void)
+int kd_write_guard_release(void)
 {
-    if (refs > 0 && kd_shim_write_guard_remove() == 0) {
-        refs--;
-        if (refs == 0)
-            paused = 0; /* removed: a later install starts enabled */
+    if (refs <= 0)
+        return 0;
+    if (kd_shim_write_guard_remove() != 0) {
+        snprintf(error, sizeof error, "kdebug could not remove its write guard: %s", kd_shim_last_error());
+        return -1;
     }
+    refs--;
+    if (refs == 0)
+        paused = 0; /* removed: a later install starts enabled */
+    return 0;
 }
 
-void kd_write_guard_idle(int idle)
+int kd_write_guard_idle(int idle)
 {
     int want = idle && !atomic_load_explicit(&probing, memory_order_relaxed);
     if (refs == 0 || want == paused)
-        return;
+        return 0;
     if (kd_shim_write_guard_pause(want) != 0) {
-        /* left enabled: correct, only slower; a failed resume leaves it as it was (never seen: kept honest) */
+        /* a failed pause leaves it enabled: correct, only slower; a failed resume is the caller's to handle */
         snprintf(error, sizeof error, "kdebug could not %s its write guard: %s", want ? "pause" : "resume",
                  kd_shim_last_error());
-        return;
+        return want ? 0 : -1;
     }
     paused = want;
     if (want)
         st.pauses++;
     else
         st.resumes++;
+    return 0;
 }
 
 const char *kd_write_guard_error(void) { return error; }
@@ -199,8 +210,7 @@ static PyObject *mod_probe(PyObject *m, PyObject *arg)
         return NULL;
     int prev = atomic_load(&probing);
     if (on && !prev) {
-        kd_write_guard_idle(0); /* the probe sees every op */
-        if (kd_write_guard_acquire() != 0) {
+        if (kd_write_guard_acquire() != 0) { /* enabled first if paused: the probe sees every op */
             PyErr_SetString(PyExc_RuntimeError, error);
             return NULL;
         }
@@ -209,7 +219,10 @@ static PyObject *mod_probe(PyObject *m, PyObject *arg)
         atomic_store(&probing, 1);
     } else if (!on && prev) {
         atomic_store(&probing, 0);
-        kd_write_guard_release();
+        if (kd_write_guard_release() != 0) {
+            PyErr_SetString(PyExc_RuntimeError, error);
+            return NULL;
+        }
     }
     return PyBool_FromLong(prev);
 }

@@ -9,7 +9,8 @@
 /* Installs the guard (once; reference-counted with kd_write_guard_release).
  * Returns 0, or -1 with kd_write_guard_error() saying why.  GIL held. */
 int kd_write_guard_acquire(void);
-void kd_write_guard_release(void);
+/* 0, or -1 (kd_write_guard_error) when torch would not remove it: still held. */
+int kd_write_guard_release(void);
 const char *kd_write_guard_error(void);
 
 /* What the deferred queue tells the guard (no GIL needed to read it): 1 while
@@ -18,8 +19,10 @@ void kd_write_guard_arm(int pending);
 
 /* idle != 0: nothing is queued at a quiet point; the installed callback is
  * disabled in torch until kd_write_guard_idle(0) (Paused between windows, in
- * Note [C++ write guard]).  Not while probing.  GIL held. */
-void kd_write_guard_idle(int idle);
+ * Note [C++ write guard]).  Not while probing.  Returns -1 (and
+ * kd_write_guard_error) only when it could not enable the callback again:
+ * nothing may then be left queued.  GIL held. */
+int kd_write_guard_idle(int idle);
 
 /* Adds _write_guard_probe / write_guard_stats to module m; -1 with an exception. */
 int kd_write_guard_module_init(PyObject *m);

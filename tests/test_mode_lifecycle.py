@@ -300,3 +300,30 @@ def test_recording_here_is_the_threads_recorder_without_side_effects(fns, all_th
         t.join()
         assert seen["other"] is all_threads
     assert not _C._recording_here()
+
+
+def test_kept_rings_give_their_address_space_back_when_a_new_ring_needs_it():
+    """Note [Spare rings]: released rings are kept with their address space;
+    under a limit on it (ulimit -v) a ring that fits once the earlier ones
+    are gone is made all the same (the kept rings are unmapped and the
+    mapping is tried again), not refused with "pass a smaller ring_capacity"."""
+    import subprocess
+    import sys
+
+    script = r"""
+import resource
+import kdebug
+def vm():
+    with open("/proc/self/status") as fh:
+        return next(int(l.split()[1]) * 1024 for l in fh if l.startswith("VmSize"))
+GB = 1 << 30
+half = (512 << 20) // 128  # slots of a 512 MB ring
+kdebug.DebugMode(kernels_only=True, ring_capacity=16)  # the first one's one-time tables, before measuring
+resource.setrlimit(resource.RLIMIT_AS, (vm() + int(2.5 * GB), resource.RLIM_INFINITY))
+modes = [kdebug.DebugMode(kernels_only=True, ring_capacity=half) for _ in range(4)]
+del modes  # 2 GB of rings released: kept
+dm = kdebug.DebugMode(kernels_only=True, ring_capacity=2 * half)  # 1 GB: fits only without them
+print("made", dm._recorder.capacity)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and f"made {1 << 23}" in out.stdout, out.stderr[-2000:]

@@ -70,8 +70,10 @@ kd_ring *kd_ring_new(uint64_t capacity, int policy)
  * kept ring holds resident is bounded: at release, its pages past the first
  * KD_RING_KEEP_BYTES go back to the system (MADV_DONTNEED, whether launches
  * or a prefault touched them: they read as zero again, so their stale stamps
- * read as "not yet written" too).  Not thread-safe: kdebug calls kd_ring_reuse / kd_ring_release with
- * the GIL held. */
+ * read as "not yet written" too).  Their address space stays: when a new
+ * ring cannot be mapped (ulimit -v, strict overcommit) the kept rings are
+ * unmapped and it is tried once more.  Not thread-safe: kdebug calls
+ * kd_ring_reuse / kd_ring_release with the GIL held. */
 #define KD_RING_SPARES 4
 #define KD_RING_KEEP_BYTES ((uint64_t)16 << 20)
 static kd_ring *spares[KD_RING_SPARES];
@@ -86,8 +88,19 @@ kd_ring *kd_ring_reuse(uint64_t capacity, int policy)
             memmove(&spares[i], &spares[i + 1], sizeof spares[0] * (size_t)(KD_RING_SPARES - 1 - i));
             spares[KD_RING_SPARES - 1] = NULL; /* kept oldest first, packed */
         }
-    if (r == NULL)
-        return kd_ring_new(capacity, policy);
+    if (r == NULL) {
+        r = kd_ring_new(capacity, policy);
+        if (r == NULL && cap != 0) {
+            /* no address space for it (ulimit -v, strict overcommit): the
+             * kept rings hold theirs; give it back and try once more */
+            for (int i = 0; i < KD_RING_SPARES; i++) {
+                kd_ring_free(spares[i]);
+                spares[i] = NULL;
+            }
+            r = kd_ring_new(capacity, policy);
+        }
+        return r;
+    }
     /* No writer holds the ring: its recorder is gone.  Every stale stamp is
      * at most the old head, below every ticket to come. */
     uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
