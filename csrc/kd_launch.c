@@ -67,17 +67,17 @@ kd_recorder *kd_active_recorder(void)
     return r;
 }
 
-int kd_recording_here(void)
+kd_recorder *kd_recorder_here(void)
 {
-    if (kd_tls_recorder != NULL)
-        return 1;
-    if (kd_started_recorders <= 0)
-        return 0;
+    if (kd_tls_recorder != NULL || kd_started_recorders <= 0)
+        return kd_tls_recorder;
     PyObject *o = kd_shim_tls_recorder_get(); /* as kd_active_recorder finds it, without counting anything */
     if (o != NULL && Py_TYPE(o) == &kd_RecorderType && ((kd_recorder *)o)->started)
-        return 1;
-    return kd_global_recorder != NULL;
+        return (kd_recorder *)o;
+    return kd_global_recorder;
 }
+
+int kd_recording_here(void) { return kd_recorder_here() != NULL; }
 
 /* ---- the launch path (Note [Record layout] in kd_record.h) ---- */
 

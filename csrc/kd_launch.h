@@ -36,6 +36,8 @@ kd_recorder *kd_active_recorder(void);
  * one torch carried to it (autograd's device threads) or a global one.  No
  * side effect (kd_active_recorder counts suppressed launches).  GIL held. */
 int kd_recording_here(void);
+/* The recorder kd_recording_here finds (borrowed), or NULL. */
+kd_recorder *kd_recorder_here(void);
 
 /* A launch issued from C++ (the C++ wrapper hook, the C++ op observer) runs
  * on the current stream of its tensor o's device: sets info's device and

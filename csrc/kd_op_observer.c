@@ -224,7 +224,18 @@ static PyObject *kd_py_recording_here(PyObject *m, PyObject *unused)
     return PyBool_FromLong(kd_recording_here());
 }
 
+/* _mode_here() -> the DebugMode whose recorder records this thread's launches
+ * (kd_recorder_here: on autograd's device thread, the carried one), or None. */
+static PyObject *kd_py_mode_here(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    kd_recorder *r = kd_recorder_here();
+    return Py_NewRef(r != NULL && r->mode != NULL ? r->mode : Py_None);
+}
+
 static PyMethodDef op_observer_methods[] = {
+    {"_mode_here", kd_py_mode_here, METH_NOARGS,
+     "_mode_here() -> the DebugMode recording this thread's launches (its own, carried, global) or None."},
     {"_recording_here", kd_py_recording_here, METH_NOARGS,
      "_recording_here() -> whether a started recorder records this thread's launches (its own, carried, global)."},
     {"_op_observer", kd_op_observer_add, METH_VARARGS,

@@ -451,6 +451,8 @@ def _patched_graph_call(orig):
                 prev_defer = _C._set_defer(False)
             if reason is not None:
                 mode = _active.recording()
+                if mode is None:  # autograd's device thread: the mode whose recorder torch carried here
+                    mode = _C._mode_here()
                 if mode is not None:
                     mode._note_bypass(reason)
                 _C.defer_flush()  # its launches are unseen writers (Note [Deferred GPU work])
@@ -499,6 +501,8 @@ def _aoti_lock(model) -> threading.RLock:
 def _patched_aoti_call(orig):
     def __call__(self, *args, **kwargs):
         mode = _active.recording()
+        if mode is None:  # autograd's device thread (an AOTI model called in a backward)
+            mode = _C._mode_here()
         hooked = cpp_launch.aoti_hooked(self)
         if mode is not None and not hooked:
             mode._note_bypass("AOTInductor")

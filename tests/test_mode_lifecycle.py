@@ -280,26 +280,27 @@ def test_the_compile_window_outlives_dynamo_reset(monkeypatch):
 
 @pytest.mark.parametrize("all_threads", [False, True])
 def test_recording_here_is_the_threads_recorder_without_side_effects(fns, all_threads):
-    """_C._recording_here() (what a compiled graph's call asks on a thread
-    whose Python-side state knows no recording, as autograd's device thread
-    running the backward on CUDA): True on the entering thread, on every
-    thread with record_all_threads, False on an unrelated thread otherwise
-    and after the exit."""
+    """_C._recording_here() and _C._mode_here() (what a compiled graph's call
+    asks on a thread whose Python-side state knows no recording, as
+    autograd's device thread running the backward on CUDA, to record it and
+    to note a bypass on the right mode): the mode on the entering thread and
+    on every thread with record_all_threads, nothing on an unrelated thread
+    otherwise and after the exit."""
     import threading
 
     seen = {}
 
     def other():
-        seen["other"] = _C._recording_here()
+        seen["other"] = (_C._recording_here(), _C._mode_here())
 
-    assert not _C._recording_here()
-    with DebugMode(kernels_only=True, record_all_threads=all_threads):
-        assert _C._recording_here()
+    assert not _C._recording_here() and _C._mode_here() is None
+    with DebugMode(kernels_only=True, record_all_threads=all_threads) as dm:
+        assert _C._recording_here() and _C._mode_here() is dm
         t = threading.Thread(target=other)
         t.start()
         t.join()
-        assert seen["other"] is all_threads
-    assert not _C._recording_here()
+        assert seen["other"] == ((True, dm) if all_threads else (False, None))
+    assert not _C._recording_here() and _C._mode_here() is None
 
 
 def test_kept_rings_give_their_address_space_back_when_a_new_ring_needs_it():
