@@ -45,19 +45,22 @@ uint64_t kd_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+kd_recorder *kd_recorder_here(void)
+{
+    if (kd_tls_recorder != NULL || kd_started_recorders <= 0)
+        return kd_tls_recorder;
+    /* A thread torch started for us (autograd's device threads run the
+     * backward on CUDA) carries the entering thread's recorder in
+     * at::ThreadLocalState. */
+    PyObject *o = kd_shim_tls_recorder_get();
+    if (o != NULL && Py_TYPE(o) == &kd_RecorderType && ((kd_recorder *)o)->started)
+        return (kd_recorder *)o;
+    return kd_global_recorder;
+}
+
 kd_recorder *kd_active_recorder(void)
 {
-    kd_recorder *r = kd_tls_recorder;
-    if (r == NULL && kd_started_recorders > 0) {
-        /* A thread torch started for us (autograd's device threads run the
-         * backward on CUDA) carries the entering thread's recorder in
-         * at::ThreadLocalState. */
-        PyObject *o = kd_shim_tls_recorder_get();
-        if (o != NULL && Py_TYPE(o) == &kd_RecorderType && ((kd_recorder *)o)->started)
-            r = (kd_recorder *)o;
-        if (r == NULL)
-            r = kd_global_recorder;
-    }
+    kd_recorder *r = kd_recorder_here();
     if (r == NULL)
         return NULL;
     if ((kd_tls_launch_ctx != NULL && kd_tls_launch_ctx->busy) || kd_tls_compiling || kd_in_benchmark()) {
@@ -65,16 +68,6 @@ kd_recorder *kd_active_recorder(void)
         return NULL;
     }
     return r;
-}
-
-kd_recorder *kd_recorder_here(void)
-{
-    if (kd_tls_recorder != NULL || kd_started_recorders <= 0)
-        return kd_tls_recorder;
-    PyObject *o = kd_shim_tls_recorder_get(); /* as kd_active_recorder finds it, without counting anything */
-    if (o != NULL && Py_TYPE(o) == &kd_RecorderType && ((kd_recorder *)o)->started)
-        return (kd_recorder *)o;
-    return kd_global_recorder;
 }
 
 int kd_recording_here(void) { return kd_recorder_here() != NULL; }

@@ -73,6 +73,20 @@ def recording():
     return _global[-1] if _global else None
 
 
+def recording_here():
+    """recording(), or on a thread torch started whose Python-side state is
+    empty (autograd's device thread running a compiled backward on CUDA) the
+    mode whose recorder torch carried to it (_C._mode_here), or None."""
+    mode = recording()
+    return mode if mode is not None else _C._mode_here()
+
+
+def records_here() -> bool:
+    """any_recording(), or a recorder torch carried to this thread records
+    its launches (_C._recording_here: autograd's device thread)."""
+    return any_recording() or _C._recording_here()
+
+
 def any_recording() -> bool:
     """Whether any kdebug mode records kernels (on any thread)."""
     return bool(_global) or bool(getattr(_local, "stack", None))

@@ -67,8 +67,8 @@ def wanted() -> bool:
     was checked on the lent H200 (torch 2.11, 2026-11-27): the same kernels
     and hashes as the Python wrapper, a planted fault named.  A backward
     compiled lazily on autograd's device thread is wanted when the recorder
-    torch carried there records it (_C._recording_here)."""
-    return _active.any_recording() or _C._recording_here()
+    torch carried there records it (_active.records_here)."""
+    return _active.records_here()
 
 
 def _header() -> str:

@@ -169,7 +169,7 @@ def _wrap_replay(orig):
         else:
             from . import _active
 
-            if _active.any_recording() or _C._recording_here():  # autograd's device thread: carried
+            if _active.records_here():  # autograd's device thread too: carried
                 _C.graph_unknown_replay()
         return orig(self, *args, **kwargs)
 

@@ -437,9 +437,9 @@ def _observed_call(orig, graph, inputs):
 
 def _patched_graph_call(orig):
     def __call__(self, inputs):
-        # _C._recording_here(): autograd's device thread runs a compiled backward on CUDA with the
+        # records_here: autograd's device thread runs a compiled backward on CUDA with the
         # recorder torch carried to it, which the Python-side state (thread-local) does not know of
-        if _active.any_recording() or _C._recording_here():
+        if _active.records_here():
             reason = graph_bypass_reason(self)
             graphed = reason == "CUDA-graph replay" and cudagraphs.supported()
             if graphed:
@@ -450,9 +450,7 @@ def _patched_graph_call(orig):
                 _C.defer_flush()
                 prev_defer = _C._set_defer(False)
             if reason is not None:
-                mode = _active.recording()
-                if mode is None:  # autograd's device thread: the mode whose recorder torch carried here
-                    mode = _C._mode_here()
+                mode = _active.recording_here()  # on autograd's device thread: the carried one
                 if mode is not None:
                     mode._note_bypass(reason)
                 _C.defer_flush()  # its launches are unseen writers (Note [Deferred GPU work])
@@ -500,9 +498,7 @@ def _aoti_lock(model) -> threading.RLock:
 
 def _patched_aoti_call(orig):
     def __call__(self, *args, **kwargs):
-        mode = _active.recording()
-        if mode is None:  # autograd's device thread (an AOTI model called in a backward)
-            mode = _C._mode_here()
+        mode = _active.recording_here()  # autograd's device thread too (an AOTI model called in a backward)
         hooked = cpp_launch.aoti_hooked(self)
         if mode is not None and not hooked:
             mode._note_bypass("AOTInductor")

@@ -106,7 +106,6 @@ kd_ring *kd_ring_reuse(uint64_t capacity, int policy)
     uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
     uint64_t start = (h + r->mask) & ~r->mask;
     atomic_store_explicit(&r->head, start, memory_order_relaxed);
-    r->life_start = start;
     kd_ring_clear(r);
     r->policy = known_policy(policy);
     return r;
@@ -359,10 +358,15 @@ uint64_t kd_ring_lost(const kd_ring *r)
  * costs it address space, not memory.  So does a flight recorder whose ring
  * is above 256 MB (kdebug/flight.py): committing that much host memory per
  * rank at construction could get a job killed before its first step. */
-uint64_t kd_ring_prefault(kd_ring *r)
+static size_t page_size(void)
 {
     long ps = sysconf(_SC_PAGESIZE);
-    const size_t page = ps > 0 ? (size_t)ps : 4096;
+    return ps > 0 ? (size_t)ps : 4096;
+}
+
+uint64_t kd_ring_prefault(kd_ring *r)
+{
+    const size_t page = page_size();
     unsigned char *p = (unsigned char *)r->slots;
     size_t bytes = (size_t)r->capacity * sizeof(kd_slot);
     /* an atomic or of 0: one write fault per page, no value changed (a read
@@ -378,8 +382,7 @@ uint64_t kd_ring_prefault(kd_ring *r)
  * accounting; 0 when the kernel will not say. */
 uint64_t kd_ring_resident(const kd_ring *r)
 {
-    long ps = sysconf(_SC_PAGESIZE);
-    const size_t page = ps > 0 ? (size_t)ps : 4096;
+    const size_t page = page_size();
     size_t bytes = (size_t)r->capacity * sizeof(kd_slot);
     size_t pages = (bytes + page - 1) / page;
     unsigned char *vec = malloc(pages);

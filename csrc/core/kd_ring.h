@@ -75,7 +75,6 @@ typedef struct kd_ring {
     _Atomic uint64_t refused;   /* launches refused: ring full, too large, lapped */
     _Atomic uint64_t reserved;  /* launches given tickets (kd_ring_reserve); kd_ring_lost_fast */
     uint64_t cleared_at;        /* head when the ring was made or last cleared (reader only) */
-    uint64_t life_start;        /* head when the ring was made or taken from the spares (slot 0) */
     uint64_t read;              /* launches the reader returned (reader only) */
     uint64_t skipped_slots;     /* slots the reader skipped as lost (reader only) */
     /* kd_ring_lost's walk so far (reader only): unread launches in
