@@ -92,6 +92,9 @@ _Thread_local kd_graph *kd_tls_graph;
 static kd_graph **graphs; /* by id - 1 */
 static uint64_t ngraphs, graphs_cap;
 static uint64_t unknown_replays; /* replays of graphs captured without kdebug */
+/* Graphs made + their replays + unknown replays: what kdebug/cudagraphs.py's
+ * since() reports is empty when it did not move (graph_activity()). */
+static uint64_t activity;
 static uint64_t released;
 static int open_captures; /* captures begun (capture_started) and not yet ended */
 /* Buffers of graphs released while a capture was open (cudaFree is not
@@ -295,6 +298,7 @@ PyObject *kd_mod_graph_capture_begin(PyObject *m, PyObject *args)
         g->mem = NULL; /* kd_graph_hash refuses: counted as hash errors */
     }
     graphs[ngraphs++] = g;
+    activity++;
     g->id = (uint32_t)ngraphs;
     return PyLong_FromUnsignedLong(g->id);
 }
@@ -507,6 +511,7 @@ PyObject *kd_mod_graph_replay(PyObject *m, PyObject *args)
     kd_defer_flush(); /* the replay's kernels are writers kdebug does not see (Note [Deferred GPU work]) */
     end_held(1); /* a replay before it never said it was queued: its results are not trusted */
     uint64_t replay = g->replays++;
+    activity++;
     int64_t base = -1;
     if (g->nhash > 0) {
         /* the base is set even with no recorder: the graph's hash kernels run
@@ -551,6 +556,7 @@ static PyObject *unknown_replay(PyObject *m, PyObject *unused)
 {
     (void)m, (void)unused;
     unknown_replays++;
+    activity++;
     Py_RETURN_NONE;
 }
 
@@ -591,6 +597,14 @@ PyObject *kd_mod_graph_stats(PyObject *m, PyObject *unused)
         return NULL;
     return Py_BuildValue("{s:N,s:K,s:K}", "graphs", lst, "unknown_replays", (unsigned long long)unknown_replays,
                          "released", (unsigned long long)released);
+}
+
+/* graph_activity() -> int: grows with every graph kdebug registers, every
+ * replay and every unknown replay; 0 while there has been none. */
+PyObject *kd_mod_graph_activity(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    return PyLong_FromUnsignedLongLong((unsigned long long)activity);
 }
 
 PyObject *kd_mod_graph_unknown_replay(PyObject *m, PyObject *unused) { return unknown_replay(m, unused); }

@@ -54,5 +54,6 @@ int kd_collect_gpu_results(void);
 const char *kd_collect_gpu_error(void);
 PyObject *kd_mod_graph_release(PyObject *m, PyObject *arg);
 PyObject *kd_mod_graph_stats(PyObject *m, PyObject *unused);
+PyObject *kd_mod_graph_activity(PyObject *m, PyObject *unused);
 
 #endif

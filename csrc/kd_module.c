@@ -305,6 +305,8 @@ static PyMethodDef module_methods[] = {
      "graph_unknown_replay(): count a replay of a graph captured without kdebug."},
     {"graph_release", kd_mod_graph_release, METH_O, "graph_release(handle): the CUDA graph is gone."},
     {"graph_stats", kd_mod_graph_stats, METH_NOARGS, "graph_stats() -> every graph's counters."},
+    {"graph_activity", kd_mod_graph_activity, METH_NOARGS,
+     "graph_activity() -> int: graphs registered + replays + unknown replays so far (0: none)."},
     {"_empty_like", mod_empty_like, METH_O, "_empty_like(t): what record_outputs copies into (tests)."},
     {"_set_defer", mod_set_defer, METH_O, "_set_defer(mode) -> previous: batch GPU hashes / copies: 0 off, 1 under a dispatch mode, 2 with the C++ write guard (Note [Deferred GPU work])."},
     {"defer_flush", mod_defer_flush, METH_NOARGS, "defer_flush(): launch every deferred GPU hash / copy now (a quiet point: the C++ write guard pauses until the next is queued)."},

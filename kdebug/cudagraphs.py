@@ -199,11 +199,18 @@ class Snapshot(NamedTuple):
 
     replays: dict  # graph_id -> replays then
     unknown_replays: int
+    activity: int = 0  # _C.graph_activity() then: graphs registered + replays + unknown replays
+
+
+_NONE_YET = Snapshot({}, 0, 0)
 
 
 def snapshot() -> Snapshot:
+    activity = _C.graph_activity()
+    if activity == 0:  # no graph and no replay in this process yet (the common case): nothing to list
+        return _NONE_YET
     st = _C.graph_stats()
-    return Snapshot({g["graph_id"]: g["replays"] for g in st["graphs"]}, st["unknown_replays"])
+    return Snapshot({g["graph_id"]: g["replays"] for g in st["graphs"]}, st["unknown_replays"], activity)
 
 
 def since(snap: Snapshot, until: Snapshot | None = None) -> tuple[list[GraphInfo], int]:
@@ -211,6 +218,8 @@ def since(snap: Snapshot, until: Snapshot | None = None) -> tuple[list[GraphInfo
     now), each with ``replays`` counting only the replays in that window;
     replays of graphs captured without kdebug in it).  A recording reports
     its own window: replays before it began or after it ended are not its."""
+    if (until.activity if until is not None else _C.graph_activity()) == snap.activity:
+        return [], 0  # no graph made and no replay in the window
     st = _C.graph_stats()
     out = []
     for g in st["graphs"]:

@@ -313,10 +313,15 @@ _specs: list[HashSpec] = [HashSpec([], None, True),  # id 0: none
 CUSTOM_ID = 1
 _spec_ids: dict[tuple, int] = {}
 _specs_lock = threading.Lock()
+_parsed_names: dict[str, tuple] = {}  # hash_fn name -> parse()'s answer (a str subclass is parsed in full)
 
 
 def parse(hash_fn) -> tuple[int, HashSpec]:
     """(spec id, spec) for a hash_fn argument; a clear error for bad input."""
+    if type(hash_fn) is str:
+        known = _parsed_names.get(hash_fn)  # every log_tensor_hashes() enter: the usual case, one lookup
+        if known is not None:
+            return known
     if callable(hash_fn) and not isinstance(hash_fn, str):
         return CUSTOM_ID, HashSpec(None, hash_fn, True)
     if isinstance(hash_fn, str):
@@ -341,6 +346,8 @@ def parse(hash_fn) -> tuple[int, HashSpec]:
                 raise RuntimeError("kdebug: more than 65534 distinct hash_fn lists in one process")
             _specs.append(HashSpec(list(key[0]), None, key[1]))
             i = _spec_ids[key] = len(_specs) - 1
+        if type(hash_fn) is str:
+            _parsed_names[hash_fn] = (i, _specs[i])
         return i, _specs[i]
 
 

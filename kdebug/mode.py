@@ -217,6 +217,8 @@ def _undo_failed_enter(undo: list, exc: BaseException) -> None:
 def _compile_skipping_modes() -> list[str]:
     """Class names of dispatch modes on this thread's stack that make dynamo
     skip compiled frames (not infra modes, ignore_compile_internals False)."""
+    if not _upstream.dispatch_stack_depth():  # no mode on the stack (at every enter: the usual case)
+        return []
     out = []
     for m in _upstream.dispatch_modes():
         try:
@@ -385,6 +387,7 @@ class DebugMode(_upstream.DebugMode):
         self._warned: set[str] = set()
         self._reported = {"dropped": 0, "errors": 0, "unrecorded": 0, "outputs_skipped": 0,
                           "readonly_changed": 0, "hash_unsupported": 0}
+        self._problem_total = 0  # Recorder.problem_total() when last looked at (-1: look again)
         self._pending_calls: list = []  # _C.PendingCall: aten calls with hashes still on the GPU
         # Note [Fast aten-op recording]: with these flags every aten-op record
         # is made by the C formatter (kd_fmt.c), text-identical to upstream's;
@@ -453,6 +456,11 @@ class DebugMode(_upstream.DebugMode):
             # kept kernel records keep their launches (Note [Launch views keep
             # their record], csrc/kd_view.c); new launches go to the new list
             self._recorder.clear()
+            # its counters start again from 0: what they count next is new (before,
+            # drops up to the number already warned about went unreported)
+            self._problem_total = -1
+            if hasattr(self, "_reported"):
+                self._reported = {k: 0 for k in self._reported}
             self._recorder.set_ops(self._ops)
             items = list.__getitem__(self._ops, slice(None))
             kernels = sum(isinstance(x, _KernelCall) for x in items)
@@ -896,8 +904,10 @@ class DebugMode(_upstream.DebugMode):
     # is warned about grew: the deferred GPU work's failures, the recorder's
     # ProblemCounts, the CUDA graphs.  The counters are read without the
     # dicts of defer_stats() and Recorder.stats() (_C.defer_failures,
-    # Recorder.problem_counts); those are read, with what the messages say,
-    # only when one of them grew.  A DebugMode per step so pays a few us less
+    # Recorder.problem_total, then Recorder.problem_counts only when that sum
+    # moved); those are read, with what the messages say, only when one of
+    # them grew.  The CUDA graphs are listed only when _C.graph_activity()
+    # moved during the recording (kdebug/cudagraphs.py since()).  A DebugMode per step so pays a few us less
     # per step, and warns as before.
     def _report_problems(self) -> None:
         if self._recorder is None:
@@ -922,6 +932,10 @@ class DebugMode(_upstream.DebugMode):
                     f"graph:{g.graph_id}" not in self._warned:
                 self._warned.add(f"graph:{g.graph_id}")
                 inductor.warn(g.text() + ("" if g.complete else " -- this recording is incomplete"), stacklevel=4)
+        total = self._recorder.problem_total()  # the counters only grow: the same sum, none grew
+        if total == self._problem_total:
+            return
+        self._problem_total = total
         p, r = self._recorder.problem_counts(), self._reported
         if not any(getattr(p, key) > r[key] for key in self._PROBLEMS):  # ProblemCounts has each key
             return
@@ -1034,6 +1048,7 @@ class DebugMode(_upstream.DebugMode):
             self._bypass.clear()
             self._nested_hidden = 0
             self._reported = {k: 0 for k in self._reported}
+            self._problem_total = -1
 
 
 def get_active_debug_mode():

@@ -175,3 +175,25 @@ def test_the_replay_wrapper_says_whether_the_replay_was_queued(compiled_cpu, cpu
     assert calls == [("replay",), ("queued", True),
                      ("collect",), ("replay",), ("queued", True),
                      ("collect",), ("replay",), ("queued", False)], calls
+
+
+def test_a_window_without_graph_activity_lists_nothing_and_one_with_it_does():
+    """cudagraphs.since() answers from _C.graph_activity() alone when nothing
+    happened in the window (no graph registered, no replay, no unknown
+    replay); an unknown replay in the window still counts, and one after the
+    window's end does not."""
+    from kdebug import cudagraphs
+
+    a0 = _C.graph_activity()
+    start = cudagraphs.snapshot()
+    quiet = cudagraphs.snapshot()
+    assert cudagraphs.since(start, quiet) == ([], 0)
+    _C.graph_unknown_replay()
+    assert _C.graph_activity() == a0 + 1
+    end = cudagraphs.snapshot()
+    assert end.activity == a0 + 1 and end.unknown_replays == start.unknown_replays + 1
+    assert cudagraphs.since(start, end) == ([], 1)
+    _C.graph_unknown_replay()  # after the window
+    assert cudagraphs.since(start, end) == ([], 1)
+    assert cudagraphs.since(start) == ([], 2)
+    assert cudagraphs.since(end, end) == ([], 0)

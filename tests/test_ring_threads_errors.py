@@ -90,6 +90,32 @@ def test_problem_counts_are_the_stats_counters_and_warn_once_per_growth(many):
     assert bad._recorder.problem_counts().errors == bad._recorder.stats()["errors"] == 1
 
 
+def test_problems_counted_again_after_the_records_are_replaced_warn_again(many):
+    """The exit looks at the counters only when Recorder.problem_total (their
+    sum) moved.  Replacing the records (dm.operators = []) clears the
+    counters; the same number of drops again is still new and warned about,
+    though the sum is what it was."""
+    fn, x, _ = many
+    dm = DebugMode(kernels_only=True, ring_capacity=16)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with dm:
+            for _ in range(10):
+                fn(x)
+        first = _drop_warnings(w)
+        p = dm._recorder.problem_counts()
+        total = dm._recorder.problem_total()
+        assert len(first) == 1 and total == p.dropped + p.errors + p.outputs_skipped + p.readonly_changed + \
+            p.hash_unsupported == first[0] > 0
+        dm.operators = []
+        assert dm._recorder.problem_total() == 0
+        with dm:
+            for _ in range(10):
+                fn(x)
+        assert dm._recorder.problem_total() == total  # the same sum as before the replacement
+        assert _drop_warnings(w) == first + first  # and warned about again
+
+
 def test_reading_mid_run_keeps_everything(many):
     fn, x, per_call = many
     with DebugMode(kernels_only=True, ring_capacity=64) as dm:
