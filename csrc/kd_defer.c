@@ -374,6 +374,12 @@ PyObject *kd_defer_clone(PyObject *o, const kd_tensor_meta *m, uint64_t stream)
 
 int kd_defer_pending(void) { return Q.nh + Q.nc != 0; }
 
+void kd_defer_read_back_early(void)
+{
+    if (kd_cuda_hash_unread() >= KD_READ_BACK_AT)
+        (void)kd_cuda_hash_collect_ready(); /* its failure is the next blocking collect's to report */
+}
+
 int kd_defer_flush_quiet(void)
 {
     int rc = kd_defer_flush();

@@ -100,6 +100,26 @@ int kd_defer_flush(void);
  * empty (Paused between windows, in Note [C++ write guard]). */
 int kd_defer_flush_quiet(void);
 
+/* Note [Reading back before the ring fills]
+ * GPU hash results wait in kdebug's device ring (KD_CUDA_CAPACITY results)
+ * until something reads them back: a read of the records, a compare.  A
+ * recording nobody reads (a DebugMode made per step and dropped, or one long
+ * recording read at its end) fills the ring, and the next hash launch then
+ * synchronized the device to make room (make_room in kd_cuda_hash.cu): about
+ * every 55 steps of the GPU transformer step under kernels_only +
+ * log_tensor_hashes().  So the end of a recording and the end of each
+ * outermost compiled graph call begin a read-back without waiting
+ * (kd_cuda_hash_collect_ready, Note [Reading results without waiting]) once
+ * KD_READ_BACK_AT results wait unread, as the flight recorder does at each
+ * step: the device is synchronized only when it runs a whole ring behind the
+ * host, or when the read-back cannot be done without waiting (a CUDA graph
+ * replay reserved results since the last synchronization). */
+#define KD_READ_BACK_AT 2048
+
+/* A read-back without waiting when KD_READ_BACK_AT GPU results wait unread
+ * (GIL; a failure leaves them for a blocking collect). */
+void kd_defer_read_back_early(void);
+
 /* Is any hash or copy queued and not yet launched? */
 int kd_defer_pending(void);
 

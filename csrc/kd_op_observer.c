@@ -205,13 +205,16 @@ static PyObject *kd_graph_call(PyObject *m, PyObject *arg)
     int enter = PyObject_IsTrue(arg);
     if (enter < 0)
         return NULL;
-    if (enter)
+    if (enter) {
         kd_tls_in_graph++;
-    else if (kd_tls_in_graph > 0 && --kd_tls_in_graph == 0 && kd_defer_enabled() == KD_DEFER_GUARDED)
-        /* Note [C++ write guard], Paused between windows: the call's last hashes go now (if a flush
-         * during the call left none, the guard is paused all the same), so the eager ops after it
-         * (autograd's, the optimizer's) run with the guard paused */
-        kd_defer_flush_quiet();
+    } else if (kd_tls_in_graph > 0 && --kd_tls_in_graph == 0) {
+        if (kd_defer_enabled() == KD_DEFER_GUARDED)
+            /* Note [C++ write guard], Paused between windows: the call's last hashes go now (if a flush
+             * during the call left none, the guard is paused all the same), so the eager ops after it
+             * (autograd's, the optimizer's) run with the guard paused */
+            kd_defer_flush_quiet();
+        kd_defer_read_back_early(); /* Note [Reading back before the ring fills] */
+    }
     return PyLong_FromLong(kd_tls_in_graph);
 }
 

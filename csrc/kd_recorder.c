@@ -324,6 +324,7 @@ static PyObject *rec_stop(kd_recorder *self, PyObject *unused)
     if (!self->started)
         Py_RETURN_NONE;
     kd_defer_flush_quiet(); /* nothing of this recording waits past its end */
+    kd_defer_read_back_early(); /* Note [Reading back before the ring fills] */
     if (self->all_threads) {
         if (kd_global_recorder == self)
             kd_global_recorder = NULL;

@@ -102,6 +102,30 @@ def test_no_synchronization_while_recording_hashes(block_step):
     assert aten and all(not isinstance(v, hashing.Pending) for op in aten for v in [op.log["hash"]])
 
 
+def test_recordings_nobody_reads_do_not_fill_the_result_ring_into_a_synchronization(block_step):
+    """Note [Reading back before the ring fills] (csrc/kd_defer.h): a
+    kernels_only recording with hashes made per step and dropped unread leaves
+    its GPU results in kdebug's device ring; more than the ring holds
+    (KD_CUDA_CAPACITY, 8192) were queued here, and kdebug never synchronized:
+    recordings' ends and graph calls' ends read them back without waiting.
+    The last recording's hashes are all there when it is read."""
+    step, x = block_step
+    with DebugMode(kernels_only=True), DebugMode.log_tensor_hashes():
+        step(x)  # a variant compiled for the modes, if any, compiles here
+    _C.hash_collect()
+    torch.cuda.synchronize()
+    syncs0, queued0 = _C.gpu_info()["syncs"], _C.defer_stats()["queued_hashes"]
+    steps = 0
+    while _C.defer_stats()["queued_hashes"] - queued0 <= 8192 + 1024 and steps < 2000:
+        with DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes():
+            step(x)
+        steps += 1
+    assert _C.defer_stats()["queued_hashes"] - queued0 > 8192 + 1024, steps
+    assert _C.gpu_info()["syncs"] == syncs0, steps
+    kernels = dm.kernels  # reading this one's results may synchronize
+    assert kernels and all(k.post_hashes for k in kernels)
+
+
 def test_identical_steps_hash_identically(block_step):
     step, x = block_step
     runs = []
