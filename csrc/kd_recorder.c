@@ -506,16 +506,17 @@ static PyObject *rec_problem_counts(kd_recorder *self, PyObject *unused)
                      PyLong_FromUnsignedLongLong((unsigned long long)self->hash_unsupported));
 }
 
-/* problem_total() -> int: the sum of problem_counts()'s counters, each of
- * which only grows while the recorder lives: DebugMode's exit reads it alone
- * and looks at the counters only when it moved (Note [Problems at exit]). */
-static PyObject *rec_problem_total(kd_recorder *self, PyObject *unused)
+/* problem_state() -> bytes: problem_counts()'s counters packed, compared
+ * whole: DebugMode's exit reads it alone and looks at the counters only when
+ * it changed (Note [Problems at exit]).  Not a sum: a count can also fall
+ * (a ring clear; and before 2026-11-29 the dropped count of a ring with a
+ * launch in flight, kd_ring_lost), and a fall must not hide a rise. */
+static PyObject *rec_problem_state(kd_recorder *self, PyObject *unused)
 {
     (void)unused;
-    unsigned long long t = (unsigned long long)(kd_ring_lost_fast(self->ring) + self->drain_failures) +
-                           (unsigned long long)self->errors + (unsigned long long)self->outputs_skipped +
-                           (unsigned long long)self->readonly_changed + (unsigned long long)self->hash_unsupported;
-    return PyLong_FromUnsignedLongLong(t);
+    const uint64_t c[5] = {kd_ring_lost_fast(self->ring) + self->drain_failures, self->errors,
+                           self->outputs_skipped, self->readonly_changed, self->hash_unsupported};
+    return PyBytes_FromStringAndSize((const char *)c, sizeof c);
 }
 
 static PyObject *rec_messages(kd_recorder *self, PyObject *unused)
@@ -698,8 +699,8 @@ static PyMethodDef rec_methods[] = {
     {"stats", (PyCFunction)rec_stats, METH_NOARGS, "Counters: launches, dropped, errors, ..."},
     {"problem_counts", (PyCFunction)rec_problem_counts, METH_NOARGS,
      "problem_counts() -> ProblemCounts: dropped, errors, outputs_skipped, readonly_changed, hash_unsupported."},
-    {"problem_total", (PyCFunction)rec_problem_total, METH_NOARGS,
-     "problem_total() -> int: the sum of problem_counts()' counters (a cheap test for new problems)."},
+    {"problem_state", (PyCFunction)rec_problem_state, METH_NOARGS,
+     "problem_state() -> bytes: problem_counts()' counters packed (equal bytes: no counter moved)."},
     {"messages", (PyCFunction)rec_messages, METH_NOARGS,
      "The first error messages from inside the hook."},
     {"is_recording", (PyCFunction)rec_is_recording, METH_NOARGS, "Whether started."},

@@ -387,7 +387,7 @@ class DebugMode(_upstream.DebugMode):
         self._warned: set[str] = set()
         self._reported = {"dropped": 0, "errors": 0, "unrecorded": 0, "outputs_skipped": 0,
                           "readonly_changed": 0, "hash_unsupported": 0}
-        self._problem_total = 0  # Recorder.problem_total() when last looked at (-1: look again)
+        self._problem_state = b""  # Recorder.problem_state() when last fully looked at (b"": look again)
         self._pending_calls: list = []  # _C.PendingCall: aten calls with hashes still on the GPU
         # Note [Fast aten-op recording]: with these flags every aten-op record
         # is made by the C formatter (kd_fmt.c), text-identical to upstream's;
@@ -458,9 +458,9 @@ class DebugMode(_upstream.DebugMode):
             self._recorder.clear()
             # its counters start again from 0: what they count next is new (before,
             # drops up to the number already warned about went unreported)
-            self._problem_total = -1
-            if hasattr(self, "_reported"):
-                self._reported = {k: 0 for k in self._reported}
+            self._problem_state = b""
+            if hasattr(self, "_reported"):  # the recorder's counters; graph_unknown counts the recording's window
+                self._reported = {k: (v if k == "graph_unknown" else 0) for k, v in self._reported.items()}
             self._recorder.set_ops(self._ops)
             items = list.__getitem__(self._ops, slice(None))
             kernels = sum(isinstance(x, _KernelCall) for x in items)
@@ -904,9 +904,9 @@ class DebugMode(_upstream.DebugMode):
     # is warned about grew: the deferred GPU work's failures, the recorder's
     # ProblemCounts, the CUDA graphs.  The counters are read without the
     # dicts of defer_stats() and Recorder.stats() (_C.defer_failures,
-    # Recorder.problem_total, then Recorder.problem_counts only when that sum
-    # moved); those are read, with what the messages say, only when one of
-    # them grew.  The CUDA graphs are listed only when _C.graph_activity()
+    # Recorder.problem_state, then Recorder.problem_counts only when one of
+    # them moved); those are read, with what the messages say, only when one
+    # of them grew.  The CUDA graphs are listed only when _C.graph_activity()
     # moved during the recording (kdebug/cudagraphs.py since()).  A DebugMode per step so pays a few us less
     # per step, and warns as before.
     def _report_problems(self) -> None:
@@ -932,19 +932,20 @@ class DebugMode(_upstream.DebugMode):
                     f"graph:{g.graph_id}" not in self._warned:
                 self._warned.add(f"graph:{g.graph_id}")
                 inductor.warn(g.text() + ("" if g.complete else " -- this recording is incomplete"), stacklevel=4)
-        total = self._recorder.problem_total()  # the counters only grow: the same sum, none grew
-        if total == self._problem_total:
+        state = self._recorder.problem_state()  # the counters, packed: equal, none moved since the last full look
+        if state == self._problem_state:
             return
-        self._problem_total = total
         p, r = self._recorder.problem_counts(), self._reported
-        if not any(getattr(p, key) > r[key] for key in self._PROBLEMS):  # ProblemCounts has each key
-            return
-        s = self._recorder.stats()
-        for key, message in self._PROBLEMS.items():
-            if s[key] > self._reported.get(key, 0):
-                self._reported[key] = s[key]
-                msgs = self._recorder.messages() if key == "errors" else []
-                inductor.warn(message(s, msgs), stacklevel=4)
+        if any(getattr(p, key) > r[key] for key in self._PROBLEMS):  # ProblemCounts has each key
+            s = self._recorder.stats()
+            for key, message in self._PROBLEMS.items():
+                if s[key] > self._reported.get(key, 0):
+                    self._reported[key] = s[key]
+                    msgs = self._recorder.messages() if key == "errors" else []
+                    inductor.warn(message(s, msgs), stacklevel=4)
+        # only once every warning went out: a warning raised as an error (-W error)
+        # leaves the rest to the next look
+        self._problem_state = state
 
     @property
     def kernel_stats(self) -> dict[str, Any]:
@@ -1048,7 +1049,7 @@ class DebugMode(_upstream.DebugMode):
             self._bypass.clear()
             self._nested_hidden = 0
             self._reported = {k: 0 for k in self._reported}
-            self._problem_total = -1
+            self._problem_state = b""
 
 
 def get_active_debug_mode():

@@ -91,10 +91,10 @@ def test_problem_counts_are_the_stats_counters_and_warn_once_per_growth(many):
 
 
 def test_problems_counted_again_after_the_records_are_replaced_warn_again(many):
-    """The exit looks at the counters only when Recorder.problem_total (their
-    sum) moved.  Replacing the records (dm.operators = []) clears the
-    counters; the same number of drops again is still new and warned about,
-    though the sum is what it was."""
+    """The exit looks at the counters only when Recorder.problem_state (all
+    of them, packed) changed.  Replacing the records (dm.operators = [])
+    clears the counters; the same number of drops again is new and warned
+    about again (before 2026-11-29 it was not: the count warned about was kept)."""
     fn, x, _ = many
     dm = DebugMode(kernels_only=True, ring_capacity=16)
     with warnings.catch_warnings(record=True) as w:
@@ -103,17 +103,35 @@ def test_problems_counted_again_after_the_records_are_replaced_warn_again(many):
             for _ in range(10):
                 fn(x)
         first = _drop_warnings(w)
-        p = dm._recorder.problem_counts()
-        total = dm._recorder.problem_total()
-        assert len(first) == 1 and total == p.dropped + p.errors + p.outputs_skipped + p.readonly_changed + \
-            p.hash_unsupported == first[0] > 0
+        state = dm._recorder.problem_state()
+        assert len(first) == 1 and first[0] == dm._recorder.problem_counts().dropped > 0
         dm.operators = []
-        assert dm._recorder.problem_total() == 0
+        assert dm._recorder.problem_state() != state
         with dm:
             for _ in range(10):
                 fn(x)
-        assert dm._recorder.problem_total() == total  # the same sum as before the replacement
+        assert dm._recorder.problem_state() == state  # the same counts as before the replacement
         assert _drop_warnings(w) == first + first  # and warned about again
+
+
+def test_a_warning_raised_as_an_error_leaves_the_other_problems_for_the_next_look(many):
+    """Under a filter that turns warnings into errors (pytest -W error), the
+    exit's first warning raises; a problem of another kind found by the same
+    look is still warned about at the next read (the counters are marked as
+    looked at only once every warning went out)."""
+    fn, x, _ = many
+    dm = DebugMode(kernels_only=True, ring_capacity=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KdebugWarning)
+        with pytest.raises(KdebugWarning, match="dropped because the ring"):
+            with dm:
+                kdebug._C._inject_hook_faults(1)
+                for _ in range(10):
+                    fn(x)
+        assert dm._recorder.problem_counts().errors == 1
+        with pytest.raises(KdebugWarning, match=r"1 error\(s\) inside the launch hook"):
+            dm.kernels
+        dm.kernels  # everything was said: no third warning
 
 
 def test_reading_mid_run_keeps_everything(many):

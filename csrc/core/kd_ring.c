@@ -301,9 +301,18 @@ uint64_t kd_ring_lost(const kd_ring *r)
     uint64_t refused = atomic_load_explicit(&r->refused, memory_order_relaxed);
     uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
     uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-    /* Launches still unread between tail and head are not lost; while any is
-     * in flight the count below can only under-count, never over-count. */
+    /* Launches still unread between tail and head are not lost.  A launch in
+     * flight (reserved, not yet committed: its slots' stamps are not written,
+     * or not all of them) is stepped over slot by slot, and the walk goes on:
+     * launches other threads committed after it are unread, not overwritten
+     * (stopping at it counted them as lost: "dropped" warnings for launches
+     * that were all read later, with record_all_threads).  One that commits
+     * while the walk runs may be counted unread without being in `committed`
+     * read above: that can only under-count.  The memo stops at the first
+     * launch in flight, where the next walk must look again. */
     uint64_t unread = 0;
+    uint64_t memo_t = 0, memo_unread = 0;
+    int in_flight = 0;
     kd_ring *rr = (kd_ring *)r;
     /* Walked as kd_ring_read walks: tickets older than head - capacity are
      * gone, and a lapped slot or a header-less tail is skipped, not an end
@@ -318,8 +327,12 @@ uint64_t kd_ring_lost(const kd_ring *r)
     }
     while (t < head) {
         int st = slot_state(rr, t);
-        if (st < 0)
-            break; /* in flight */
+        if (st < 0) { /* in flight */
+            if (!in_flight)
+                in_flight = 1, memo_t = t, memo_unread = unread;
+            t++;
+            continue;
+        }
         const kd_payload *p = &rr->slots[t & rr->mask].p;
         if (st > 0 || p->tag != KD_TAG_LAUNCH) {
             t++;
@@ -331,8 +344,12 @@ uint64_t kd_ring_lost(const kd_ring *r)
         int state = 0;
         for (uint32_t i = 1; i < n && state == 0; i++)
             state = slot_state(rr, t + i);
-        if (state < 0)
-            break;
+        if (state < 0) { /* its commit is stamping its slots now: in flight */
+            if (!in_flight)
+                in_flight = 1, memo_t = t, memo_unread = unread;
+            t++;
+            continue;
+        }
         if (state > 0) {
             t++;
             continue;
@@ -341,7 +358,9 @@ uint64_t kd_ring_lost(const kd_ring *r)
         t += n;
     }
     rr->lost_memo = !lapped;
-    rr->lost_from = from, rr->lost_upto = t, rr->lost_unread = unread;
+    rr->lost_from = from;
+    rr->lost_upto = in_flight ? memo_t : t;
+    rr->lost_unread = in_flight ? memo_unread : unread;
     uint64_t accounted = r->read + unread;
     uint64_t overwritten = committed > accounted ? committed - accounted : 0;
     return refused + overwritten;
