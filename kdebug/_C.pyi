@@ -179,6 +179,7 @@ class Recorder:
     def position(self, launch_index: int) -> int: ...  # first stored launch with launch_index >= it (binary search)
     def stats(self) -> dict[str, Any]: ...  # "dropped" walks the unread ring once it went round (kd_ring_lost_fast)
     def problem_counts(self) -> ProblemCounts: ...  # stats()'s counters DebugMode warns about, no dict
+    def problem_state(self) -> bytes: ...  # problem_counts()' counters packed: equal bytes, no counter moved
     seen: int        # launches seen so far, O(1)
     slots_used: int  # ring slots not yet drained, O(1)
     held_from: int | None  # after the last drain: first launch left waiting for GPU hashes
@@ -257,6 +258,7 @@ def graph_replay_queued(ok: bool) -> None: ...  # Note [Results in flight]
 def graph_unknown_replay() -> None: ...
 def graph_release(handle: int) -> None: ...
 def graph_stats() -> dict[str, Any]: ...
+def graph_activity() -> int: ...  # graphs registered + replays + unknown replays so far (0: none)
 def collect_ready(at_least: int = 0) -> int: ...  # 0, or -1 on a CUDA error; never waits for the device
 def defer_flush() -> int: ...  # 0, or -1 when some of it failed (counted)
 def defer_stats() -> dict[str, Any]: ...

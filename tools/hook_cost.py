@@ -66,8 +66,11 @@ def main() -> None:
                     plain(n)
         return run
 
+    # made once: making one prefaults its ring (Note [Ring prefault]), about 0.3 s
+    # on the CPU machine, which a block of --calls calls would otherwise carry
+    fr = kdebug.FlightRecorder(every=10 ** 9, keep_steps=2, trace="/tmp/kdebug_hook_cost.kdt", hashes="all")
+
     def flight(n):
-        fr = kdebug.FlightRecorder(every=10 ** 9, keep_steps=2, trace="/tmp/kdebug_hook_cost.kdt", hashes="all")
         with fr:
             for _ in range(n):
                 f(x, w)
