@@ -284,7 +284,12 @@ int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
  * walk finds each of the others unread in [tail, head).  So read + unread
  * == committed, none was overwritten, and the walk would return refused:
  * kd_ring_lost_fast returns that.  In any other case (a lap, a skip, a
- * launch in flight) it walks. */
+ * launch in flight) it walks.
+ *
+ * The walk, like kd_ring_read, takes a stamped slot whose payload's tag is
+ * KD_TAG_LAUNCH for a launch's header: no argument payload may start with
+ * that tag (kdebug's start with KD_TAG_TENSOR .. KD_TAG_HASH), or a walk
+ * that starts inside a launch (after a lap) would misread it. */
 uint64_t kd_ring_lost_fast(const kd_ring *r)
 {
     uint64_t committed = atomic_load_explicit(&r->committed, memory_order_acquire);
@@ -339,15 +344,17 @@ uint64_t kd_ring_lost(const kd_ring *r)
             continue;
         }
         uint32_t n = 1u + p->launch.nslots;
-        if (t + n > head)
-            break;
+        if (t + n > head) { /* no launch reserved before head ends past it: not a header */
+            t++;
+            continue;
+        }
         int state = 0;
         for (uint32_t i = 1; i < n && state == 0; i++)
             state = slot_state(rr, t + i);
         if (state < 0) { /* its commit is stamping its slots now: in flight */
             if (!in_flight)
                 in_flight = 1, memo_t = t, memo_unread = unread;
-            t++;
+            t += n; /* its header is stamped, so its extent is known: its argument slots are not read as headers */
             continue;
         }
         if (state > 0) {
