@@ -495,15 +495,28 @@ static PyObject *rec_stats(kd_recorder *self, PyObject *unused)
 /* problem_counts() -> ProblemCounts: the counters of stats() that DebugMode
  * warns about when they grow, read at every exit without building stats()'s
  * dict (Note [Problems at exit] in kdebug/mode.py). */
+/* The counters problem_counts() and problem_state() report, in
+ * ProblemCounts' field order. */
+enum { KD_NPROBLEMS = 5 };
+static void problem_values(kd_recorder *self, uint64_t c[KD_NPROBLEMS])
+{
+    c[0] = kd_ring_lost_fast(self->ring) + self->drain_failures; /* dropped */
+    c[1] = self->errors;
+    c[2] = self->outputs_skipped;
+    c[3] = self->readonly_changed;
+    c[4] = self->hash_unsupported;
+}
+
 static PyObject *rec_problem_counts(kd_recorder *self, PyObject *unused)
 {
     (void)unused;
-    return KD_RECORD(kd_ProblemCountsType,
-                     PyLong_FromUnsignedLongLong((unsigned long long)(kd_ring_lost_fast(self->ring) + self->drain_failures)),
-                     PyLong_FromUnsignedLongLong((unsigned long long)self->errors),
-                     PyLong_FromUnsignedLongLong((unsigned long long)self->outputs_skipped),
-                     PyLong_FromUnsignedLongLong((unsigned long long)self->readonly_changed),
-                     PyLong_FromUnsignedLongLong((unsigned long long)self->hash_unsupported));
+    uint64_t c[KD_NPROBLEMS];
+    problem_values(self, c);
+    return KD_RECORD(kd_ProblemCountsType, PyLong_FromUnsignedLongLong((unsigned long long)c[0]),
+                     PyLong_FromUnsignedLongLong((unsigned long long)c[1]),
+                     PyLong_FromUnsignedLongLong((unsigned long long)c[2]),
+                     PyLong_FromUnsignedLongLong((unsigned long long)c[3]),
+                     PyLong_FromUnsignedLongLong((unsigned long long)c[4]));
 }
 
 /* problem_state() -> bytes: problem_counts()'s counters packed, compared
@@ -514,8 +527,8 @@ static PyObject *rec_problem_counts(kd_recorder *self, PyObject *unused)
 static PyObject *rec_problem_state(kd_recorder *self, PyObject *unused)
 {
     (void)unused;
-    const uint64_t c[5] = {kd_ring_lost_fast(self->ring) + self->drain_failures, self->errors,
-                           self->outputs_skipped, self->readonly_changed, self->hash_unsupported};
+    uint64_t c[KD_NPROBLEMS];
+    problem_values(self, c);
     return PyBytes_FromStringAndSize((const char *)c, sizeof c);
 }
 

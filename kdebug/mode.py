@@ -907,8 +907,8 @@ class DebugMode(_upstream.DebugMode):
     # Recorder.problem_state, then Recorder.problem_counts only when one of
     # them moved); those are read, with what the messages say, only when one
     # of them grew.  The CUDA graphs are listed only when _C.graph_activity()
-    # moved during the recording (kdebug/cudagraphs.py since()).  A DebugMode per step so pays a few us less
-    # per step, and warns as before.
+    # moved during the recording (kdebug/cudagraphs.py since()).  A DebugMode
+    # per step so pays a few us less per step, and warns as before.
     def _report_problems(self) -> None:
         if self._recorder is None:
             return
@@ -1048,8 +1048,7 @@ class DebugMode(_upstream.DebugMode):
         if getattr(self, "_recorder", None) is not None:
             self._bypass.clear()
             self._nested_hidden = 0
-            self._reported = {k: 0 for k in self._reported}
-            self._problem_state = b""
+            self._reported = {k: 0 for k in self._reported}  # (super().reset() cleared the recorder's counters)
 
 
 def get_active_debug_mode():
