@@ -47,6 +47,7 @@ def _modes():
             "ko": lambda: K(kernels_only=True),
             "ko_hash": lambda: both(K(kernels_only=True), K.log_tensor_hashes()),
             "ko_hash_per_kernel": lambda: both(K(kernels_only=True, batch_gpu_work=False), K.log_tensor_hashes()),
+            "ko_extern": lambda: K(kernels_only=True, record_extern_ops=True),
             "ko_extern_hash": lambda: both(K(kernels_only=True, record_extern_ops=True), K.log_tensor_hashes()),
             "cpp": lambda: K(op_path="c++"),
             "full": lambda: K()}
@@ -59,11 +60,35 @@ def run(a) -> int:
 
     known = _modes()
     modes = a.modes.split(",")
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
+    block_modes = {}  # mode -> a context entered once around its block (the flight recorder)
+    if a.workload == "flight":  # forward + backward + eager AdamW, as bench_flight.py's step
+        import kdebug
+        from kdebug.workloads import STEP_SIZES, Transformer, train_step_fn
+
+        blocks_, d, heads, shape = STEP_SIZES[a.device]
+        torch.manual_seed(0)
+        model = Transformer(blocks_, d, heads).to(a.device)
+        x = torch.randn(*shape, d, device=a.device)
+        fb = train_step_fn(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(x):
+            loss = fb(x)
+            opt.step()
+            return loss
+
+        for _ in range(5):
+            step(x)
+        fr = kdebug.FlightRecorder(every=10, keep_steps=4, trace=os.path.join(a.tmp, "perf_blocks.kdt"))
+        fr.attach(opt, model)
+        known["flight"] = lambda: fr
+        block_modes["flight"] = True
+    else:
+        step, x = transformer_step(a.device)
     bad = [m for m in modes if m not in known]
     if bad:
         raise SystemExit(f"perf_blocks: unknown mode(s) {bad}; known: {', '.join(known)}")
-    step, x = transformer_step(a.device)
-    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     for m in modes:  # first uses (compiles of variants, hooks installed) before anything is timed
         for _ in range(3):
             with known[m]():
@@ -83,9 +108,14 @@ def run(a) -> int:
             make = known[m]
             sync()
             t0 = time.monotonic_ns()
-            for _ in range(a.block):
+            if m in block_modes:
                 with make():
-                    step(x)
+                    for _ in range(a.block):
+                        step(x)
+            else:
+                for _ in range(a.block):
+                    with make():
+                        step(x)
             sync()
             t1 = time.monotonic_ns()
             blocks.append([m, t0, t1])
@@ -94,14 +124,16 @@ def run(a) -> int:
     for m in modes:
         print(f"{m:20s} ms / step: median {statistics.median(per[m]):.3f}, min {min(per[m]):.3f}")
     with open(a.out, "w") as f:
-        json.dump({"block": a.block, "blocks": blocks}, f)
+        json.dump({"block": a.block, "blocks": blocks, "pid": os.getpid()}, f)
     return 0
 
 
-def parse_line(line: str):
+def parse_line(line: str, pid: int | None = None):
     """(thread, time ns, dso, symbol) of one `perf script -F comm,tid,time,ip,sym,dso`
     line, or None.  The thread is the command name ("main" for the Python
-    main thread, whose name is python...)."""
+    main thread, whose name is python...; with ``pid``, only the thread of
+    that id is "main": other processes named python..., such as Inductor's
+    compile workers, which perf follows too, are "child")."""
     head, sep, rest = line.partition(": ")
     if not sep:
         return None
@@ -118,7 +150,9 @@ def parse_line(line: str):
         rest = ip
     i = rest.rfind(" (")
     sym, dso = (rest[:i], rest[i + 2:].rstrip(")")) if i >= 0 else (rest, "?")
-    thread = "main" if parts[0].startswith("python") else parts[0]
+    thread = parts[0]
+    if thread.startswith("python"):
+        thread = "main" if pid is None or parts[-2] == str(pid) else "child"
     return thread, t, dso.rsplit("/", 1)[-1], sym.split("+0x")[0]
 
 
@@ -132,7 +166,7 @@ def attribute(a) -> int:
         steps[m] += info["block"]
     by_sym, by_dso = collections.Counter(), collections.Counter()
     for line in sys.stdin:
-        p = parse_line(line)
+        p = parse_line(line, info.get("pid"))
         if p is None:
             continue
         thread, t, dso, sym = p
@@ -177,6 +211,10 @@ def main(argv=None) -> int:
     r.add_argument("--modes", default="untraced,ko_hash,ko_extern_hash")
     r.add_argument("--rounds", type=int, default=10)
     r.add_argument("--block", type=int, default=25)
+    r.add_argument("--workload", choices=("step", "flight"), default="step",
+                   help="step: transformer_step's forward + backward; flight: the same + eager AdamW, "
+                        "with mode 'flight' (a FlightRecorder(every=10) attached, entered around each block)")
+    r.add_argument("--tmp", default="/tmp", help="where the flight recorder's dump path points")
     r.add_argument("--out", required=True)
     t = sub.add_parser("attribute", help="perf script lines on stdin -> µs / step by block's mode")
     t.add_argument("blocks")
