@@ -294,3 +294,46 @@ def test_the_page_escapes_every_value_it_inserts(trace_bytes, browser, tmp_path)
     assert page.evaluate("window.__kdxss") is None
     assert PAYLOAD in page.inner_text("#summary")
     page.close()
+
+
+class _ClaimsToBeATensor:
+    """An object whose __class__ says torch.Tensor: isinstance() believes it."""
+
+    @property
+    def __class__(self):
+        return torch.Tensor
+
+
+def _impostors():
+    import weakref
+    from unittest import mock
+
+    t = torch.arange(6.0).reshape(2, 3)
+    return t, [weakref.proxy(t), mock.Mock(spec=torch.Tensor), _ClaimsToBeATensor()]
+
+
+def test_objects_that_only_claim_to_be_tensors_are_not_read_as_tensors():
+    """isinstance(x, torch.Tensor) is true for a weakref.proxy of a tensor, a
+    Mock(spec=torch.Tensor) and any object whose __class__ says so, yet none
+    is laid out as one: kdebug's C side recognises tensors by their real type
+    (is_tensor in csrc/kd_torch.cpp), so reading their metadata as a tensor's
+    (which crashed the process) does not happen."""
+    t, impostors = _impostors()
+    assert kdebug._C.tensor_meta(t) is not None
+    for o in impostors:
+        assert isinstance(o, torch.Tensor)  # what the old check went by
+        assert kdebug._C.tensor_meta(o) is None
+        assert kdebug._C.replica_devices([o], (type(o),)) is None
+    assert kdebug._C.replica_devices([t], (torch.Tensor,)) is not None
+
+
+def test_record_state_refuses_objects_that_only_claim_to_be_tensors():
+    """The record path (its device lookup and the launch path's description
+    of each argument) refuses them with a TypeError instead of reading them
+    as tensors."""
+    _, impostors = _impostors()
+    names = kdebug._C.intern_names(["x"])
+    for o in impostors:
+        with DebugMode(kernels_only=True):
+            with pytest.raises(TypeError, match="takes tensors"):
+                kdebug._C.record_state("kdebug::probe", names, [o])
