@@ -13,6 +13,15 @@
  * torch.Generator, anything whose str()/repr() holds an address) gets the
  * text leaf_text(o, top) gives; that function says NotImplemented for every
  * other leaf, which then falls back to upstream as before.
+ *
+ * Note [Formatting runs user code]
+ * A leaf's str() / repr() and leaf_text are Python code, which may change
+ * the containers being formatted (clear a list, pop a dict entry) or drop the
+ * last reference to what is being read.  So a list is formatted from a copy
+ * (PyList_GetSlice) and a dict from PyDict_Items, each holding references to
+ * its elements, never from the live container with a length read before.  An
+ * adversarial review found the live loops reading freed elements.  The same
+ * rule holds for kd_hash_tree.c's leaf digests.
  */
 #include <string.h>
 
@@ -165,36 +174,50 @@ static int fmt(buf *b, PyObject *o, int top, int depth)
     if (r != 0)
         return r;
     if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
+        /* Note [Formatting runs user code]: an element's repr (or leaf_text)
+         * is Python code that may change a list, so a list is formatted from
+         * a copy holding its elements */
         int is_list = PyList_CheckExact(o);
-        Py_ssize_t n = is_list ? PyList_GET_SIZE(o) : PyTuple_GET_SIZE(o);
+        PyObject *seq = is_list ? PyList_GetSlice(o, 0, PY_SSIZE_T_MAX) : Py_NewRef(o);
+        if (seq == NULL)
+            return -1;
+        Py_ssize_t n = is_list ? PyList_GET_SIZE(seq) : PyTuple_GET_SIZE(seq);
         put(b, is_list ? "[" : "(", 1);
-        for (Py_ssize_t i = 0; i < n; i++) {
+        r = 1;
+        for (Py_ssize_t i = 0; i < n && r == 1; i++) {
             if (i)
                 put(b, ", ", 2);
-            PyObject *x = is_list ? PyList_GET_ITEM(o, i) : PyTuple_GET_ITEM(o, i);
-            if ((r = fmt(b, x, 0, depth + 1)) != 1)
-                return r;
+            PyObject *x = is_list ? PyList_GET_ITEM(seq, i) : PyTuple_GET_ITEM(seq, i);
+            r = fmt(b, x, 0, depth + 1);
         }
+        Py_DECREF(seq);
+        if (r != 1)
+            return r;
         if (!is_list && n == 1)
             put(b, ",", 1);
         put(b, is_list ? "]" : ")", 1);
         return b->fail ? -1 : 1;
     }
     if (PyDict_CheckExact(o)) {
-        PyObject *k, *v;
-        Py_ssize_t pos = 0;
-        int first = 1;
+        PyObject *items = PyDict_Items(o); /* a copy of its pairs (Note [Formatting runs user code]) */
+        if (items == NULL)
+            return -1;
         put(b, "{", 1);
-        while (PyDict_Next(o, &pos, &k, &v)) {
-            if (!first)
+        r = 1;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items) && r == 1; i++) {
+            PyObject *kv = PyList_GET_ITEM(items, i);
+            if (i)
                 put(b, ", ", 2);
-            first = 0;
-            if (key_text(b, k) < 0)
-                return -1;
+            if (key_text(b, PyTuple_GET_ITEM(kv, 0)) < 0) {
+                r = -1;
+                break;
+            }
             put(b, ": ", 2);
-            if ((r = fmt(b, v, 0, depth + 1)) != 1)
-                return r;
+            r = fmt(b, PyTuple_GET_ITEM(kv, 1), 0, depth + 1);
         }
+        Py_DECREF(items);
+        if (r != 1)
+            return r;
         put(b, "}", 1);
         return b->fail ? -1 : 1;
     }
@@ -274,23 +297,26 @@ PyObject *kd_format_kwargs(PyObject *m, PyObject *kwargs)
         PyErr_SetString(PyExc_TypeError, "format_kwargs expects a dict");
         return NULL;
     }
+    PyObject *items = PyDict_Items(kwargs); /* Note [Formatting runs user code] */
+    if (items == NULL)
+        return NULL;
     buf b;
     buf_init(&b);
     int r = 1;
-    PyObject *k, *v;
-    Py_ssize_t pos = 0;
-    while (r == 1 && PyDict_Next(kwargs, &pos, &k, &v)) {
+    for (Py_ssize_t i = 0; r == 1 && i < PyList_GET_SIZE(items); i++) {
+        PyObject *kv = PyList_GET_ITEM(items, i);
         put(&b, ", ", 2);
-        PyObject *ks = PyObject_Str(k);
+        PyObject *ks = PyObject_Str(PyTuple_GET_ITEM(kv, 0));
         if (ks == NULL) {
-            PyMem_Free(b.p);
-            return NULL;
+            r = -1; /* finish frees the buffer (a heap one only) */
+            break;
         }
         put_obj(&b, ks);
         Py_DECREF(ks);
         put(&b, "=", 1);
-        r = fmt(&b, v, 1, 0);
+        r = fmt(&b, PyTuple_GET_ITEM(kv, 1), 1, 0);
     }
+    Py_DECREF(items);
     if (b.len == 0 && r == 1)
         put(&b, "", 0);
     return finish(&b, r, NULL);

@@ -44,6 +44,8 @@ static int tree_put(kd_buf *b, PyObject *o, int depth)
         } else { /* kdebug.hashing.NormHash */
             double d = PyFloat_AsDouble(l1);
             Py_DECREF(l1);
+            if (d == -1.0 && PyErr_Occurred())
+                return -1; /* l1_finite that is no number: its error, not a SystemError */
             kd_buf_u8(b, KD_T_NORM);
             kd_buf_f64(b, d);
             static const char *names[] = {"nan", "posinf", "neginf"};
@@ -81,33 +83,47 @@ static int tree_put(kd_buf *b, PyObject *o, int depth)
             }
         }
     } else if (PyList_Check(o) || PyTuple_Check(o)) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-        kd_buf_u8(b, PyList_Check(o) ? KD_T_LIST : KD_T_TUPLE);
+        /* a copy of a list (Note [Formatting runs user code] in kd_fmt.c: a
+         * repr below may change it; the count written first must hold) */
+        const int is_list = PyList_Check(o);
+        PyObject *seq = is_list ? PyList_GetSlice(o, 0, PY_SSIZE_T_MAX) : Py_NewRef(o);
+        if (seq == NULL)
+            return -1;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        kd_buf_u8(b, is_list ? KD_T_LIST : KD_T_TUPLE);
         kd_buf_varint(b, (uint64_t)n);
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (tree_put(b, PySequence_Fast_GET_ITEM(o, i), depth + 1) != 0)
-                return -1;
+        int rc = 0;
+        for (Py_ssize_t i = 0; i < n && rc == 0; i++)
+            rc = tree_put(b, PySequence_Fast_GET_ITEM(seq, i), depth + 1);
+        Py_DECREF(seq);
+        if (rc != 0)
+            return -1;
     } else if (PyDict_Check(o)) {
+        PyObject *items = PyDict_Items(o); /* its pairs, held (as the list above) */
+        if (items == NULL)
+            return -1;
         kd_buf_u8(b, KD_T_DICT);
-        kd_buf_varint(b, (uint64_t)PyDict_Size(o));
-        Py_ssize_t pos = 0;
-        PyObject *k, *v;
-        while (PyDict_Next(o, &pos, &k, &v)) {
+        kd_buf_varint(b, (uint64_t)PyList_GET_SIZE(items));
+        int rc = 0;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items) && rc == 0; i++) {
+            PyObject *k = PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), 0);
+            PyObject *v = PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), 1);
             PyObject *ks = PyUnicode_Check(k) ? Py_NewRef(k) : PyObject_Repr(k);
-            if (ks == NULL)
-                return -1;
-            Py_ssize_t n;
-            const char *s = PyUnicode_AsUTF8AndSize(ks, &n);
+            Py_ssize_t n = 0;
+            const char *s = ks != NULL ? PyUnicode_AsUTF8AndSize(ks, &n) : NULL;
             if (s == NULL) {
-                Py_DECREF(ks);
-                return -1;
+                Py_XDECREF(ks);
+                rc = -1;
+                break;
             }
             kd_buf_varint(b, (uint64_t)n);
             kd_buf_put(b, s, (size_t)n);
             Py_DECREF(ks);
-            if (tree_put(b, v, depth + 1) != 0)
-                return -1;
+            rc = tree_put(b, v, depth + 1);
         }
+        Py_DECREF(items);
+        if (rc != 0)
+            return -1;
     } else {
     as_repr:;
         PyObject *r = PyObject_Repr(o);
