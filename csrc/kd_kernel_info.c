@@ -1,6 +1,8 @@
 /* kd_kernel_info.c - KernelInfo, what kdebug knows about one kernel: its name,
  * argument names and roles, interned once when the kernel is first recorded. */
 #include "kd_kernel_info.h"
+
+#include <string.h>
 #include "kd_module.h"
 #include "kd_record.h"
 
@@ -17,6 +19,10 @@ static uint32_t intern_obj(PyObject *s)
     const char *c = PyUnicode_AsUTF8AndSize(s, &n);
     if (c == NULL)
         return 0;
+    if (memchr(c, '\0', (size_t)n) != NULL) { /* the table keeps C strings */
+        PyErr_SetString(PyExc_ValueError, "a kernel or argument name contains a NUL character");
+        return 0;
+    }
     uint32_t id = kd_strtab_intern(kd_strings, c, (size_t)n);
     if (id == 0)
         PyErr_SetString(PyExc_MemoryError, "kdebug's string table is full");
@@ -41,13 +47,21 @@ static PyObject *info_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_ValueError, "kind must be 1 (triton) or 2 (cpp)");
         return NULL;
     }
-    PyObject *ns = PySequence_Fast(names, "arg_names must be a sequence");
-    PyObject *rs = ns ? PySequence_Fast(roles, "roles must be a sequence") : NULL;
+    if (dtype < 0 || dtype > UINT8_MAX || dindex < -1 || dindex > INT8_MAX) {
+        /* stored in 8 bits: a larger value would be recorded as another device */
+        PyErr_Format(PyExc_ValueError, "device_type must be 0..255 and device_index -1..127 (got %d, %d)",
+                     dtype, dindex);
+        return NULL;
+    }
+    /* tuples (copies of lists): a role's __index__ is Python code that could
+     * change a list read below */
+    PyObject *ns = PySequence_Tuple(names);
+    PyObject *rs = ns ? PySequence_Tuple(roles) : NULL;
     kd_kernel_info *self = NULL;
     if (rs == NULL)
         goto error;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(ns);
-    if (PySequence_Fast_GET_SIZE(rs) != n) {
+    Py_ssize_t n = PyTuple_GET_SIZE(ns);
+    if (PyTuple_GET_SIZE(rs) != n) {
         PyErr_SetString(PyExc_ValueError, "arg_names and roles differ in length");
         goto error;
     }
@@ -69,14 +83,14 @@ static PyObject *info_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         goto error;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *s = PySequence_Fast_GET_ITEM(ns, i);
+        PyObject *s = PyTuple_GET_ITEM(ns, i);
         if (!PyUnicode_Check(s)) {
             PyErr_SetString(PyExc_TypeError, "arg_names must hold str");
             goto error;
         }
         if ((self->name_ids[i] = intern_obj(s)) == 0)
             goto error;
-        long role = PyLong_AsLong(PySequence_Fast_GET_ITEM(rs, i));
+        long role = PyLong_AsLong(PyTuple_GET_ITEM(rs, i));
         if (role == -1 && PyErr_Occurred())
             goto error;
         if (role < 0 || role > 3) {

@@ -175,32 +175,38 @@ static PyObject *key_digest(PyObject *self, PyObject *args)
 /* The written-spec -> this process's spec map of dict d as an array (*n entries). */
 static uint16_t *spec_array(PyObject *d, uint32_t *n)
 {
-    PyObject *k, *v;
-    Py_ssize_t pos = 0;
-    long top = -1;
-    while (PyDict_Next(d, &pos, &k, &v)) {
-        long x = PyLong_AsLong(k);
-        if (x == -1 && PyErr_Occurred())
-            return NULL;
-        if (x < 0 || x > 0xffff) {
-            PyErr_SetString(PyExc_ValueError, "table_fill: hash spec ids are 0 to 65535");
-            return NULL;
-        }
-        top = x > top ? x : top;
-    }
-    *n = (uint32_t)(top + 1);
-    uint16_t *a = PyMem_Calloc(*n ? *n : 1, sizeof *a);
-    if (a == NULL)
+    /* every key and value converted once, into a table of 65536 (a key's or
+     * value's __index__ is Python code: read twice it could answer
+     * differently, or change the dict) */
+    PyObject *items = PyDict_Items(d);
+    if (items == NULL)
+        return NULL;
+    uint16_t *a = PyMem_Calloc(0x10000, sizeof *a);
+    if (a == NULL) {
+        Py_DECREF(items);
         return (uint16_t *)PyErr_NoMemory();
-    pos = 0;
-    while (PyDict_Next(d, &pos, &k, &v)) {
-        long s = PyLong_AsLong(v);
-        if (s == -1 && PyErr_Occurred()) {
+    }
+    long top = -1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *kv = PyList_GET_ITEM(items, i);
+        long x = PyLong_AsLong(PyTuple_GET_ITEM(kv, 0));
+        long s = x == -1 && PyErr_Occurred() ? -1 : PyLong_AsLong(PyTuple_GET_ITEM(kv, 1));
+        if (PyErr_Occurred()) {
+            Py_DECREF(items);
             PyMem_Free(a);
             return NULL;
         }
-        a[PyLong_AsLong(k)] = (uint16_t)s;
+        if (x < 0 || x > 0xffff || s < 0 || s > 0xffff) {
+            PyErr_SetString(PyExc_ValueError, "table_fill: hash spec ids are 0 to 65535");
+            Py_DECREF(items);
+            PyMem_Free(a);
+            return NULL;
+        }
+        a[x] = (uint16_t)s;
+        top = x > top ? x : top;
     }
+    Py_DECREF(items);
+    *n = (uint32_t)(top + 1);
     return a;
 }
 
