@@ -70,7 +70,8 @@ static PyObject *op_info(PyObject *func)
     info = PyObject_CallOneArg(op_info_fn, func);
     if (info == NULL)
         return NULL;
-    if (kd_OpInfoType == NULL || Py_TYPE(info) != kd_OpInfoType) { /* Note [Typed boundaries] */
+    if (kd_OpInfoType == NULL || Py_TYPE(info) != kd_OpInfoType || PyTuple_GET_SIZE(info) != KD_OPI_N) {
+        /* Note [Typed boundaries]: the type, and its length (tuple.__new__ makes one of any length) */
         Py_DECREF(info);
         PyErr_SetString(PyExc_TypeError, "kdebug: _op_info must return a kdebug._boundary.OpInfo");
         return NULL;
@@ -293,7 +294,8 @@ static int own_hooks(PyObject *mode, PyObject **entry, int *record)
             res = -1;
             goto done;
         }
-        if (kd_HashHookType == NULL || Py_TYPE(e) != kd_HashHookType) {
+        /* its type, and its length: tuple.__new__ makes one of any length */
+        if (kd_HashHookType == NULL || Py_TYPE(e) != kd_HashHookType || PyTuple_GET_SIZE(e) != KD_HH_N) {
             Py_DECREF(e);
             goto done;
         }

@@ -67,6 +67,9 @@ typedef struct {
     PyObject *finisher; /* finisher(autotuner, args) -> TritonLaunch | None (Note [Typed boundaries]) */
 } kd_run_hook;
 
+/* The kernel's KernelInfo (a new reference: a `_kdebug_info` property may
+ * make a new object per read, which nothing else keeps alive), or NULL when
+ * it is not recorded. */
 static kd_kernel_info *triton_info(kd_recorder *r, kd_run_hook *h, PyObject *autotuner)
 {
     PyObject *info = PyObject_GetAttr(autotuner, str_kdebug_info);
@@ -89,7 +92,11 @@ static kd_kernel_info *triton_info(kd_recorder *r, kd_run_hook *h, PyObject *aut
         Py_DECREF(info);
         return NULL;
     }
-    Py_DECREF(info); /* the autotuner keeps it alive */
+    if (!PyObject_TypeCheck(info, &kd_KernelInfoType)) { /* set by someone else: not ours to read */
+        Py_DECREF(info);
+        kd_recorder_error(r, "a Triton kernel's _kdebug_info is not a kdebug KernelInfo (it will not be recorded)");
+        return NULL;
+    }
     return (kd_kernel_info *)info;
 }
 
@@ -168,7 +175,9 @@ static PyObject *run_hook_call(kd_run_hook *self, PyObject *const *args, size_t 
                           : NULL;
         Py_XDECREF(tup);
         unsigned long long v[KD_TL_N];
-        if (g != NULL && kd_TritonLaunchType != NULL && Py_TYPE(g) == kd_TritonLaunchType) {
+        /* the named tuple's type, and its length (tuple.__new__ can make one of any length) */
+        if (g != NULL && kd_TritonLaunchType != NULL && Py_TYPE(g) == kd_TritonLaunchType &&
+            PyTuple_GET_SIZE(g) == KD_TL_N) {
             int bad = 0;
             for (int i = 0; i < KD_TL_N; i++) {
                 v[i] = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(g, i));
@@ -190,6 +199,8 @@ static PyObject *run_hook_call(kd_run_hook *self, PyObject *const *args, size_t 
             }
         } else if (g == NULL) {
             kd_recorder_error(r, "finding the grid of a Triton launch");
+        } else if (g != Py_None && g != NULL && Py_TYPE(g) == kd_TritonLaunchType) {
+            kd_recorder_error(r, "reading the grid of a Triton launch (a TritonLaunch of the wrong length)");
         } else if (g != Py_None) {
             kd_recorder_error(r, "reading the grid of a Triton launch (not a kdebug._boundary.TritonLaunch)");
         }
@@ -198,6 +209,7 @@ static PyObject *run_hook_call(kd_run_hook *self, PyObject *const *args, size_t 
     }
     kd_launch_end(r, &p, args + 1, nkern, res == NULL);
     kd_tls_capture = saved;
+    Py_DECREF(info);
     Py_DECREF(r);
     KD_PT_ADD(KD_PT_END, t2);
     return res;
