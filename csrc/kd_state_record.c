@@ -192,11 +192,20 @@ static PyObject *record_state(PyObject *m, PyObject *args)
     info.roles = roles;
     kd_pending p;
     memset(&kd_tls_capture, 0, sizeof kd_tls_capture); /* no grid: nothing was launched */
+    /* The record runs Python code (the mode's call_depth, hashers): it may
+     * empty the caller's list or stop and drop the recorder, so both are held
+     * here, as the launch hooks hold theirs. */
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_INCREF(objs[i]);
+    Py_INCREF(r);
     int was = kd_tls_hash_now;
     kd_tls_hash_now = 1;
     kd_launch_begin(r, &info, objs, n, stream, &p);
     kd_launch_end(r, &p, objs, n, 0);
     kd_tls_hash_now = was;
+    Py_DECREF(r);
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_DECREF(objs[i]);
     Py_RETURN_TRUE;
 }
 
