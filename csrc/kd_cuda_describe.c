@@ -10,8 +10,8 @@ int kd_cuda_describe(const kd_tensor_meta *m, kd_cuda_tensor *t)
 {
     int itemsize = kd_itemsize(m->dtype);
     if (m->device_type != KD_DEV_CUDA || m->ndim > KD_CUDA_MAX_DIMS || itemsize == 0 ||
-        !kd_cuda_available())
-        return 0;
+        !kd_meta_in_storage(m, itemsize) || !kd_cuda_available())
+        return 0; /* (a view outside its storage: the kernels would read memory not its own) */
     memset(t, 0, sizeof *t);
     t->data = m->data_ptr;
     t->scalar_type = m->dtype;

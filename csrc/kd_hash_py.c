@@ -14,6 +14,11 @@
 #include "kd_results.h"
 #include "kd_shim.h"
 
+/* kd_meta_in_storage (kd_shim.h) said no */
+#define STORAGE_TOO_SMALL                                                                                    \
+    "kdebug cannot hash this tensor: its storage is smaller than its view (resized or replaced under it); "  \
+    "its elements are not memory it owns"
+
 /* Note [HashValues]: every hash entry point returns a _C.HashValues, a named
  * struct sequence (bitwise, l1, nan, posinf, neginf, xor64, unsupported, sum,
  * absmax): the kinds asked for hold values, the others 0.  The first seven
@@ -107,6 +112,10 @@ static PyObject *mod_hash(PyObject *m, PyObject *args)
                  meta.ndim, meta.sizes, meta.strides};
     if (v.itemsize == 0) {
         PyErr_SetString(PyExc_TypeError, "kdebug cannot hash this dtype");
+        return NULL;
+    }
+    if (!kd_meta_in_storage(&meta, v.itemsize)) {
+        PyErr_SetString(PyExc_ValueError, STORAGE_TOO_SMALL);
         return NULL;
     }
     uint64_t bitwise = 0, x = 0;
@@ -233,6 +242,10 @@ PyObject *kd_mod_hash_async(PyObject *m, PyObject *args)
         return NULL;
     if (meta.math_bits) /* the slow path resolves them (kdebug/hashing.py) */
         Py_RETURN_NOTIMPLEMENTED;
+    if (kd_itemsize(meta.dtype) > 0 && !kd_meta_in_storage(&meta, kd_itemsize(meta.dtype))) {
+        PyErr_SetString(PyExc_ValueError, STORAGE_TOO_SMALL);
+        return NULL;
+    }
     if (meta.device_type == KD_DEV_CPU) {
         PyObject *a = Py_BuildValue("(Oi)", t, kinds);
         PyObject *res = a ? mod_hash(m, a) : NULL;

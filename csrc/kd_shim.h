@@ -23,7 +23,33 @@ typedef struct kd_tensor_meta {
     const int64_t *sizes;   /* borrowed from the TensorImpl: valid while obj lives */
     const int64_t *strides;
     int32_t math_bits;    /* KD_MATH_CONJ | KD_MATH_NEG: its values are not its bytes */
+    uint64_t storage_nbytes; /* the bytes its storage holds (0: none) */
 } kd_tensor_meta;
+
+/* Whether every element of the view lies inside its storage.  A storage can
+ * shrink under a view (t.untyped_storage().resize_(0), set_() on another
+ * view): reading such a view's elements reads memory that is not its own, so
+ * kdebug's hashes check this first and hash nothing then.  itemsize 0: an
+ * unknown dtype (not hashed anyway). */
+static inline int kd_meta_in_storage(const kd_tensor_meta *m, int itemsize)
+{
+    if (m->storage_offset < 0 || itemsize <= 0)
+        return 0;
+    uint64_t last = (uint64_t)m->storage_offset; /* the last element's index */
+    for (int32_t d = 0; d < m->ndim; d++) {
+        if (m->sizes[d] == 0)
+            return 1; /* no element */
+        if (m->sizes[d] < 0 || m->strides[d] < 0)
+            return 0;
+        uint64_t span = (uint64_t)(m->sizes[d] - 1);
+        if (m->strides[d] != 0 && span > (UINT64_MAX - last) / (uint64_t)m->strides[d])
+            return 0;
+        last += span * (uint64_t)m->strides[d];
+    }
+    if (last >= UINT64_MAX / (uint64_t)itemsize)
+        return 0;
+    return (last + 1) * (uint64_t)itemsize <= m->storage_nbytes;
+}
 
 /* A view with torch's lazy conjugate / negative bit set: the logical values
  * are the conjugate / negation of what its memory holds.  Hashes take the

@@ -125,6 +125,18 @@ extern "C" int kd_shim_tensor_meta(PyObject *obj, kd_tensor_meta *out)
         out->data_ptr = impl->has_storage()
                             ? reinterpret_cast<uint64_t>(t.const_data_ptr())
                             : 0;
+        // unsafe_storage(): storage() throws for tensors whose storage access
+        // is forbidden (functional wrappers); a symbolic size throws in
+        // nbytes(): then the bound is unknown (UINT64_MAX: not checked)
+        out->storage_nbytes = 0;
+        const c10::Storage &st = impl->unsafe_storage();
+        if (st) {
+            try {
+                out->storage_nbytes = static_cast<uint64_t>(st.nbytes());
+            } catch (...) {
+                out->storage_nbytes = UINT64_MAX;
+            }
+        }
         return 1;
     } catch (const c10::Error &e) {
         set_error(e.what_without_backtrace());
