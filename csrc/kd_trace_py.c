@@ -80,6 +80,11 @@ static PyObject *tw_op(kd_trace_writer *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "IIs#s#OO|O", kwlist, &depth, &flags, &name, &nl, &text, &tl,
                                      &in_tree, &out_tree, &ext_tree))
         return NULL;
+    if (flags & ~(unsigned int)(KD_OPF_IN_HASH | KD_OPF_OUT_HASH | KD_OPF_OPCALL | KD_OPF_EXTENTS)) {
+        /* what the reader would refuse as a corrupt trace */
+        PyErr_Format(PyExc_ValueError, "TraceWriter.op: unknown flags 0x%x (KD_OPF_* only)", flags);
+        return NULL;
+    }
     PyObject *ib = NULL, *ob = NULL, *eb = NULL;
     if (((flags & KD_OPF_IN_HASH) && (ib = kd_hash_tree_bytes(in_tree)) == NULL) ||
         ((flags & KD_OPF_OUT_HASH) && (ob = kd_hash_tree_bytes(out_tree)) == NULL) ||
