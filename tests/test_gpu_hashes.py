@@ -290,3 +290,23 @@ def test_a_record_of_128_tensors_is_one_batch_with_each_tensors_own_hashes():
         bw, st = rec.post_hashes[name]
         assert bw == hashing.bitwise(t, on_host=True), name
         assert st == hashing.stats(t), name  # this tensor alone, one launch
+
+
+@pytest.mark.parametrize("nbytes", [0, 64])
+def test_a_cuda_view_outside_its_storage_is_never_read_by_a_hash_kernel(nbytes):
+    """A storage resized under its view (kd_meta_in_storage in csrc/kd_shim.h):
+    hashing it is refused instead of launching a kernel over memory the view
+    does not own (an illegal address, or other tensors' bytes), both at once
+    and in a recorded launch's hashes; the device stays usable."""
+    t = torch.ones(1 << 20, device="cuda")
+    t.untyped_storage().resize_(nbytes)
+    with pytest.raises(ValueError, match="storage is smaller than its view"):
+        _C.hash_async(t, 7, 0)
+    with pytest.warns(kdebug.KdebugWarning, match="storage is smaller than its view"):
+        with DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes(hash_fn="bitwise"):
+            assert _C.record_state("kdebug::probe", ["t"], [t])
+    (k,) = dm.kernels
+    assert not k.post_hashes  # no value shown for it
+    assert any("storage is smaller than its view" in m for m in dm._recorder.messages())
+    torch.cuda.synchronize()  # no fault was left on the device
+    assert torch.ones(4, device="cuda").sum().item() == 4
