@@ -242,15 +242,17 @@ PyObject *kd_mod_hash_async(PyObject *m, PyObject *args)
         return NULL;
     if (meta.math_bits) /* the slow path resolves them (kdebug/hashing.py) */
         Py_RETURN_NOTIMPLEMENTED;
-    if (kd_itemsize(meta.dtype) > 0 && !kd_meta_in_storage(&meta, kd_itemsize(meta.dtype))) {
-        PyErr_SetString(PyExc_ValueError, STORAGE_TOO_SMALL);
-        return NULL;
-    }
-    if (meta.device_type == KD_DEV_CPU) {
+    if (meta.device_type == KD_DEV_CPU) { /* (mod_hash checks its storage) */
         PyObject *a = Py_BuildValue("(Oi)", t, kinds);
         PyObject *res = a ? mod_hash(m, a) : NULL;
         Py_XDECREF(a);
         return res;
+    }
+    if (!kd_meta_in_storage(&meta, kd_itemsize(meta.dtype))) {
+        /* here, not as kd_cuda_describe's refusal: that answers NotImplemented,
+         * and the slow path would read the view with torch */
+        PyErr_SetString(PyExc_ValueError, STORAGE_TOO_SMALL);
+        return NULL;
     }
     kd_cuda_tensor ct;
     if (!kd_cuda_describe(&meta, &ct))

@@ -199,7 +199,7 @@ static PyObject *run_hook_call(kd_run_hook *self, PyObject *const *args, size_t 
             }
         } else if (g == NULL) {
             kd_recorder_error(r, "finding the grid of a Triton launch");
-        } else if (g != Py_None && g != NULL && Py_TYPE(g) == kd_TritonLaunchType) {
+        } else if (Py_TYPE(g) == kd_TritonLaunchType) {
             kd_recorder_error(r, "reading the grid of a Triton launch (a TritonLaunch of the wrong length)");
         } else if (g != Py_None) {
             kd_recorder_error(r, "reading the grid of a Triton launch (not a kdebug._boundary.TritonLaunch)");

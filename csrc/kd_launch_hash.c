@@ -234,7 +234,7 @@ void kd_hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int 
     if (kd_shim_tensor_meta(o, &m) != 1)
         return;
     h->kinds |= (uint8_t)kinds;
-    if (kd_itemsize(m.dtype) > 0 && !kd_meta_in_storage(&m, kd_itemsize(m.dtype))) {
+    if (!kd_meta_in_storage(&m, kd_itemsize(m.dtype))) {
         /* its elements are not its storage's: nothing is read (kd_shim.h) */
         h->flags |= KD_HF_UNSUPPORTED; /* counted as a hook error (its message says why), not as a dtype */
         kd_recorder_error(r, "a tensor whose storage is smaller than its view (resized under it) was not hashed");

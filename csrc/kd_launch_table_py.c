@@ -175,38 +175,45 @@ static PyObject *key_digest(PyObject *self, PyObject *args)
 /* The written-spec -> this process's spec map of dict d as an array (*n entries). */
 static uint16_t *spec_array(PyObject *d, uint32_t *n)
 {
-    /* every key and value converted once, into a table of 65536 (a key's or
-     * value's __index__ is Python code: read twice it could answer
-     * differently, or change the dict) */
+    /* every key and value converted once, from a copy of the pairs (a key's
+     * or value's __index__ is Python code: read twice it could answer
+     * differently, or change the dict), then the array sized to the largest */
     PyObject *items = PyDict_Items(d);
     if (items == NULL)
         return NULL;
-    uint16_t *a = PyMem_Calloc(0x10000, sizeof *a);
-    if (a == NULL) {
-        Py_DECREF(items);
-        return (uint16_t *)PyErr_NoMemory();
-    }
+    const Py_ssize_t np = PyList_GET_SIZE(items);
+    uint16_t *pairs = PyMem_Malloc(sizeof *pairs * 2 * (size_t)(np ? np : 1));
+    uint16_t *a = NULL;
     long top = -1;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+    if (pairs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < np; i++) {
         PyObject *kv = PyList_GET_ITEM(items, i);
         long x = PyLong_AsLong(PyTuple_GET_ITEM(kv, 0));
         long s = x == -1 && PyErr_Occurred() ? -1 : PyLong_AsLong(PyTuple_GET_ITEM(kv, 1));
-        if (PyErr_Occurred()) {
-            Py_DECREF(items);
-            PyMem_Free(a);
-            return NULL;
-        }
+        if (PyErr_Occurred())
+            goto done;
         if (x < 0 || x > 0xffff || s < 0 || s > 0xffff) {
             PyErr_SetString(PyExc_ValueError, "table_fill: hash spec ids are 0 to 65535");
-            Py_DECREF(items);
-            PyMem_Free(a);
-            return NULL;
+            goto done;
         }
-        a[x] = (uint16_t)s;
+        pairs[2 * i] = (uint16_t)x;
+        pairs[2 * i + 1] = (uint16_t)s;
         top = x > top ? x : top;
     }
-    Py_DECREF(items);
     *n = (uint32_t)(top + 1);
+    a = PyMem_Calloc(*n ? *n : 1, sizeof *a);
+    if (a == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < np; i++)
+        a[pairs[2 * i]] = pairs[2 * i + 1];
+done:
+    PyMem_Free(pairs);
+    Py_DECREF(items);
     return a;
 }
 

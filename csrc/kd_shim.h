@@ -29,11 +29,14 @@ typedef struct kd_tensor_meta {
 /* Whether every element of the view lies inside its storage.  A storage can
  * shrink under a view (t.untyped_storage().resize_(0), set_() on another
  * view): reading such a view's elements reads memory that is not its own, so
- * kdebug's hashes check this first and hash nothing then.  itemsize 0: an
- * unknown dtype (not hashed anyway). */
+ * kdebug's hashes check this first and hash nothing then.  itemsize 0 (an
+ * unknown dtype, which no hash reads by its bytes: each hash path refuses it
+ * on its own): nothing to check here, 1. */
 static inline int kd_meta_in_storage(const kd_tensor_meta *m, int itemsize)
 {
-    if (m->storage_offset < 0 || itemsize <= 0)
+    if (itemsize <= 0)
+        return 1;
+    if (m->storage_offset < 0)
         return 0;
     uint64_t last = (uint64_t)m->storage_offset; /* the last element's index */
     for (int32_t d = 0; d < m->ndim; d++) {
