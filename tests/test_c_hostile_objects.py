@@ -294,7 +294,7 @@ def test_a_view_outside_its_storage_is_not_hashed(nbytes):
         r.record(ki, (t,))
     finally:
         r.stop()
-        _C._set_hash_config(*prev) if isinstance(prev, tuple) else _C._set_hash_config(0, 0, 0, 0)
+        _C._set_hash_config(*prev)  # a HashConfig: the settings before
     r.drain()
     (h,) = r.launch(0).hashes
     assert h.pre is None and h.post is None  # nothing read, nothing shown
