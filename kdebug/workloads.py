@@ -68,21 +68,48 @@ def train_step_fn(model: nn.Module):
 STEP_SIZES = {"cuda": (4, 512, 8, (8, 256)), "cpu": (2, 128, 4, (4, 64))}
 
 
+def _benchmark_model(device: str):
+    """(model, x): the benchmark step's Transformer of STEP_SIZES[device] and
+    its input, from seed 0."""
+    blocks, d, heads, shape = STEP_SIZES[device]
+    torch.manual_seed(0)
+    return Transformer(blocks, d, heads).to(device), torch.randn(*shape, d, device=device)
+
+
+def _warm(step, x: torch.Tensor, warmup: int) -> None:
+    for _ in range(warmup):
+        step(x)
+    if x.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def transformer_step(device: str = "cuda", warmup: int = 5):
     """(step, x): the step the benchmarks and profiling tools measure, a
     compiled Transformer forward + backward of STEP_SIZES[device] (on CUDA
     Transformer(4, 512, 8) on an (8, 256, 512) input), run ``warmup`` times
     and synchronized."""
-    blocks, d, heads, shape = STEP_SIZES[device]
-    torch.manual_seed(0)
-    model = Transformer(blocks, d, heads).to(device)
-    x = torch.randn(*shape, d, device=device)
+    model, x = _benchmark_model(device)
     step = train_step_fn(model)
-    for _ in range(warmup):
-        step(x)
-    if device == "cuda":
-        torch.cuda.synchronize()
+    _warm(step, x, warmup)
     return step, x
+
+
+def adamw_step(device: str = "cuda", warmup: int = 5):
+    """(step, x, model, opt): transformer_step's forward + backward followed
+    by an eager AdamW step (lr 1e-4), the flight recorder's benchmark step
+    (a FlightRecorder attaches to ``opt``), run ``warmup`` times and
+    synchronized."""
+    model, x = _benchmark_model(device)
+    fwd_bwd = train_step_fn(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        loss = fwd_bwd(x)
+        opt.step()
+        return loss
+
+    _warm(step, x, warmup)
+    return step, x, model, opt
 
 
 class NullDispatchMode(TorchDispatchMode):

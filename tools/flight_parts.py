@@ -29,9 +29,7 @@ import time
 import torch
 
 import kdebug
-from kdebug.workloads import Transformer, train_step_fn
-
-SIZES = {"cuda": (4, 512, 8, (8, 256)), "cpu": (2, 128, 4, (4, 64))}  # as bench_flight.py's transformer
+from kdebug.workloads import STEP_SIZES, adamw_step
 NAMES = ("untraced", "hook", "records", "compares")
 
 
@@ -53,21 +51,12 @@ def main(argv=None) -> None:
     p.add_argument("--timers", action="store_true", help="also time the recorder's own calls (attached variants)")
     a = p.parse_args(argv)
     dev = a.device
-    blocks, d, heads, shape = SIZES[dev]
-    torch.manual_seed(0)
-    model = Transformer(blocks, d, heads).to(dev)
-    x = torch.randn(*shape, d, device=dev)
-    fwd_bwd = train_step_fn(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    blocks, d, _, shape = STEP_SIZES[dev]
+    step_x, x, model, opt = adamw_step(dev)  # as bench_flight.py's transformer + AdamW, warmed up
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
 
     def step():
-        fwd_bwd(x)
-        opt.step()
-
-    for _ in range(5):
-        step()
-    sync()
+        step_x(x)
     never = 10 ** 9
     frs = {"hook": kdebug.FlightRecorder(every=never, trace="/tmp/kdebug_parts_hook.kdt"),
            "records": kdebug.FlightRecorder(every=never, trace="/tmp/kdebug_parts_records.kdt"),

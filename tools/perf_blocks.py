@@ -61,29 +61,16 @@ def run(a) -> int:
     known = _modes()
     modes = a.modes.split(",")
     sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
-    block_modes = {}  # mode -> a context entered once around its block (the flight recorder)
+    block_modes = set()  # modes entered once around their block (the flight recorder)
     if a.workload == "flight":  # forward + backward + eager AdamW, as bench_flight.py's step
         import kdebug
-        from kdebug.workloads import STEP_SIZES, Transformer, train_step_fn
+        from kdebug.workloads import adamw_step
 
-        blocks_, d, heads, shape = STEP_SIZES[a.device]
-        torch.manual_seed(0)
-        model = Transformer(blocks_, d, heads).to(a.device)
-        x = torch.randn(*shape, d, device=a.device)
-        fb = train_step_fn(model)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-        def step(x):
-            loss = fb(x)
-            opt.step()
-            return loss
-
-        for _ in range(5):
-            step(x)
+        step, x, model, opt = adamw_step(a.device)
         fr = kdebug.FlightRecorder(every=10, keep_steps=4, trace=os.path.join(a.tmp, "perf_blocks.kdt"))
         fr.attach(opt, model)
         known["flight"] = lambda: fr
-        block_modes["flight"] = True
+        block_modes.add("flight")
     else:
         step, x = transformer_step(a.device)
     bad = [m for m in modes if m not in known]
