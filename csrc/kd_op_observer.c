@@ -48,7 +48,9 @@
  *     call.log["hash"].  Because the record is made after the op ran, read
  *     arguments' input hashes are their values before the op (the op did
  *     not write them), and written arguments get no input hash.
- *   - Cost.  Per op on an observed thread: RecordFunction's own work (it
+ *   - Cost.  With KD_OPS_EXTERN the callback is off on a thread outside
+ *     compiled graph calls (Note [Op observer gated by graph calls]).  Per
+ *     op on an observed thread: RecordFunction's own work (it
  *     boxes the inputs and keeps the outputs for every op, nested ones too,
  *     since callbacks that need inputs ask for them), a lookup of the op in
  *     the thread's table (Note [Op info cache] in kd_torch.cpp) at each
@@ -100,6 +102,32 @@ static int op_want(void)
     if (kd_tls_compiling || (kd_tls_launch_ctx != NULL && kd_tls_launch_ctx->busy))
         return 0; /* compiling, or kdebug's own work (Note [C++ op observer]) */
     return kd_tls_in_graph > 0 || atomic_load_explicit(&ops_all_recorders, memory_order_relaxed) > 0;
+}
+
+/* Note [Op observer gated by graph calls]
+ * RecordFunction boxes an op's inputs and keeps its outputs for every op on a
+ * thread whose callbacks ask for them, before any callback can say no: with
+ * record_extern_ops that was every eager op of a training step -- the loss,
+ * autograd's own ops (an AccumulateGrad detach per parameter), the
+ * optimizer's -- although only ops inside a compiled graph's call are
+ * recorded (0.46 us per eager mm.out on the 2-core CPU machine,
+ * tools/op_cost.py's loop).  So the thread-local callback is switched on only
+ * where it can record: on a thread that is inside a compiled graph's call
+ * (kd_graph_call), or while any recorder of every op (KD_OPS_ALL) is started;
+ * otherwise it is disabled on that thread (at::disableCallback: RecordFunction
+ * then neither runs it nor boxes for it).  The switch is per thread: torch
+ * carries a thread's callbacks, with their state, to autograd's threads, and
+ * a compiled backward's call opens the carried copy there the same way.  The
+ * global callback (record_all_threads) is not gated: another thread's graph
+ * call cannot be seen from here.  kd_shim_op_observer_starts counts the
+ * callback's starts per thread (the tests' evidence). */
+static void gate_here(void)
+{
+    int open = kd_tls_in_graph > 0 || atomic_load_explicit(&ops_all_recorders, memory_order_relaxed) > 0;
+    if (kd_shim_op_observer_gate(open) < 0 &&
+        PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "kdebug could not switch its op observer (it stays as it "
+                         "was: ops are still recorded, at their old cost): %s", kd_shim_last_error()) < 0)
+        PyErr_Clear(); /* a warning filter turned it into an error: not the program's to handle */
 }
 
 /* With the GIL: records one op into this thread's recorder (never raises).
@@ -175,6 +203,8 @@ static PyObject *kd_op_observer_add(PyObject *m, PyObject *args)
     ((kd_recorder *)rec)->op_mode = mode;
     if (mode == KD_OPS_ALL)
         atomic_fetch_add(&ops_all_recorders, 1);
+    if (!all)
+        gate_here(); /* Note [Op observer gated by graph calls] */
     return PyLong_FromUnsignedLongLong(h);
 }
 
@@ -194,6 +224,7 @@ static PyObject *kd_op_observer_remove(PyObject *m, PyObject *args)
         PyErr_Format(PyExc_RuntimeError, "kdebug could not remove its op observer: %s", kd_shim_last_error());
         return NULL;
     }
+    gate_here(); /* the last recorder of every op gone: the rest are gated again */
     Py_RETURN_NONE;
 }
 
@@ -206,8 +237,10 @@ static PyObject *kd_graph_call(PyObject *m, PyObject *arg)
     if (enter < 0)
         return NULL;
     if (enter) {
-        kd_tls_in_graph++;
+        if (kd_tls_in_graph++ == 0)
+            gate_here(); /* Note [Op observer gated by graph calls] */
     } else if (kd_tls_in_graph > 0 && --kd_tls_in_graph == 0) {
+        gate_here();
         if (kd_defer_enabled() == KD_DEFER_GUARDED)
             /* Note [C++ write guard], Paused between windows: the call's last hashes go now (if a flush
              * during the call left none, the guard is paused all the same), so the eager ops after it
@@ -236,7 +269,17 @@ static PyObject *kd_py_mode_here(PyObject *m, PyObject *unused)
     return Py_NewRef(r != NULL && r->mode != NULL ? r->mode : Py_None);
 }
 
+/* _op_observer_starts() -> how many dispatcher ops this thread's op observer
+ * saw start (Note [Op observer gated by graph calls]). */
+static PyObject *kd_py_op_observer_starts(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    return PyLong_FromUnsignedLongLong(kd_shim_op_observer_starts());
+}
+
 static PyMethodDef op_observer_methods[] = {
+    {"_op_observer_starts", kd_py_op_observer_starts, METH_NOARGS,
+     "_op_observer_starts() -> dispatcher ops this thread's op observer saw start (tests)."},
     {"_mode_here", kd_py_mode_here, METH_NOARGS,
      "_mode_here() -> the DebugMode recording this thread's launches (its own, carried, global) or None."},
     {"_recording_here", kd_py_recording_here, METH_NOARGS,

@@ -152,6 +152,18 @@ uint64_t kd_shim_op_observer_add(int global, kd_op_want_fn want, kd_op_record_fn
  * Returns 0, or -1 on failure.  GIL held. */
 int kd_shim_op_observer_remove(uint64_t handle);
 
+/* Opens (1) or closes (0) the thread-local op observer on this thread: its
+ * entries in this thread's RecordFunction callbacks (its own add, or the copy
+ * torch carried to autograd's thread) are re-enabled or disabled, so that a
+ * closed observer costs an op nothing (Note [Op observer gated by graph
+ * calls] in kd_op_observer.c).  Returns how many entries changed, -1 on
+ * failure.  Any thread, GIL held or not. */
+int kd_shim_op_observer_gate(int open);
+
+/* How many dispatcher ops this thread's op observer callbacks (either kind)
+ * saw start: tests' evidence that a closed observer does not run. */
+uint64_t kd_shim_op_observer_starts(void);
+
 /* Note [C++ write guard] (kd_write_guard.c): one byte range a dispatcher op
  * is about to write, as the guard hands it over. */
 typedef struct kd_write_range {

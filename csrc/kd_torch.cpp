@@ -536,6 +536,7 @@ struct ObsState {
     c10::IValue inputs[kMaxOpArgs];
 };
 thread_local ObsState tls_state;   // the thread-local callback's
+thread_local uint64_t op_starts = 0; // starts seen on this thread (kd_shim_op_observer_starts)
 thread_local ObsState glob_state;  // the global callback's
 
 // Registrations (GIL): one callback of each kind, reference-counted, so
@@ -553,6 +554,7 @@ thread_local uint64_t tls_handle = 0;
 // want()), keeps its inputs in st.
 void op_start(ObsState &st, const at::RecordFunction &fn, bool records)
 {
+    op_starts++;
     try {
         if (st.depth > 0) {
             st.depth++;
@@ -908,6 +910,39 @@ extern "C" int kd_shim_op_observer_remove(uint64_t handle)
     }
     return -1;
 }
+
+extern "C" int kd_shim_op_observer_gate(int open)
+{
+    try {
+        // Note [Op observer gated by graph calls] in kd_op_observer.c.  The
+        // thread's callbacks are read through at::get_record_function_tls_()
+        // (RecordFunctionCallbacksEntry: callback_, enabled_, handle_;
+        // checked against torch 2.11 and 2.13).  At most one entry per thread
+        // (one add, counted), but a carried copy could sit beside it: every
+        // entry of this callback is switched.
+        const bool want = open != 0;
+        uint64_t handles[8];
+        int n = 0;
+        for (const auto &e : at::get_record_function_tls_().sorted_tls_callbacks_)
+            if (e.callback_.start() == op_start_tls && e.enabled_ != want && n < 8)
+                handles[n++] = e.handle_;
+        // the handles first: switching one rebuilds the list being read
+        for (int i = 0; i < n; i++) {
+            if (want)
+                at::reenableCallback(handles[i]);
+            else
+                at::disableCallback(handles[i]);
+        }
+        return n;
+    } catch (const std::exception &e) {
+        set_error(e.what());
+    } catch (...) {
+        set_error("unknown C++ exception switching the op observer");
+    }
+    return -1;
+}
+
+extern "C" uint64_t kd_shim_op_observer_starts(void) { return op_starts; }
 
 // ---- the write guard (Note [C++ write guard] in kd_write_guard.c) ----
 namespace {

@@ -346,3 +346,78 @@ def test_a_tensor_list_result_is_named_on_a_threads_first_record():
         t.join()
     unbinds = [list(op.roles) for op in dm.operators if op.kernel_name == "aten::unbind.int"]
     assert unbinds == [["self", "dim", "result[0]", "result[1]"]] * 2, unbinds
+
+
+def test_the_extern_observer_sees_no_op_outside_a_compiled_graphs_call():
+    """Note [Op observer gated by graph calls]: under record_extern_ops the
+    observer's callback is disabled on the thread outside compiled graph
+    calls, so the step's eager ops (the loss, autograd's, the optimizer's)
+    are not even boxed for it; inside the forward's and the backward's calls
+    it runs and records their extern calls as the Python mode sees them."""
+    from kdebug import _C
+
+    torch.manual_seed(0)
+    lin = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
+    fn = torch.compile(lin)
+    x = torch.randn(4, 16)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+
+    def step():
+        lin.zero_grad(set_to_none=True)
+        fn(x).pow(2).sum().backward()
+
+    step()
+    # the Python mode's records of the graphs' matmuls, before the optimizer moves the weights
+    with DebugMode() as py, DebugMode.log_tensor_hashes():
+        step()
+    eager = [torch.randn(3, 3) for _ in range(4)]
+    with DebugMode(kernels_only=True, record_extern_ops=True) as dm, DebugMode.log_tensor_hashes():
+        s0 = _C._op_observer_starts()
+        for _ in range(20):  # eager ops, out of any graph call
+            torch.mm(eager[0], eager[1], out=eager[2])
+            eager[3].add_(1)
+        torch._foreach_mul_(eager, 1.0)
+        s1 = _C._op_observer_starts()
+        step()
+        s2 = _C._op_observer_starts()
+        opt.step()
+        eager[3].sin()
+        s3 = _C._op_observer_starts()
+    assert s1 == s0, "the observer ran for eager ops outside any compiled graph's call"
+    assert s2 > s1, "the observer never ran inside the compiled graphs' calls"
+    assert s3 == s2, "the observer ran for the optimizer's eager ops"
+    # what it records inside the calls is what the Python mode recorded of the graphs' matmuls
+    mine = sorted((op.kernel_name, op.post_hashes[op.written[0]]) for op in dm.operators
+                  if isinstance(op, _AtenOpCall) and "mm" in op.kernel_name)
+    theirs = sorted((kdebug._upstream.get_op_name(op.op), op.log["hash"]) for op in py.operators
+                    if isinstance(op, kdebug._upstream._OpCall) and "mm" in kdebug._upstream.get_op_name(op.op))
+    assert len(mine) >= 4 and mine == theirs, (mine, theirs)  # forward 2, backward 2 or more
+
+
+@pytest.mark.parametrize("order", ["all_outside", "all_inside"])
+def test_a_recorder_of_every_op_keeps_the_observer_open(order):
+    """While a DebugMode(op_path='c++') is started, the shared thread-local
+    callback stays on outside graph calls (it records every op there), in
+    either nesting with a record_extern_ops mode; once it ends, the extern
+    mode's gate closes again."""
+    from kdebug import _C
+
+    x = torch.randn(3, 3)
+    ext = DebugMode(kernels_only=True, record_extern_ops=True)
+    every = DebugMode(op_path="c++")
+    outer, inner = (every, ext) if order == "all_outside" else (ext, every)
+    with outer:
+        with inner:
+            torch.sin(x)
+        s0 = _C._op_observer_starts()
+        torch.cos(x)
+        seen_between = _C._op_observer_starts() - s0
+    assert seen_between == (1 if order == "all_outside" else 0)
+    if order == "all_outside":
+        assert [op.kernel_name for op in every.operators] == ["aten::cos"]
+    else:
+        assert [op.kernel_name for op in every.operators] == ["aten::sin"]
+    with ext.__class__(kernels_only=True, record_extern_ops=True):
+        s0 = _C._op_observer_starts()
+        torch.tan(x)
+        assert _C._op_observer_starts() == s0
