@@ -85,6 +85,12 @@ static PyObject *tw_op(kd_trace_writer *self, PyObject *args, PyObject *kw)
         PyErr_Format(PyExc_ValueError, "TraceWriter.op: unknown flags 0x%x (KD_OPF_* only)", flags);
         return NULL;
     }
+    if (memchr(name, '\0', (size_t)nl) != NULL || memchr(text, '\0', (size_t)tl) != NULL) {
+        /* the string table takes no NUL: the record would lose its text */
+        PyErr_SetString(PyExc_ValueError, "TraceWriter.op: the op's name or text holds a NUL character "
+                                          "(escape it first, as kdebug.trace does: the two characters \\0)");
+        return NULL;
+    }
     PyObject *ib = NULL, *ob = NULL, *eb = NULL;
     if (((flags & KD_OPF_IN_HASH) && (ib = kd_hash_tree_bytes(in_tree)) == NULL) ||
         ((flags & KD_OPF_OUT_HASH) && (ob = kd_hash_tree_bytes(out_tree)) == NULL) ||
@@ -101,7 +107,8 @@ static PyObject *tw_op(kd_trace_writer *self, PyObject *args, PyObject *kw)
     Py_XDECREF(ob);
     Py_XDECREF(eb);
     if (rc != 0)
-        return tw_fail("could not encode an op record (out of memory, or a record over 32 MiB)");
+        return tw_fail("could not encode an op record (out of memory, a record over 32 MiB, or the trace's string "
+                       "table is full)");
     Py_RETURN_NONE;
 }
 

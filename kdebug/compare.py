@@ -143,10 +143,12 @@ def _op_text(op) -> str:
     text = getattr(op, "_text", None)
     if text is not None:
         return text
+    from .trace import stored_text
+
     saved = getattr(op, "log", None)
     try:
         op.log = None
-        return op.render([])
+        return stored_text(op.render([]))  # as its trace would hold it
     except Exception:  # noqa: BLE001 (an entry kdebug cannot render is compared without its value)
         return ""
     finally:

@@ -54,6 +54,14 @@ def _meta_base() -> dict:
             "argv": list(sys.argv), "pid": os.getpid(), "time": time.time(), **_specs_meta()}
 
 
+def stored_text(s: str) -> str:
+    """An op's name or text as a trace stores it: a NUL (a str argument
+    rendered with str(), as upstream does) becomes the two characters \\0,
+    as in tensor names (csrc/kd_state_record.c): the string table takes
+    none.  Live compares digest and show this same text."""
+    return s.replace("\0", "\\0") if "\0" in s else s
+
+
 def _op_record(op, attributes) -> dict[str, Any]:
     """TraceWriter.op's keyword arguments for a non-kernel entry (the fields of a _C.TraceOp)."""
     log = getattr(op, "log", None)
@@ -72,7 +80,8 @@ def _op_record(op, attributes) -> dict[str, Any]:
     extents = getattr(op, "_kd_extents", None)
     if extents is not None:
         flags |= _FLAG_EXTENTS
-    name = _upstream.get_call_name(op)
+    name = stored_text(_upstream.get_call_name(op))
+    text = stored_text(text)
     return dict(depth=op.call_depth, flags=flags, name=name, text=text, input_hashes=log.get("input_hash"),
                 output_hashes=log.get("hash"), extents=extents)
 

@@ -3,6 +3,7 @@ a killed process, corrupt / truncated / foreign files, a fuzzed reader, and
 upstream's check_hash_mismatches on loaded logs.  Real Inductor C++ kernels."""
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import subprocess
@@ -248,3 +249,51 @@ def test_a_forked_child_never_writes_the_parents_trace(tmp_path):
     names = [c._name for c in (run.call(i) for i in range(len(run)))]
     assert names == ["aten::add.Tensor", "aten::sub.Tensor"], names
     assert torch.equal(z, x - 2)
+
+
+@pytest.fixture(scope="module")
+def str_op():
+    """A custom op taking a str, which upstream's mode renders with str()."""
+    lib = torch.library.Library("kdtest_nul", "DEF")
+    lib.define("f(Tensor x, str s) -> Tensor")
+    lib.impl("f", lambda x, s: x + len(s), "CompositeExplicitAutograd")
+    yield torch.ops.kdtest_nul.f
+    lib._destroy()
+
+
+def test_an_op_text_holding_a_nul_is_kept_and_compares_as_recorded(str_op, tmp_path):
+    """The trace's string table takes no NUL: such an op's text was written
+    as '' (the line vanished from the loaded run, and the op compared as
+    another). It is stored with the NUL as the two characters \\0, and a live
+    run and its trace digest the same text."""
+    x = torch.randn(3)
+
+    def record(s):
+        with DebugMode() as dm, DebugMode.log_tensor_hashes():
+            str_op(x, s)
+            str_op(x, "a<b>")
+        return dm
+
+    dm = record("a\x00b")
+    path = tmp_path / "nul.kdt"
+    dm.save(path)
+    run = kdebug.load(path)
+    lines = run.debug_string().splitlines()
+    assert len(lines) == 2 and "a\\0b" in lines[0] and "a<b>" in lines[1], lines
+    assert kdebug.compare(dm, run).ok
+    assert kdebug.compare(dm, str(path)).ok
+    # another string at that place is another op: named, live against the trace
+    other = record("a\x00c")
+    rep = kdebug.compare(other, run)
+    assert not rep.ok
+    text = importlib.import_module("kdebug.compare").format_report(rep)
+    assert "a\\0c" in text and "a\\0b" in text and "\x00" not in text, text
+
+
+def test_the_trace_writer_refuses_a_nul_rather_than_losing_the_text():
+    w = kdebug._C.TraceWriter()
+    with pytest.raises(ValueError, match="NUL"):
+        w.op(depth=0, flags=0, name="kdtest::f", text="f(a\x00b)", input_hashes=None, output_hashes=None)
+    with pytest.raises(ValueError, match="NUL"):
+        w.op(depth=0, flags=0, name="kd\x00f", text="f()", input_hashes=None, output_hashes=None)
+    w.op(depth=0, flags=0, name="", text="", input_hashes=None, output_hashes=None)  # empty is a string

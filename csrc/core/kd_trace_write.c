@@ -311,13 +311,18 @@ int kd_tw_op(kd_tw *w, uint32_t depth, uint32_t flags, const char *name, size_t 
         return -1;
     if (text_len + in_len + out_len + ext_len + name_len > KD_CHUNK_MAX_BODY / 2)
         return -1;
+    /* a string the table refuses (a NUL in it, the table full, out of
+     * memory) fails the record: id 0 would read back as an empty text */
+    uint32_t name_id = local_id(w, name, name_len), text_id = local_id(w, text, text_len);
+    if (name_id == 0 || text_id == 0)
+        return -1;
     ensure_bases(w, NULL);
     kd_buf *b = &w->body;
     kd_buf_u8(b, KD_REC_OP);
     kd_buf_varint(b, flags);
     kd_buf_varint(b, depth);
-    kd_buf_varint(b, local_id(w, name, name_len));
-    kd_buf_varint(b, local_id(w, text, text_len));
+    kd_buf_varint(b, name_id);
+    kd_buf_varint(b, text_id);
     if (flags & KD_OPF_IN_HASH) {
         kd_buf_varint(b, in_len);
         kd_buf_put(b, in_tree, in_len);

@@ -592,8 +592,26 @@ static void test_returned_values(void)
         CHECK(vdg(others[i]) == 0);
 }
 
+/* A name or text the string table refuses (a NUL in it) fails the op
+ * record; it was written with string id 0, which reads back as "". */
+static void test_refused_text(void)
+{
+    kd_tw w;
+    CHECK(kd_tw_init(&w) == 0);
+    CHECK(kd_tw_op(&w, 0, 0, "kd::f", 5, "kd::f(a\0b)", 11, NULL, 0, NULL, 0, NULL, 0) == -1);
+    CHECK(kd_tw_op(&w, 0, 0, "kd\0f", 5, "kd::f()", 7, NULL, 0, NULL, 0, NULL, 0) == -1);
+    CHECK(kd_tw_op(&w, 0, 0, "kd::f", 5, "kd::f()", 7, NULL, 0, NULL, 0, NULL, 0) == 0);
+    CHECK(kd_tw_op(&w, 0, 0, "", 0, "", 0, NULL, 0, NULL, 0, NULL, 0) == 0);
+    CHECK(kd_tw_end(&w) == 0);
+    kd_tr r;
+    CHECK(kd_tr_open(&r, w.out.p, w.out.len) == 0 && r.nrec == 2);
+    kd_tr_free(&r);
+    kd_tw_free(&w);
+}
+
 int main(void)
 {
+    test_refused_text();
     test_crc();
     test_roundtrip();
     test_table();
