@@ -115,7 +115,16 @@ static int op_want(void)
  * where it can record: on a thread that is inside a compiled graph's call
  * (kd_graph_call), or while any recorder of every op (KD_OPS_ALL) is started;
  * otherwise it is disabled on that thread (at::disableCallback: RecordFunction
- * then neither runs it nor boxes for it).  The switch is per thread: torch
+ * then neither runs it nor boxes for it).  While it is off, a depth-only twin
+ * (no inputs, no outputs: a few tens of ns an op) counts the thread's op
+ * depth for it, so that the rule stays "outermost op only": a compiled graph
+ * called inside an eager op's implementation (a custom op's Python kernel, a
+ * wrapper subclass) runs nested in that op, and its ops are not recorded,
+ * with the callback switched or not (record_all_threads, another thread's
+ * op_path="c++" recording), as upstream's mode does not see them either;
+ * without the twin the op that started while the callback was off was not
+ * counted and the graph's ops became outermost (found by an adversarial
+ * review).  The switch is per thread: torch
  * carries a thread's callbacks, with their state, to autograd's threads, and
  * a compiled backward's call opens the carried copy there the same way.  The
  * global callback (record_all_threads) is not gated: another thread's graph

@@ -547,6 +547,7 @@ std::atomic<int> global_refs{0};
 uint64_t global_handle = 0;
 thread_local int tls_refs = 0;
 thread_local uint64_t tls_handle = 0;
+thread_local uint64_t tls_depth_handle = 0; // its depth-only twin (Note [Op observer gated by graph calls])
 
 // Start: counts the op's depth (an outermost FUNCTION-scope record counts
 // only when it is a dispatcher op: ops inside a non-op RECORD_FUNCTION stay
@@ -583,6 +584,35 @@ std::unique_ptr<at::ObserverContext> op_start_tls(const at::RecordFunction &fn)
 {
     op_start(tls_state, fn, global_refs.load(std::memory_order_relaxed) == 0);
     return nullptr;
+}
+
+// The thread-local callback's depth-only twin, on while the callback is off
+// (Note [Op observer gated by graph calls] in kd_op_observer.c): it counts
+// the thread's op depth as op_start / op_end do, without inputs or outputs,
+// so that an op running when the callback comes on (a compiled graph called
+// inside an eager op's implementation) still makes the ops under it nested.
+std::unique_ptr<at::ObserverContext> op_depth_start(const at::RecordFunction &fn)
+{
+    ObsState &st = tls_state;
+    try {
+        if (st.depth > 0) {
+            st.depth++;
+            return nullptr;
+        }
+        if (op_info(fn) == nullptr) // not a dispatcher op, as op_start
+            return nullptr;
+        st.depth = 1;
+        st.ninputs = -1; // not recorded
+    } catch (...) {
+    }
+    return nullptr;
+}
+
+void op_depth_end(const at::RecordFunction &, at::ObserverContext *)
+{
+    ObsState &st = tls_state;
+    if (st.depth > 0 && --st.depth == 0)
+        st.ninputs = -1;
 }
 
 // The global callback's start (record_all_threads).
@@ -871,6 +901,12 @@ extern "C" uint64_t kd_shim_op_observer_add(int global, kd_op_want_fn want, kd_o
                           .needsOutputs(true)
                           .scopes({at::RecordScope::FUNCTION});
             handle = global ? at::addGlobalCallback(cb) : at::addThreadLocalCallback(cb);
+            if (!global) {
+                // off until the gate closes the recording callback (kd_shim_op_observer_gate)
+                tls_depth_handle = at::addThreadLocalCallback(
+                    at::RecordFunctionCallback(op_depth_start, op_depth_end).scopes({at::RecordScope::FUNCTION}));
+                at::disableCallback(tls_depth_handle);
+            }
         }
         if (global)
             global_refs++;
@@ -898,6 +934,9 @@ extern "C" int kd_shim_op_observer_remove(uint64_t handle)
         if (handle != 0 && handle == tls_handle && tls_refs > 0) {
             if (--tls_refs == 0) {
                 tls_handle = 0;
+                if (tls_depth_handle != 0)
+                    at::removeCallback(tls_depth_handle);
+                tls_depth_handle = 0;
                 at::removeCallback(handle);
             }
             return 0;
@@ -920,20 +959,29 @@ extern "C" int kd_shim_op_observer_gate(int open)
         // checked against torch 2.11 and 2.13).  At most one entry per thread
         // (one add, counted), but a carried copy could sit beside it: every
         // entry of this callback is switched.
+        // open: the recording callback on, its depth-only twin off; closed: the reverse
         const bool want = open != 0;
-        uint64_t handles[8];
-        int n = 0;
-        for (const auto &e : at::get_record_function_tls_().sorted_tls_callbacks_)
-            if (e.callback_.start() == op_start_tls && e.enabled_ != want && n < 8)
-                handles[n++] = e.handle_;
-        // the handles first: switching one rebuilds the list being read
-        for (int i = 0; i < n; i++) {
-            if (want)
-                at::reenableCallback(handles[i]);
-            else
-                at::disableCallback(handles[i]);
+        uint64_t on[8], off[8];
+        int non = 0, noff = 0;
+        for (const auto &e : at::get_record_function_tls_().sorted_tls_callbacks_) {
+            bool rec = e.callback_.start() == op_start_tls, twin = e.callback_.start() == op_depth_start;
+            if (!rec && !twin)
+                continue;
+            bool should = rec ? want : !want;
+            if (e.enabled_ == should)
+                continue;
+            if (should && non < 8)
+                on[non++] = e.handle_;
+            else if (!should && noff < 8)
+                off[noff++] = e.handle_;
         }
-        return n;
+        // the handles first: switching one rebuilds the list being read (no
+        // op runs between the two switches)
+        for (int i = 0; i < non; i++)
+            at::reenableCallback(on[i]);
+        for (int i = 0; i < noff; i++)
+            at::disableCallback(off[i]);
+        return non + noff;
     } catch (const std::exception &e) {
         set_error(e.what());
     } catch (...) {

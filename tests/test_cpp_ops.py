@@ -421,3 +421,34 @@ def test_a_recorder_of_every_op_keeps_the_observer_open(order):
         s0 = _C._op_observer_starts()
         torch.tan(x)
         assert _C._op_observer_starts() == s0
+
+
+@pytest.mark.parametrize("all_threads", [False, True])
+def test_a_graph_called_inside_an_eager_op_stays_nested_in_it(all_threads):
+    """Only outermost ops are recorded: a compiled graph that a custom op's
+    Python kernel calls runs nested in that op, so its extern calls are not
+    recorded (upstream's mode does not see them either), whether the
+    thread-local observer was switched off when the outer op started (its
+    depth-only twin counts it: Note [Op observer gated by graph calls]) or the
+    global one (record_all_threads) never is; the same graph called directly
+    is recorded."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 8)
+    fn = torch.compile(lambda t: torch.relu(lin(t)) * 2)
+    x = torch.randn(4, 16)
+
+    @torch.library.custom_op("kdtest_gate::outer", mutates_args=())
+    def outer(t: torch.Tensor) -> torch.Tensor:
+        return fn(t).clone()
+
+    with torch.no_grad():
+        outer(x)
+        with DebugMode(kernels_only=True, record_extern_ops=True, record_all_threads=all_threads) as dm:
+            outer(x)
+            direct_from = len(dm.operators)
+            fn(x)
+    ext = [(i, op.kernel_name) for i, op in enumerate(dm.operators) if isinstance(op, _AtenOpCall)]
+    assert [n for _, n in ext] == ["aten::addmm.out"], ext
+    assert ext[0][0] >= direct_from, ext  # the direct call's, not the nested one's
+    # the nested graph's kernels are still recorded (kernel launches are recorded at any depth)
+    assert any(getattr(op, "kind", None) == "cpp" for op in dm.operators[:direct_from]), dm.operators
