@@ -107,8 +107,7 @@ static PyObject *tw_op(kd_trace_writer *self, PyObject *args, PyObject *kw)
     Py_XDECREF(ob);
     Py_XDECREF(eb);
     if (rc != 0)
-        return tw_fail("could not encode an op record (out of memory, a record over 32 MiB, or the trace's string "
-                       "table is full)");
+        return tw_fail("could not encode an op record (out of memory, or a record over 32 MiB)");
     Py_RETURN_NONE;
 }
 
@@ -152,9 +151,10 @@ static PyObject *tw_take(kd_trace_writer *self, PyObject *unused)
 static PyObject *tw_stats(kd_trace_writer *self, PyObject *unused)
 {
     (void)unused;
-    return Py_BuildValue("{s:K,s:K,s:K}", "records", (unsigned long long)kd_tw_records(&self->w),
+    return Py_BuildValue("{s:K,s:K,s:K,s:K}", "records", (unsigned long long)kd_tw_records(&self->w),
                          "tensor_args", (unsigned long long)self->w.tensor_args, "launch_bytes",
-                         (unsigned long long)self->w.launch_bytes);
+                         (unsigned long long)self->w.launch_bytes, "refused_strings",
+                         (unsigned long long)self->w.refused_strings);
 }
 
 static PyMethodDef tw_methods[] = {
@@ -165,7 +165,7 @@ static PyMethodDef tw_methods[] = {
     {"seal", (PyCFunction)tw_seal, METH_NOARGS, "Close the records encoded so far into chunks."},
     {"end", (PyCFunction)tw_end, METH_NOARGS, "Seal, then the END chunk."},
     {"take", (PyCFunction)tw_take, METH_NOARGS, "take() -> bytes of the sealed chunks not taken yet."},
-    {"stats", (PyCFunction)tw_stats, METH_NOARGS, "records, tensor_args, launch_bytes"},
+    {"stats", (PyCFunction)tw_stats, METH_NOARGS, "records, tensor_args, launch_bytes, refused_strings"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -459,7 +459,8 @@ int kd_trace_module_init(PyObject *m)
         PyType_Ready(&kd_TraceReaderType) != 0 ||
         PyModule_AddObjectRef(m, "TraceError", kd_TraceError) != 0 ||
         PyModule_AddObjectRef(m, "TraceWriter", (PyObject *)&kd_TraceWriterType) != 0 ||
-        PyModule_AddObjectRef(m, "TraceReader", (PyObject *)&kd_TraceReaderType) != 0)
+        PyModule_AddObjectRef(m, "TraceReader", (PyObject *)&kd_TraceReaderType) != 0 ||
+        PyModule_AddStringConstant(m, "NOT_STORED_TEXT", KD_TW_NOT_STORED) != 0)
         return -1;
     return 0;
 }

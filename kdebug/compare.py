@@ -174,8 +174,12 @@ def _text_delta(ta: str, tb: str, a: "int | str", b: "int | str", width: int = 7
 
 
 def _op_name(op) -> str:
-    """The name an aten-op entry is compared by (a trace's or a live call's)."""
-    return op._name if hasattr(op, "_name") else _upstream.get_call_name(op)
+    """The name an aten-op entry is compared by (a trace's or a live call's, as its trace would hold it)."""
+    if hasattr(op, "_name"):
+        return op._name
+    from .trace import stored_text
+
+    return stored_text(_upstream.get_call_name(op))
 
 
 def steps_of(run) -> list[Step]:

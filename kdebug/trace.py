@@ -58,8 +58,16 @@ def stored_text(s: str) -> str:
     """An op's name or text as a trace stores it: a NUL (a str argument
     rendered with str(), as upstream does) becomes the two characters \\0,
     as in tensor names (csrc/kd_state_record.c): the string table takes
-    none.  Live compares digest and show this same text."""
-    return s.replace("\0", "\\0") if "\0" in s else s
+    none; a lone surrogate, which UTF-8 cannot hold, its \\udXXX escape.
+    Live compares digest and show this same text."""
+    if "\0" in s:
+        s = s.replace("\0", "\\0")
+    if not s.isascii():
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (a str attribute, say): not UTF-8, so written escaped
+            s = s.encode("utf-8", "backslashreplace").decode("utf-8")
+    return s
 
 
 def _op_record(op, attributes) -> dict[str, Any]:
@@ -106,6 +114,7 @@ class Writer:
         self._chunks: list[bytes] = []
         self.path = path
         self.custom_skipped = 0
+        self._refused_warned = 0
         self._nspecs = len(hashing._specs)
         self._w.meta(json.dumps(meta if meta is not None else _meta_base()))
         self._flush_out()
@@ -140,6 +149,14 @@ class Writer:
             self.custom_skipped += sum(1 for k in recorder.custom if k[0] in custom_launches)
         self._w.seal()
         self._flush_out()
+        refused = self._w.stats()["refused_strings"]
+        if refused > self._refused_warned:
+            from .inductor import KdebugWarning
+
+            self._refused_warned = refused
+            warnings.warn(f"kdebug: the string table of trace {self.path or '(in memory)'} is full (16M distinct "
+                          f"texts): {refused} op name(s) / text(s) are written as {_C.NOT_STORED_TEXT!r}, their "
+                          "records kept. Record shorter runs per trace file.", KdebugWarning, stacklevel=3)
 
     def launches(self, recorder, start: int, stop: int) -> None:
         """Stored launches [start, stop) of a recorder's table, as launch records."""
@@ -254,6 +271,7 @@ class Stream:
         self.interval = interval
         self.last = time.monotonic()
         self.closed = False
+        self.failed: BaseException | None = None  # streaming stopped on this error (_fail)
         self.pid = os.getpid()  # Note [Forked children]
 
     # Note [Forked children]
@@ -269,7 +287,7 @@ class Stream:
         return os.getpid() == self.pid
 
     def reopen(self) -> None:
-        if self.closed:
+        if self.closed and self.failed is None:  # a failed stream stays stopped (said once)
             self.w.reopen()
             self.closed = False
 
@@ -279,6 +297,28 @@ class Stream:
     def write_new(self, final: bool = False) -> None:
         if not self._ours():
             return
+        try:
+            self._write_new(final)
+        except Exception as e:  # noqa: BLE001 (a full disk, a bad record: never the program's problem)
+            self._fail(e)
+
+    def _fail(self, e: BaseException) -> None:
+        """Streaming stops (the records stay in the recording) and says so once."""
+        from .inductor import KdebugWarning
+
+        self.closed = True
+        self.failed = e
+        try:
+            if self.w._f is not None:
+                self.w._f.close()
+                self.w._f = None
+        except OSError:
+            pass
+        warnings.warn(f"kdebug: streaming the trace to {self.w.path} failed ({e!r}); it stopped there and the "
+                      "file ends without its END chunk (kdebug.load reads its complete chunks). The records stay "
+                      "in this recording: dm.save(another_path) writes them all.", KdebugWarning, stacklevel=3)
+
+    def _write_new(self, final: bool) -> None:
         self.dm._flush()  # drain the ring, resolve GPU hashes, merge kernels into operators
         ops = self.dm.operators
         n = list.__len__(ops)
@@ -301,7 +341,13 @@ class Stream:
         if self.closed or not self._ours():
             return
         self.write_new(final=True)  # collectives still in flight: written without their output hash
-        _finish(self.w, self.dm)
+        if self.closed:  # the write failed (said)
+            return
+        try:
+            _finish(self.w, self.dm)
+        except Exception as e:  # noqa: BLE001
+            self._fail(e)
+            return
         self.closed = True
 
 

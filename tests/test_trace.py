@@ -297,3 +297,74 @@ def test_the_trace_writer_refuses_a_nul_rather_than_losing_the_text():
     with pytest.raises(ValueError, match="NUL"):
         w.op(depth=0, flags=0, name="kd\x00f", text="f()", input_hashes=None, output_hashes=None)
     w.op(depth=0, flags=0, name="", text="", input_hashes=None, output_hashes=None)  # empty is a string
+
+
+def test_a_stream_that_cannot_write_stops_with_a_warning_and_keeps_the_records(tmp_path, monkeypatch):
+    """A full disk (or any writer error) while streaming DebugMode(trace=...)
+    used to raise out of whichever aten op made the stream tick, and at the
+    mode's exit: the program died. Streaming now stops with one warning; the
+    recording keeps every record, which save() writes elsewhere."""
+    from kdebug import trace as trace_mod
+    from kdebug.inductor import KdebugWarning
+
+    x = torch.randn(8)
+    real = trace_mod.Writer._flush_out
+    calls = {"n": 0}
+
+    def full_disk(self):
+        calls["n"] += 1
+        if calls["n"] > 2:  # the header and the first chunk went out
+            raise OSError(28, "No space left on device")
+        return real(self)
+
+    monkeypatch.setattr(trace_mod.Writer, "_flush_out", full_disk)
+    with pytest.warns(KdebugWarning, match="streaming the trace to .* failed") as caught:
+        with DebugMode(trace=str(tmp_path / "stream.kdt")) as dm:
+            dm._stream.interval = 0.0  # a tick at every op
+            for _ in range(20):
+                x = torch.sin(x) + 1
+    assert sum("streaming the trace" in str(w.message) for w in caught) == 1
+    assert dm._stream.failed is not None and dm._stream.closed
+    monkeypatch.setattr(trace_mod.Writer, "_flush_out", real)
+    dm.save(tmp_path / "saved.kdt")
+    run = kdebug.load(tmp_path / "saved.kdt")
+    assert len(run.operators) == len(dm.operators) == 40
+    # what reached the broken file before it failed is still readable
+    assert len(kdebug.load(tmp_path / "stream.kdt").operators) < 40
+
+
+def test_a_lone_surrogate_in_op_text_is_saved_escaped_and_compares_as_recorded(tmp_path):
+    """A str tensor attribute holding a lone surrogate (not UTF-8) made
+    save(), streaming and even a live compare raise UnicodeEncodeError; it is
+    stored as its \\udXXX escape, live and in the trace alike."""
+    x = torch.randn(3)
+    x.foo = "a\ud800b"
+
+    def record():
+        with DebugMode(record_tensor_attributes=["foo"], trace=str(tmp_path / "s.kdt")) as dm:
+            torch.sin(x)
+        return dm
+
+    dm = record()
+    run = kdebug.load(tmp_path / "s.kdt")
+    assert "a\\ud800b" in run.debug_string()
+    assert kdebug.compare(dm, run).ok and kdebug.compare(dm, record()).ok
+
+
+def test_a_live_entry_name_with_a_nul_is_shown_as_its_trace_shows_it(tmp_path):
+    x = torch.randn(3)
+
+    def record(tag):
+        with DebugMode() as dm:
+            DebugMode._annotate(tag)
+            torch.sin(x)
+        return dm
+
+    a, b = record("a\x00b"), record("a\x00c")
+    a.save(tmp_path / "a.kdt")
+    b.save(tmp_path / "b.kdt")
+    fmt = importlib.import_module("kdebug.compare").format_report
+    live = fmt(kdebug.compare(a, b))
+    saved = fmt(kdebug.compare(str(tmp_path / "a.kdt"), str(tmp_path / "b.kdt")))
+    assert "\x00" not in live and "a\\0b" in live and "a\\0c" in live, live
+    assert live.splitlines()[1:] == saved.splitlines()[1:], (live, saved)

@@ -96,9 +96,17 @@ typedef struct kd_tw {
     int have_bases;
     uint64_t base_t, base_thread, base_stream, base_launch;
     uint64_t launch_bytes, tensor_args; /* accounting: bytes of launch records, tensor args */
+    uint32_t full_id;         /* KD_TW_NOT_STORED's id, interned first */
+    uint64_t refused_strings; /* op names / texts the full table could not take: written as full_id */
 } kd_tw;
 
+/* What an op's name or text reads as when the writer's string table was full
+ * (kd_tw.refused_strings counts them). */
+#define KD_TW_NOT_STORED "<not stored: the trace's string table was full>"
+
 int kd_tw_init(kd_tw *w);          /* 0, or -1 out of memory; writes the header to out */
+/* kd_tw_init with a string table of at most max_strings strings (tests). */
+int kd_tw_init_sized(kd_tw *w, uint32_t max_strings);
 void kd_tw_free(kd_tw *w);
 /* Appends launch p[0..n) (a header and its argument payloads; string ids of
  * the global table g).  Returns 0, or -1 (malformed launch or out of memory). */

@@ -98,12 +98,21 @@ static void put_chunk(kd_buf *out, uint32_t type, const uint8_t *body, size_t le
     kd_buf_put(out, body, len);
 }
 
-int kd_tw_init(kd_tw *w)
+int kd_tw_init(kd_tw *w) { return kd_tw_init_sized(w, 1u << 24); }
+
+int kd_tw_init_sized(kd_tw *w, uint32_t max_strings)
 {
     memset(w, 0, sizeof *w);
-    w->local = kd_strtab_new(1u << 24);
+    w->local = kd_strtab_new(max_strings);
     if (w->local == NULL)
         return -1;
+    w->full_id = kd_strtab_intern(w->local, KD_TW_NOT_STORED, sizeof KD_TW_NOT_STORED - 1);
+    if (w->full_id == 0)
+        return -1;
+    /* written with the first STRINGS chunk, like any string */
+    kd_buf_varint(&w->strings, sizeof KD_TW_NOT_STORED - 1);
+    kd_buf_put(&w->strings, KD_TW_NOT_STORED, sizeof KD_TW_NOT_STORED - 1);
+    w->nstrings_pending++;
     uint8_t h[KD_TRACE_HEADER_BYTES] = {0};
     memcpy(h, KD_TRACE_MAGIC, 8);
     h[8] = KD_TRACE_VERSION_MAJOR & 0xff;
@@ -311,11 +320,16 @@ int kd_tw_op(kd_tw *w, uint32_t depth, uint32_t flags, const char *name, size_t 
         return -1;
     if (text_len + in_len + out_len + ext_len + name_len > KD_CHUNK_MAX_BODY / 2)
         return -1;
-    /* a string the table refuses (a NUL in it, the table full, out of
-     * memory) fails the record: id 0 would read back as an empty text */
-    uint32_t name_id = local_id(w, name, name_len), text_id = local_id(w, text, text_len);
-    if (name_id == 0 || text_id == 0)
+    /* A string with a NUL fails the record (id 0 would read back as an
+     * empty text; callers escape it first).  One the full table cannot take
+     * is written as KD_TW_NOT_STORED and counted: the record is kept. */
+    if (memchr(name, '\0', name_len) != NULL || memchr(text, '\0', text_len) != NULL)
         return -1;
+    uint32_t name_id = local_id(w, name, name_len), text_id = local_id(w, text, text_len);
+    if (name_id == 0)
+        name_id = w->full_id, w->refused_strings++;
+    if (text_id == 0)
+        text_id = w->full_id, w->refused_strings++;
     ensure_bases(w, NULL);
     kd_buf *b = &w->body;
     kd_buf_u8(b, KD_REC_OP);

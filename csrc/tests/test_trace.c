@@ -609,9 +609,36 @@ static void test_refused_text(void)
     kd_tw_free(&w);
 }
 
+/* A full string table keeps the record: its text reads as KD_TW_NOT_STORED,
+ * counted in refused_strings. */
+static void test_full_table(void)
+{
+    kd_tw w;
+    CHECK(kd_tw_init_sized(&w, 4) == 0); /* the marker, then three more */
+    CHECK(kd_tw_op(&w, 0, 0, "kd::f", 5, "kd::f(1)", 8, NULL, 0, NULL, 0, NULL, 0) == 0);
+    CHECK(kd_tw_op(&w, 0, 0, "kd::f", 5, "kd::f(2)", 8, NULL, 0, NULL, 0, NULL, 0) == 0);
+    CHECK(w.refused_strings == 0);
+    CHECK(kd_tw_op(&w, 0, 0, "kd::f", 5, "kd::f(3)", 8, NULL, 0, NULL, 0, NULL, 0) == 0);
+    CHECK(w.refused_strings == 1);
+    CHECK(kd_tw_end(&w) == 0);
+    kd_tr r;
+    CHECK(kd_tr_open(&r, w.out.p, w.out.len) == 0 && r.nrec == 3);
+    kd_tr_op op;
+    CHECK(kd_tr_op_get(&r, 2, &op) == 0);
+    size_t n = 0;
+    const char *t = kd_tr_string(&r, op.text_id, &n);
+    CHECK(t != NULL && n == sizeof KD_TW_NOT_STORED - 1 && memcmp(t, KD_TW_NOT_STORED, n) == 0);
+    CHECK(kd_tr_op_get(&r, 1, &op) == 0);
+    t = kd_tr_string(&r, op.text_id, &n);
+    CHECK(t != NULL && n == 8 && memcmp(t, "kd::f(2)", 8) == 0);
+    kd_tr_free(&r);
+    kd_tw_free(&w);
+}
+
 int main(void)
 {
     test_refused_text();
+    test_full_table();
     test_crc();
     test_roundtrip();
     test_table();
