@@ -160,8 +160,9 @@ int kd_shim_op_observer_remove(uint64_t handle);
  * failure.  Any thread, GIL held or not. */
 int kd_shim_op_observer_gate(int open);
 
-/* How many dispatcher ops this thread's op observer callbacks (either kind)
- * saw start: tests' evidence that a closed observer does not run. */
+/* How many ops this thread's recording callbacks (thread-local or global;
+ * not the depth-only twin) saw start: tests' evidence that a closed observer
+ * does not run. */
 uint64_t kd_shim_op_observer_starts(void);
 
 /* Note [C++ write guard] (kd_write_guard.c): one byte range a dispatcher op

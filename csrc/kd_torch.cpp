@@ -555,7 +555,6 @@ thread_local uint64_t tls_depth_handle = 0; // its depth-only twin (Note [Op obs
 // want()), keeps its inputs in st.
 void op_start(ObsState &st, const at::RecordFunction &fn, bool records)
 {
-    op_starts++;
     try {
         if (st.depth > 0) {
             st.depth++;
@@ -582,42 +581,28 @@ void op_start(ObsState &st, const at::RecordFunction &fn, bool records)
 // The thread-local callback's start: records nothing while the global one is registered.
 std::unique_ptr<at::ObserverContext> op_start_tls(const at::RecordFunction &fn)
 {
+    op_starts++;
     op_start(tls_state, fn, global_refs.load(std::memory_order_relaxed) == 0);
     return nullptr;
 }
 
 // The thread-local callback's depth-only twin, on while the callback is off
-// (Note [Op observer gated by graph calls] in kd_op_observer.c): it counts
-// the thread's op depth as op_start / op_end do, without inputs or outputs,
-// so that an op running when the callback comes on (a compiled graph called
+// (Note [Op observer gated by graph calls] in kd_op_observer.c): op_start on
+// the same state, never keeping inputs (registered without inputs or
+// outputs, with op_end_tls as its end: nothing kept, nothing recorded), so
+// that an op running when the callback comes on (a compiled graph called
 // inside an eager op's implementation) still makes the ops under it nested.
+// Not counted in op_starts.
 std::unique_ptr<at::ObserverContext> op_depth_start(const at::RecordFunction &fn)
 {
-    ObsState &st = tls_state;
-    try {
-        if (st.depth > 0) {
-            st.depth++;
-            return nullptr;
-        }
-        if (op_info(fn) == nullptr) // not a dispatcher op, as op_start
-            return nullptr;
-        st.depth = 1;
-        st.ninputs = -1; // not recorded
-    } catch (...) {
-    }
+    op_start(tls_state, fn, false);
     return nullptr;
-}
-
-void op_depth_end(const at::RecordFunction &, at::ObserverContext *)
-{
-    ObsState &st = tls_state;
-    if (st.depth > 0 && --st.depth == 0)
-        st.ninputs = -1;
 }
 
 // The global callback's start (record_all_threads).
 std::unique_ptr<at::ObserverContext> op_start_global(const at::RecordFunction &fn)
 {
+    op_starts++;
     op_start(glob_state, fn, true);
     return nullptr;
 }
@@ -904,7 +889,7 @@ extern "C" uint64_t kd_shim_op_observer_add(int global, kd_op_want_fn want, kd_o
             if (!global) {
                 // off until the gate closes the recording callback (kd_shim_op_observer_gate)
                 tls_depth_handle = at::addThreadLocalCallback(
-                    at::RecordFunctionCallback(op_depth_start, op_depth_end).scopes({at::RecordScope::FUNCTION}));
+                    at::RecordFunctionCallback(op_depth_start, op_end_tls).scopes({at::RecordScope::FUNCTION}));
                 at::disableCallback(tls_depth_handle);
             }
         }
