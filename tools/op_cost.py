@@ -4,7 +4,9 @@
 
 A loop of small ops (mm, add, relu_, sum, clone, copy_) runs with no mode, a
 do-nothing TorchDispatchMode, upstream's DebugMode, kdebug's DebugMode, and
-kdebug's with log_tensor_hashes() / hash_inputs=True / record_outputs().
+kdebug's with log_tensor_hashes() / hash_inputs=True / record_outputs(), and
+kdebug's kernels_only=True without and with record_extern_ops=True (its C++
+op observer; outside compiled graph calls it only counts op depth).
 Prints the best-of-rounds microseconds per op for each, interleaved by round so
 that drift hits every variant alike.
 """
@@ -51,6 +53,9 @@ VARIANTS = {
     "kdebug + hashes": lambda: _nested(K(), K.log_tensor_hashes),
     "kdebug + hash_inputs": lambda: _nested(K(), lambda: K.log_tensor_hashes(hash_inputs=True)),
     "kdebug + record_outputs": lambda: _nested(K(), K.record_outputs),
+    # no Python mode: what these eager ops (outside any compiled graph) pay for kdebug's C++ op observer
+    "kdebug kernels_only": lambda: K(kernels_only=True),
+    "kdebug ko + extern ops": lambda: K(kernels_only=True, record_extern_ops=True),
 }
 
 
