@@ -9,6 +9,8 @@
 #include "kd_defer.h"
 #include "kd_hook.h"
 #include "kd_launch.h"
+#include "kd_launch_table.h"
+#include "kd_module.h"
 #include "kd_recorder.h"
 #include "kd_types.h"
 #include "kd_view.h"
@@ -73,6 +75,20 @@ static int launch_pending(const kd_payload *p, uint32_t n)
     return 0;
 }
 
+/* The drain's room in the store (Note [One copy per drained launch]). */
+static kd_payload *room_drain(void *ctx, uint32_t n)
+{
+    kd_recorder *r = ctx;
+    uint64_t base = r->table.store.npayloads;
+    kd_payload *dst = NULL;
+    if ((r->ring_objs == NULL || grow_store_objs(r, base + n) == 0))
+        dst = kd_store_room(&r->table.store, n);
+    if (dst == NULL)
+        r->drain_failures++;
+    return dst;
+}
+
+/* p: the launch, copied into the store's room: taken here, or left there. */
 static int visit_drain(void *ctx, uint64_t first, const kd_payload *p, uint32_t n)
 {
     kd_recorder *r = ctx;
@@ -81,12 +97,12 @@ static int visit_drain(void *ctx, uint64_t first, const kd_payload *p, uint32_t 
             r->held_from = p->launch.launch_index;
         return 1; /* Note [Results in flight]: it stays in the ring for a later drain */
     }
-    uint64_t base = r->table.store.npayloads;
-    if ((r->ring_objs != NULL && grow_store_objs(r, base + n) != 0) ||
-        kd_store_append(&r->table.store, p, n) != 0) {
+    if (p->tag != KD_TAG_LAUNCH) { /* cannot happen (the ring reads headers only): be safe */
         r->drain_failures++;
         return 0;
     }
+    uint64_t base = r->table.store.npayloads;
+    kd_store_take(&r->table.store, n);
     if (r->ring_objs != NULL) {
         for (uint32_t i = 0; i < n; i++) {
             PyObject **slot = &r->ring_objs[(first + i) & r->ring->mask];
@@ -125,7 +141,7 @@ static uint64_t read_ring(kd_recorder *r, int hold)
 {
     r->drain_holds_pending = hold;
     r->held_from = UINT64_MAX;
-    kd_ring_read(r->ring, r->drain_scratch, r->drain_cap, visit_drain, r);
+    kd_ring_read_to(r->ring, room_drain, r->drain_cap, visit_drain, r);
     r->drain_holds_pending = 0;
     return r->table.store.nlaunches;
 }
@@ -152,28 +168,49 @@ uint64_t kd_recorder_drain_ready(kd_recorder *r)
     return read_ring(r, 1);
 }
 
+/* ---- Note [Steps held in the ring] (core/kd_ring.h): digests and forgetting without a drain ---- */
+
+typedef struct {
+    uint64_t sum, count;
+    int waiting;
+} digest_scan;
+
+static int visit_digest(void *ctx, uint64_t first, const kd_payload *p, uint32_t n)
+{
+    (void)first;
+    digest_scan *d = ctx;
+    if (launch_pending(p, n)) { /* its GPU hashes are not read back yet */
+        d->waiting = 1;
+        return 1;
+    }
+    d->sum += kd_launch_digest_term(p, n, kd_strings);
+    d->count++;
+    return 0;
+}
+
+/* The digest of launches [a, b), from the store and the ring together (the
+ * store holds the older ones); 0, or 1 when one of them still waits for its
+ * GPU hashes or is still being written (no digest yet), -1 out of memory. */
+int kd_recorder_range_digest(kd_recorder *r, uint64_t a, uint64_t b, uint64_t *digest, uint64_t *recorded)
+{
+    if (r->scan_scratch == NULL && (r->scan_scratch = PyMem_Malloc(sizeof(kd_payload) * KD_BUILD_SLOTS)) == NULL)
+        return -1;
+    digest_scan d = {0, 0, 0};
+    const kd_store *s = &r->table.store;
+    for (uint64_t i = kd_store_lower_bound(s, a), hi = kd_store_lower_bound(s, b); i < hi; i++) {
+        const kd_payload *p = kd_store_launch(s, i);
+        d.sum += kd_launch_digest_term(p, (uint32_t)p->launch.nslots + 1, kd_strings);
+        d.count++;
+    }
+    if (kd_ring_scan(r->ring, a, b, r->scan_scratch, KD_BUILD_SLOTS, visit_digest, &d) != 0 || d.waiting)
+        return 1;
+    *digest = kd_digest_finish(d.sum, d.count);
+    *recorded = d.count;
+    return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* The Recorder Python type                                            */
-
-/* One spare KD_BUILD_SLOTS drain buffer, from the last Recorder freed (under
- * the GIL).  Its contents need no clearing: every payload is written before
- * it is read. */
-static kd_payload *spare_scratch;
-
-static kd_payload *take_spare(kd_payload **spare)
-{
-    kd_payload *b = *spare;
-    *spare = NULL;
-    return b != NULL ? b : PyMem_Calloc(KD_BUILD_SLOTS, sizeof(kd_payload));
-}
-
-static void give_spare(kd_payload **spare, kd_payload *b)
-{
-    if (*spare == NULL)
-        *spare = b;
-    else
-        PyMem_Free(b);
-}
 
 static PyObject *rec_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
@@ -205,17 +242,16 @@ static PyObject *rec_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (self == NULL)
         return NULL;
     kd_ltab_init(&self->table);
-    /* A DebugMode per step makes a Recorder per step: the ring and scratch
-     * buffers of the last one are taken over instead of allocated again. */
+    /* A DebugMode per step makes a Recorder per step: the ring of the last
+     * one is taken over instead of allocated again. */
     self->ring = kd_ring_reuse(capacity, policy);
     self->drain_cap = KD_BUILD_SLOTS;
     self->held_from = UINT64_MAX;
-    self->drain_scratch = take_spare(&spare_scratch);
     self->store_objects = store_objects;
     self->anchor = kd_result_anchor_new(self);
     if (self->ring && store_objects)
         self->ring_objs = PyMem_Calloc(self->ring->capacity, sizeof(PyObject *));
-    if (self->ring == NULL || self->drain_scratch == NULL || self->anchor == NULL ||
+    if (self->ring == NULL || self->anchor == NULL ||
         (store_objects && self->ring_objs == NULL)) {
         Py_DECREF(self);
         return PyErr_NoMemory();
@@ -268,7 +304,7 @@ static void rec_dealloc(kd_recorder *self)
     kd_ltab_free(&self->table);
     PyMem_Free(self->ring_objs);
     PyMem_Free(self->store_objs);
-    give_spare(&spare_scratch, self->drain_scratch);
+    PyMem_Free(self->scan_scratch);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -429,6 +465,73 @@ static PyObject *rec_forget(kd_recorder *self, PyObject *arg)
     kd_launch_views_detach(self); /* kept views keep their records */
     kd_ltab_forget(&self->table, (uint64_t)n);
     Py_RETURN_NONE;
+}
+
+/* settle(*, wait=True): the GPU hashes of the ring's records, read back
+ * into them (wait) or those already read back (not wait: begins reading
+ * back the rest, never synchronizes); nothing moves out of the ring. */
+static PyObject *rec_settle(kd_recorder *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"wait", NULL};
+    int wait = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$p:settle", kwlist, &wait))
+        return NULL;
+    flush_hashes(self, wait ? COLLECT_WAIT : COLLECT_READY);
+    Py_RETURN_NONE;
+}
+
+/* digest(start, stop, ticket=None) -> RangeDigest | None (Note [Steps held
+ * in the ring]); ticket: where launch `start` is thought to begin in the
+ * ring (the ring's head just before it was launched), which the scan starts
+ * from when it holds that launch's header (else where it would anyway). */
+static PyObject *rec_digest(kd_recorder *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"start", "stop", "ticket", NULL};
+    unsigned long long a, b;
+    PyObject *ticket = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KK|O:digest", kwlist, &a, &b, &ticket))
+        return NULL;
+    if (b < a) {
+        PyErr_SetString(PyExc_ValueError, "digest(start, stop): stop >= start");
+        return NULL;
+    }
+    if (ticket != Py_None) {
+        unsigned long long t = PyLong_AsUnsignedLongLong(ticket);
+        if (t == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
+        kd_ring_hint(self->ring, t, a);
+    }
+    uint64_t digest = 0, recorded = 0;
+    int st = kd_recorder_range_digest(self, a, b, &digest, &recorded);
+    if (st < 0)
+        return PyErr_NoMemory();
+    if (st > 0)
+        Py_RETURN_NONE;
+    return KD_RECORD(kd_RangeDigestType, PyLong_FromUnsignedLongLong(digest),
+                     PyLong_FromUnsignedLongLong(recorded));
+}
+
+/* discard(launch_index) -> launches dropped: every stored launch and every
+ * launch still in the ring whose launch index is below it, without moving
+ * any out of the ring (Note [Steps held in the ring]); the ring's part stops
+ * at a launch still being written. */
+static PyObject *rec_discard(kd_recorder *self, PyObject *arg)
+{
+    unsigned long long upto = PyLong_AsUnsignedLongLong(arg);
+    if (upto == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (self->store_objects) {
+        PyErr_SetString(PyExc_ValueError, "discard() is not available on a recorder that keeps argument "
+                                          "objects (store_objects=True)");
+        return NULL;
+    }
+    uint64_t k = kd_store_lower_bound(&self->table.store, upto);
+    if (k) {
+        kd_launch_views_detach(self); /* kept views keep their records */
+        kd_ltab_forget(&self->table, k);
+    }
+    uint64_t gone = kd_ring_discard(self->ring, upto, NULL, NULL);
+    return PyLong_FromUnsignedLongLong((unsigned long long)(k + gone));
 }
 
 /* position(launch_index) -> the store index of the first stored launch whose
@@ -619,6 +722,21 @@ static PyObject *rec_get_held_from(kd_recorder *self, void *c)
     return PyLong_FromUnsignedLongLong((unsigned long long)self->held_from);
 }
 
+/* The ring's next ticket (head): where the next launch will begin unless another thread's comes first. */
+static PyObject *rec_get_ticket(kd_recorder *self, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLongLong((unsigned long long)atomic_load(&self->ring->head));
+}
+
+/* Launches held: stored, and in the ring not yet drained (a walk of the ring's headers). */
+static PyObject *rec_get_held_launches(kd_recorder *self, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLongLong(
+        (unsigned long long)(self->table.store.nlaunches + kd_ring_unread_launches(self->ring)));
+}
+
 /* The ring's capacity in slots. */
 static PyObject *rec_get_capacity(kd_recorder *self, void *c)
 {
@@ -631,6 +749,11 @@ static PyGetSetDef rec_getset[] = {
     {"slots_used", (getter)rec_get_slots_used, NULL,
      "ring slots not yet drained (stats()['slots_used'] without its cost)", NULL},
     {"capacity", (getter)rec_get_capacity, NULL, "the ring's capacity in slots", NULL},
+    {"ticket", (getter)rec_get_ticket, NULL,
+     "the ring's next ticket: where the next launch begins unless another thread's comes first (a hint for "
+     "digest())", NULL},
+    {"held_launches", (getter)rec_get_held_launches, NULL,
+     "launches held: stored (len(self)) and still in the ring (a walk of its headers)", NULL},
     {"held_from", (getter)rec_get_held_from, NULL,
      "after the last drain: the launch index of the first launch left in the ring waiting for its GPU "
      "hashes, or None", NULL},
@@ -698,6 +821,17 @@ static PyMethodDef rec_methods[] = {
      "(collected first: one device synchronization when any is in flight); returns the stored count. "
      "wait=False never synchronizes: it takes the hashes already read back, begins reading back the "
      "rest, and stops at the first launch still waiting for one (held_from)."},
+    {"settle", (PyCFunction)(void (*)(void))rec_settle, METH_VARARGS | METH_KEYWORDS,
+     "settle(*, wait=True): GPU hashes into the ring's records without draining it: all of them (one device "
+     "synchronization when any is in flight), or wait=False those already read back (the rest begin "
+     "reading back)."},
+    {"digest", (PyCFunction)(void (*)(void))rec_digest, METH_VARARGS | METH_KEYWORDS,
+     "digest(start, stop, ticket=None) -> RangeDigest(digest, recorded) of the launches with launch index in [start, "
+     "stop), stored or still in the ring (the same digest as _C.range_digest over them once stored), or None "
+     "while one of them waits for its GPU hashes or is being written (Note [Steps held in the ring])."},
+    {"discard", (PyCFunction)rec_discard, METH_O,
+     "discard(launch_index) -> count: drop every stored launch and every launch in the ring before "
+     "launch_index, without draining the ring (views detach)."},
     {"clear", (PyCFunction)rec_clear, METH_NOARGS, "Forget every launch and counter."},
     {"forget", (PyCFunction)rec_forget, METH_O,
      "forget(n): drop the oldest n stored launches; the rest move down by n (views detach)."},

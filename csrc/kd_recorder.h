@@ -46,8 +46,8 @@ typedef struct kd_recorder {
     PyObject **ring_objs;       /* GIL; [capacity] strong refs when store_objects */
     PyObject **store_objs;      /* GIL; parallel to store.payloads */
     uint64_t store_objs_cap;    /* GIL */
-    kd_payload *drain_scratch;  /* GIL */
     uint32_t drain_cap;
+    kd_payload *scan_scratch;   /* GIL; KD_BUILD_SLOTS payloads for digest(), made at its first call */
     int store_objects;
     PyObject *ops;              /* GIL; strong ref to the operators list while started */
     Py_ssize_t merged;          /* GIL; kernel records merged into ops: set together with
@@ -97,5 +97,11 @@ uint64_t kd_recorder_drain(kd_recorder *r);
  * synchronization (results already read back only); stops at the first
  * launch still waiting for one (held_from). */
 uint64_t kd_recorder_drain_ready(kd_recorder *r);
+
+/* The digest of the launches with launch index in [a, b), stored or still in
+ * the ring (Note [Steps held in the ring] in core/kd_ring.h): 0 with *digest
+ * and *recorded (launches found), 1 while one still waits for its GPU
+ * hashes or is being written, -1 out of memory.  GIL. */
+int kd_recorder_range_digest(kd_recorder *r, uint64_t a, uint64_t b, uint64_t *digest, uint64_t *recorded);
 
 #endif

@@ -117,9 +117,14 @@ static PyStructSequence_Field problem_counts_fields[] = {
     FIELD("hash_unsupported", "tensors of a dtype the requested hash cannot decode"),
     END,
 };
+static PyStructSequence_Field range_digest_fields[] = {
+    FIELD("digest", "the order-free digest of the recorded launches of the range (kd_ltab_range_digest)"),
+    FIELD("recorded", "how many launches of the range are recorded (the others were lost)"),
+    END,
+};
 PyTypeObject *kd_TensorArgType, *kd_ScalarArgType, *kd_ArgHashesType, *kd_PendingCallType, *kd_ExtentType,
     *kd_OpExtentsType, *kd_TraceOpType, *kd_LastWriteType, *kd_TraceTableType, *kd_HashConfigType,
-    *kd_OutputConfigType, *kd_ProblemCountsType;
+    *kd_OutputConfigType, *kd_ProblemCountsType, *kd_RangeDigestType;
 
 typedef struct {
     const char *name; /* after the last dot: the module attribute */
@@ -142,6 +147,8 @@ static const seq_def seq_defs[] = {
     {"kdebug._C.OutputConfig", "This thread's record_outputs settings.", output_config_fields, &kd_OutputConfigType},
     {"kdebug._C.ProblemCounts", "The recorder's counters a DebugMode warns about (Recorder.problem_counts).",
      problem_counts_fields, &kd_ProblemCountsType},
+    {"kdebug._C.RangeDigest", "One digest of a range of launch indices (Recorder.digest).", range_digest_fields,
+     &kd_RangeDigestType},
 };
 
 /* A struct sequence of type t from items[0..n), stolen; NULL if any is NULL. */

@@ -20,6 +20,7 @@ extern PyTypeObject *kd_TraceTableType;   /* TraceReader.table's three row buffe
 extern PyTypeObject *kd_HashConfigType;   /* _set_hash_config's previous settings */
 extern PyTypeObject *kd_OutputConfigType; /* _set_record_outputs's previous settings */
 extern PyTypeObject *kd_ProblemCountsType; /* Recorder.problem_counts: what DebugMode warns about */
+extern PyTypeObject *kd_RangeDigestType;   /* Recorder.digest: one digest of a launch range */
 
 /* A new struct sequence of type t holding items[0..n), n its field count;
  * steals every item (also on failure).  NULL with an exception when an item

@@ -114,6 +114,11 @@ class OutputConfig(tuple[Any, ...]):
     budget: int
     filter: int
 
+class RangeDigest(tuple[Any, ...]):
+    """Recorder.digest's answer: one digest of a range of launch indices."""
+    digest: int
+    recorded: int  # launches of the range recorded (the others were lost)
+
 class ProblemCounts(tuple[Any, ...]):
     """The recorder's counters a DebugMode warns about (Recorder.problem_counts)."""
     dropped: int
@@ -173,6 +178,9 @@ class Recorder:
     def drain(self, *, wait: bool = True) -> int: ...
     def clear(self) -> None: ...
     def forget(self, n: int) -> None: ...  # drop the oldest n stored launches
+    def settle(self, *, wait: bool = True) -> None: ...  # GPU hashes into the ring's records, nothing drained
+    def digest(self, start: int, stop: int) -> RangeDigest | None: ...  # Note [Steps held in the ring]; None: hashes still on the GPU
+    def discard(self, launch_index: int) -> int: ...  # drop stored and ring launches before launch_index, no drain
     def set_ops(self, ops: list) -> None: ...
     def splice(self, ops: list, items: list, merged: int) -> None: ...
     def launch(self, i: int) -> Launch: ...
@@ -182,6 +190,8 @@ class Recorder:
     def problem_state(self) -> bytes: ...  # problem_counts()' counters packed: equal bytes, no counter moved
     seen: int        # launches seen so far, O(1)
     slots_used: int  # ring slots not yet drained, O(1)
+    held_launches: int  # stored + still in the ring (a walk of the ring's headers)
+    ticket: int  # the ring's next ticket: a hint for digest()
     held_from: int | None  # after the last drain: first launch left waiting for GPU hashes
     capacity: int    # ring capacity in slots
     def messages(self) -> list[str]: ...
@@ -314,6 +324,9 @@ def launch_digests(table: Recorder | LaunchTable) -> bytes: ...
 def record_state(name: str, arg_names: list[str] | bytes, tensors: list[Any]) -> bool: ...  # Note [Replica state records]; bytes: intern_names(...)
 def intern_names(names: list[str]) -> bytes: ...  # Note [Replica names interned once]
 def replica_devices(tensors: list[Any], plain_types: tuple[type, ...]) -> list[int | None] | None: ...  # Note [Plain replica tensors]
+def record_grads(*, what: str, groups: list, sizes: list[int], params: list, devices: list[int | None],
+                 ids: list[bytes], indices: list[bytes], plain_types: tuple[type, ...]) -> int | None: ...  # Note [Replica checks in C]
+def state_unchanged(groups: list, state: dict, check: Any, tensor_type: type) -> bool: ...  # Note [Replica checks in C]
 def range_digest(table: Recorder | LaunchTable, start: int, stop: int) -> int: ...
 def op_digests(depth: int, flags: int, name: str, text: str, in_tree: Any, out_tree: Any) -> bytes: ...
 def key_digest(kind: int, name: str) -> int: ...

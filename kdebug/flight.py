@@ -54,22 +54,28 @@ step's digest mixes in each mark made outside its window, in order, so
 marked values are compared across ranks with the step they were made in,
 and are held and forgotten with it.
 
-Digests.  At a compare the ring is drained into the recorder's table
-without a device synchronization (Note [Reading results without waiting] in
-csrc/kd_cuda_hash.cu): the GPU hashes that the previous compare began reading
-back (an asynchronous copy on a stream of kdebug's, ordered after the hash
-kernels by events, polled with cudaEventQuery) are handed to their records,
-the rest begin reading back, and the drain stops at the first launch still
-waiting for its hashes (``Recorder.held_from``): steps before it are
-digested now, the others at the next compare, one window late.  Only when a
+Digests.  At a compare the steps are digested where their launches lie,
+in the ring (Note [Steps held in the ring] in csrc/core/kd_ring.h): nothing
+is drained into the recorder's table, and only the launches a digest covers
+are read.  First, without a device synchronization (Note [Reading results
+without waiting] in csrc/kd_cuda_hash.cu), the GPU hashes that the previous
+compare began reading back (an asynchronous copy on a stream of kdebug's,
+ordered after the hash kernels by events, polled with cudaEventQuery) are
+handed to their records in the ring and the rest begin reading back
+(``Recorder.settle``); a step whose compared launches still wait for their
+hashes has no digest yet (``Recorder.digest`` answers None): the steps
+before it are digested now, the others at the next compare, one window
+late.  Only when a
 step of an earlier window is still waiting (the device a whole window
 behind, or hashes of CUDA graph replays, which this path does not read)
 does the compare wait for the device (``stats["waiting_compares"]``): the
 oldest step not yet digested decides, so no rank lags more than a window.
+(Until 2026-11-29 every compare drained the ring into the table, copying
+every launch of the window: 0.6-0.7 ms of a 10-step compare on the H200.)
 ``step()`` begins a read-back itself once 2048 GPU hashes are queued, so a
 long window never fills the device's result ring (8192; full, it is read
-back with a synchronization).  A dump drains with a synchronization: every
-step.  Each closed step gets one 64-bit digest from C (``_C.range_digest``,
+back with a synchronization).  A dump drains the ring into the table with a
+synchronization: every step.  Each closed step gets one 64-bit digest from C (``_C.range_digest``,
 kd_ltab_range_digest): over its launches, each launch's kernel name and kind,
 argument shapes and scalar values, and the bitwise hashes of what it wrote,
 summed, so two threads' launches interleaved differently (autograd's device
@@ -104,11 +110,15 @@ the same gathered vector, so every rank reaches the same verdict and dumps.
 Without an initialized process group (or with one rank) nothing is compared;
 steps are still recorded and ``dump()`` works.
 
-Memory.  After every drain the table keeps the launches of the last
+Memory.  After every compare the recorder holds the launches of the last
 ``keep_steps`` closed steps, of every step not yet compared across ranks
-(at most ``2 * every``), and of the open one (``Recorder.forget``); the
-steps closed since wait for the next drain (at most ``every``), so memory is
-the ring (fixed, touched as it fills) plus at most
+(at most ``2 * every``), and of the open one; older ones are dropped
+(``Recorder.discard``: from the ring without copying, and from the table);
+the steps closed since wait for the next compare (at most ``every``).  They
+are held in the ring (fixed, touched as it fills); when they fill more than
+half of it, they are drained into the table (an early drain, one device
+synchronization), which then holds them until they are dropped.  So memory
+is the ring plus, after an early drain, at most
 ``max(keep_steps, 2 * every) + every + 1`` steps; older steps keep only
 their digest, in a deque of ``keep_digests``.  Holding
 the uncompared steps is what puts the first divergent step in the dump: a
@@ -128,11 +138,11 @@ not overwrite the divergence's evidence); ``dump()`` always writes.
 """
 from __future__ import annotations
 
+import array
 import atexit
 import collections
 import collections.abc
 import dataclasses
-import itertools
 import os
 import signal
 import sys
@@ -187,7 +197,17 @@ def _mix(a: int, b: int) -> int:
 
 
 class _StateCheck(NamedTuple):
-    """What _state_unchanged compares (FlightRecorder._state_entry builds it)."""
+    """What _C.state_unchanged compares (FlightRecorder._state_entry builds
+    it): whether ``opt``'s parameters, state dicts and state tensors are the
+    objects seen when it was built: the same parameters in the same groups,
+    ``opt.state`` with the same keys in the same order mapping to the same
+    dicts, each with as many entries and the same tensor at each key that
+    held one; a dict that also held other values (an int step, a slot still
+    None) has the same keys in the same order and no tensor where one was
+    not, so a value that became a tensor is recorded.  Identity checks,
+    with no lookup by tensor (a tensor's __hash__ is Python code: looking up
+    50 parameters' state took 14 us of a step on the H200 host); about 250
+    objects a step (Note [Replica checks in C] in csrc/kd_state_record.c)."""
     sizes: list        # parameters per param group
     params: list       # every group's parameters, in order
     keys: list         # opt.state's keys, in its order
@@ -199,31 +219,6 @@ class _StateCheck(NamedTuple):
     mixed: list        # the dicts that also hold other values
     mixed_keys: list   # their keys, in order
     others: list       # (dict, key) of each value in them that is not a tensor
-
-
-def _state_unchanged(opt, check: _StateCheck) -> bool:
-    """Whether ``opt``'s parameters, state dicts and state tensors are the
-    objects ``check`` (FlightRecorder._state_entry) saw: the same parameters
-    in the same groups, ``opt.state`` with the same keys in the same order
-    mapping to the same dicts, each with as many entries and the same tensor
-    at each key that held one; a dict that also held other values (an int
-    step, a slot still None) has the same keys in the same order and no
-    tensor where one was not, so a value that became a tensor is recorded.
-    Identity checks at C speed, with no lookup by tensor (a tensor's
-    __hash__ is Python code: looking up 50 parameters' state took 14 us of a
-    step on the H200 host); about 250 objects a step."""
-    c = check
-    groups = opt.param_groups
-    if len(groups) != len(c.sizes) or any(len(g["params"]) != n for g, n in zip(groups, c.sizes)):
-        return False
-    state = opt.state
-    return (all(map(is_, itertools.chain.from_iterable(g["params"] for g in groups), c.params))
-            and len(state) == len(c.keys) and all(map(is_, state, c.keys))
-            and all(map(is_, state.values(), c.dicts))
-            and list(map(len, c.dicts)) == c.lens
-            and all(map(is_, map(dict.get, c.held_dicts, c.held_keys), c.held))
-            and (not c.mixed or (list(map(list, c.mixed)) == c.mixed_keys
-                                 and not any(isinstance(st.get(k), torch.Tensor) for st, k in c.others))))
 
 
 class _Names(list):
@@ -422,8 +417,10 @@ class FlightRecorder:
         self._open_from = 0          # the open step's first launch index
         self._explicit = False       # step() was called in this `with` block
         self._closed: collections.deque = collections.deque()  # (step, first, end) of closed steps in the table or ring
-        self._replica: dict[int, tuple[int, int]] = {}  # step -> its replica launches [first, end) (compare="replicas")
+        # step -> its replica launches [first, end) and the ring ticket its first began at (compare="replicas")
+        self._replica: dict[int, tuple[int, int, int]] = {}
         self._replica_from: int | None = None  # the open step's optimizer step began at this launch index
+        self._replica_ticket = 0  # and at about this ring ticket
         self._replica_names: dict[int, str] = {}  # id(parameter) -> its name (attach(optimizer, model))
         self._state_cache: dict[int, tuple] = {}  # id(optimizer) -> _state_of's list and where each came from
         self._grad_cache: dict[int, tuple] = {}  # id(optimizer) -> its parameters, (grad name, parameter)
@@ -596,9 +593,18 @@ class FlightRecorder:
             _C.defer_flush()  # the window's queued GPU hashes go now, not at the next guard or window
 
     def _grads_record(self, opt) -> None:
-        """The step's compared range begins here, with its gradients."""
+        """The step's compared range begins here, with its gradients: from
+        the cached plan by C (Note [Replica checks in C] in
+        csrc/kd_state_record.c) while it fits, else planned here."""
         self._open_window()
         self._replica_from = self._rec.seen
+        self._replica_ticket = self._rec.ticket  # where it begins in the ring: a hint for the digest
+        cached = self._grad_plan_cache.get(id(opt))
+        if cached is not None:
+            made = _C.record_grads(what="kdebug::flight_grads", groups=opt.param_groups, **cached[3])
+            if made is not None:
+                self.stats["replica_records"] += made
+                return
         self._record_replicas("kdebug::flight_grads", self._grads_plan(opt))
 
     def _grads_plan(self, opt) -> tuple[list, int]:
@@ -632,7 +638,13 @@ class FlightRecorder:
             layout = [(names, [where[id(t)] for t in tensors]) for names, tensors, _ in plan[0]]
             if len(self._grad_plan_cache) >= 8:
                 self._grad_plan_cache.clear()
-            self._grad_plan_cache[id(opt)] = (named, devices, layout)
+            params, _, sizes = self._grad_cache[id(opt)]
+            # what _C.record_grads checks and records (Note [Replica checks in C])
+            fast = {"sizes": list(sizes), "params": list(params), "devices": list(devices),
+                    "ids": [names.ids for names, _ in layout],
+                    "indices": [array.array("i", idx).tobytes() for _, idx in layout],
+                    "plain_types": _upstream.PLAIN_TENSORS}
+            self._grad_plan_cache[id(opt)] = (named, devices, layout, fast)
         else:
             self._grad_plan_cache.pop(id(opt), None)
         return plan
@@ -695,9 +707,11 @@ class FlightRecorder:
         parameter, state dict and state tensor is still the same object with
         the same keys (AdamW and SGD update their state in place; a first
         step, load_state_dict or a new param group rebuild it), which keeps a
-        step's host work to identity checks at C speed (_state_unchanged)."""
+        step's host work to identity checks in C (_C.state_unchanged: Note
+        [Replica checks in C])."""
         cached = self._state_cache.get(id(opt))
-        if cached is not None and cached[3] is not None and _state_unchanged(opt, cached[3]):
+        if (cached is not None and cached[3] is not None
+                and _C.state_unchanged(opt.param_groups, opt.state, cached[3], torch.Tensor)):
             return cached
         named = []
         for gi, g in enumerate(opt.param_groups):
@@ -740,7 +754,7 @@ class FlightRecorder:
         finally:
             self._close_window()
         if self._replica_from is not None:
-            self._replica[self._step] = (self._replica_from, self._rec.seen)
+            self._replica[self._step] = (self._replica_from, self._rec.seen, self._replica_ticket)
         self._replica_from = None
         self.step()
 
@@ -761,45 +775,46 @@ class FlightRecorder:
         self.stats["steps"] += 1
         if self._step % self.every == 0:
             self._compare()
-        elif rec.slots_used * 2 > rec.capacity:
+        elif rec.slots_used * 2 > rec.capacity:  # the held steps fill the ring: into the table with them
             self.stats["early_drains"] += 1
-            self._drain()
+            self._drain(copy=True)
         elif _C.collect_ready(_READ_BACK_AT) != 0:  # many GPU hashes queued: read back without waiting
             self._warn_once("collect", "kdebug FlightRecorder: reading GPU hashes back without waiting "
                             "failed; a later compare waits for them")
 
     # ---------------------------------------------------------- drain, digests, memory
-    def _drain(self, wait: bool = True) -> None:
-        """Drains the ring into the table, digests every closed step not yet
-        digested, and forgets the launches of steps older than
-        the last keep_steps closed steps once they are compared across ranks
-        (so the first divergent step, found one window late, is still held
-        for the dump).  ``wait=False`` never synchronizes the device: launches
-        whose GPU hashes are not read back yet stay in the ring, and the steps
-        they belong to are digested by a later drain."""
+    def _drain(self, wait: bool = True, copy: bool = False) -> None:
+        """Digests every closed step not yet digested, and forgets the
+        launches of steps older than the last keep_steps closed steps once
+        they are compared across ranks (so the first divergent step, found
+        one window late, is still held for the dump).  The steps' launches
+        stay where they are, in the ring (Note [Steps held in the ring] in
+        csrc/core/kd_ring.h): a compare reads only the launches it digests;
+        ``copy`` moves every launch into the table first (a dump, or a ring
+        more than half full).  ``wait=False`` never synchronizes the device:
+        a step whose compared launches still wait for their GPU hashes is
+        digested by a later drain."""
         rec = self._rec
-        rec.drain(wait=wait)
-        held = rec.held_from  # the first launch left waiting for its GPU hashes (None: none)
-        # a launch's place in the table: rec.position(launch index), a binary search in C over the
-        # stored launches (in launch order; a lost launch is a gap). Was a Python array of every
-        # stored launch's index, extended at each drain: 20 of a compare's 210 us on the CPU machine
-        pos = rec.position
+        if copy:
+            rec.drain(wait=wait)
+        else:
+            rec.settle(wait=wait)
         for step, a, b in self._closed:
             if step in self._digested:
                 continue
-            if held is not None and b > held:
-                break  # its launches are not all drained: a later drain digests it
-            marks = ()
+            marks, ticket = (), None
             if self.compare == "replicas":  # what must agree across ranks: the optimizer step's records
-                a, b = self._replica.get(step, (a, a))
+                a, b, ticket = self._replica.get(step, (a, a, None))
                 marks = [i for i in self._marks.get(step, ()) if not a <= i < b]  # kdebug.replicated outside it
-            lo, hi = pos(a), pos(b)
-            digest, launches, lost = _C.range_digest(rec, lo, hi), b - a, (b - a) - (hi - lo)
-            for i in marks:  # each mark's own digest, mixed in in the order they were made
-                k = pos(i)
+            whole = rec.digest(a, b, ticket)
+            parts = [rec.digest(i, i + 1) for i in marks]  # each mark's own digest
+            if whole is None or None in parts:
+                break  # its launches' GPU hashes are not all read back: a later drain digests it
+            digest, launches, lost = whole.digest, b - a, (b - a) - whole.recorded
+            for part in parts:  # mixed in in the order the marks were made
                 launches += 1
-                if pos(i + 1) == k + 1:  # launch i is stored (not lost)
-                    digest = _mix(digest, _C.range_digest(rec, k, k + 1))
+                if part.recorded:
+                    digest = _mix(digest, part.digest)
                 else:
                     lost += 1
             d = StepDigest(step=step, launches=launches, lost=lost, digest=digest)
@@ -822,15 +837,12 @@ class FlightRecorder:
             self._replica.pop(step, None)
             self._marks.pop(step, None)
         keep_from = self._closed[0][1] if self._closed else self._open_from
-        k = pos(keep_from)
-        if k:
-            rec.forget(k)
-            self.stats["forgotten_launches"] += k
+        self.stats["forgotten_launches"] += rec.discard(keep_from)
 
     @property
     def kept_launches(self) -> int:
-        """Launch records held in the table (drained, not forgotten)."""
-        return len(self._rec)
+        """Launch records held (in the ring or the table, not forgotten)."""
+        return self._rec.held_launches
 
     # ---------------------------------------------------------- comparing
     def _world(self):
@@ -923,7 +935,7 @@ class FlightRecorder:
         from . import trace as tr
 
         path = os.fspath(path) if path is not None else self.path()
-        self._drain()
+        self._drain(copy=True)
         rec = self._rec
         dist, rank, world = self._world()
         steps = list(self._closed)

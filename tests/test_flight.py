@@ -4,7 +4,6 @@ and on SIGTERM, and two gloo ranks (torch.distributed.run) that match or where
 rank 1's kernel output is perturbed at one step."""
 from __future__ import annotations
 
-import bisect
 import contextlib
 import json
 import re
@@ -15,6 +14,7 @@ import sys
 
 import pytest
 import torch
+from typing import NamedTuple
 
 import kdebug
 from kdebug import DebugMode, _C
@@ -66,8 +66,10 @@ def test_step_digests_name_the_perturbed_step(tmp_path):
 
 
 def test_memory_stays_bounded(tmp_path):
-    """Over 40 steps only the last keep_steps steps' launches stay in the
-    table; older steps keep one digest each (keep_digests of them)."""
+    """Over 40 steps only the last keep_steps steps' launches stay held
+    after each compare, and at most every - 1 more steps' in between (they
+    stay in the ring: Note [Steps held in the ring]); older steps keep one
+    digest each (keep_digests of them)."""
     step = make_step()
     step(0)
     fr = kdebug.FlightRecorder(every=5, keep_steps=3, keep_digests=10, trace=str(tmp_path / "b.kdt"))
@@ -79,7 +81,7 @@ def test_memory_stays_bounded(tmp_path):
             sizes.append(fr.kept_launches)
     fr.close()
     per_step = 3
-    assert max(sizes) == 3 * per_step  # right after each compare: exactly the last 3 steps
+    assert max(sizes) == (3 + 5 - 1) * per_step  # the 3 kept, and the steps since the last compare
     assert [sizes[i] for i in range(4, 40, 5)] == [3 * per_step] * 8
     assert fr.stats["forgotten_launches"] == 40 * per_step - 3 * per_step
     assert [d.step for d in fr.digests] == list(range(30, 40))
@@ -909,39 +911,39 @@ class _HeldRecorder:
     """Stands in for the C Recorder in the FlightRecorder's compare protocol
     (Note [Reading results without waiting]), where this machine has no GPU
     to leave hashes in flight: launches from ``pending_from`` on wait for
-    their GPU hashes, so drain(wait=False) stops there (held_from);
-    drain(wait=True) takes everything and counts a synchronization."""
+    their GPU hashes, so digest() of a range holding one answers None until
+    settle(wait=True) takes everything (and counts a synchronization).
+    Launches stay held until discard() (Note [Steps held in the ring])."""
 
     capacity = 1 << 20
 
+    class Digest(NamedTuple):
+        digest: int
+        recorded: int
+
     def __init__(self):
         self.seen, self.pending_from, self.syncs = 0, None, 0
-        self.table: list[int] = []
-        self._drained = 0
-        self.held_from = None
+        self.gone = 0  # launches below this index were discarded
 
     @property
     def slots_used(self):
-        return self.seen - self._drained
+        return self.seen - self.gone
 
-    def drain(self, *, wait=True):
-        stop = self.seen if wait or self.pending_from is None else max(self._drained, min(self.seen, self.pending_from))
+    def settle(self, *, wait=True):
         if wait and self.pending_from is not None and self.pending_from < self.seen:
             self.syncs += 1  # the blocking collect: every hash read back
             self.pending_from = None
-        self.table.extend(range(self._drained, stop))
-        self._drained = stop
-        self.held_from = stop if stop < self.seen else None
-        return len(self.table)
 
-    def position(self, launch_index):
-        return bisect.bisect_left(self.table, launch_index)
+    def digest(self, a, b, ticket=None):
+        if self.pending_from is not None and b > max(a, self.pending_from):
+            return None
+        held = range(max(a, self.gone), b)
+        return self.Digest(hash(tuple(held)) & ((1 << 64) - 1), len(held))
 
-    def forget(self, k):
-        del self.table[:k]
-
-    def __len__(self):
-        return len(self.table)
+    def discard(self, upto):
+        n = max(0, upto - self.gone)
+        self.gone = max(self.gone, upto)
+        return n
 
 
 class _TwoRanks:
@@ -968,8 +970,6 @@ def test_compare_protocol_when_gpu_hashes_are_still_in_flight(monkeypatch, tmp_p
     window still waiting makes the compare wait for the device."""
     from kdebug import flight
 
-    digest_of = lambda rec, lo, hi: hash(tuple(rec.table[lo:hi])) & ((1 << 64) - 1)  # noqa: E731
-    monkeypatch.setattr(flight._C, "range_digest", digest_of)
     monkeypatch.setattr(flight._C, "collect_ready", lambda at_least=0: 0)
     fr = kdebug.FlightRecorder(every=2, keep_steps=1, trace=str(tmp_path / "p.kdt"), compare="all")
     rec = fr._rec = _HeldRecorder()
@@ -1029,7 +1029,6 @@ def test_a_compare_bounds_the_lag_of_undigested_steps_to_one_window(monkeypatch,
     none is dropped."""
     from kdebug import flight
 
-    monkeypatch.setattr(flight._C, "range_digest", lambda rec, lo, hi: hash(tuple(rec.table[lo:hi])) & ((1 << 64) - 1))
     monkeypatch.setattr(flight._C, "collect_ready", lambda at_least=0: 0)
     fr = kdebug.FlightRecorder(every=1, keep_steps=4, trace=str(tmp_path / "lag.kdt"), compare="all")
     rec = fr._rec = _HeldRecorder()
@@ -1266,3 +1265,129 @@ def test_odd_optimizer_state_and_names_neither_raise_nor_drop_records(tmp_path):
     assert not fr._dm.kernel_stats["errors"]
     recs = [k for k in kdebug.load(fr.dump()).kernels if k.kernel_name == "kdebug::flight_state"]
     assert [sorted(k.post_hashes) for k in recs] == [["ok", "w\\0x"]] * 2
+
+
+def test_gradient_records_follow_param_group_changes_between_steps(tmp_path, monkeypatch):
+    """The gradient records come from the cached plan by C (Note [Replica
+    checks in C]) only while it fits: planned once while nothing changes,
+    and planned again, with the right gradients recorded, after a param
+    group is added, a parameter in a group is swapped for another, and a
+    gradient comes back after being None."""
+    from kdebug import flight, hashing
+
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(3, 2), torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(a.parameters(), lr=0.1)
+    fr = kdebug.FlightRecorder(every=1000, keep_steps=16, trace=str(tmp_path / "p.kdt"), ring_capacity=1 << 14)
+    plans = []
+    real = flight.FlightRecorder._grads_plan
+    monkeypatch.setattr(flight.FlightRecorder, "_grads_plan", lambda self, o: plans.append(1) or real(self, o))
+    handle = fr.attach(opt)
+    want, planned = [], []
+    with fr:
+        for step in range(7):
+            opt.zero_grad()
+            b(a(torch.randn(4, 3))).sum().backward()
+            if step == 3:
+                opt.add_param_group({"params": list(b.parameters())})
+            if step == 4:  # same group size, another parameter object in it
+                swapped = torch.nn.Parameter(torch.randn(1))
+                swapped.grad = torch.full((1,), 3.0)
+                opt.param_groups[1]["params"][1] = swapped
+            if step == 5:
+                a.bias.grad = None
+            params = [p for g in opt.param_groups for p in g["params"]]
+            want.append(sorted(hashing.bitwise(p.grad, on_host=True) for p in params if p.grad is not None))
+            opt.step()
+            planned.append(len(plans))
+    handle.remove()
+    recs = [k for k in kdebug.load(fr.dump()).kernels if k.kernel_name == "kdebug::flight_grads"]
+    assert [sorted(k.post_hashes.values()) for k in recs] == want
+    # the swapped-in parameter is not in the graph: its gradient is gone after zero_grad (step 5)
+    assert [len(k.post_hashes) for k in recs] == [2, 2, 2, 4, 4, 2, 3]
+    # planned at the first step and at each change (steps 3, 4, 5, 6); steps 1, 2 reuse the plan in C
+    assert planned == [1, 1, 1, 2, 3, 4, 5]
+
+
+def test_record_grads_refuses_a_bad_plan_and_records_nothing_when_it_no_longer_fits(tmp_path):
+    """_C.record_grads checks the layout it is given (an index past the
+    parameters, names and indices of different lengths: ValueError) and
+    answers None, recording nothing, when the parameters or gradients are
+    not the ones planned."""
+    import array
+
+    p, q = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(3))
+    p.grad, q.grad = torch.ones(2), torch.ones(3)
+    ids = _C.intern_names(["p.grad", "q.grad"])
+    plain = (torch.Tensor, torch.nn.Parameter)
+    dev = _C.replica_devices([p.grad, q.grad], plain)
+    groups = [{"params": [p, q]}]
+
+    def call(**kw):
+        args = dict(what="kdebug::flight_grads", groups=groups, sizes=[2], params=[p, q], devices=dev,
+                    ids=[ids], indices=[array.array("i", [0, 1]).tobytes()], plain_types=plain)
+        args.update(kw)
+        return _C.record_grads(**args)
+
+    with pytest.raises(ValueError, match="index past"):
+        call(indices=[array.array("i", [0, 2]).tobytes()])
+    with pytest.raises(ValueError, match="as many int32 indices"):
+        call(indices=[array.array("i", [0]).tobytes()])
+    with pytest.raises(TypeError):
+        _C.record_grads(what="x")
+    from kdebug import hashing
+
+    dm = DebugMode(kernels_only=True)
+    with dm, DebugMode.log_tensor_hashes("bitwise"):
+        assert call(groups=[{"params": [q, p]}]) is None  # another order
+        assert call(sizes=[1]) is None
+        q.grad = None
+        assert call() is None  # a gradient gone
+        q.grad = torch.ones(3).as_subclass(_GradSub)
+        assert call() is None  # not a plain tensor
+        q.grad = torch.full((3,), 2.0)
+        assert call() == 1
+    recs = [k for k in dm.kernels if k.kernel_name == "kdebug::flight_grads"]
+    assert len(recs) == 1
+    assert recs[0].post_hashes == {"p.grad": hashing.bitwise(p.grad, on_host=True),
+                                   "q.grad": hashing.bitwise(q.grad, on_host=True)}
+
+
+def test_a_step_digested_in_the_ring_has_the_digest_it_has_once_drained(tmp_path):
+    """Note [Steps held in the ring]: Recorder.digest over launches still in
+    the ring gives the digest _C.range_digest gives over the same launches
+    once drained into the table (and over a range split between the two);
+    discard drops the launches before an index from both without a drain,
+    and held_launches counts what is left."""
+    step = make_step()
+    step(0)
+    with DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes("bitwise"):
+        rec = dm._recorder
+        for i in range(6):
+            step(i)
+        seen = rec.seen
+        per = seen // 6
+        assert per * 6 == seen and per >= 3
+        in_ring = [rec.digest(s * per, (s + 1) * per) for s in range(6)]
+        split = rec.digest(per, 4 * per)
+        assert all(d is not None and d.recorded == per for d in in_ring) and split.recorded == 3 * per
+        assert rec.held_launches == seen and len(rec) == 0
+        assert len({d.digest for d in in_ring}) == 6  # other inputs each step: other hashes
+        rec.drain()
+        assert len(rec) == seen and rec.held_launches == seen
+        stored = [_C.range_digest(rec, rec.position(s * per), rec.position((s + 1) * per)) for s in range(6)]
+        assert [d.digest for d in in_ring] == stored
+        assert rec.digest(per, 4 * per) == split
+        assert rec.discard(2 * per) == 2 * per and rec.held_launches == seen - 2 * per
+        assert rec.digest(0, 2 * per).recorded == 0  # forgotten: no longer recorded
+        for i in range(6, 8):
+            step(i)
+        # the range from step 3 to step 7 lies partly in the table, partly in the ring
+        both = rec.digest(3 * per, 8 * per)
+        assert both.recorded == 5 * per and rec.held_launches == 6 * per
+        rec.drain()
+        assert rec.digest(3 * per, 8 * per) == both
+        assert _C.range_digest(rec, rec.position(3 * per), rec.position(8 * per)) == both.digest
+        assert rec.discard(7 * per) == 5 * per and len(rec) == per and rec.held_launches == per
+    with pytest.raises(ValueError):
+        rec.digest(5, 4)

@@ -4,10 +4,11 @@
 
 kdebug.workloads.adamw_step with FlightRecorder(every=10, keep_steps=4,
 hashes="compared"): 20 warm-up steps, then 200 timed steps (20 compares).
-Around FlightRecorder._drain it times Recorder.drain (the ring into the
-table), Recorder.position, Recorder.forget and _C.range_digest (the step
-digests), and prints each per compare.  The timing wrappers add their own
-overhead to the totals.
+Around FlightRecorder._drain it times the Recorder's calls (since
+Note [Steps held in the ring]: settle, the GPU hashes into the ring;
+digest, the step digests read from the ring; discard, forgetting without
+a drain; drain only for early drains and dumps) and prints each per
+compare.  The timing wrappers add their own overhead to the totals.
 """
 import sys, time, collections, torch, kdebug
 from kdebug import flight, _C
@@ -20,7 +21,7 @@ class Timed:
     def __init__(self, rec): self._r = rec
     def __getattr__(self, k):
         v = getattr(self._r, k)
-        if k in ("drain", "forget", "position"):
+        if k in ("drain", "settle", "digest", "discard"):
             def f(*a, **kw):
                 t0 = time.perf_counter(); out = v(*a, **kw); T[k] += time.perf_counter() - t0; N[k] += 1; return out
             return f
@@ -37,14 +38,10 @@ def drain(self, wait=True):
         self._rec = real
     T["_drain total"] += time.perf_counter() - t0; N["_drain total"] += 1
 flight.FlightRecorder._drain = drain
-orig_rd = _C.range_digest
-def rd(*a):
-    t0 = time.perf_counter(); a = (getattr(a[0], "_r", a[0]),) + a[1:]; out = orig_rd(*a); T["range_digest"] += time.perf_counter() - t0; N["range_digest"] += 1; return out
-_C.range_digest = rd
 with fr:
     for _ in range(20): step(x)
     if DEV == "cuda": torch.cuda.synchronize()
     T.clear(); N.clear()
     for _ in range(200): step(x)
 for k in T: print(f"{k:16s} calls {N[k]:5d}  per compare {T[k] / 20 * 1e6:8.1f} us")
-print("kept launches", len(fr._rec), "stats", {k: v for k, v in fr.stats.items() if v})
+print("kept launches", fr.kept_launches, "stats", {k: v for k, v in fr.stats.items() if v})

@@ -164,15 +164,26 @@ int64_t kd_ltab_fill_trace(kd_ltab *t, const kd_tr *r, uint64_t start, uint64_t 
     return added;
 }
 
+uint64_t kd_launch_digest_term(const kd_payload *p, uint32_t n, const kd_strtab *strings)
+{
+    uint64_t dg[KD_DG_N];
+    kd_launch_digests(p, n, kd_strtab_digest, strings, dg);
+    return kd_fmix64(kd_dg_mix(kd_dg_mix(dg[KD_DG_KEY], dg[KD_DG_SHAPE]), dg[KD_DG_POST]));
+}
+
+uint64_t kd_digest_finish(uint64_t sum, uint64_t count)
+{
+    return kd_fmix64(sum ^ kd_fmix64(count ^ 0x5851F42D4C957F2Dull));
+}
+
 uint64_t kd_ltab_range_digest(const kd_ltab *t, uint64_t start, uint64_t stop, const kd_strtab *strings)
 {
     if (stop > t->store.nlaunches)
         stop = t->store.nlaunches;
-    uint64_t sum = 0, count = 0, dg[KD_DG_N];
+    uint64_t sum = 0, count = 0;
     for (uint64_t i = start; i < stop; i++, count++) {
         const kd_payload *p = kd_store_launch(&t->store, i);
-        kd_launch_digests(p, (uint32_t)p->launch.nslots + 1, kd_strtab_digest, strings, dg);
-        sum += kd_fmix64(kd_dg_mix(kd_dg_mix(dg[KD_DG_KEY], dg[KD_DG_SHAPE]), dg[KD_DG_POST]));
+        sum += kd_launch_digest_term(p, (uint32_t)p->launch.nslots + 1, strings);
     }
-    return kd_fmix64(sum ^ kd_fmix64(count ^ 0x5851F42D4C957F2Dull));
+    return kd_digest_finish(sum, count);
 }

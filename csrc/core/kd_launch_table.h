@@ -75,6 +75,14 @@ uint64_t kd_ltab_digests(const kd_ltab *t, uint64_t start, uint64_t stop, const 
  * (Note [Flight recorder] in kdebug/flight.py). */
 uint64_t kd_ltab_range_digest(const kd_ltab *t, uint64_t start, uint64_t stop, const kd_strtab *strings);
 
+/* kd_ltab_range_digest in parts, for launches that do not all lie in one
+ * table (Note [Steps held in the ring]): the term one launch (n contiguous
+ * payloads, header first) adds to the sum, and the digest of a sum of
+ * `count` such terms.  kd_ltab_range_digest(t, a, b) is
+ * kd_digest_finish(sum of the terms of launches a..b-1, b - a). */
+uint64_t kd_launch_digest_term(const kd_payload *p, uint32_t n, const kd_strtab *strings);
+uint64_t kd_digest_finish(uint64_t sum, uint64_t count);
+
 /* Maps a trace's ids to this process's while it fills a table: file string
  * id -> global id (interned into `strings` on first use; map[nstr + 1] zeroed
  * by the caller) and written hash spec id -> this process's (spec[0..nspec),

@@ -202,8 +202,18 @@ static int slot_state(kd_ring *r, uint64_t t)
     return s < t + 1 ? -1 : 1;
 }
 
-int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
-                     kd_ring_visit visit, void *ctx)
+/* Note [One copy per drained launch]
+ * A drain copied each launch twice: from the ring's slots to a scratch
+ * buffer (so that the copy could be checked against a writer lapping it)
+ * and from there into the recorder's store.  A flight recorder compare
+ * moves every launch of its window this way (734 us for 10 steps of the
+ * H200 AdamW step, docs/flight-recorder.md).  kd_ring_read_to copies the
+ * slots once, straight into room the reader gives (the end of its store),
+ * checks the header after the copy as before, and lets the visitor take
+ * the copy (advance its store) only then; a lapped copy is left in the
+ * unused room and overwritten by the next. */
+static int64_t read_launches(kd_ring *r, kd_payload *scratch, uint32_t cap, kd_ring_room room,
+                             kd_ring_visit visit, void *ctx)
 {
     int64_t visited = 0;
     uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
@@ -232,20 +242,26 @@ int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
             state = slot_state(r, t + i);
         if (state < 0)
             break;
-        if (state > 0 || n > scratch_cap) {
+        if (state > 0 || n > cap) {
             r->skipped_slots += 1;
             t++;
             continue;
         }
+        kd_payload *dst = room != NULL ? room(ctx, n) : scratch;
+        if (dst == NULL) { /* the reader has no room: its own failure, counted there */
+            r->read++;
+            t += n;
+            continue;
+        }
         for (uint32_t i = 0; i < n; i++)
-            memcpy(&scratch[i], &r->slots[(t + i) & r->mask].p, sizeof(kd_payload));
+            memcpy(&dst[i], &r->slots[(t + i) & r->mask].p, sizeof(kd_payload));
         /* Re-check the header: a writer that lapped us while copying. */
         if (slot_state(r, t) != 0) {
             r->skipped_slots += 1;
             t++;
             continue;
         }
-        if (visit(ctx, t, scratch, n) != 0) {
+        if (visit(ctx, t, dst, n) != 0) {
             atomic_store_explicit(&r->tail, t, memory_order_release);
             r->lost_memo = 0;
             return -1;
@@ -257,6 +273,144 @@ int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
     atomic_store_explicit(&r->tail, t, memory_order_release);
     r->lost_memo = 0; /* the tail moved: kd_ring_lost walks afresh */
     return visited;
+}
+
+int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
+                     kd_ring_visit visit, void *ctx)
+{
+    return read_launches(r, scratch, scratch_cap, NULL, visit, ctx);
+}
+
+int64_t kd_ring_read_to(kd_ring *r, kd_ring_room room, uint32_t cap, kd_ring_visit visit, void *ctx)
+{
+    return read_launches(r, NULL, cap, room, visit, ctx);
+}
+
+/* The first ticket a walk from the tail may look at: tickets older than
+ * head - capacity are gone. */
+static uint64_t walk_start(kd_ring *r, uint64_t head)
+{
+    uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    return head - t > r->capacity ? head - r->capacity : t;
+}
+
+/* At ticket t: 0 a committed launch header (*n its slots, complete), -1 in
+ * flight, 1 not a header (lapped, or a header-less tail: step over it). */
+static int header_at(kd_ring *r, uint64_t t, uint64_t head, uint32_t *n)
+{
+    int st = slot_state(r, t);
+    if (st < 0)
+        return -1;
+    const kd_payload *p = &r->slots[t & r->mask].p;
+    if (st > 0 || p->tag != KD_TAG_LAUNCH)
+        return 1;
+    uint32_t k = 1u + p->launch.nslots;
+    if (t + k > head)
+        return 1;
+    for (uint32_t i = 1; i < k; i++) {
+        int s2 = slot_state(r, t + i);
+        if (s2 != 0)
+            return s2 < 0 ? -1 : 1;
+    }
+    *n = k;
+    return 0;
+}
+
+int kd_ring_scan(kd_ring *r, uint64_t lo, uint64_t hi, kd_payload *scratch, uint32_t cap, kd_ring_visit visit,
+                 void *ctx)
+{
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+    uint64_t t = walk_start(r, head);
+    /* Note [Steps held in the ring]: the last scan's place, when it is still that header */
+    uint64_t m = r->scan_ticket;
+    if (m >= t && m < head && r->scan_index <= lo && slot_state(r, m) == 0 &&
+        r->slots[m & r->mask].p.tag == KD_TAG_LAUNCH && r->slots[m & r->mask].p.launch.launch_index == r->scan_index)
+        t = m;
+    int found = 0;
+    while (t < head) {
+        uint32_t n = 0;
+        int h = header_at(r, t, head, &n);
+        if (h < 0)
+            return 1;
+        if (h > 0) {
+            t++;
+            continue;
+        }
+        uint64_t index = r->slots[t & r->mask].p.launch.launch_index;
+        if (index >= hi)
+            return 0;
+        if (index >= lo) {
+            if (!found) {
+                found = 1;
+                r->scan_ticket = t;
+                r->scan_index = index;
+            }
+            if (n <= cap) {
+                for (uint32_t i = 0; i < n; i++)
+                    memcpy(&scratch[i], &r->slots[(t + i) & r->mask].p, sizeof(kd_payload));
+                if (slot_state(r, t) == 0 && visit(ctx, t, scratch, n) != 0) /* (else lapped meanwhile) */
+                    return -1;
+            }
+        }
+        t += n;
+    }
+    return 0;
+}
+
+void kd_ring_hint(kd_ring *r, uint64_t ticket, uint64_t index)
+{
+    r->scan_ticket = ticket;
+    r->scan_index = index;
+}
+
+uint64_t kd_ring_discard(kd_ring *r, uint64_t upto, uint64_t *from_ticket, uint64_t *to_ticket)
+{
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+    uint64_t t0 = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    uint64_t t = walk_start(r, head);
+    if (t != t0)
+        r->skipped_slots += t - t0; /* lapped before they were read: lost, as kd_ring_read counts them */
+    uint64_t gone = 0;
+    while (t < head) {
+        uint32_t n = 0;
+        int h = header_at(r, t, head, &n);
+        if (h < 0)
+            break;
+        if (h > 0) {
+            r->skipped_slots++;
+            t++;
+            continue;
+        }
+        if (r->slots[t & r->mask].p.launch.launch_index >= upto)
+            break;
+        r->read++;
+        gone++;
+        t += n;
+    }
+    if (from_ticket != NULL)
+        *from_ticket = t0;
+    if (to_ticket != NULL)
+        *to_ticket = t;
+    atomic_store_explicit(&r->tail, t, memory_order_release);
+    r->lost_memo = 0; /* the tail moved: kd_ring_lost walks afresh */
+    return gone;
+}
+
+uint64_t kd_ring_unread_launches(kd_ring *r)
+{
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+    uint64_t count = 0;
+    for (uint64_t t = walk_start(r, head); t < head;) {
+        uint32_t n = 0;
+        int h = header_at(r, t, head, &n);
+        if (h != 0) {
+            t++;
+            continue;
+        }
+        count++;
+        t += n;
+    }
+    return count;
 }
 
 /* Note [Counting lost launches]
@@ -433,4 +587,5 @@ void kd_ring_clear(kd_ring *r)
     r->read = 0;
     r->skipped_slots = 0;
     r->lost_memo = 0;
+    r->scan_index = UINT64_MAX; /* no scan memo (Note [Steps held in the ring]) */
 }

@@ -82,6 +82,10 @@ typedef struct kd_ring {
      * have been lapped (Note [Counting lost launches]) */
     uint64_t lost_from, lost_upto, lost_unread;
     int lost_memo;
+    /* where kd_ring_scan found its last range (reader only): the header at
+     * ticket scan_ticket had launch index scan_index (Note [Steps held in
+     * the ring]); checked before use, never trusted */
+    uint64_t scan_ticket, scan_index;
 } kd_ring;
 
 /* Returns a new ring of at least capacity slots (rounded up to a power of two,
@@ -124,6 +128,60 @@ typedef int (*kd_ring_visit)(void *ctx, uint64_t first, const kd_payload *p, uin
  * (the cursor then points at the launch that stopped it). */
 int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
                      kd_ring_visit visit, void *ctx);
+
+/* Where kd_ring_read_to copies a launch of n payloads: room for them, or NULL
+ * when the reader has none (the launch is then passed over, read: the reader
+ * counts it as its own failure). */
+typedef kd_payload *(*kd_ring_room)(void *ctx, uint32_t n);
+
+/* kd_ring_read, copying each launch straight to where room says (Note [One
+ * copy per drained launch]): visit then gets that copy, and taking it is the
+ * visitor's own step (a launch that visit stops at, or that a writer lapped
+ * while it was copied, must leave the room unused).  Launches of more than
+ * cap payloads are skipped as lost. */
+int64_t kd_ring_read_to(kd_ring *r, kd_ring_room room, uint32_t cap, kd_ring_visit visit, void *ctx);
+
+/* Note [Steps held in the ring]
+ * A reader that wants a few launches' contents now and the rest only
+ * perhaps later (the flight recorder: each step's compared records now, the
+ * whole of the last steps only for a dump) need not copy the ring out:
+ *  - kd_ring_scan hands the visitor a copy of each committed launch whose
+ *    launch index lies in [lo, hi), consuming nothing (a scan copies only
+ *    the launches in its range; a drain copies every launch into a store);
+ *  - kd_ring_discard consumes the launches before a launch index without
+ *    copying them (counted as read: none of them is lost).
+ * Both walk headers as kd_ring_read does (a lapped slot, or the tail end of
+ * a launch whose header is gone, is stepped over) and take launch indices
+ * to grow in ring order across the ranges asked for (kdebug: a recorder's
+ * launch indices are taken in order under the GIL; ranges are training
+ * steps, which no launch spans).  A scan starts where the last one found
+ * its range when that header is still there with the same index and at or
+ * before lo, else at the tail: scans of increasing ranges walk each header
+ * about once. */
+/* Calls visit(ctx, first ticket, copy, n) for each committed launch with a
+ * launch index in [lo, hi), in ring order, its n payloads copied into
+ * scratch (cap payloads; a larger launch, or one a writer lapped while it
+ * was copied, is passed over as lost), until a launch with index >= hi or
+ * head.  Consumes nothing.  Returns 0 when it got there, 1 when it met a
+ * launch still in flight first (the range may not be complete yet), -1
+ * when visit returned nonzero (which stops it). */
+int kd_ring_scan(kd_ring *r, uint64_t lo, uint64_t hi, kd_payload *scratch, uint32_t cap, kd_ring_visit visit,
+                 void *ctx);
+
+/* A hint for the next kd_ring_scan: launch `index` is thought to begin at
+ * `ticket`.  The scan checks it (that header, committed, with that index)
+ * before it uses it. */
+void kd_ring_hint(kd_ring *r, uint64_t ticket, uint64_t index);
+
+/* Consumes, from the tail, every committed launch with a launch index below
+ * upto (counted as read), stopping at the first launch with a larger index,
+ * one in flight, or head.  Returns the launches consumed; *from_ticket and
+ * *to_ticket (when not NULL) get the tail before and after. */
+uint64_t kd_ring_discard(kd_ring *r, uint64_t upto, uint64_t *from_ticket, uint64_t *to_ticket);
+
+/* Committed launches between tail and head that a read would return (a
+ * walk of the headers). */
+uint64_t kd_ring_unread_launches(kd_ring *r);
 
 /* Launches lost so far: refused plus those overwritten before being read.
  * Exact whenever no launch is in flight, read or not (unread launches are

@@ -83,15 +83,28 @@ static int make_room(kd_store *s, uint32_t n)
     return 0;
 }
 
+kd_payload *kd_store_room(kd_store *s, uint32_t n)
+{
+    if (n == 0 || make_room(s, n) != 0)
+        return NULL;
+    return &s->payloads[s->npayloads];
+}
+
+void kd_store_take(kd_store *s, uint32_t n)
+{
+    s->launch_off[s->front + s->nlaunches++] = s->npayloads;
+    s->npayloads += n;
+}
+
 int kd_store_append(kd_store *s, const kd_payload *p, uint32_t n)
 {
     if (n == 0 || p[0].tag != KD_TAG_LAUNCH)
         return -1;
-    if (make_room(s, n) != 0)
+    kd_payload *dst = kd_store_room(s, n);
+    if (dst == NULL)
         return -1;
-    memcpy(&s->payloads[s->npayloads], p, (size_t)n * sizeof(kd_payload));
-    s->launch_off[s->front + s->nlaunches++] = s->npayloads;
-    s->npayloads += n;
+    memcpy(dst, p, (size_t)n * sizeof(kd_payload));
+    kd_store_take(s, n);
     return 0;
 }
 

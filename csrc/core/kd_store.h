@@ -43,6 +43,13 @@ void kd_store_clear(kd_store *s);
  * of memory (nothing appended). */
 int kd_store_append(kd_store *s, const kd_payload *p, uint32_t n);
 
+/* Room for one more launch of n payloads at the end of the store, for the
+ * caller to write in place, or NULL when out of memory; kd_store_take(s, n)
+ * then appends what was written there (until then the store is unchanged:
+ * a later kd_store_room may give the same room again). */
+kd_payload *kd_store_room(kd_store *s, uint32_t n);
+void kd_store_take(kd_store *s, uint32_t n);
+
 /* Drops the first n launches (all of them when n >= nlaunches); launch i
  * becomes launch i - n.  O(1): nothing moves (Note [Dropping from the
  * front]).  Never allocates. */

@@ -86,6 +86,74 @@ static void test_ring_basic(void)
     kd_ring_free(r);
 }
 
+/* Note [One copy per drained launch]: kd_ring_read_to copies each launch
+ * once, into the store's room; a launch the visitor stops at leaves the room
+ * unused, and no room passes a launch over as read. */
+typedef struct to_store {
+    kd_store s;
+    collect c;
+    uint64_t stop_at;  /* the visitor stops at the launch with this mark */
+    int no_room_for;   /* room gives NULL for this launch (counted once) */
+    int no_room;
+    uint64_t rooms;
+} to_store;
+
+static kd_payload *room_to_store(void *ctx, uint32_t n)
+{
+    to_store *t = ctx;
+    t->rooms++;
+    if (t->no_room_for >= 0 && t->rooms == (uint64_t)t->no_room_for + 1) {
+        t->no_room++;
+        return NULL;
+    }
+    return kd_store_room(&t->s, n);
+}
+
+static int visit_to_store(void *ctx, uint64_t first, const kd_payload *p, uint32_t n)
+{
+    to_store *t = ctx;
+    if (p[0].launch.launch_index == t->stop_at)
+        return 1;
+    CHECK(p == &t->s.payloads[t->s.npayloads]); /* the copy is the store's room: no second copy */
+    visit_collect(&t->c, first, p, n);
+    kd_store_take(&t->s, n);
+    return 0;
+}
+
+static void test_ring_read_to(void)
+{
+    kd_ring *r = kd_ring_new(256, KD_RING_OVERWRITE);
+    static to_store t;
+    memset(&t, 0, sizeof t);
+    kd_store_init(&t.s);
+    t.stop_at = 7;
+    t.no_room_for = 2; /* the third launch finds no room */
+    for (uint64_t i = 0; i < 10; i++)
+        CHECK(write_launch(r, (uint32_t)(1 + i % 4), i) == 1);
+    /* 0, 1 taken; 2 passed over (no room); 3..6 taken; stops at 7 */
+    CHECK(kd_ring_read_to(r, room_to_store, 4096, visit_to_store, &t) == -1);
+    CHECK(t.c.n == 6 && t.c.bad == 0 && t.no_room == 1);
+    CHECK(t.s.nlaunches == 6);
+    uint64_t want[] = {0, 1, 3, 4, 5, 6};
+    for (int i = 0; i < 6; i++) {
+        CHECK(t.c.marks[i] == want[i]);
+        const kd_payload *l = kd_store_launch(&t.s, (uint64_t)i);
+        CHECK(l->tag == KD_TAG_LAUNCH && l->launch.launch_index == want[i]);
+        CHECK(l->launch.nslots == (uint32_t)(want[i] % 4 + 1));
+        CHECK(l[1].tag == KD_TAG_INT && l[1].scalar.value.i == (int64_t)(want[i] * 1000));
+    }
+    /* 7 was left in the ring: the next read starts there */
+    t.stop_at = UINT64_MAX;
+    CHECK(kd_ring_read_to(r, room_to_store, 4096, visit_to_store, &t) == 3);
+    CHECK(t.s.nlaunches == 9 && t.c.marks[6] == 7 && t.c.marks[8] == 9 && t.c.bad == 0);
+    /* a launch larger than cap is skipped as lost, as kd_ring_read does */
+    CHECK(write_launch(r, 6, 10) == 1);
+    CHECK(kd_ring_read_to(r, room_to_store, 4, visit_to_store, &t) == 0);
+    CHECK(t.s.nlaunches == 9);
+    kd_store_free(&t.s);
+    kd_ring_free(r);
+}
+
 /* Note [Ring prefault]: touching the pages changes no launch, written or to come */
 static void test_ring_prefault(void)
 {
@@ -386,6 +454,71 @@ static void test_ring_in_flight(void)
     CHECK(kd_ring_read(r, scratch, 4096, visit_collect, &c) == 2);
     CHECK(c.n == 3 && c.marks[1] == 1 && c.marks[2] == 2 && c.bad == 0);
     CHECK(kd_ring_lost(r) == 0);
+    kd_ring_free(r);
+}
+
+/* Note [Steps held in the ring]: kd_ring_scan visits copies of the launches
+ * of a range and consumes nothing; its memo makes increasing ranges start
+ * where the last one was found, and an earlier range still starts at the
+ * tail; kd_ring_discard consumes what lies before an index as read (none
+ * lost); both stop at a launch in flight. */
+static void test_ring_scan_and_discard(void)
+{
+    kd_ring *r = kd_ring_new(256, KD_RING_OVERWRITE);
+    static collect c;
+    for (uint64_t i = 0; i < 20; i++)
+        CHECK(write_launch(r, (uint32_t)(i % 3), i) == 1);
+    CHECK(kd_ring_unread_launches(r) == 20);
+    for (uint64_t lo = 0; lo < 20; lo += 4) { /* increasing ranges */
+        memset(&c, 0, sizeof c);
+        CHECK(kd_ring_scan(r, lo, lo + 4, scratch, 4096, visit_collect, &c) == 0);
+        CHECK(c.n == 4 && c.bad == 0 && c.marks[0] == lo && c.marks[3] == lo + 3);
+        CHECK(r->scan_index == lo);
+    }
+    memset(&c, 0, sizeof c); /* an earlier range: from the tail again, still right */
+    CHECK(kd_ring_scan(r, 2, 5, scratch, 4096, visit_collect, &c) == 0);
+    CHECK(c.n == 3 && c.marks[0] == 2 && c.marks[2] == 4 && c.bad == 0);
+    memset(&c, 0, sizeof c); /* past head: nothing, complete */
+    CHECK(kd_ring_scan(r, 20, 30, scratch, 4096, visit_collect, &c) == 0 && c.n == 0);
+    memset(&c, 0, sizeof c); /* a launch larger than the scratch is passed over */
+    CHECK(kd_ring_scan(r, 0, 20, scratch, 2, visit_collect, &c) == 0 && c.n == 14);
+    CHECK(kd_ring_unread_launches(r) == 20); /* nothing consumed */
+    uint64_t from = 0, to = 0;
+    CHECK(kd_ring_discard(r, 7, &from, &to) == 7 && from == 0 && to > from);
+    CHECK(kd_ring_unread_launches(r) == 13);
+    memset(&c, 0, sizeof c); /* what discard dropped is gone from scans, the rest is there */
+    CHECK(kd_ring_scan(r, 0, 10, scratch, 4096, visit_collect, &c) == 0);
+    CHECK(c.n == 3 && c.marks[0] == 7);
+    /* a launch in flight: the scan of a range past it is incomplete, discard stops at it */
+    uint64_t first;
+    CHECK(kd_ring_reserve(r, 2, &first) == 0);
+    kd_payload *h = kd_ring_payload(r, first);
+    memset(h, 0, sizeof *h);
+    h->launch.tag = KD_TAG_LAUNCH;
+    h->launch.nslots = 1;
+    h->launch.nargs = 1;
+    h->launch.launch_index = 20;
+    memset(kd_ring_payload(r, first + 1), 0, sizeof(kd_payload));
+    kd_ring_payload(r, first + 1)->scalar.tag = KD_TAG_INT;
+    kd_ring_payload(r, first + 1)->scalar.value.i = 20000;
+    CHECK(write_launch(r, 1, 21) == 1);
+    memset(&c, 0, sizeof c);
+    CHECK(kd_ring_scan(r, 18, 22, scratch, 4096, visit_collect, &c) == 1 && c.n == 2);
+    memset(&c, 0, sizeof c);
+    CHECK(kd_ring_scan(r, 18, 20, scratch, 4096, visit_collect, &c) == 1); /* cannot know 20 is not in it */
+    CHECK(kd_ring_discard(r, 100, NULL, NULL) == 13 && kd_ring_unread_launches(r) == 1); /* (not the one in flight) */
+    CHECK(kd_ring_commit(r, first, 2) == 1);
+    memset(&c, 0, sizeof c);
+    CHECK(kd_ring_scan(r, 20, 22, scratch, 4096, visit_collect, &c) == 0 && c.n == 2 && c.bad == 0);
+    CHECK(kd_ring_discard(r, 100, NULL, NULL) == 2 && kd_ring_unread_launches(r) == 0);
+    CHECK(kd_ring_lost(r) == 0 && r->read == 22); /* every launch read, none lost */
+    /* lapped: launches overwritten before a discard are lost, not read */
+    for (uint64_t i = 22; i < 122; i++)
+        CHECK(write_launch(r, 3, i) == 1); /* 400 slots in a ring of 256 */
+    uint64_t left = kd_ring_unread_launches(r);
+    CHECK(left == 64);
+    CHECK(kd_ring_discard(r, 1000, NULL, NULL) == left);
+    CHECK(kd_ring_lost(r) == 100 - left);
     kd_ring_free(r);
 }
 
@@ -1268,7 +1401,9 @@ int main(void)
     test_ring_reuse();
     test_ring_spares();
     test_ring_prefault();
+    test_ring_read_to();
     test_ring_in_flight();
+    test_ring_scan_and_discard();
     test_ring_threads();
     test_strtab();
     test_render();
