@@ -487,10 +487,14 @@ static PyObject *rec_settle(kd_recorder *self, PyObject *args, PyObject *kwargs)
 static PyObject *rec_digest(kd_recorder *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"start", "stop", "ticket", NULL};
-    unsigned long long a, b;
-    PyObject *ticket = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KK|O:digest", kwlist, &a, &b, &ticket))
+    PyObject *start, *stop, *ticket = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O:digest", kwlist, &start, &stop, &ticket))
         return NULL;
+    unsigned long long a = PyLong_AsUnsignedLongLong(start), b = a;
+    if (!(a == (unsigned long long)-1 && PyErr_Occurred()))
+        b = PyLong_AsUnsignedLongLong(stop);
+    if (PyErr_Occurred())
+        return NULL; /* not an int, negative or past 2**64 - 1 */
     if (b < a) {
         PyErr_SetString(PyExc_ValueError, "digest(start, stop): stop >= start");
         return NULL;

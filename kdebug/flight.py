@@ -773,12 +773,16 @@ class FlightRecorder:
         self._open_from = seen
         self._explicit = True
         self.stats["steps"] += 1
-        if self._step % self.every == 0:
+        compared = self._step % self.every == 0
+        if compared:
             self._compare()
-        elif rec.slots_used * 2 > rec.capacity:  # the held steps fill the ring: into the table with them
+        # the steps held in the ring (Note [Steps held in the ring]: after a compare too, the kept
+        # ones) fill half of it: into the table with them, before launches to come overwrite them;
+        # after a compare without waiting for the device, as the compare itself did not
+        if rec.slots_used * 2 > rec.capacity:
             self.stats["early_drains"] += 1
-            self._drain(copy=True)
-        elif _C.collect_ready(_READ_BACK_AT) != 0:  # many GPU hashes queued: read back without waiting
+            self._drain(wait=not compared, copy=True)
+        elif not compared and _C.collect_ready(_READ_BACK_AT) != 0:  # many GPU hashes queued: read back
             self._warn_once("collect", "kdebug FlightRecorder: reading GPU hashes back without waiting "
                             "failed; a later compare waits for them")
 

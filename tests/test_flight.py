@@ -1391,3 +1391,37 @@ def test_a_step_digested_in_the_ring_has_the_digest_it_has_once_drained(tmp_path
         assert rec.discard(7 * per) == 5 * per and len(rec) == per and rec.held_launches == per
     with pytest.raises(ValueError):
         rec.digest(5, 4)
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_kept_steps_held_in_a_small_ring_are_not_overwritten_before_a_dump(every, tmp_path):
+    """Note [Steps held in the ring]: the kept steps stay in the ring after a
+    compare; when they fill half of it they go into the table then too (an
+    early drain after the compare), so a ring too small to hold them loses
+    none of them (found by an adversarial review: with every=1 no early drain
+    ever ran, and the dump's kept steps had been overwritten)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    cm = torch.compile(model)
+    x = torch.randn(8, 16)
+
+    def step():
+        cm(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    step()
+    fr = kdebug.FlightRecorder(every=every, keep_steps=4, ring_capacity=64, trace=str(tmp_path / "t.kdt"))
+    handle = fr.attach(opt, model)
+    with fr:
+        for _ in range(12):
+            step()
+    handle.remove()
+    run = kdebug.load(fr.dump())
+    kept = run.meta["flight"]["steps"]
+    assert [s["step"] for s in kept][-4:] == [8, 9, 10, 11]
+    assert all(s["recorded"] == s["launches"] > 0 for s in kept)
+    assert run.meta["stats"]["complete"] and fr._rec.stats()["dropped"] == 0
+    assert fr.stats["early_drains"] > 0
+    fr.close()
