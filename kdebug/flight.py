@@ -116,8 +116,9 @@ Memory.  After every compare the recorder holds the launches of the last
 (``Recorder.discard``: from the ring without copying, and from the table);
 the steps closed since wait for the next compare (at most ``every``).  They
 are held in the ring (fixed, touched as it fills); when they fill more than
-half of it, they are drained into the table (an early drain, one device
-synchronization), which then holds them until they are dropped.  So memory
+half of it at the end of a step, they are drained into the table (an early
+drain: one device synchronization, none at a compare's step), which then
+holds them until they are dropped.  So memory
 is the ring plus, after an early drain, at most
 ``max(keep_steps, 2 * every) + every + 1`` steps; older steps keep only
 their digest, in a deque of ``keep_digests``.  Holding
