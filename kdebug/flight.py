@@ -75,8 +75,9 @@ every launch of the window: 0.6-0.7 ms of a 10-step compare on the H200.)
 ``step()`` begins a read-back itself once 2048 GPU hashes are queued, so a
 long window never fills the device's result ring (8192; full, it is read
 back with a synchronization).  A dump drains the ring into the table with a
-synchronization: every step.  Each closed step gets one 64-bit digest from C (``_C.range_digest``,
-kd_ltab_range_digest): over its launches, each launch's kernel name and kind,
+synchronization: every step.  Each closed step gets one 64-bit digest from C
+(``Recorder.digest``: kd_ltab_range_digest's, whether its launches are still
+in the ring or in the table): over its launches, each launch's kernel name and kind,
 argument shapes and scalar values, and the bitwise hashes of what it wrote,
 summed, so two threads' launches interleaved differently (autograd's device
 threads) give the same digest; with the launch count.  Launch configs and
