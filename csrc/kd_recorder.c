@@ -446,6 +446,22 @@ static PyObject *rec_clear(kd_recorder *self, PyObject *unused)
  * rest keep their order at store indices shifted down by n.  Views of the
  * recorder detach first (they keep their records).  The ring, counters and
  * launch indices are untouched (Note [Flight recorder] in kdebug/flight.py). */
+/* Drops the oldest n stored launches (views detach); -1 with a ValueError
+ * naming `who` on a recorder that keeps argument objects. */
+static int forget_stored(kd_recorder *self, uint64_t n, const char *who)
+{
+    if (self->store_objects) {
+        PyErr_Format(PyExc_ValueError, "%s() is not available on a recorder that keeps argument "
+                                       "objects (store_objects=True)", who);
+        return -1;
+    }
+    if (n) {
+        kd_launch_views_detach(self); /* kept views keep their records */
+        kd_ltab_forget(&self->table, n);
+    }
+    return 0;
+}
+
 static PyObject *rec_forget(kd_recorder *self, PyObject *arg)
 {
     Py_ssize_t n = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
@@ -455,15 +471,8 @@ static PyObject *rec_forget(kd_recorder *self, PyObject *arg)
         PyErr_SetString(PyExc_ValueError, "forget(n) takes n >= 0");
         return NULL;
     }
-    if (self->store_objects) {
-        PyErr_SetString(PyExc_ValueError, "forget() is not available on a recorder that keeps argument "
-                                          "objects (store_objects=True)");
+    if (forget_stored(self, (uint64_t)n, "forget") != 0)
         return NULL;
-    }
-    if (n == 0)
-        Py_RETURN_NONE;
-    kd_launch_views_detach(self); /* kept views keep their records */
-    kd_ltab_forget(&self->table, (uint64_t)n);
     Py_RETURN_NONE;
 }
 
@@ -524,17 +533,10 @@ static PyObject *rec_discard(kd_recorder *self, PyObject *arg)
     unsigned long long upto = PyLong_AsUnsignedLongLong(arg);
     if (upto == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
-    if (self->store_objects) {
-        PyErr_SetString(PyExc_ValueError, "discard() is not available on a recorder that keeps argument "
-                                          "objects (store_objects=True)");
-        return NULL;
-    }
     uint64_t k = kd_store_lower_bound(&self->table.store, upto);
-    if (k) {
-        kd_launch_views_detach(self); /* kept views keep their records */
-        kd_ltab_forget(&self->table, k);
-    }
-    uint64_t gone = kd_ring_discard(self->ring, upto, NULL, NULL);
+    if (forget_stored(self, k, "discard") != 0)
+        return NULL;
+    uint64_t gone = kd_ring_discard(self->ring, upto);
     return PyLong_FromUnsignedLongLong((unsigned long long)(k + gone));
 }
 

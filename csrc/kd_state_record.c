@@ -169,12 +169,28 @@ static int record_tensors(kd_recorder *r, uint32_t name_id, uint32_t *name_ids, 
     return 0;
 }
 
-/* Whether the name ids given as intern_names' bytes are ids it gave. */
-static int ids_valid(const uint32_t *given, Py_ssize_t n)
+/* Item i of a bytes object of native uint32 name ids (intern_names) or
+ * int32 indices (kdebug/flight.py's packed layouts). */
+static uint32_t id_at(PyObject *bytes, Py_ssize_t i)
+{
+    uint32_t v;
+    memcpy(&v, PyBytes_AS_STRING(bytes) + i * (Py_ssize_t)sizeof v, sizeof v);
+    return v;
+}
+
+static int32_t index_at(PyObject *bytes, Py_ssize_t i)
+{
+    int32_t v;
+    memcpy(&v, PyBytes_AS_STRING(bytes) + i * (Py_ssize_t)sizeof v, sizeof v);
+    return v;
+}
+
+/* Whether the n name ids in intern_names' bytes are ids it gave. */
+static int ids_valid(PyObject *bytes, Py_ssize_t n)
 {
     const uint32_t count = kd_strtab_count(kd_strings);
     for (Py_ssize_t i = 0; i < n; i++)
-        if (given[i] > count)
+        if (id_at(bytes, i) > count)
             return 0;
     return 1;
 }
@@ -200,7 +216,7 @@ static PyObject *record_state(PyObject *m, PyObject *args)
         PyErr_Format(PyExc_ValueError, "record_state takes 1 to %d tensors, each with a name", KD_GPU_BATCH_MAX);
         return NULL;
     }
-    if (by_id && !ids_valid((const uint32_t *)PyBytes_AS_STRING(names), n)) {
+    if (by_id && !ids_valid(names, n)) {
         PyErr_SetString(PyExc_ValueError, "record_state: a name id that intern_names did not give");
         return NULL;
     }
@@ -214,7 +230,7 @@ static PyObject *record_state(PyObject *m, PyObject *args)
         return table_full(r);
     for (Py_ssize_t i = 0; i < n; i++) {
         if (by_id) {
-            memcpy(&name_ids[i], PyBytes_AS_STRING(names) + i * (Py_ssize_t)sizeof(uint32_t), sizeof(uint32_t));
+            name_ids[i] = id_at(names, i);
         } else if (name_id(PyList_GET_ITEM(names, i), "record_state", &name_ids[i]) != 0) {
             return NULL;
         }
@@ -240,6 +256,17 @@ static PyObject *record_state(PyObject *m, PyObject *args)
  * device code; None for None; and no answer at all (None) as soon as one is
  * anything else, so the caller takes its Python path, which decides. */
 
+/* 1 with *device set when t's type is one of plain_types (the very types,
+ * no subclass) and the shim finds it plainly holding data of its own
+ * (kd_shim_plain_data); 0 otherwise. */
+static int plain_device(PyObject *t, PyObject *plain_types, int *device)
+{
+    int plain_type = 0;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(plain_types) && !plain_type; k++)
+        plain_type = (PyObject *)Py_TYPE(t) == PyTuple_GET_ITEM(plain_types, k);
+    return plain_type && kd_shim_plain_data(t, device) == 1;
+}
+
 /* replica_devices(tensors, plain_types) -> [int | None] | None */
 static PyObject *replica_devices(PyObject *m, PyObject *args)
 {
@@ -247,7 +274,7 @@ static PyObject *replica_devices(PyObject *m, PyObject *args)
     PyObject *tensors, *types;
     if (!PyArg_ParseTuple(args, "O!O!:replica_devices", &PyList_Type, &tensors, &PyTuple_Type, &types))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(tensors), nt = PyTuple_GET_SIZE(types);
+    Py_ssize_t n = PyList_GET_SIZE(tensors);
     PyObject *out = PyList_New(n);
     if (out == NULL)
         return NULL;
@@ -257,11 +284,8 @@ static PyObject *replica_devices(PyObject *m, PyObject *args)
             PyList_SET_ITEM(out, i, Py_NewRef(Py_None));
             continue;
         }
-        int plain_type = 0;
-        for (Py_ssize_t k = 0; k < nt && !plain_type; k++)
-            plain_type = (PyObject *)Py_TYPE(t) == PyTuple_GET_ITEM(types, k);
         int dev = 0;
-        PyObject *code = plain_type && kd_shim_plain_data(t, &dev) == 1 ? PyLong_FromLong(dev) : NULL;
+        PyObject *code = plain_device(t, types, &dev) ? PyLong_FromLong(dev) : NULL;
         if (code == NULL) {
             Py_DECREF(out);
             if (PyErr_Occurred())
@@ -280,7 +304,8 @@ static PyObject *replica_devices(PyObject *m, PyObject *args)
  * AdamW step of 50 parameters on the H200 host: listing the parameters of
  * every group and checking them against the cached plan, reading each
  * p.grad and checking it against the cached layout, building each record's
- * list, and the state check (kdebug/flight.py, _state_unchanged).  These
+ * list, and the state check (kdebug/flight.py's _StateCheck says what it
+ * compares).  These
  * functions do the same checks on the same cached objects, without the
  * interpreter:
  *   - params_unchanged: every param group is a dict whose "params" list
@@ -290,7 +315,7 @@ static PyObject *replica_devices(PyObject *m, PyObject *args)
  *     the device it was on, then the cached records, in order.  Any check
  *     that fails returns None before anything is recorded, and the Python
  *     path decides (it plans again);
- *   - state_unchanged: _state_unchanged's checks, in its order.
+ *   - state_unchanged: the state check, in the order the Python made it.
  * They read the same objects the Python did, so they decide the same way;
  * tests in tests/test_flight.py change each thing checked and see the next
  * record follow. */
@@ -333,11 +358,8 @@ static int grad_fits(PyObject *g, PyObject *dev, PyObject *plain_types)
 {
     if (g == Py_None || dev == Py_None)
         return g == Py_None && dev == Py_None;
-    int plain_type = 0;
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(plain_types) && !plain_type; k++)
-        plain_type = (PyObject *)Py_TYPE(g) == PyTuple_GET_ITEM(plain_types, k);
     int code = 0;
-    if (!plain_type || kd_shim_plain_data(g, &code) != 1)
+    if (!plain_device(g, plain_types, &code))
         return 0;
     long want = PyLong_AsLong(dev);
     if (want == -1 && PyErr_Occurred()) {
@@ -385,13 +407,12 @@ static PyObject *record_grads(PyObject *m, PyObject *args, PyObject *kwargs)
             return NULL;
         }
         const Py_ssize_t n = PyBytes_GET_SIZE(b) / (Py_ssize_t)sizeof(uint32_t);
-        if (!ids_valid((const uint32_t *)PyBytes_AS_STRING(b), n)) {
+        if (!ids_valid(b, n)) {
             PyErr_SetString(PyExc_ValueError, "record_grads: a name id that intern_names did not give");
             return NULL;
         }
         for (Py_ssize_t i = 0; i < n; i++) {
-            int32_t at;
-            memcpy(&at, PyBytes_AS_STRING(x) + i * (Py_ssize_t)sizeof(int32_t), sizeof at);
+            int32_t at = index_at(x, i);
             if (at < 0 || at >= np) {
                 PyErr_SetString(PyExc_ValueError, "record_grads: an index past the parameters");
                 return NULL;
@@ -415,11 +436,8 @@ static PyObject *record_grads(PyObject *m, PyObject *args, PyObject *kwargs)
     /* every index must name a gradient (planned from those that were not None) */
     for (Py_ssize_t k = 0; k < nrec && fits; k++) {
         PyObject *x = PyList_GET_ITEM(indices, k);
-        for (Py_ssize_t i = 0; i < PyBytes_GET_SIZE(x) / (Py_ssize_t)sizeof(int32_t) && fits; i++) {
-            int32_t at;
-            memcpy(&at, PyBytes_AS_STRING(x) + i * (Py_ssize_t)sizeof(int32_t), sizeof at);
-            fits = grads[at] != Py_None;
-        }
+        for (Py_ssize_t i = 0; i < PyBytes_GET_SIZE(x) / (Py_ssize_t)sizeof(int32_t) && fits; i++)
+            fits = grads[index_at(x, i)] != Py_None;
     }
     if (!fits) {
         out = Py_NewRef(Py_None);
@@ -444,10 +462,8 @@ static PyObject *record_grads(PyObject *m, PyObject *args, PyObject *kwargs)
         PyObject *objs[KD_GPU_BATCH_MAX];
         int full = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
-            int32_t at;
-            memcpy(&name_ids[i], PyBytes_AS_STRING(b) + i * (Py_ssize_t)sizeof(uint32_t), sizeof(uint32_t));
-            memcpy(&at, PyBytes_AS_STRING(x) + i * (Py_ssize_t)sizeof(int32_t), sizeof at);
-            objs[i] = grads[at];
+            name_ids[i] = id_at(b, i);
+            objs[i] = grads[index_at(x, i)];
             full |= name_ids[i] == 0;
         }
         if (full) { /* a name the full table could not take: that record is not made */
@@ -478,8 +494,8 @@ static PyObject *check_list(PyObject *check, PyObject *name)
     return v;
 }
 
-/* The checks of _state_unchanged in kdebug/flight.py (its docstring says
- * what each is for), in its order: 1 unchanged, 0 changed, -1 error. */
+/* The state check (kdebug/flight.py's _StateCheck says what each part is
+ * for): 1 unchanged, 0 changed, -1 error. */
 static int state_same(PyObject *groups, PyObject *state, PyObject *tensor_type, PyObject **f)
 {
     /* f: sizes, params, keys, dicts, lens, held_dicts, held_keys, held, mixed, mixed_keys, others */
@@ -588,7 +604,8 @@ static PyMethodDef state_record_methods[] = {
      "flight recorder's gradient records from its cached plan, or None (nothing recorded) when the plan no "
      "longer fits (Note [Replica checks in C])."},
     {"state_unchanged", state_unchanged, METH_VARARGS,
-     "state_unchanged(groups, state, check, tensor_type) -> bool: kdebug/flight.py's _state_unchanged in C "
+     "state_unchanged(groups, state, check, tensor_type) -> bool: whether opt's parameters and state are "
+     "the objects kdebug/flight.py's _StateCheck saw "
      "(Note [Replica checks in C])."},
     {"intern_names", intern_names, METH_O,
      "intern_names(names) -> bytes: the names' string ids (native uint32 each; 0: kdebug's string table is "

@@ -729,7 +729,7 @@ class FlightRecorder:
         if len(self._state_cache) >= 8:  # optimizers replaced over a job: their tensors are not kept alive
             self._state_cache.clear()
         state = opt.state
-        # what _state_unchanged compares; None (built again at every step) for an
+        # what _C.state_unchanged compares; None (built again at every step) for an
         # optimizer whose state is not a dict of dicts
         check = None
         if isinstance(state, dict) and all(type(st) is dict for st in state.values()):

@@ -202,6 +202,47 @@ static int slot_state(kd_ring *r, uint64_t t)
     return s < t + 1 ? -1 : 1;
 }
 
+/* The first ticket a walk from the tail may look at: tickets older than
+ * head - capacity are gone. */
+static uint64_t walk_start(kd_ring *r, uint64_t head)
+{
+    uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    return head - t > r->capacity ? head - r->capacity : t;
+}
+
+/* At ticket t: 0 a committed launch header (*n its slots, complete), -1 in
+ * flight (its header or a later slot not committed yet, or its slots not all
+ * reserved: cannot happen, taken as in flight), 1 not a header (lapped, or a
+ * header-less tail, or a launch a writer lapped: step over it). */
+static int header_at(kd_ring *r, uint64_t t, uint64_t head, uint32_t *n)
+{
+    int st = slot_state(r, t);
+    if (st < 0)
+        return -1;
+    const kd_payload *p = &r->slots[t & r->mask].p;
+    if (st > 0 || p->tag != KD_TAG_LAUNCH)
+        return 1;
+    uint32_t k = 1u + p->launch.nslots;
+    if (t + k > head)
+        return -1;
+    for (uint32_t i = 1; i < k; i++) {
+        int s2 = slot_state(r, t + i);
+        if (s2 != 0)
+            return s2 < 0 ? -1 : 1;
+    }
+    *n = k;
+    return 0;
+}
+
+/* Copies launch [t, t + n) into dst; 1 when its header still holds it
+ * after the copy, 0 when a writer lapped it meanwhile (the copy is void). */
+static int copy_launch(kd_ring *r, uint64_t t, uint32_t n, kd_payload *dst)
+{
+    for (uint32_t i = 0; i < n; i++)
+        memcpy(&dst[i], &r->slots[(t + i) & r->mask].p, sizeof(kd_payload));
+    return slot_state(r, t) == 0;
+}
+
 /* Note [One copy per drained launch]
  * A drain copied each launch twice: from the ring's slots to a scratch
  * buffer (so that the copy could be checked against a writer lapping it)
@@ -216,33 +257,16 @@ static int64_t read_launches(kd_ring *r, kd_payload *scratch, uint32_t cap, kd_r
                              kd_ring_visit visit, void *ctx)
 {
     int64_t visited = 0;
-    uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
     uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-    /* Tickets older than head - capacity are gone for certain. */
-    if (head - t > r->capacity) {
-        r->skipped_slots += head - r->capacity - t;
-        t = head - r->capacity;
-    }
+    uint64_t t0 = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    uint64_t t = walk_start(r, head);
+    r->skipped_slots += t - t0; /* tickets older than head - capacity are gone for certain */
     while (t < head) {
-        int st = slot_state(r, t);
-        if (st < 0)
+        uint32_t n = 0;
+        int h = header_at(r, t, head, &n);
+        if (h < 0)
             break; /* in flight */
-        const kd_payload *p = &r->slots[t & r->mask].p;
-        if (st > 0 || p->tag != KD_TAG_LAUNCH) {
-            /* lapped, or the tail end of a launch whose header is gone */
-            r->skipped_slots++;
-            t++;
-            continue;
-        }
-        uint32_t n = 1u + p->launch.nslots;
-        if (t + n > head)
-            break; /* header committed but the rest not reserved yet: cannot happen, be safe */
-        int state = 0;
-        for (uint32_t i = 1; i < n && state == 0; i++)
-            state = slot_state(r, t + i);
-        if (state < 0)
-            break;
-        if (state > 0 || n > cap) {
+        if (h > 0 || n > cap) {
             r->skipped_slots += 1;
             t++;
             continue;
@@ -253,10 +277,7 @@ static int64_t read_launches(kd_ring *r, kd_payload *scratch, uint32_t cap, kd_r
             t += n;
             continue;
         }
-        for (uint32_t i = 0; i < n; i++)
-            memcpy(&dst[i], &r->slots[(t + i) & r->mask].p, sizeof(kd_payload));
-        /* Re-check the header: a writer that lapped us while copying. */
-        if (slot_state(r, t) != 0) {
+        if (!copy_launch(r, t, n, dst)) { /* a writer lapped it while it was copied */
             r->skipped_slots += 1;
             t++;
             continue;
@@ -284,36 +305,6 @@ int64_t kd_ring_read(kd_ring *r, kd_payload *scratch, uint32_t scratch_cap,
 int64_t kd_ring_read_to(kd_ring *r, kd_ring_room room, uint32_t cap, kd_ring_visit visit, void *ctx)
 {
     return read_launches(r, NULL, cap, room, visit, ctx);
-}
-
-/* The first ticket a walk from the tail may look at: tickets older than
- * head - capacity are gone. */
-static uint64_t walk_start(kd_ring *r, uint64_t head)
-{
-    uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
-    return head - t > r->capacity ? head - r->capacity : t;
-}
-
-/* At ticket t: 0 a committed launch header (*n its slots, complete), -1 in
- * flight, 1 not a header (lapped, or a header-less tail: step over it). */
-static int header_at(kd_ring *r, uint64_t t, uint64_t head, uint32_t *n)
-{
-    int st = slot_state(r, t);
-    if (st < 0)
-        return -1;
-    const kd_payload *p = &r->slots[t & r->mask].p;
-    if (st > 0 || p->tag != KD_TAG_LAUNCH)
-        return 1;
-    uint32_t k = 1u + p->launch.nslots;
-    if (t + k > head)
-        return 1;
-    for (uint32_t i = 1; i < k; i++) {
-        int s2 = slot_state(r, t + i);
-        if (s2 != 0)
-            return s2 < 0 ? -1 : 1;
-    }
-    *n = k;
-    return 0;
 }
 
 int kd_ring_scan(kd_ring *r, uint64_t lo, uint64_t hi, kd_payload *scratch, uint32_t cap, kd_ring_visit visit,
@@ -345,12 +336,8 @@ int kd_ring_scan(kd_ring *r, uint64_t lo, uint64_t hi, kd_payload *scratch, uint
                 r->scan_ticket = t;
                 r->scan_index = index;
             }
-            if (n <= cap) {
-                for (uint32_t i = 0; i < n; i++)
-                    memcpy(&scratch[i], &r->slots[(t + i) & r->mask].p, sizeof(kd_payload));
-                if (slot_state(r, t) == 0 && visit(ctx, t, scratch, n) != 0) /* (else lapped meanwhile) */
-                    return -1;
-            }
+            if (n <= cap && copy_launch(r, t, n, scratch) && visit(ctx, t, scratch, n) != 0)
+                return -1; /* (a larger launch, or one lapped while copied, is passed over) */
         }
         t += n;
     }
@@ -363,13 +350,12 @@ void kd_ring_hint(kd_ring *r, uint64_t ticket, uint64_t index)
     r->scan_index = index;
 }
 
-uint64_t kd_ring_discard(kd_ring *r, uint64_t upto, uint64_t *from_ticket, uint64_t *to_ticket)
+uint64_t kd_ring_discard(kd_ring *r, uint64_t upto)
 {
     uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
     uint64_t t0 = atomic_load_explicit(&r->tail, memory_order_relaxed);
     uint64_t t = walk_start(r, head);
-    if (t != t0)
-        r->skipped_slots += t - t0; /* lapped before they were read: lost, as kd_ring_read counts them */
+    r->skipped_slots += t - t0; /* lapped before they were read: lost, as kd_ring_read counts them */
     uint64_t gone = 0;
     while (t < head) {
         uint32_t n = 0;
@@ -387,10 +373,6 @@ uint64_t kd_ring_discard(kd_ring *r, uint64_t upto, uint64_t *from_ticket, uint6
         gone++;
         t += n;
     }
-    if (from_ticket != NULL)
-        *from_ticket = t0;
-    if (to_ticket != NULL)
-        *to_ticket = t;
     atomic_store_explicit(&r->tail, t, memory_order_release);
     r->lost_memo = 0; /* the tail moved: kd_ring_lost walks afresh */
     return gone;

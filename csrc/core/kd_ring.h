@@ -175,9 +175,8 @@ void kd_ring_hint(kd_ring *r, uint64_t ticket, uint64_t index);
 
 /* Consumes, from the tail, every committed launch with a launch index below
  * upto (counted as read), stopping at the first launch with a larger index,
- * one in flight, or head.  Returns the launches consumed; *from_ticket and
- * *to_ticket (when not NULL) get the tail before and after. */
-uint64_t kd_ring_discard(kd_ring *r, uint64_t upto, uint64_t *from_ticket, uint64_t *to_ticket);
+ * one in flight, or head.  Returns the launches consumed. */
+uint64_t kd_ring_discard(kd_ring *r, uint64_t upto);
 
 /* Committed launches between tail and head that a read would return (a
  * walk of the headers). */
