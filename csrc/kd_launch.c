@@ -126,18 +126,21 @@ static kd_hash_config launch_hcfg(const kd_recorder *r)
 
 /* Describes one argument at b[0..); returns the payloads used, 0 on failure
  * (counted by the caller).  With `hashed`, one more zeroed KD_TAG_HASH
- * payload follows the argument. */
+ * payload follows the argument.  `meta` (may be NULL) receives a tensor's
+ * metadata as read, for the caller's hashes of it (kd_hash_tensor's `known`:
+ * no second reading). */
 static uint32_t describe_arg(PyObject *o, uint32_t name_id, uint8_t role, int hashed,
-                             kd_payload *b, uint32_t room, const char **why)
+                             kd_payload *b, uint32_t room, const char **why, kd_tensor_meta *meta)
 {
-    kd_tensor_meta m;
-    int kind = kd_shim_tensor_meta(o, &m);
+    kd_tensor_meta local;
+    kd_tensor_meta *mp = meta != NULL ? meta : &local; /* a tensor's metadata, for the caller's hashes */
+    int kind = kd_shim_tensor_meta(o, mp);
     if (kind == 1) {
-        if (m.ndim < 0 || m.ndim > KD_MAX_NDIM) {
+        if (mp->ndim < 0 || mp->ndim > KD_MAX_NDIM) {
             *why = "tensor with too many dimensions";
             return 0;
         }
-        uint32_t np = kd_tensor_payloads((uint32_t)m.ndim) + (hashed ? 1 : 0);
+        uint32_t np = kd_tensor_payloads((uint32_t)mp->ndim) + (hashed ? 1 : 0);
         if (np > room) {
             *why = "launch has more arguments than a record can hold";
             return 0;
@@ -146,24 +149,24 @@ static uint32_t describe_arg(PyObject *o, uint32_t name_id, uint8_t role, int ha
         kd_tensor_arg *t = &b[0].tensor;
         t->tag = KD_TAG_TENSOR;
         t->role = role;
-        t->dtype = (uint8_t)m.dtype;
-        t->ndim = (uint8_t)m.ndim;
-        t->device_type = (uint8_t)m.device_type;
-        t->device_index = (int8_t)m.device_index;
+        t->dtype = (uint8_t)mp->dtype;
+        t->ndim = (uint8_t)mp->ndim;
+        t->device_type = (uint8_t)mp->device_type;
+        t->device_index = (int8_t)mp->device_index;
         t->name_id = name_id;
-        t->storage_offset = m.storage_offset;
-        t->data_ptr = m.data_ptr;
-        for (int32_t d = 0; d < m.ndim; d++) {
+        t->storage_offset = mp->storage_offset;
+        t->data_ptr = mp->data_ptr;
+        for (int32_t d = 0; d < mp->ndim; d++) {
             if (d < KD_INLINE_DIMS) {
-                t->sizes[d] = m.sizes[d];
-                t->strides[d] = m.strides[d];
+                t->sizes[d] = mp->sizes[d];
+                t->strides[d] = mp->strides[d];
             } else {
                 int32_t k = d - KD_INLINE_DIMS;
                 kd_dims_cont *c = &b[1 + k / KD_CONT_DIMS].dims;
                 c->tag = KD_TAG_DIMS;
                 c->count++;
-                c->sizes[k % KD_CONT_DIMS] = m.sizes[d];
-                c->strides[k % KD_CONT_DIMS] = m.strides[d];
+                c->sizes[k % KD_CONT_DIMS] = mp->sizes[d];
+                c->strides[k % KD_CONT_DIMS] = mp->strides[d];
             }
         }
         if (hashed) {
@@ -306,7 +309,8 @@ static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *inf
         uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
         uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
         kd_payload *a = &b[used];
-        uint32_t k = describe_arg(args[i], name_id, role, hashing, a, KD_BUILD_SLOTS - used, &why);
+        kd_tensor_meta meta;
+        uint32_t k = describe_arg(args[i], name_id, role, hashing, a, KD_BUILD_SLOTS - used, &why, &meta);
         if (k == 0)
             break;
         if (a->tag == KD_TAG_TENSOR) {
@@ -324,7 +328,7 @@ static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *inf
                     kinds |= KD_HK_BITWISE;
                 if (kinds)
                     kd_hash_tensor(r, args[i], kinds, h, 0, p->launch_index, i, &batch, stream,
-                                   (uint64_t)((kd_payload *)h - b));
+                                   (uint64_t)((kd_payload *)h - b), &meta);
             }
         }
         used += k;
@@ -421,6 +425,159 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
         kd_graph_note_unrecorded(kd_tls_graph); /* its replays will lack it (Note [CUDA graph replays]) */
 }
 
+/* Note [Records made in one pass]
+ * Some records have no kernel launch between their two halves: a replica
+ * state record (kd_state_record.c: the flight recorder makes about 250 a
+ * step), an aten op recorded after it ran (kd_op_observer.c), a launch a
+ * caller records itself (Recorder.record).  Made as kd_launch_begin +
+ * kd_launch_end back to back, each tensor's metadata was read three times
+ * (to describe it, for the write guard, for its post-launch hash), and the
+ * record was copied out of the ring and merged back for its hashes.
+ * kd_launch_record makes the same record in one pass into this thread's
+ * build buffer: each argument described and hashed from one reading of its
+ * metadata (pre-launch kinds, then post-launch kinds: no kernel runs in
+ * between, so both read the same bytes, as they did), then reserved, copied
+ * into the ring once, and its GPU hashes queued with their ring tickets.
+ * The write guard is left out: nothing is launched, so nothing queued can be
+ * overwritten by it (an op that ran already was guarded before it ran, by
+ * the C++ write guard, Note [C++ write guard]).  The record's bytes are the
+ * two calls' (a test compares them through kdebug.testing.two_call_records).
+ * Declined, before anything is done, where the two calls do work between
+ * them that one pass would reorder: check_inputs_unchanged (its pre-launch
+ * check), record_outputs (copies, a Python filter), store_original_args,
+ * a custom hash_fn (Python code per tensor that may look at the ring), a
+ * CUDA graph capture on this thread or open anywhere, a thread already
+ * inside kdebug's launch path, injected hook faults. */
+static int one_pass_enabled = 1;
+
+int kd_launch_record_enable(int on)
+{
+    int was = one_pass_enabled;
+    one_pass_enabled = on != 0;
+    return was;
+}
+
+int kd_launch_record(kd_recorder *r, kd_kernel_info *info, PyObject *const *args, Py_ssize_t nargs,
+                     uint64_t stream, int *recorded)
+{
+    *recorded = 0;
+    kd_hash_config cfg = launch_hcfg(r);
+    if (!one_pass_enabled || cfg.check_readonly || cfg.record_outputs || (cfg.kinds & KD_HK_CUSTOM) ||
+        r->ring_objs != NULL || kd_tls_graph != NULL || kd_graph_any_open() || kd_injected_faults > 0 ||
+        nargs > UINT16_MAX)
+        return 0;
+    /* one batch takes both sides' GPU hashes, where the two calls had one
+     * batch each: no more than KD_GPU_BATCH_MAX of them (beyond, a batch's
+     * overflow takes the slow path, each call's at its own place) */
+    if (cfg.kinds && (cfg.hash_inputs ? 2 : 1) * nargs > KD_GPU_BATCH_MAX)
+        return 0;
+    kd_launch_ctx *ctx = kd_launch_ctx_get();
+    if (ctx == NULL || ctx->busy)
+        return 0; /* the two calls count it as they should */
+    ctx->busy = 1;
+    const int hashing = cfg.kinds != 0;
+    kd_payload *b = ctx->build;
+    uint32_t used = 1;
+    const char *why = NULL;
+    int first_tensor_seen = 0;
+    uint8_t dev_type = info->device_type;
+    int8_t dev_index = info->device_index;
+    const uint64_t launch_index = r->next_launch_index++;
+    kd_gpu_batch batch;
+    batch.n = 0;
+    const int defer = defer_here();
+    if (kd_defer_enabled() && dev_type == KD_DEV_CUDA)
+        kd_defer_guard(dev_index, stream, 0, 0); /* another stream: flush and order (as kd_launch_begin) */
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
+        uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
+        kd_payload *a = &b[used];
+        kd_tensor_meta meta;
+        uint32_t k = describe_arg(args[i], name_id, role, hashing, a, KD_BUILD_SLOTS - used, &why, &meta);
+        if (k == 0)
+            break;
+        if (a->tag == KD_TAG_TENSOR) {
+            if (!first_tensor_seen) {
+                first_tensor_seen = 1;
+                dev_type = a->tensor.device_type;
+                dev_index = a->tensor.device_index;
+            }
+            kd_hash_rec *h = kd_arg_hash(a);
+            if (h != NULL) {
+                h->spec = (uint16_t)cfg.spec;
+                uint64_t pos = (uint64_t)((kd_payload *)h - b); /* its ticket less the record's first */
+                int pre = (role & KD_ROLE_READ) && cfg.hash_inputs ? cfg.kinds : 0;
+                int post = (role & KD_ROLE_WRITE) ? cfg.kinds : 0;
+                if (pre)
+                    kd_hash_tensor(r, args[i], pre, h, 0, launch_index, i, &batch, stream, pos, &meta);
+                if (post)
+                    kd_hash_tensor(r, args[i], post, h, 1, launch_index, i, &batch, stream, pos, &meta);
+            }
+        }
+        used += k;
+    }
+    if (why != NULL) { /* nothing recorded: its hashes are not queued (as kd_launch_begin) */
+        char msg[200];
+        snprintf(msg, sizeof msg, "could not describe an argument of %s: %s",
+                 kd_strtab_get(kd_strings, info->name_id, NULL), why);
+        kd_recorder_error(r, msg);
+        r->unrecorded++;
+        ctx->busy = 0;
+        return 1;
+    }
+    kd_launch *h = &b[0].launch;
+    memset(b, 0, sizeof(kd_payload));
+    h->tag = KD_TAG_LAUNCH;
+    h->kind = info->kind;
+    h->device_type = dev_type;
+    h->device_index = dev_index;
+    h->nargs = (uint16_t)nargs;
+    h->nslots = (uint16_t)(used - 1);
+    h->name_id = info->name_id;
+    h->stream = stream;
+    h->thread_id = (uint64_t)PyThread_get_thread_ident();
+    Py_ssize_t nops = (r->ops != NULL && PyList_Check(r->ops)) ? PyList_GET_SIZE(r->ops) - r->merged : 0;
+    h->py_index = nops > 0 ? (uint64_t)nops : 0;
+    int depth = read_call_depth(r->mode); /* Python code: before the ring is reserved */
+    h->call_depth = (uint16_t)(depth > UINT16_MAX ? UINT16_MAX : depth);
+    h->launch_index = launch_index;
+    if (kd_tls_capture.have_grid) { /* (a caller's launcher capture, as kd_launch_end reads it) */
+        h->grid[0] = kd_tls_capture.grid[0];
+        h->grid[1] = kd_tls_capture.grid[1];
+        h->grid[2] = kd_tls_capture.grid[2];
+        h->flags |= KD_LF_GRID;
+    }
+    if (kd_tls_capture.have_config) {
+        h->config_id = kd_tls_capture.config_id;
+        h->num_warps = kd_tls_capture.num_warps;
+        h->num_stages = kd_tls_capture.num_stages;
+        h->shared_mem = kd_tls_capture.shared_mem;
+        h->flags |= KD_LF_CONFIG;
+    }
+    /* From reserve to commit: no Python code runs. */
+    uint64_t first;
+    if (kd_ring_reserve(r->ring, used, &first) != 0) {
+        ctx->busy = 0;
+        return 1; /* refused: counted by the ring */
+    }
+    h->t_start_ns = kd_now_ns();
+    h->t_end_ns = h->t_start_ns; /* nothing launched between */
+    for (uint32_t i = 0; i < used; i++)
+        memcpy(kd_ring_payload(r->ring, first + i), &b[i], sizeof(kd_payload));
+    uint64_t head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
+    if (head - first > r->ring->capacity) {
+        batch.n = 0; /* another thread's writes lapped it: its slots are not ours (commit counts it) */
+    } else if (batch.n && defer) {
+        kd_batch_defer(r, &batch, first);
+    } else if (batch.n) {
+        kd_batch_flush(r, &batch, first);
+    }
+    kd_ring_commit(r->ring, first, used);
+    ctx->busy = 0;
+    *recorded = 1;
+    return 1;
+}
+
 /* After the launch, on rec, this thread's copy of the launch's record (rec[0]
  * its header): hashes of what the kernel wrote, the read-only check's second
  * hash, and clones of the outputs (record_outputs).  CUDA hashes go to batch
@@ -490,7 +647,7 @@ static void after_launch(kd_recorder *r, kd_pending *p, PyObject *const *args, P
                 kinds |= KD_HK_BITWISE;
             if (kinds)
                 kd_hash_tensor(r, args[i], kinds, h, 1, p->launch_index, i, batch, p->stream,
-                               p->first + it.hash_off);
+                               p->first + it.hash_off, NULL);
             if (check)
                 h->flags |= KD_HF_CHECKED; /* compared once merged and the batch is queued */
         }

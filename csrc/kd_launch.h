@@ -70,4 +70,18 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
 void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssize_t nargs,
                    int raised);
 
+/* Note [Records made in one pass] (kd_launch.c): the record of a launch that
+ * ran already, or of tensors no kernel writes, made as kd_launch_begin +
+ * kd_launch_end back to back would make it (raised = 0), in one pass.
+ * Returns 1 when it did (*recorded: 1 when the record is in the ring, 0 when
+ * it was counted as unrecorded or refused, as the two calls count it), 0
+ * when it declined without doing anything (the caller makes the two
+ * calls). */
+int kd_launch_record(kd_recorder *r, kd_kernel_info *info, PyObject *const *args, Py_ssize_t nargs,
+                     uint64_t stream, int *recorded);
+
+/* Whether kd_launch_record may run (1, the default) or always declines (0:
+ * kdebug.testing compares the two paths' records); returns the old value. */
+int kd_launch_record_enable(int on);
+
 #endif

@@ -228,10 +228,12 @@ static int batch_add(kd_gpu_batch *b, const kd_tensor_meta *m, int kinds,
  * here, anything else through the slow Python path. */
 void kd_hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int w,
                     uint64_t launch_index, Py_ssize_t arg, kd_gpu_batch *b, uint64_t stream,
-                    uint64_t pos)
+                    uint64_t pos, const kd_tensor_meta *known)
 {
     kd_tensor_meta m;
-    if (kd_shim_tensor_meta(o, &m) != 1)
+    if (known != NULL)
+        m = *known;
+    else if (kd_shim_tensor_meta(o, &m) != 1)
         return;
     h->kinds |= (uint8_t)kinds;
     if (!kd_meta_in_storage(&m, kd_itemsize(m.dtype))) {

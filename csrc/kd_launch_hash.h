@@ -5,6 +5,7 @@
 
 #include "kd_cuda_hash.h"
 #include "kd_recorder.h"
+#include "kd_shim.h" /* kd_tensor_meta */
 
 extern PyObject *kd_slow_hasher; /* slow_hasher(tensor, kinds) -> HashValues, for non-CPU tensors */
 extern PyObject *kd_custom_hasher; /* custom(recorder, launch_index, arg_index, when, tensor) */
@@ -46,10 +47,12 @@ void kd_batch_defer(kd_recorder *r, kd_gpu_batch *b, uint64_t base);
 
 /* Hashes tensor object o with `kinds` into slot `w` (0 pre, 1 post) of h.
  * CUDA tensors go to the batch b (queued on `stream`), CPU tensors are hashed
- * here, anything else through the slow Python path.  Never raises: failures
- * are counted on r. */
+ * here, anything else through the slow Python path.  `known`: o's metadata
+ * as kd_shim_tensor_meta read it since o last changed (no Python code ran
+ * in between that could change it), or NULL to read it here.  Never raises:
+ * failures are counted on r. */
 void kd_hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int w,
                     uint64_t launch_index, Py_ssize_t arg, kd_gpu_batch *b, uint64_t stream,
-                    uint64_t pos);
+                    uint64_t pos, const kd_tensor_meta *known);
 
 #endif

@@ -133,6 +133,18 @@ static PyObject *mod_inject(PyObject *m, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* _one_pass_records(on) -> bool: whether records of launches that ran already
+ * are made in one pass (Note [Records made in one pass]); returns the old
+ * setting.  For kdebug.testing.two_call_records. */
+static PyObject *mod_one_pass_records(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    return PyBool_FromLong(kd_launch_record_enable(on));
+}
+
 /* _set_hash_config(kinds, hash_inputs, check_readonly, spec) -> this thread's
  * previous settings, a HashConfig (Note [Hash settings per thread] in kd_recorder.h) */
 static PyObject *mod_set_hash_config(PyObject *m, PyObject *args)
@@ -329,6 +341,8 @@ static PyMethodDef module_methods[] = {
      "Tests only: the next n copies of kept launch records (Recorder.clear) fail, as out of memory would."},
     {"_inject_hook_faults", mod_inject, METH_O,
      "Tests only: the next n launch descriptions fail inside the hook, as a real failure would."},
+    {"_one_pass_records", mod_one_pass_records, METH_O,
+     "Tests only: _one_pass_records(on) -> the old setting (Note [Records made in one pass])."},
     {"intern", mod_intern, METH_O, "intern(s) -> id in kdebug's string table"},
     {"string", mod_string, METH_O, "string(id) -> the interned string"},
     {"_set_dtype_names", mod_set_dtype_names, METH_O,

@@ -176,9 +176,12 @@ static void op_record(uint32_t name_id, int empty, PyObject *const *args, const 
     Py_INCREF(r);
     kd_capture saved = kd_tls_capture; /* an op is launched inside no launcher */
     memset(&kd_tls_capture, 0, sizeof kd_tls_capture);
-    kd_pending p;
-    kd_launch_begin(r, &info, args, nargs, stream, &p);
-    kd_launch_end(r, &p, args, nargs, 0);
+    int recorded;
+    if (!kd_launch_record(r, &info, args, nargs, stream, &recorded)) { /* Note [Records made in one pass] */
+        kd_pending p;
+        kd_launch_begin(r, &info, args, nargs, stream, &p);
+        kd_launch_end(r, &p, args, nargs, 0);
+    }
     kd_tls_capture = saved;
     Py_DECREF(r);
     PyErr_Clear();

@@ -673,11 +673,16 @@ static PyObject *rec_record(kd_recorder *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|K", kwlist, &kd_KernelInfoType, &info,
                                      &PyTuple_Type, &argv, &stream))
         return NULL;
-    kd_pending p;
-    kd_launch_begin(self, (kd_kernel_info *)info, &PyTuple_GET_ITEM(argv, 0),
-                    PyTuple_GET_SIZE(argv), stream, &p);
-    kd_launch_end(self, &p, &PyTuple_GET_ITEM(argv, 0), PyTuple_GET_SIZE(argv), 0);
-    return PyBool_FromLong(p.ok);
+    PyObject *const *objs = &PyTuple_GET_ITEM(argv, 0);
+    const Py_ssize_t n = PyTuple_GET_SIZE(argv);
+    int recorded = 0;
+    if (!kd_launch_record(self, (kd_kernel_info *)info, objs, n, stream, &recorded)) { /* Note [Records made in one pass] */
+        kd_pending p;
+        kd_launch_begin(self, (kd_kernel_info *)info, objs, n, stream, &p);
+        kd_launch_end(self, &p, objs, n, 0);
+        recorded = p.ok;
+    }
+    return PyBool_FromLong(recorded);
 }
 
 static PyObject *rec_get_outputs(kd_recorder *self, void *c)

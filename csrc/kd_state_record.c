@@ -160,8 +160,11 @@ static int record_tensors(kd_recorder *r, uint32_t name_id, uint32_t *name_ids, 
     Py_INCREF(r);
     int was = kd_tls_hash_now;
     kd_tls_hash_now = 1;
-    kd_launch_begin(r, &info, objs, n, stream, &p);
-    kd_launch_end(r, &p, objs, n, 0);
+    int recorded;
+    if (!kd_launch_record(r, &info, objs, n, stream, &recorded)) { /* Note [Records made in one pass] */
+        kd_launch_begin(r, &info, objs, n, stream, &p);
+        kd_launch_end(r, &p, objs, n, 0);
+    }
     kd_tls_hash_now = was;
     Py_DECREF(r);
     for (Py_ssize_t i = 0; i < n; i++)

@@ -399,3 +399,17 @@ def write_guard_probe():
         log = _C._write_guard_log()
         write_guard_probe.last = {"lost": log["lost"]}
         seen.extend(GuardedWrite(**w) for w in log["writes"])
+
+
+@contextlib.contextmanager
+def two_call_records():
+    """Within the block, records that kdebug makes in one pass (Note [Records
+    made in one pass] in csrc/kd_launch.c: replica state records, extern ops
+    recorded after they ran, ``Recorder.record``) are made by the launch
+    path's two calls instead, as before that pass existed; tests compare the
+    two paths' records."""
+    prev = _C._one_pass_records(False)
+    try:
+        yield
+    finally:
+        _C._one_pass_records(prev)

@@ -452,3 +452,37 @@ def test_a_graph_called_inside_an_eager_op_stays_nested_in_it(all_threads):
     assert ext[0][0] >= direct_from, ext  # the direct call's, not the nested one's
     # the nested graph's kernels are still recorded (kernel launches are recorded at any depth)
     assert any(getattr(op, "kind", None) == "cpp" for op in dm.operators[:direct_from]), dm.operators
+
+
+def _record_fields(dm) -> list:
+    """Every recorded launch and extern op of dm as plain data, without what
+    differs between two runs of the same code (addresses, times, threads)."""
+    out = []
+    for op in dm.kernels:
+        tensors = {n: (t.role, t.dtype, tuple(t.shape), tuple(t.stride), t.storage_offset, str(t.device))
+                   for n, t in op.tensor_info.items()}
+        out.append((op.kernel_name, op.roles, tensors, repr(op.pre_hashes), repr(op.post_hashes), op.grid,
+                    op.raised, str(op.device)))
+    return out
+
+
+@pytest.mark.parametrize("hash_fn", ["norm", ["bitwise", "hash_tensor"], ["bitwise", "stats"]])
+def test_extern_records_made_in_one_pass_equal_the_two_call_records(compiled, hash_fn):
+    """Note [Records made in one pass]: an extern op recorded after it ran is
+    described and hashed in one pass; its record (arguments, roles, hashes
+    of what it read before and wrote after) is the one the launch path's two
+    calls made."""
+    fn, x = compiled
+
+    def run():
+        with torch.no_grad(), DebugMode(kernels_only=True, record_extern_ops=True) as dm, \
+                DebugMode.log_tensor_hashes(hash_fn=hash_fn, hash_inputs=True):
+            fn(x)
+        return dm
+
+    one = run()
+    with testing.two_call_records():
+        two = run()
+    ext = [op for op in one.kernels if isinstance(op, _AtenOpCall)]
+    assert len(ext) >= 4 and all(op.pre_hashes and op.post_hashes for op in ext)
+    assert _record_fields(one) == _record_fields(two)

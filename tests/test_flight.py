@@ -1425,3 +1425,64 @@ def test_kept_steps_held_in_a_small_ring_are_not_overwritten_before_a_dump(every
     assert run.meta["stats"]["complete"] and fr._rec.stats()["dropped"] == 0
     assert fr.stats["early_drains"] > 0
     fr.close()
+
+
+def _replica_views(device: str) -> dict:
+    """Tensors of the layouts, dtypes and ranks a record meets, by name."""
+    g = torch.Generator().manual_seed(3)
+    b = torch.randn(6, 8, generator=g).to(device)
+    return {"w": b, "w.t": b.t(), "w.slice": b[1:, 2:], "w.step": b[:, ::2],
+            "empty": torch.empty(0, 3, device=device), "int": torch.arange(12, device=device).view(3, 4),
+            "bool": b > 0, "bf16": b.to(torch.bfloat16), "rank7": torch.randn(1, 2, 1, 2, 1, 2, 3, generator=g).to(device),
+            "rank9": torch.randn(2, 1, 1, 1, 1, 1, 1, 1, 2, generator=g).to(device),
+            "conj": torch.randn(3, dtype=torch.cfloat, generator=g).to(device).conj()}
+
+
+def _fields(dm) -> list:
+    out = []
+    for k in dm.kernels:
+        tensors = {n: (t.role, t.dtype, tuple(t.shape), tuple(t.stride), t.storage_offset, t.data_ptr, str(t.device))
+                   for n, t in k.tensor_info.items()}
+        out.append((k.kernel_name, k.roles, tensors, repr(k.pre_hashes), repr(k.post_hashes), k.grid, k.raised))
+    return out
+
+
+@pytest.mark.parametrize("hash_fn", ["bitwise", "norm", ["bitwise", "stats"], ["bitwise", "hash_tensor"]])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_records_made_in_one_pass_equal_the_two_call_records(device, hash_fn):
+    """Note [Records made in one pass] (csrc/kd_launch.c): a replica state
+    record and a launch given to Recorder.record (reads, writes and
+    read-writes, hashed before and after) are described and hashed in one
+    pass; their records, and the digest a compare takes of them, are the
+    ones kd_launch_begin + kd_launch_end made, for every layout, dtype and
+    rank here (on the GPU: views the hash kernel takes, and ones it leaves to
+    the host); the bitwise hashes are the host's own hash of each tensor."""
+    from kdebug import hashing
+
+    views = _replica_views(device)
+    names, ts = list(views), list(views.values())
+    dev = torch.device(device)
+    ki = _C.KernelInfo(1, "kdebug_test::rw", ["x", "y", "z", "n"], [1, 2, 3, 1],
+                       1 if dev.type == "cuda" else 0, 0 if dev.type == "cuda" else -1)
+
+    def run():
+        with DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes(hash_fn, hash_inputs=True):
+            rec = dm._recorder
+            assert _C.record_state("kdebug::flight_state", names, ts)
+            assert rec.record(ki, (views["w"], views["int"], views["w.slice"], 7))
+            rec.settle(wait=True)
+            d = rec.digest(0, rec.seen)
+        return dm, d
+
+    one, d1 = run()
+    with kdebug.testing.two_call_records():
+        two, d2 = run()
+    assert d1 is not None and d1.recorded == 2 and d1 == d2
+    assert _fields(one) == _fields(two)
+    state, rw = one.kernels
+    assert rw.pre_hashes.keys() == {"x", "z"} and rw.post_hashes.keys() == {"y", "z"}
+    if "bitwise" in hash_fn:
+        for n, t in views.items():
+            got = state.post_hashes[n]
+            got = got[0] if isinstance(got, tuple) else got  # (bitwise, the other kind)
+            assert got == hashing.bitwise(t, on_host=True), n
