@@ -247,9 +247,15 @@ static void guard_writes(uint8_t dev_type, PyObject *const *args, Py_ssize_t nar
     }
 }
 
-static int read_call_depth(PyObject *mode)
+/* mode.call_depth + 1 (1 without a mode or a usable value).  *pure (may be
+ * NULL) is set to 0 when reading it may have run Python code: a type with
+ * its own __getattribute__ / __getattr__, a class attribute with a __get__
+ * (a property), or a value that is not an int (its __index__). */
+static int read_call_depth_pure(PyObject *mode, int *pure)
 {
     static PyObject *name = NULL;
+    if (pure != NULL)
+        *pure = 1;
     if (mode == NULL)
         return 1;
     if (name == NULL) {
@@ -259,11 +265,20 @@ static int read_call_depth(PyObject *mode)
             return 1;
         }
     }
+    if (pure != NULL) {
+        PyTypeObject *tp = Py_TYPE(mode);
+        PyObject *cls_attr = tp->tp_getattro == PyObject_GenericGetAttr ? _PyType_Lookup(tp, name) : NULL;
+        if (tp->tp_getattro != PyObject_GenericGetAttr ||
+            (cls_attr != NULL && Py_TYPE(cls_attr)->tp_descr_get != NULL))
+            *pure = 0;
+    }
     PyObject *v = PyObject_GetAttr(mode, name);
     if (v == NULL) {
         PyErr_Clear();
         return 1;
     }
+    if (pure != NULL && !PyLong_CheckExact(v))
+        *pure = 0;
     long d = PyLong_AsLong(v);
     Py_DECREF(v);
     if (d == -1 && PyErr_Occurred()) {
@@ -272,6 +287,8 @@ static int read_call_depth(PyObject *mode)
     }
     return d < 0 ? 1 : (int)d + 1;
 }
+
+static int read_call_depth(PyObject *mode) { return read_call_depth_pure(mode, NULL); }
 
 /* Describes the launch into this thread's build buffer (Python hashers may
  * run: Note [Per-thread launch context]), then reserves and copies it into the
@@ -425,158 +442,6 @@ void kd_launch_begin(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
         kd_graph_note_unrecorded(kd_tls_graph); /* its replays will lack it (Note [CUDA graph replays]) */
 }
 
-/* Note [Records made in one pass]
- * Some records have no kernel launch between their two halves: a replica
- * state record (kd_state_record.c: the flight recorder makes about 250 a
- * step), an aten op recorded after it ran (kd_op_observer.c), a launch a
- * caller records itself (Recorder.record).  Made as kd_launch_begin +
- * kd_launch_end back to back, each tensor's metadata was read three times
- * (to describe it, for the write guard, for its post-launch hash), and the
- * record was copied out of the ring and merged back for its hashes.
- * kd_launch_record makes the same record in one pass into this thread's
- * build buffer: each argument described and hashed from one reading of its
- * metadata (pre-launch kinds, then post-launch kinds: no kernel runs in
- * between, so both read the same bytes, as they did), then reserved, copied
- * into the ring once, and its GPU hashes queued with their ring tickets.
- * The write guard is left out: nothing is launched, so nothing queued can be
- * overwritten by it (an op that ran already was guarded before it ran, by
- * the C++ write guard, Note [C++ write guard]).  The record's bytes are the
- * two calls' (a test compares them through kdebug.testing.two_call_records).
- * Declined, before anything is done, where the two calls do work between
- * them that one pass would reorder: check_inputs_unchanged (its pre-launch
- * check), record_outputs (copies, a Python filter), store_original_args,
- * a custom hash_fn (Python code per tensor that may look at the ring), a
- * CUDA graph capture on this thread or open anywhere, a thread already
- * inside kdebug's launch path, injected hook faults. */
-static int one_pass_enabled = 1;
-
-int kd_launch_record_enable(int on)
-{
-    int was = one_pass_enabled;
-    one_pass_enabled = on != 0;
-    return was;
-}
-
-int kd_launch_record(kd_recorder *r, kd_kernel_info *info, PyObject *const *args, Py_ssize_t nargs,
-                     uint64_t stream, int *recorded)
-{
-    *recorded = 0;
-    kd_hash_config cfg = launch_hcfg(r);
-    if (!one_pass_enabled || cfg.check_readonly || cfg.record_outputs || (cfg.kinds & KD_HK_CUSTOM) ||
-        r->ring_objs != NULL || kd_tls_graph != NULL || kd_graph_any_open() || kd_injected_faults > 0 ||
-        nargs > UINT16_MAX)
-        return 0;
-    /* one batch takes both sides' GPU hashes, where the two calls had one
-     * batch each: no more than KD_GPU_BATCH_MAX of them (beyond, a batch's
-     * overflow takes the slow path, each call's at its own place) */
-    if (cfg.kinds && (cfg.hash_inputs ? 2 : 1) * nargs > KD_GPU_BATCH_MAX)
-        return 0;
-    kd_launch_ctx *ctx = kd_launch_ctx_get();
-    if (ctx == NULL || ctx->busy)
-        return 0; /* the two calls count it as they should */
-    ctx->busy = 1;
-    const int hashing = cfg.kinds != 0;
-    kd_payload *b = ctx->build;
-    uint32_t used = 1;
-    const char *why = NULL;
-    int first_tensor_seen = 0;
-    uint8_t dev_type = info->device_type;
-    int8_t dev_index = info->device_index;
-    const uint64_t launch_index = r->next_launch_index++;
-    kd_gpu_batch batch;
-    batch.n = 0;
-    const int defer = defer_here();
-    if (kd_defer_enabled() && dev_type == KD_DEV_CUDA)
-        kd_defer_guard(dev_index, stream, 0, 0); /* another stream: flush and order (as kd_launch_begin) */
-    for (Py_ssize_t i = 0; i < nargs; i++) {
-        uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
-        uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
-        kd_payload *a = &b[used];
-        kd_tensor_meta meta;
-        uint32_t k = describe_arg(args[i], name_id, role, hashing, a, KD_BUILD_SLOTS - used, &why, &meta);
-        if (k == 0)
-            break;
-        if (a->tag == KD_TAG_TENSOR) {
-            if (!first_tensor_seen) {
-                first_tensor_seen = 1;
-                dev_type = a->tensor.device_type;
-                dev_index = a->tensor.device_index;
-            }
-            kd_hash_rec *h = kd_arg_hash(a);
-            if (h != NULL) {
-                h->spec = (uint16_t)cfg.spec;
-                uint64_t pos = (uint64_t)((kd_payload *)h - b); /* its ticket less the record's first */
-                int pre = (role & KD_ROLE_READ) && cfg.hash_inputs ? cfg.kinds : 0;
-                int post = (role & KD_ROLE_WRITE) ? cfg.kinds : 0;
-                if (pre)
-                    kd_hash_tensor(r, args[i], pre, h, 0, launch_index, i, &batch, stream, pos, &meta);
-                if (post)
-                    kd_hash_tensor(r, args[i], post, h, 1, launch_index, i, &batch, stream, pos, &meta);
-            }
-        }
-        used += k;
-    }
-    if (why != NULL) { /* nothing recorded: its hashes are not queued (as kd_launch_begin) */
-        char msg[200];
-        snprintf(msg, sizeof msg, "could not describe an argument of %s: %s",
-                 kd_strtab_get(kd_strings, info->name_id, NULL), why);
-        kd_recorder_error(r, msg);
-        r->unrecorded++;
-        ctx->busy = 0;
-        return 1;
-    }
-    kd_launch *h = &b[0].launch;
-    memset(b, 0, sizeof(kd_payload));
-    h->tag = KD_TAG_LAUNCH;
-    h->kind = info->kind;
-    h->device_type = dev_type;
-    h->device_index = dev_index;
-    h->nargs = (uint16_t)nargs;
-    h->nslots = (uint16_t)(used - 1);
-    h->name_id = info->name_id;
-    h->stream = stream;
-    h->thread_id = (uint64_t)PyThread_get_thread_ident();
-    Py_ssize_t nops = (r->ops != NULL && PyList_Check(r->ops)) ? PyList_GET_SIZE(r->ops) - r->merged : 0;
-    h->py_index = nops > 0 ? (uint64_t)nops : 0;
-    int depth = read_call_depth(r->mode); /* Python code: before the ring is reserved */
-    h->call_depth = (uint16_t)(depth > UINT16_MAX ? UINT16_MAX : depth);
-    h->launch_index = launch_index;
-    if (kd_tls_capture.have_grid) { /* (a caller's launcher capture, as kd_launch_end reads it) */
-        h->grid[0] = kd_tls_capture.grid[0];
-        h->grid[1] = kd_tls_capture.grid[1];
-        h->grid[2] = kd_tls_capture.grid[2];
-        h->flags |= KD_LF_GRID;
-    }
-    if (kd_tls_capture.have_config) {
-        h->config_id = kd_tls_capture.config_id;
-        h->num_warps = kd_tls_capture.num_warps;
-        h->num_stages = kd_tls_capture.num_stages;
-        h->shared_mem = kd_tls_capture.shared_mem;
-        h->flags |= KD_LF_CONFIG;
-    }
-    /* From reserve to commit: no Python code runs. */
-    uint64_t first;
-    if (kd_ring_reserve(r->ring, used, &first) != 0) {
-        ctx->busy = 0;
-        return 1; /* refused: counted by the ring */
-    }
-    h->t_start_ns = kd_now_ns();
-    h->t_end_ns = h->t_start_ns; /* nothing launched between */
-    for (uint32_t i = 0; i < used; i++)
-        memcpy(kd_ring_payload(r->ring, first + i), &b[i], sizeof(kd_payload));
-    uint64_t head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
-    if (head - first > r->ring->capacity) {
-        batch.n = 0; /* another thread's writes lapped it: its slots are not ours (commit counts it) */
-    } else if (batch.n && defer) {
-        kd_batch_defer(r, &batch, first);
-    } else if (batch.n) {
-        kd_batch_flush(r, &batch, first);
-    }
-    kd_ring_commit(r->ring, first, used);
-    ctx->busy = 0;
-    *recorded = 1;
-    return 1;
-}
 
 /* After the launch, on rec, this thread's copy of the launch's record (rec[0]
  * its header): hashes of what the kernel wrote, the read-only check's second
@@ -791,4 +656,193 @@ void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssiz
     }
     kd_ring_commit(r->ring, p->first, p->n);
     ctx->busy = 0;
+}
+
+/* Note [Records made in one pass]
+ * Some records have no kernel launch between their two halves: a replica
+ * state record (kd_state_record.c: the flight recorder makes about 250 a
+ * step), an aten op recorded after it ran (kd_op_observer.c), a launch a
+ * caller records itself (Recorder.record).  Made as kd_launch_begin +
+ * kd_launch_end back to back, each tensor's metadata was read three times
+ * (to describe it, for the write guard, for its post-launch hash), and the
+ * record was copied out of the ring again for its post-launch hashes.
+ * kd_launch_record does the same steps in the same order -- describe each
+ * argument and hash what it reads, read call_depth, reserve and copy into
+ * the ring, queue those hashes; hash what it writes, merge those hashes
+ * into the ring unless lapped, queue them, commit -- with three differences:
+ *  - the write guard is left out: nothing is launched, so nothing queued
+ *    can be overwritten (an op that ran was guarded before it ran, by the
+ *    C++ write guard, Note [C++ write guard]); it only flushed earlier;
+ *  - the post-launch hashes go into this thread's build buffer, which
+ *    still holds the record (launches on this thread are suppressed while
+ *    its context is busy), not into a fresh copy out of the ring;
+ *  - they use the metadata read when describing while no Python code ran
+ *    since (kd_tls_hash_python_calls did not move; call_depth was read
+ *    without Python: read_call_depth_pure); else they read it again.
+ * The record's bytes, counters and errors are the two calls' (tests compare
+ * them through kdebug.testing.two_call_records, which turns this off).
+ * Declined, before anything is done, where the two calls do work this
+ * path does not: check_inputs_unchanged, record_outputs, store_original_args,
+ * a custom hash_fn, a CUDA graph capture on this thread or open anywhere, a
+ * thread already inside kdebug's launch path, injected hook faults, more
+ * than KD_RECORD_ARGS arguments.  An adversarial review of its first
+ * version (which hashed each argument's writes while describing it, and
+ * read call_depth after) found it counted hash errors for records then
+ * refused or not described, ran Python code in another order, and left a
+ * Python error set: each has a test now. */
+static int one_pass_enabled = 1;
+
+int kd_launch_record_enable(int on)
+{
+    int was = one_pass_enabled;
+    one_pass_enabled = on != 0;
+    return was;
+}
+
+int kd_launch_record(kd_recorder *r, kd_kernel_info *info, PyObject *const *args, Py_ssize_t nargs,
+                     uint64_t stream, int *recorded)
+{
+    *recorded = 0;
+    kd_hash_config cfg = launch_hcfg(r);
+    if (!one_pass_enabled || cfg.check_readonly || cfg.record_outputs || (cfg.kinds & KD_HK_CUSTOM) ||
+        r->ring_objs != NULL || kd_tls_graph != NULL || kd_graph_any_open() || kd_injected_faults > 0 ||
+        nargs > KD_RECORD_ARGS)
+        return 0;
+    kd_launch_ctx *ctx = kd_launch_ctx_get();
+    if (ctx == NULL || ctx->busy)
+        return 0; /* the two calls count it as they should */
+    ctx->busy = 1;
+    const int hashing = cfg.kinds != 0;
+    kd_payload *b = ctx->build;
+    uint32_t used = 1;
+    const char *why = NULL;
+    int first_tensor_seen = 0;
+    uint8_t dev_type = info->device_type;
+    int8_t dev_index = info->device_index;
+    const uint64_t launch_index = r->next_launch_index++;
+    /* what kd_launch_begin does, in its order: describe each argument and
+     * hash what it reads, read call_depth, reserve, queue those hashes */
+    kd_tensor_meta *metas = ctx->metas; /* each tensor argument's, as described */
+    uint32_t *hash_at = ctx->hash_at;   /* each argument's hash payload in b, 0: none */
+    const uint64_t python_calls = kd_tls_hash_python_calls;
+    kd_gpu_batch batch;
+    batch.n = 0;
+    const int defer = defer_here();
+    if (kd_defer_enabled() && dev_type == KD_DEV_CUDA)
+        kd_defer_guard(dev_index, stream, 0, 0); /* another stream: flush and order */
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
+        uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
+        kd_payload *a = &b[used];
+        hash_at[i] = 0;
+        uint32_t k = describe_arg(args[i], name_id, role, hashing, a, KD_BUILD_SLOTS - used, &why, &metas[i]);
+        if (k == 0)
+            break;
+        if (a->tag == KD_TAG_TENSOR) {
+            if (!first_tensor_seen) {
+                first_tensor_seen = 1;
+                dev_type = a->tensor.device_type;
+                dev_index = a->tensor.device_index;
+            }
+            kd_hash_rec *h = kd_arg_hash(a);
+            if (h != NULL) {
+                h->spec = (uint16_t)cfg.spec;
+                hash_at[i] = (uint32_t)((kd_payload *)h - b);
+                int pre = (role & KD_ROLE_READ) && cfg.hash_inputs ? cfg.kinds : 0;
+                if (pre)
+                    kd_hash_tensor(r, args[i], pre, h, 0, launch_index, i, &batch, stream, hash_at[i], &metas[i]);
+            }
+        }
+        used += k;
+    }
+    if (why != NULL) { /* nothing recorded: its hashes are not queued */
+        char msg[200];
+        snprintf(msg, sizeof msg, "could not describe an argument of %s: %s",
+                 kd_strtab_get(kd_strings, info->name_id, NULL), why);
+        kd_recorder_error(r, msg);
+        r->unrecorded++;
+        ctx->busy = 0;
+        return 1;
+    }
+    kd_launch *h = &b[0].launch;
+    memset(b, 0, sizeof(kd_payload));
+    h->tag = KD_TAG_LAUNCH;
+    h->kind = info->kind;
+    h->device_type = dev_type;
+    h->device_index = dev_index;
+    h->nargs = (uint16_t)nargs;
+    h->nslots = (uint16_t)(used - 1);
+    h->name_id = info->name_id;
+    h->stream = stream;
+    h->thread_id = (uint64_t)PyThread_get_thread_ident();
+    Py_ssize_t nops = (r->ops != NULL && PyList_Check(r->ops)) ? PyList_GET_SIZE(r->ops) - r->merged : 0;
+    h->py_index = nops > 0 ? (uint64_t)nops : 0;
+    int pure = 1;
+    int depth = read_call_depth_pure(r->mode, &pure);
+    h->call_depth = (uint16_t)(depth > UINT16_MAX ? UINT16_MAX : depth);
+    h->launch_index = launch_index;
+    /* the metadata read above still holds for the hashes below while no
+     * Python code ran since (else they read it again, as the two calls did) */
+    const int metas_hold = pure && kd_tls_hash_python_calls == python_calls;
+    uint64_t first;
+    if (kd_ring_reserve(r->ring, used, &first) != 0) {
+        ctx->busy = 0;
+        return 1; /* refused: counted by the ring */
+    }
+    for (uint32_t i = 0; i < used; i++)
+        memcpy(kd_ring_payload(r->ring, first + i), &b[i], sizeof(kd_payload));
+    if (batch.n && defer)
+        kd_batch_defer(r, &batch, first);
+    else if (batch.n)
+        kd_batch_flush(r, &batch, first);
+    /* (no write guard: nothing is launched) */
+    uint64_t head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
+    if (head - first <= r->ring->capacity)
+        kd_ring_payload(r->ring, first)->launch.t_start_ns = kd_now_ns();
+    /* what kd_launch_end does: hash what it wrote, on b (still this record:
+     * this thread's launches are suppressed while ctx is busy), then merge
+     * those hashes into the ring unless another thread lapped it meanwhile */
+    batch.n = 0;
+    if (hashing) {
+        PyObject *et, *ev, *etb;
+        PyErr_Fetch(&et, &ev, &etb);
+        for (Py_ssize_t i = 0; i < nargs; i++) {
+            uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
+            if (hash_at[i] != 0 && (role & KD_ROLE_WRITE))
+                kd_hash_tensor(r, args[i], cfg.kinds, &b[hash_at[i]].hash, 1, launch_index, i, &batch, stream,
+                               first + hash_at[i], metas_hold ? &metas[i] : NULL);
+        }
+        PyErr_Restore(et, ev, etb);
+    }
+    head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
+    if (head - first <= r->ring->capacity) {
+        kd_launch *rh = &kd_ring_payload(r->ring, first)->launch;
+        rh->t_end_ns = kd_now_ns();
+        if (kd_tls_capture.have_grid) { /* a caller's launcher capture, as kd_launch_end reads it */
+            rh->grid[0] = kd_tls_capture.grid[0];
+            rh->grid[1] = kd_tls_capture.grid[1];
+            rh->grid[2] = kd_tls_capture.grid[2];
+            rh->flags |= KD_LF_GRID;
+        }
+        if (kd_tls_capture.have_config) {
+            rh->config_id = kd_tls_capture.config_id;
+            rh->num_warps = kd_tls_capture.num_warps;
+            rh->num_stages = kd_tls_capture.num_stages;
+            rh->shared_mem = kd_tls_capture.shared_mem;
+            rh->flags |= KD_LF_CONFIG;
+        }
+        if (hashing) {
+            for (Py_ssize_t i = 0; i < nargs; i++)
+                if (hash_at[i] != 0)
+                    merge_post(&kd_ring_payload(r->ring, first + hash_at[i])->hash, &b[hash_at[i]].hash);
+            if (defer_here())
+                kd_batch_defer(r, &batch, 0);
+            else
+                kd_batch_flush(r, &batch, 0);
+        }
+    }
+    kd_ring_commit(r->ring, first, used);
+    ctx->busy = 0;
+    *recorded = 1;
+    return 1;
 }

@@ -5,6 +5,7 @@
 
 #include "kd_launch_ctx.h"
 #include "kd_recorder.h" /* KD_BUILD_SLOTS */
+#include "kd_shim.h"     /* kd_tensor_meta */
 
 /* Note [Per-thread launch context]
  * A launch is described in a buffer of its own thread (kd_launch_ctx), not in
@@ -45,6 +46,8 @@ static void ctx_free(void *p)
         return;
     free(c->build);
     free(c->released);
+    free(c->metas);
+    free(c->hash_at);
     free(c);
 }
 
@@ -60,8 +63,11 @@ kd_launch_ctx *kd_launch_ctx_get(void)
     if (c != NULL) {
         c->build = calloc(KD_BUILD_SLOTS, sizeof(kd_payload));
         c->released = calloc(KD_BUILD_SLOTS, sizeof(PyObject *));
+        c->metas = calloc(KD_RECORD_ARGS, sizeof(kd_tensor_meta));
+        c->hash_at = calloc(KD_RECORD_ARGS, sizeof(uint32_t));
     }
-    if (c == NULL || c->build == NULL || c->released == NULL || !ctx_key_ok ||
+    if (c == NULL || c->build == NULL || c->released == NULL || c->metas == NULL || c->hash_at == NULL ||
+        !ctx_key_ok ||
         pthread_setspecific(ctx_key, c) != 0) {
         ctx_free(c);
         return NULL;

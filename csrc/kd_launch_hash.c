@@ -58,6 +58,8 @@ static void mark_unsupported(kd_recorder *r, kd_hash_rec *h, int w, int kinds)
     r->hash_unsupported++;
 }
 
+_Thread_local uint64_t kd_tls_hash_python_calls;
+
 /* A collected GPU result for the hash record at ring ticket `pos` (Note [GPU
  * hash results]): filled in unless the record was drained or lapped since
  * (a drain collects first, so only a cleared or lapped record misses it). */
@@ -289,6 +291,7 @@ void kd_hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int 
         kd_graph_note_hash_error(kd_tls_graph);
         kd_recorder_error(r, "a tensor kdebug hashes only on the host, during a CUDA graph capture: not hashed");
     } else if (std_kinds) {
+        kd_tls_hash_python_calls++;
         PyObject *res = kd_slow_hasher ? PyObject_CallFunction(kd_slow_hasher, "Oi", o, std_kinds) : NULL;
         unsigned long long v[9]; /* a HashValues (Note [HashValues] in kd_hash_py.c) */
         int ok = res != NULL && Py_TYPE(res) == kd_HashValuesType;
@@ -326,6 +329,7 @@ void kd_hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int 
         kd_graph_note_hash_error(kd_tls_graph);
         kd_recorder_error(r, "the custom hash_fn does not run during a CUDA graph capture: not hashed");
     } else if ((kinds & KD_HK_CUSTOM) && kd_custom_hasher != NULL) {
+        kd_tls_hash_python_calls++;
         PyObject *res = PyObject_CallFunction(kd_custom_hasher, "OKniO", (PyObject *)r,
                                               (unsigned long long)launch_index, arg, w, o);
         if (res == NULL)

@@ -7,6 +7,10 @@
 #include "kd_recorder.h"
 #include "kd_shim.h" /* kd_tensor_meta */
 
+/* Calls kd_hash_tensor made into Python code (the slow and custom hashers)
+ * on this thread: a caller holding tensor metadata across hashes knows by it
+ * whether Python code ran (Note [Records made in one pass]). */
+extern _Thread_local uint64_t kd_tls_hash_python_calls;
 extern PyObject *kd_slow_hasher; /* slow_hasher(tensor, kinds) -> HashValues, for non-CPU tensors */
 extern PyObject *kd_custom_hasher; /* custom(recorder, launch_index, arg_index, when, tensor) */
 

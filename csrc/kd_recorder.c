@@ -31,9 +31,8 @@ void kd_recorder_error(kd_recorder *r, const char *what)
     PyErr_Fetch(&type, &value, &tb);
     if (value != NULL || type != NULL) {
         s = PyObject_Str(value ? value : type);
-        if (s != NULL)
-            detail = PyUnicode_AsUTF8(s);
-        if (detail == NULL) {
+        detail = s != NULL ? PyUnicode_AsUTF8(s) : NULL;
+        if (detail == NULL) { /* str() of the error raised, or its text is not UTF-8: no detail */
             PyErr_Clear();
             detail = "";
         }

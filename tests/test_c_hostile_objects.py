@@ -316,3 +316,132 @@ def test_a_recording_says_why_a_view_outside_its_storage_has_no_hash():
     assert not any("dtype" in str(w.message) for w in seen)  # not blamed on its dtype
     (k,) = dm.kernels
     assert not k.post_hashes
+
+
+# Note [Records made in one pass]: cases an adversarial review of its first
+# version found to differ from the launch path's two calls.  Each runs both
+# paths (kdebug.testing.two_call_records turns the one pass off).
+
+def _both(run):
+    import kdebug.testing
+    one = run()
+    with kdebug.testing.two_call_records():
+        two = run()
+    return one, two
+
+
+def test_one_pass_counts_nothing_for_a_record_not_described_or_refused():
+    """A record whose later argument cannot be described, or that the ring
+    refuses, counts no hash errors: its writes were never hashed (the first
+    one-pass version hashed each argument's writes while describing it)."""
+    base = torch.randn(10)
+    view = base[2:8]
+    base.untyped_storage().resize_(0)  # storage smaller than the view: a hash error if hashed
+    sparse = torch.eye(3).to_sparse()  # cannot be described
+
+    def not_described():
+        r = _C.Recorder(1024)
+        prev = _C._set_hash_config(_C.HASH_NORM, False, False, 0)
+        try:
+            ok = r.record(_C.KernelInfo(1, "k", ["a", "sp"], [2, 1], 0, -1), (view, sparse))
+        finally:
+            _C._set_hash_config(*prev)
+        s = r.stats()
+        return ok, {k: s[k] for k in ("launches", "errors", "unrecorded", "hash_unsupported")}
+
+    def refused():
+        r = _C.Recorder(16, "drop_new")
+        filler = _C.KernelInfo(1, "fill", ["a"], [1], 0, -1)
+        while r.record(filler, (torch.zeros(1),)):  # the ring is full
+            pass
+        prev = _C._set_hash_config(_C.HASH_NORM, False, False, 0)
+        try:
+            ok = r.record(_C.KernelInfo(1, "k", ["a"], [2], 0, -1), (view,))
+        finally:
+            _C._set_hash_config(*prev)
+        s = r.stats()
+        return ok, {k: s[k] for k in ("refused", "errors", "hash_unsupported")}
+
+    one, two = _both(not_described)
+    assert one == two == (False, {"launches": 0, "errors": 1, "unrecorded": 1, "hash_unsupported": 0})
+    one, two = _both(refused)
+    assert one == two and one[0] is False and one[1]["refused"] >= 1 and one[1]["errors"] == 0
+
+
+def test_one_pass_leaves_no_python_error_set_when_a_hash_error_cannot_be_printed():
+    """The slow hasher raising an exception whose str() raises too: the
+    record is made and counted as a hash error, and no Python error is left
+    set (Recorder.record used to raise SystemError); kd_recorder_error
+    clears what str() raised."""
+    import kdebug.hashing  # noqa: F401 (sets the slow hasher)
+
+    class BadStr(Exception):
+        def __str__(self):
+            raise RuntimeError("str() of this exception fails")
+
+    class Hostile:
+        def is_conj(self):
+            raise BadStr()
+
+    class Sub(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.detach:
+                return Hostile()
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **(kwargs or {}))
+
+    t = torch.randn(3, dtype=torch.cfloat).conj().as_subclass(Sub)  # conj: hashed by Python
+
+    class Mode:
+        @property
+        def call_depth(self):
+            return 2
+
+    def run():
+        r = _C.Recorder(1024)
+        r.start(Mode(), None)
+        prev = _C._set_hash_config(_C.HASH_BITWISE, False, False, 0)
+        try:
+            ok = r.record(_C.KernelInfo(1, "k", ["out", "x"], [2, 1], 0, -1), (t, torch.zeros(4)))
+        finally:
+            _C._set_hash_config(*prev)
+            r.stop()
+        r.drain()
+        return ok, r.launch(0).call_depth, r.messages()
+
+    one, two = _both(run)
+    assert one == two
+    ok, depth, messages = one
+    assert ok is True and depth == 3 and any("BadStr" in m for m in messages)
+
+
+def test_one_pass_runs_python_in_the_two_calls_order():
+    """A mode whose call_depth property writes a recorded output: the
+    output's post-launch hash is taken after call_depth is read, as the two
+    calls take it, so it is the hash of what call_depth wrote."""
+    from kdebug import hashing
+
+    w, rd = torch.zeros(4), torch.ones(4)
+
+    class Mode:
+        @property
+        def call_depth(self):
+            w.add_(1)
+            return 0
+
+    def run():
+        w.zero_()
+        r = _C.Recorder(1024)
+        r.start(Mode(), None)
+        prev = _C._set_hash_config(_C.HASH_BITWISE, True, False, 0)
+        try:
+            assert r.record(_C.KernelInfo(1, "k", ["w", "r"], [2, 1], 0, -1), (w, rd))
+        finally:
+            _C._set_hash_config(*prev)
+            r.stop()
+        r.drain()
+        return r.launch(0).hashes[0].post.bitwise
+
+    one, two = _both(run)
+    assert one == two == hashing.bitwise(torch.ones(4), on_host=True)
