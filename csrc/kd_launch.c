@@ -288,7 +288,111 @@ static int read_call_depth_pure(PyObject *mode, int *pure)
     return d < 0 ? 1 : (int)d + 1;
 }
 
-static int read_call_depth(PyObject *mode) { return read_call_depth_pure(mode, NULL); }
+/* Describes args into b[1..) (Note [Record layout] in kd_record.h) and
+ * takes the hashes of what the launch reads, before it, into batch (entry
+ * positions relative to b).  Returns the payloads used, the header's slot
+ * included; *why is set when an argument could not be described, and
+ * *dev_type / *dev_index become the first tensor's.  metas and hash_at (both
+ * NULL, or room for nargs): each argument's metadata as read, and where its
+ * hash payload lies in b (0: none). */
+static uint32_t describe_launch(kd_recorder *r, const kd_kernel_info *info, PyObject *const *args,
+                                Py_ssize_t nargs, const kd_hash_config *cfg, uint64_t launch_index,
+                                uint64_t stream, kd_payload *b, kd_gpu_batch *batch, uint8_t *dev_type,
+                                int8_t *dev_index, const char **why, kd_tensor_meta *metas, uint32_t *hash_at)
+{
+    const int hashing = cfg->kinds != 0 || cfg->check_readonly;
+    uint32_t used = 1;
+    int first_tensor_seen = 0;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
+        uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
+        kd_payload *a = &b[used];
+        kd_tensor_meta local;
+        kd_tensor_meta *meta = metas != NULL ? &metas[i] : &local;
+        if (hash_at != NULL)
+            hash_at[i] = 0;
+        uint32_t k = describe_arg(args[i], name_id, role, hashing, a, KD_BUILD_SLOTS - used, why, meta);
+        if (k == 0)
+            break;
+        if (a->tag == KD_TAG_TENSOR) {
+            if (!first_tensor_seen) {
+                first_tensor_seen = 1;
+                *dev_type = a->tensor.device_type;
+                *dev_index = a->tensor.device_index;
+            }
+            kd_hash_rec *h = kd_arg_hash(a);
+            if (h != NULL) {
+                h->spec = (uint16_t)cfg->spec;
+                uint64_t pos = (uint64_t)((kd_payload *)h - b);
+                if (hash_at != NULL)
+                    hash_at[i] = (uint32_t)pos;
+                /* before the launch: what the kernel reads (Note [Which arguments are hashed]) */
+                int kinds = (role & KD_ROLE_READ) && cfg->hash_inputs ? cfg->kinds : 0;
+                if (cfg->check_readonly && role == KD_ROLE_READ)
+                    kinds |= KD_HK_BITWISE;
+                if (kinds)
+                    kd_hash_tensor(r, args[i], kinds, h, 0, launch_index, i, batch, stream, pos, meta);
+            }
+        }
+        used += k;
+    }
+    return used;
+}
+
+/* A launch not recorded because an argument could not be described. */
+static void not_described(kd_recorder *r, const kd_kernel_info *info, const char *why)
+{
+    char msg[200];
+    snprintf(msg, sizeof msg, "could not describe an argument of %s: %s",
+             kd_strtab_get(kd_strings, info->name_id, NULL), why);
+    kd_recorder_error(r, msg);
+    r->unrecorded++;
+}
+
+/* The launch header at b[0], call_depth read from the recorder's mode (may
+ * run Python code: *pure, when given, says whether it could, as
+ * read_call_depth_pure). */
+static void fill_header(kd_payload *b, kd_recorder *r, const kd_kernel_info *info, uint8_t dev_type,
+                        int8_t dev_index, Py_ssize_t nargs, uint32_t used, uint64_t stream,
+                        uint64_t launch_index, int *pure)
+{
+    kd_launch *h = &b[0].launch;
+    memset(b, 0, sizeof(kd_payload));
+    h->tag = KD_TAG_LAUNCH;
+    h->kind = info->kind;
+    h->device_type = dev_type;
+    h->device_index = dev_index;
+    h->nargs = (uint16_t)nargs;
+    h->nslots = (uint16_t)(used - 1);
+    h->name_id = info->name_id;
+    h->stream = stream;
+    h->thread_id = (uint64_t)PyThread_get_thread_ident();
+    /* aten ops recorded before it: not len(ops), which grows when a drain on
+     * another thread merges kernel records in (Note [Launch order]) */
+    Py_ssize_t nops = (r->ops != NULL && PyList_Check(r->ops)) ? PyList_GET_SIZE(r->ops) - r->merged : 0;
+    h->py_index = nops > 0 ? (uint64_t)nops : 0;
+    int depth = read_call_depth_pure(r->mode, pure);
+    h->call_depth = (uint16_t)(depth > UINT16_MAX ? UINT16_MAX : depth);
+    h->launch_index = launch_index;
+}
+
+/* The grid and config this thread's launcher capture saw, into the header. */
+static void write_capture(kd_launch *h)
+{
+    if (kd_tls_capture.have_grid) {
+        h->grid[0] = kd_tls_capture.grid[0];
+        h->grid[1] = kd_tls_capture.grid[1];
+        h->grid[2] = kd_tls_capture.grid[2];
+        h->flags |= KD_LF_GRID;
+    }
+    if (kd_tls_capture.have_config) {
+        h->config_id = kd_tls_capture.config_id;
+        h->num_warps = kd_tls_capture.num_warps;
+        h->num_stages = kd_tls_capture.num_stages;
+        h->shared_mem = kd_tls_capture.shared_mem;
+        h->flags |= KD_LF_CONFIG;
+    }
+}
 
 /* Describes the launch into this thread's build buffer (Python hashers may
  * run: Note [Per-thread launch context]), then reserves and copies it into the
@@ -297,11 +401,9 @@ static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *inf
                          PyObject *const *args, Py_ssize_t nargs, uint64_t stream, kd_pending *p)
 {
     uint64_t t_pre = KD_PT_NOW(); /* Note [Phase timers] */
-    int hashing = p->cfg.kinds != 0 || p->cfg.check_readonly;
     kd_payload *b = ctx->build;
     uint32_t used = 1;
     const char *why = NULL;
-    int first_tensor_seen = 0;
     uint8_t dev_type = info->device_type;
     int8_t dev_index = info->device_index;
     if (nargs > UINT16_MAX)
@@ -322,61 +424,15 @@ static void launch_begin(kd_recorder *r, kd_launch_ctx *ctx, kd_kernel_info *inf
         kd_defer_guard(dev_index, stream, 0, 0); /* another stream: flush and order */
     uint64_t t_describe = KD_PT_NOW(); /* Note [Phase timers] */
     KD_PT_ADD(KD_PT_PRE, t_pre);
-    for (Py_ssize_t i = 0; i < nargs; i++) {
-        uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
-        uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
-        kd_payload *a = &b[used];
-        kd_tensor_meta meta;
-        uint32_t k = describe_arg(args[i], name_id, role, hashing, a, KD_BUILD_SLOTS - used, &why, &meta);
-        if (k == 0)
-            break;
-        if (a->tag == KD_TAG_TENSOR) {
-            if (!first_tensor_seen) {
-                first_tensor_seen = 1;
-                dev_type = a->tensor.device_type;
-                dev_index = a->tensor.device_index;
-            }
-            kd_hash_rec *h = kd_arg_hash(a);
-            if (h != NULL) {
-                h->spec = (uint16_t)p->cfg.spec;
-                /* before the launch: what the kernel reads (Note [Which arguments are hashed]) */
-                int kinds = (role & KD_ROLE_READ) && p->cfg.hash_inputs ? p->cfg.kinds : 0;
-                if (p->cfg.check_readonly && role == KD_ROLE_READ)
-                    kinds |= KD_HK_BITWISE;
-                if (kinds)
-                    kd_hash_tensor(r, args[i], kinds, h, 0, p->launch_index, i, &batch, stream,
-                                   (uint64_t)((kd_payload *)h - b), &meta);
-            }
-        }
-        used += k;
-    }
+    if (why == NULL)
+        used = describe_launch(r, info, args, nargs, &p->cfg, p->launch_index, stream, b, &batch, &dev_type,
+                               &dev_index, &why, NULL, NULL);
     if (why != NULL) { /* nothing recorded: its hashes are not queued */
-        char msg[200];
-        snprintf(msg, sizeof msg, "could not describe an argument of %s: %s",
-                 kd_strtab_get(kd_strings, info->name_id, NULL), why);
-        kd_recorder_error(r, msg);
-        r->unrecorded++;
+        not_described(r, info, why);
         guard_writes(dev_type, args, nargs, info, stream);
         return;
     }
-    kd_launch *h = &b[0].launch;
-    memset(b, 0, sizeof(kd_payload));
-    h->tag = KD_TAG_LAUNCH;
-    h->kind = info->kind;
-    h->device_type = dev_type;
-    h->device_index = dev_index;
-    h->nargs = (uint16_t)nargs;
-    h->nslots = (uint16_t)(used - 1);
-    h->name_id = info->name_id;
-    h->stream = stream;
-    h->thread_id = (uint64_t)PyThread_get_thread_ident();
-    /* aten ops recorded before it: not len(ops), which grows when a drain on
-     * another thread merges kernel records in (Note [Launch order]) */
-    Py_ssize_t nops = (r->ops != NULL && PyList_Check(r->ops)) ? PyList_GET_SIZE(r->ops) - r->merged : 0;
-    h->py_index = nops > 0 ? (uint64_t)nops : 0;
-    int depth = read_call_depth(r->mode);
-    h->call_depth = (uint16_t)(depth > UINT16_MAX ? UINT16_MAX : depth);
-    h->launch_index = p->launch_index;
+    fill_header(b, r, info, dev_type, dev_index, nargs, used, stream, p->launch_index, NULL);
 
     KD_PT_ADD(KD_PT_DESCRIBE, t_describe);
     uint64_t t_ring = KD_PT_NOW();
@@ -629,19 +685,7 @@ void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssiz
     if (head - p->first <= r->ring->capacity) {
         kd_launch *h = &kd_ring_payload(r->ring, p->first)->launch;
         h->t_end_ns = kd_now_ns();
-        if (kd_tls_capture.have_grid) {
-            h->grid[0] = kd_tls_capture.grid[0];
-            h->grid[1] = kd_tls_capture.grid[1];
-            h->grid[2] = kd_tls_capture.grid[2];
-            h->flags |= KD_LF_GRID;
-        }
-        if (kd_tls_capture.have_config) {
-            h->config_id = kd_tls_capture.config_id;
-            h->num_warps = kd_tls_capture.num_warps;
-            h->num_stages = kd_tls_capture.num_stages;
-            h->shared_mem = kd_tls_capture.shared_mem;
-            h->flags |= KD_LF_CONFIG;
-        }
+        write_capture(h);
         if (raised)
             h->flags |= KD_LF_RAISED;
         if (post) {
@@ -714,15 +758,13 @@ int kd_launch_record(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
     ctx->busy = 1;
     const int hashing = cfg.kinds != 0;
     kd_payload *b = ctx->build;
-    uint32_t used = 1;
     const char *why = NULL;
-    int first_tensor_seen = 0;
     uint8_t dev_type = info->device_type;
     int8_t dev_index = info->device_index;
     const uint64_t launch_index = r->next_launch_index++;
     /* what kd_launch_begin does, in its order: describe each argument and
      * hash what it reads, read call_depth, reserve, queue those hashes */
-    kd_tensor_meta *metas = ctx->metas; /* each tensor argument's, as described */
+    kd_tensor_meta *metas = ctx->metas; /* each argument's metadata, as described */
     uint32_t *hash_at = ctx->hash_at;   /* each argument's hash payload in b, 0: none */
     const uint64_t python_calls = kd_tls_hash_python_calls;
     kd_gpu_batch batch;
@@ -730,57 +772,15 @@ int kd_launch_record(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
     const int defer = defer_here();
     if (kd_defer_enabled() && dev_type == KD_DEV_CUDA)
         kd_defer_guard(dev_index, stream, 0, 0); /* another stream: flush and order */
-    for (Py_ssize_t i = 0; i < nargs; i++) {
-        uint32_t name_id = (uint32_t)i < info->nnames ? info->name_ids[i] : 0;
-        uint8_t role = (uint32_t)i < info->nnames ? info->roles[i] : KD_ROLE_READ;
-        kd_payload *a = &b[used];
-        hash_at[i] = 0;
-        uint32_t k = describe_arg(args[i], name_id, role, hashing, a, KD_BUILD_SLOTS - used, &why, &metas[i]);
-        if (k == 0)
-            break;
-        if (a->tag == KD_TAG_TENSOR) {
-            if (!first_tensor_seen) {
-                first_tensor_seen = 1;
-                dev_type = a->tensor.device_type;
-                dev_index = a->tensor.device_index;
-            }
-            kd_hash_rec *h = kd_arg_hash(a);
-            if (h != NULL) {
-                h->spec = (uint16_t)cfg.spec;
-                hash_at[i] = (uint32_t)((kd_payload *)h - b);
-                int pre = (role & KD_ROLE_READ) && cfg.hash_inputs ? cfg.kinds : 0;
-                if (pre)
-                    kd_hash_tensor(r, args[i], pre, h, 0, launch_index, i, &batch, stream, hash_at[i], &metas[i]);
-            }
-        }
-        used += k;
-    }
+    uint32_t used = describe_launch(r, info, args, nargs, &cfg, launch_index, stream, b, &batch, &dev_type,
+                                    &dev_index, &why, metas, hash_at);
     if (why != NULL) { /* nothing recorded: its hashes are not queued */
-        char msg[200];
-        snprintf(msg, sizeof msg, "could not describe an argument of %s: %s",
-                 kd_strtab_get(kd_strings, info->name_id, NULL), why);
-        kd_recorder_error(r, msg);
-        r->unrecorded++;
+        not_described(r, info, why);
         ctx->busy = 0;
         return 1;
     }
-    kd_launch *h = &b[0].launch;
-    memset(b, 0, sizeof(kd_payload));
-    h->tag = KD_TAG_LAUNCH;
-    h->kind = info->kind;
-    h->device_type = dev_type;
-    h->device_index = dev_index;
-    h->nargs = (uint16_t)nargs;
-    h->nslots = (uint16_t)(used - 1);
-    h->name_id = info->name_id;
-    h->stream = stream;
-    h->thread_id = (uint64_t)PyThread_get_thread_ident();
-    Py_ssize_t nops = (r->ops != NULL && PyList_Check(r->ops)) ? PyList_GET_SIZE(r->ops) - r->merged : 0;
-    h->py_index = nops > 0 ? (uint64_t)nops : 0;
     int pure = 1;
-    int depth = read_call_depth_pure(r->mode, &pure);
-    h->call_depth = (uint16_t)(depth > UINT16_MAX ? UINT16_MAX : depth);
-    h->launch_index = launch_index;
+    fill_header(b, r, info, dev_type, dev_index, nargs, used, stream, launch_index, &pure);
     /* the metadata read above still holds for the hashes below while no
      * Python code ran since (else they read it again, as the two calls did) */
     const int metas_hold = pure && kd_tls_hash_python_calls == python_calls;
@@ -818,27 +818,10 @@ int kd_launch_record(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
     if (head - first <= r->ring->capacity) {
         kd_launch *rh = &kd_ring_payload(r->ring, first)->launch;
         rh->t_end_ns = kd_now_ns();
-        if (kd_tls_capture.have_grid) { /* a caller's launcher capture, as kd_launch_end reads it */
-            rh->grid[0] = kd_tls_capture.grid[0];
-            rh->grid[1] = kd_tls_capture.grid[1];
-            rh->grid[2] = kd_tls_capture.grid[2];
-            rh->flags |= KD_LF_GRID;
-        }
-        if (kd_tls_capture.have_config) {
-            rh->config_id = kd_tls_capture.config_id;
-            rh->num_warps = kd_tls_capture.num_warps;
-            rh->num_stages = kd_tls_capture.num_stages;
-            rh->shared_mem = kd_tls_capture.shared_mem;
-            rh->flags |= KD_LF_CONFIG;
-        }
+        write_capture(rh); /* a caller's launcher capture, as kd_launch_end reads it */
         if (hashing) {
-            for (Py_ssize_t i = 0; i < nargs; i++)
-                if (hash_at[i] != 0)
-                    merge_post(&kd_ring_payload(r->ring, first + hash_at[i])->hash, &b[hash_at[i]].hash);
-            if (defer_here())
-                kd_batch_defer(r, &batch, 0);
-            else
-                kd_batch_flush(r, &batch, 0);
+            kd_pending p = {.first = first, .n = used, .cfg = cfg};
+            publish_post(r, &p, b, &batch);
         }
     }
     kd_ring_commit(r->ring, first, used);
