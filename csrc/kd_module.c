@@ -145,6 +145,19 @@ static PyObject *mod_one_pass_records(PyObject *m, PyObject *arg)
     return PyBool_FromLong(kd_launch_record_enable(on));
 }
 
+/* _prefetch_grads(on) -> bool: whether the gradient record prefetches its
+ * gradients' pointer chains (Note [Prefetching the gradients] in
+ * kd_torch.cpp); returns the old setting.  For the tool that times it; no
+ * value changes either way. */
+static PyObject *mod_prefetch_grads(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    return PyBool_FromLong(kd_shim_prefetch_set(on));
+}
+
 /* _set_hash_config(kinds, hash_inputs, check_readonly, spec) -> this thread's
  * previous settings, a HashConfig (Note [Hash settings per thread] in kd_recorder.h) */
 static PyObject *mod_set_hash_config(PyObject *m, PyObject *args)
@@ -341,6 +354,8 @@ static PyMethodDef module_methods[] = {
      "Tests only: the next n copies of kept launch records (Recorder.clear) fail, as out of memory would."},
     {"_inject_hook_faults", mod_inject, METH_O,
      "Tests only: the next n launch descriptions fail inside the hook, as a real failure would."},
+    {"_prefetch_grads", mod_prefetch_grads, METH_O,
+     "_prefetch_grads(on) -> the old setting (Note [Prefetching the gradients]); for the tool that times it."},
     {"_one_pass_records", mod_one_pass_records, METH_O,
      "Tests only: _one_pass_records(on) -> the old setting (Note [Records made in one pass])."},
     {"intern", mod_intern, METH_O, "intern(s) -> id in kdebug's string table"},

@@ -65,6 +65,12 @@ enum { KD_MATH_CONJ = 1, KD_MATH_NEG = 2 };
  * (sparse, nested, ...: the reason is in kd_shim_last_error()). */
 int kd_shim_tensor_meta(PyObject *obj, kd_tensor_meta *out);
 
+/* Note [Prefetching the gradients] (kd_torch.cpp): prefetch, a link at a
+ * time for all n parameters, the chain that reading each one's .grad
+ * follows.  A hint only: nothing changes, never raises.  GIL held. */
+void kd_shim_prefetch_grads(PyObject *const *params, Py_ssize_t n);
+int kd_shim_prefetch_set(int on); /* the previous setting */
+
 /* Whether tensor object obj plainly holds data of its own, as
  * kdebug._upstream.has_no_data's fast path decides (a dense tensor, not meta,
  * no functionalization, functorch or Python dispatch key): 1 (*device set

@@ -428,6 +428,7 @@ static PyObject *record_grads(PyObject *m, PyObject *args, PyObject *kwargs)
     PyObject *out = NULL;
     Py_ssize_t got = 0;
     int fits = 1;
+    kd_shim_prefetch_grads(PySequence_Fast_ITEMS(params), np); /* Note [Prefetching the gradients] */
     for (; got < np && fits; got++) {
         grads[got] = PyObject_GetAttr(PyList_GET_ITEM(params, got), str_grad);
         if (grads[got] == NULL) {

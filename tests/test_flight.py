@@ -1087,19 +1087,24 @@ class _GradSub(torch.Tensor):
     pass
 
 
-def test_gradient_records_follow_the_gradients_each_step(tmp_path):
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_gradient_records_follow_the_gradients_each_step(prefetch, tmp_path):
     """The gradients' record layout is reused from step to step
     (FlightRecorder._grads_plan): each step's kdebug::flight_grads record
     still holds that step's gradients (new tensors after zero_grad), leaves
     out one that is None, and takes it back when it returns; every hash is the
-    host's bitwise hash of that step's gradient."""
+    host's bitwise hash of that step's gradient.  The same with the
+    gradients' prefetch (Note [Prefetching the gradients]) on and off, with a
+    frozen parameter (no gradient, no autograd metadata) among them."""
     from kdebug import hashing
 
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2), torch.nn.Linear(2, 2))
+    model[2].weight.requires_grad_(False)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     fr = kdebug.FlightRecorder(every=1000, keep_steps=8, trace=str(tmp_path / "g.kdt"))
     handle = fr.attach(opt, model)
     want = []
+    was = kdebug._C._prefetch_grads(prefetch)
     with fr:
         for step in range(4):
             opt.zero_grad()
@@ -1111,10 +1116,11 @@ def test_gradient_records_follow_the_gradients_each_step(tmp_path):
             want.append({f"{n}.grad": hashing.bitwise(p.grad, on_host=True)
                          for n, p in model.named_parameters() if p.grad is not None})
             opt.step()
+    assert kdebug._C._prefetch_grads(was) is prefetch
     handle.remove()
     run = kdebug.load(fr.dump())
     got = [dict(k.post_hashes) for k in run.kernels if k.kernel_name == "kdebug::flight_grads"]
-    assert got == want
+    assert got == want and "2.weight.grad" not in str(got)
     assert "1.bias.grad" not in got[2] and "1.bias.grad" in got[3] and len(set(map(str, got))) == 4
 
 
