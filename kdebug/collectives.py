@@ -34,10 +34,31 @@ first collective still in flight, so its record is written complete.
 Where no log_tensor_hashes() is entered, collectives are still hashed, with
 the bitwise hash: they are few, and comparing replicas needs them.
 
-Limit: a program that waits on the Work's *future* only (DDP's Reducer)
-is woken by gloo just before the callbacks run; the output is hashed in
-that window.  The next write into a collective's output in such programs
-comes after later collectives and kernels (the next backward), not in it.
+Note [Outputs written before their hash]
+A program that waits on the Work's *future* (DDP's Reducer waits on each
+bucket's) is woken by gloo just before the callbacks run, and the callback
+is Python: it runs on gloo's thread only once it gets the GIL, which the
+program's thread holds while it runs Python.  So the program may be far
+ahead when the output is hashed: with DDP on gloo, the next backward was
+already copying new gradients into the bucket, and the hash took a mix of
+the reduced and the next local gradients (a clean two-rank DDP job was
+reported as diverging at an all-reduce in 2 of 3 recordings).  Waiting for
+the hash before the program may go on would mean handing the program
+another Work (torch's Work made from a future refuses wait(timeout)), and
+a hash that needs the GIL in a wait that may hold it can hang.  Instead
+the callback checks, after hashing, that nothing wrote the output since
+the collective was issued: its tensors' version counters are unchanged (an
+in-place write through torch bumps them when it ends), and no op recorded
+after the collective (recorded when it is issued, before it runs) writes
+memory that overlaps the output (an op that writes an argument's elements:
+in-place or out=; views of the output, as DDP's bucket views, and ops that
+change only metadata, set_ or resize_, write nothing).  Otherwise the output keeps no hash: the
+record says which op wrote it, META stats ``collectives_overwritten``
+counts it, and a comparison takes it as unknown, never as a difference
+(crossrank._differs).  Not seen: a compiled kernel writing the output that
+was launched before the callback took the GIL and still runs (kernel
+launches are not in the op list); its write bumps no version until the
+compiled graph's call ends.
 """
 from __future__ import annotations
 
@@ -204,6 +225,7 @@ class _State:
         self.failed = 0
         self.layout: dict | None = None  # ranks.meta() at the first collective
         self.unhashed = 0  # completed, but its Work had no future to hash it from
+        self.overwritten = 0  # written before its callback hashed it (Note [Outputs written before their hash])
 
 
 def state(mode) -> _State:
@@ -221,6 +243,7 @@ def _complete(st: _State, call: CollectiveCall) -> None:
 
 
 _perturb: dict = {}  # kdebug.testing.perturb_collective_output: {op name: value}
+_hold: list = []  # kdebug.testing.hold_collective_callbacks: events completion callbacks wait for
 
 
 def _planted(name: str, outs, v=None) -> None:
@@ -265,9 +288,10 @@ def dispatch(mode, func, types, args, kwargs):
         call._kd_extents = _C.OpExtents((None if in_ext is NotImplemented else in_ext,
                                          None if out_ext is NotImplemented else out_ext))
         _issue(mode, st, call)
+        versions = _versions(writes)
         result = func(*args, **kwargs)
         work = result[-1] if isinstance(result, tuple) else result
-        _eager_then(st, call, work, writes, spec, name)
+        _eager_then(mode, st, call, work, writes, spec, name, versions)
         return result
     gpos, rpos, agree = FUNCTIONAL.get(base, (None, None, False))
     group = args[gpos] if gpos is not None and gpos < len(args) else kwargs.get("group_name")
@@ -303,27 +327,102 @@ def _issue(mode, st: _State, call: CollectiveCall) -> None:
     list.append(mode._ops, call)  # as upstream records an op (Note [Launch order])
 
 
-def _eager_then(st: _State, call: CollectiveCall, work, writes, spec, name) -> None:
-    """Hashes ``writes`` when ``work`` completes (a callback on its future)."""
+def _leaves(writes) -> list:
+    return [t for w in writes for t in (w if isinstance(w, (list, tuple)) else [w]) if isinstance(t, torch.Tensor)]
+
+
+def _versions(writes) -> list:
+    """The version counters of the tensors a collective writes, when it is issued."""
+    return [t._version for t in _leaves(writes)]
+
+
+def _extent_leaves(tree) -> list:
+    from . import dataflow
+
+    return [leaf for _, leaf in dataflow._walk(tree) if leaf is not None]
+
+
+def _overlaps(a, b) -> bool:
+    return (a.device_type, a.device_index) == (b.device_type, b.device_index) and a.lo < b.hi and b.lo < a.hi
+
+
+_METADATA_ONLY = frozenset({"set_", "resize_", "resize_as_"})  # (they rebind or reshape, write no element)
+
+
+def _mutates(func) -> bool:
+    """Whether an op writes the elements of one of its arguments (an alias
+    annotation with a write: in-place and out= ops), not only its metadata
+    (torch.Tag.inplace_view ops, set_, resize_); a view aliases without
+    writing, and any other op's outputs are new memory."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return True  # (not an OpOverload: taken as a possible writer)
+    if torch.Tag.inplace_view in getattr(func, "tags", ()) or schema.name.split("::")[-1] in _METADATA_ONLY:
+        return False
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def _written_since(mode, call: CollectiveCall, writes, versions: list) -> str | None:
+    """What wrote a collective's output after it was issued, seen when its
+    completion callback has hashed it (Note [Outputs written before their
+    hash]), or None."""
+    if [t._version for t in _leaves(writes)] != versions:
+        return "an in-place write through torch (its version counter moved)"
+    ext = getattr(call, "_kd_extents", None)
+    mine = _extent_leaves(ext.outputs) if ext is not None and ext.outputs is not None else []
+    if not mine:
+        return None
+    ops = mode._ops
+    later = []
+    for k in range(len(ops) - 1, -1, -1):  # the ops recorded since it, newest first
+        op = ops[k]
+        if op is call:
+            break
+        later.append(op)
+    else:
+        return None  # (no longer in the list: drained; nothing to check against)
+    for op in reversed(later):
+        oe = getattr(op, "_kd_extents", None)
+        if oe is None or oe.outputs is None or not _mutates(getattr(op, "op", None)):
+            continue  # (a view of the output, as DDP's bucket views, writes nothing)
+        if any(_overlaps(x, y) for x in _extent_leaves(oe.outputs) for y in mine):
+            return f"{getattr(op, 'op', op)} (recorded after it)"
+    return None
+
+
+def _eager_then(mode, st: _State, call: CollectiveCall, work, writes, spec, name, versions: list) -> None:
+    """Hashes ``writes`` when ``work`` completes (a callback on its future),
+    unless they were written since (Note [Outputs written before their hash])."""
 
     # kdebug.testing.perturb_collective_output: decided when the collective is
     # issued (inside the context or not), not when the backend's thread runs
     # the callback, which may be after the program left the context
     bump = _perturb.get(name)
 
+    held = list(_hold)
+
     def finish(fut) -> None:
         try:
+            for ev in held:  # kdebug.testing.hold_collective_callbacks: a late callback, planted
+                ev.wait(60)
             fut.value()  # raises when the collective failed
+            base = versions
             if bump is not None:
-                _planted(name, [t for w in writes for t in (w if isinstance(w, (list, tuple)) else [w])
-                                if isinstance(t, torch.Tensor)], bump)
+                _planted(name, _leaves(writes), bump)
+                base = _versions(writes)  # (the planted write is not the program's)
             # a list made first, then the tuple: tuple(<generator>) resizes the
             # tuple it builds, which raises SystemError when another thread
             # holds a reference to it meanwhile (the main thread's
             # gc.get_objects() in final_state.snapshot did, at the end of a
             # DDP program, whose last all-reduce's callback runs here then)
             hashes = [_hash_tree(w, spec) for w in writes]
-            call.log["hash"] = tuple(hashes)
+            writer = _written_since(mode, call, writes, base)
+            if writer is not None:
+                call.error = (f"its output was written by {writer} before kdebug's completion callback could "
+                              "hash it: no output hash (Note [Outputs written before their hash])")
+                st.overwritten += 1
+            else:
+                call.log["hash"] = tuple(hashes)
         except Exception as e:  # never the program's problem: the record says why it has no output hash
             call.error = f"{type(e).__name__}: {e}"
             st.failed += 1
@@ -339,7 +438,13 @@ def _eager_then(st: _State, call: CollectiveCall, work, writes, spec, name) -> N
         _complete(st, call)
         return
     call._future = fut
-    fut.then(finish)
+    if held:
+        # planted (kdebug.testing.hold_collective_callbacks): late whichever thread completes the
+        # future, the backend's or this one (then() runs the callback at once on a completed future)
+        fut.then(lambda f: threading.Thread(target=finish, args=(f,), daemon=True,
+                                            name="kdebug-held-collective-callback").start())
+    else:
+        fut.then(finish)
 
 
 def _functional_done(st: _State, t) -> None:
@@ -404,10 +509,12 @@ def resolve(items) -> None:
 
 
 def stats(mode) -> dict[str, Any]:
-    """{'collectives', 'collectives_incomplete', 'collectives_failed', 'collectives_unhashed'} of a mode."""
+    """{'collectives', 'collectives_incomplete', 'collectives_failed', 'collectives_unhashed',
+    'collectives_overwritten'} of a mode."""
     st = getattr(mode, "_collectives", None)
     if st is None:
         return {}
     with st.lock:
         return {"collectives": st.issued, "collectives_incomplete": len(st.pending),
-                "collectives_failed": st.failed, "collectives_unhashed": st.unhashed}
+                "collectives_failed": st.failed, "collectives_unhashed": st.unhashed,
+                "collectives_overwritten": st.overwritten}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import threading
 
 import torch
 
@@ -313,7 +314,9 @@ def perturb_collective_output(op: str, value: float = 1.0):
     block); the perturbation lands when the backend runs its future's
     callbacks, which for a program that waits on the future only (DDP's
     reducer) may be after the program read the output: the recorded hash
-    always shows it, the program's later values may not."""
+    shows it (unless the program wrote the output before the callback ran:
+    then it keeps no hash, Note [Outputs written before their hash]), the
+    program's later values may not."""
     from . import collectives
 
     if not isinstance(op, str) or "::" not in op:
@@ -327,6 +330,27 @@ def perturb_collective_output(op: str, value: float = 1.0):
             collectives._perturb.pop(op, None)
         else:
             collectives._perturb[op] = prev
+
+
+@contextlib.contextmanager
+def hold_collective_callbacks():
+    """Within the block, the completion callback of every eager collective
+    a kdebug DebugMode records (Note [Collective records]) waits, before it
+    hashes the output, until ``release()`` (the yielded function) is called
+    or the block is left (at most 60 s): a callback the backend's thread runs
+    late, as it does when the program holds the GIL (Note [Outputs written
+    before their hash]).  A program that waits on the Work itself waits for
+    the release too (gloo runs the callbacks before it marks the work done):
+    release before waiting."""
+    from . import collectives
+
+    ev = threading.Event()
+    collectives._hold.append(ev)
+    try:
+        yield ev.set
+    finally:
+        collectives._hold.remove(ev)
+        ev.set()
 
 
 @contextlib.contextmanager

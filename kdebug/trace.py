@@ -498,7 +498,7 @@ def _bypassed(v, key):
 _STATS = {"launches": _count, "dropped": _count, "errors": _count, "unrecorded": _count, "suppressed": _count,
           "outputs_skipped": _count, "readonly_changed": _count, "hash_unsupported": _count,
           "nested_unrecorded": _count, "collectives": _count, "collectives_incomplete": _count,
-          "collectives_failed": _count, "collectives_unhashed": _count,
+          "collectives_failed": _count, "collectives_unhashed": _count, "collectives_overwritten": _count,
           "complete": _flag, "bypassed_graph_calls": _bypassed}
 
 def _final_state(v, key):
@@ -658,6 +658,11 @@ class Run:
         if st.get("collectives_unhashed"):
             out.append(f"{self.path}: {st['collectives_unhashed']} collective(s) returned a Work without a future "
                        "(this backend): their outputs were not hashed")
+        if st.get("collectives_overwritten"):
+            out.append(f"{self.path}: {st['collectives_overwritten']} collective(s) had their output written "
+                       "before kdebug's completion callback could hash it (the program waited on the Work's "
+                       "future, as DDP does, and went on): no output hash, not compared "
+                       "(Note [Outputs written before their hash])")
         if self.meta.get("kernel_code_dropped"):
             out.append(f"{self.path}: the generated source of {self.meta['kernel_code_dropped']} kernel(s) "
                        "was not kept (over the size limit, or not seen by the recording process)")
