@@ -190,16 +190,30 @@ def steps_of(run) -> list[Step]:
 
 def _aliased_inputs(tensors: dict) -> list[str]:
     """Read-only arguments whose memory overlaps an argument the same launch
-    writes.  Inductor passes a concatenation's whole buffer as an input while
-    the kernel writes its slices: before the launch part of it holds memory
-    nobody wrote yet, so its pre-launch hash is not compared (what the kernel
-    really read shows in an earlier writer's outputs or in its own)."""
-    written = [dataflow.tensor_extent(t) for t in tensors.values() if isinstance(t, TensorInfo) and t.writes]
+    writes, other than one it writes whole.  Inductor passes a
+    concatenation's whole buffer as an input while the kernel writes its
+    slices: before the launch part of it holds memory nobody wrote yet, so
+    its pre-launch hash is not compared (what the kernel really read shows in
+    an earlier writer's outputs or in its own).  An input the launch then
+    writes over exactly (the same memory, as in_ptr and out_ptr: a compiled
+    function that updates its argument in place, BatchNorm's running
+    statistics, an EMA) held the input's values before the launch, and its
+    pre-hash is compared: a difference in it is the input's (found by an
+    adversarial pass: such a kernel was called non-deterministic with
+    "inputs identical" when the state it was given differed)."""
+    written = [(dataflow.tensor_extent(t), dataflow.tensor_dense(t))
+               for t in tensors.values() if isinstance(t, TensorInfo) and t.writes]
     if not written:
         return []
-    return [n for n, t in tensors.items()
-            if isinstance(t, TensorInfo) and t.reads and not t.writes
-            and any(_overlaps(dataflow.tensor_extent(t), w) for w in written)]
+    aliased = []
+    for n, t in tensors.items():
+        if not (isinstance(t, TensorInfo) and t.reads and not t.writes):
+            continue
+        ext = dataflow.tensor_extent(t)
+        over = [(w, dense) for w, dense in written if _overlaps(ext, w)]
+        if over and not any(w == ext and dense and dataflow.tensor_dense(t) for w, dense in over):
+            aliased.append(n)
+    return aliased
 
 
 class _Side:
@@ -432,6 +446,7 @@ class Root:
     writer_args: list = field(default_factory=list)
     other_writer: tuple | None = None  # "outside": Divergence.other_writer (Note [Other tensors passed])
     writer_paired: bool = True  # "outside": its writer has a counterpart in the other run
+    only_b_writer: Step | None = None  # "outside": run b last wrote that memory with a step run a did not run
 
 
 @dataclass
@@ -1057,12 +1072,63 @@ def _explain_outside(A: _Side, B: _Side, x: "Root", pa: torch.Tensor, pb: torch.
     leaf = _C.tree_leaf_digest(ha) if ha is not None else 0  # an op writer: by its output hash
     found = A.trace.last_writer(a.index, dt, slot.device[1], slot.lo, slot.hi, leaf)
     if found is None:
+        x.only_b_writer = _unpaired_writer(B, b, arg, pb)
         return
     w = x.writer = A.step(found.index)
     x.writer_args = ([n for bit, n in enumerate(w.arg_names) if found.mask >> bit & 1]
                      if w.kind == "kernel" else ["output"])
     x.writer_paired = bool(len((pa == found.index).nonzero()))
     x.other_writer = _other_writer(A, B, b, arg, hb, pa, pb, found.index)
+    if x.other_writer is None:
+        x.only_b_writer = _unpaired_writer(B, b, arg, pb)
+
+
+# Note [Writes only one run made]
+# An input that differs with no differing recorded write before it in run a
+# may have been written in run b by a step run a did not run (an in-place
+# update one run made: `w[3, 5] += 1e-3` under torch.no_grad() in one run
+# only): STRUCTURE lists the step, and the verdict names it as where the
+# difference came from instead of "outside the recorded launches" (found by
+# an adversarial pass).  Run b's steps before the read are walked back to the
+# last one that wrote that memory (a kernel's W argument; an aten op that
+# writes an argument, or whose output is new memory; a view writes nothing);
+# it is reported only when it has no counterpart in run a.  At most
+# _UNPAIRED_SCAN steps are walked.
+_UNPAIRED_SCAN = 20000
+
+
+@functools.lru_cache(maxsize=4096)
+def _op_writes(name: str) -> bool:
+    """Whether aten-op record ``name`` ("aten::add_.Tensor") writes memory:
+    an argument it mutates, or outputs of its own (not a view's alias).
+    A name torch does not resolve counts as a writer."""
+    ns, _, rest = name.partition("::")
+    base, _, overload = rest.partition(".")
+    try:
+        packet = getattr(getattr(torch.ops, ns), base)
+        schema = getattr(packet, overload or "default")._schema
+    except Exception:
+        return True
+    if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+        return True
+    return all(r.alias_info is None for r in schema.returns)
+
+
+def _unpaired_writer(B: _Side, b: Step, arg: str, pb: torch.Tensor) -> Step | None:
+    """Run b's last step before ``b`` that wrote the memory ``b`` read as
+    ``arg``, when that step has no counterpart in run a (Note [Writes only
+    one run made]); None otherwise."""
+    slot = next((s for s in b.reads if s.key == arg), None)
+    if slot is None or slot.hi <= slot.lo:
+        return None
+    paired = set(pb.tolist())
+    for j in range(b.index - 1, max(-1, b.index - 1 - _UNPAIRED_SCAN), -1):
+        w = B.step(j)
+        if w.kind == "aten" and not _op_writes(w.name):
+            continue
+        if any(s.device == slot.device and s.lo < slot.hi and slot.lo < s.hi for s in w.writes):
+            return None if j in paired else w
+    return None
 
 
 # Note [Other tensors passed]
@@ -1228,6 +1294,11 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
     elif x.other_writer is not None:  # Note [Other tensors passed]
         out.append(f"input {_diff_text(x.outside_inputs, a, b)}")
         why = "-> the runs read other tensors at this step (below)"
+    elif x.only_b_writer is not None:  # Note [Writes only one run made]
+        out.append(f"input {_diff_text(x.outside_inputs, a, b)}, last written in {side_name(b)} by "
+                   f"{x.only_b_writer.label()} ({side_name(b)}'s numbering), a step only {side_name(b)} ran")
+        why = (f"-> the difference came from that step, which {side_name(a)} did not run (STRUCTURE above): "
+               "the program took another path there")
     else:
         out.append(f"input {_diff_text(x.outside_inputs, a, b)}, and no recorded step wrote a differing "
                    "value into it")
@@ -1260,6 +1331,8 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
                    f"{side_name(b)} what its {wb.label()} wrote{twin}: the program took another path or order "
                    "here (a loop over a set or a dict, whose order follows PYTHONHASHSEED in each process, or "
                    "control flow on data)")
+    elif x.only_b_writer is not None:
+        pass  # (its own lines above name the writer that mattered)
     elif x.writer is not None and not x.writer_paired:
         out.append(f"-> last recorded write of that memory: {x.writer.label()} ({', '.join(x.writer_args)}), a step "
                    f"only {side_name(a)} ran (STRUCTURE / ALLOCATION ONLY above)")
@@ -1320,16 +1393,42 @@ def _recorded_reports(fn, args, kwargs, runs: int, hash_fn) -> list[Report]:
     return reports
 
 
+def _argument_hashes(args, kwargs) -> dict:
+    """{"args[0]" / "kwargs['x']" path: bitwise hash} of every tensor among
+    fn's arguments, taken outside any recording (what assert_deterministic
+    checks they still hold after the runs)."""
+    import torch.utils._pytree as pytree
+
+    from . import hashing
+
+    out = {}
+    for path, leaf in pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))[0]:
+        if isinstance(leaf, torch.Tensor):
+            name = ("args" if path[0].idx == 0 else "kwargs") + pytree.keystr(path[1:])
+            try:
+                out[name] = hashing.bitwise(leaf, on_host=True)
+            except Exception:  # (a tensor kdebug cannot hash: not checked)
+                pass
+    return out
+
+
 def assert_deterministic(fn, *args, runs: int = 2, hash_fn="bitwise", **kwargs) -> list[Report]:
     """Runs ``fn(*args, **kwargs)`` ``runs`` times under a DebugMode with
     bitwise input and output hashes and compares every run with the first.
     Raises AssertionError with the first-divergence report when they differ."""
     if runs < 2:
         raise ValueError("assert_deterministic needs runs >= 2")
+    before = _argument_hashes(args, kwargs)
     reports = _recorded_reports(fn, args, kwargs, runs, hash_fn)
     rep = reports[-1]
     if not rep.ok:
-        raise AssertionError("kdebug: runs differ\n" + str(rep))
+        changed = [k for k, v in _argument_hashes(args, kwargs).items() if before.get(k) != v]
+        note = ""
+        if changed:
+            note = (f"\nnote: fn changed its argument(s) {', '.join(changed)} in place: each run started from "
+                    "what the run before it left, not from the same inputs; give it inputs it does not change "
+                    "(a function that makes or clones them), or reset them in fn")
+        raise AssertionError("kdebug: runs differ\n" + str(rep) + note)
     if rep.hashed == 0:
         raise AssertionError("kdebug: nothing was hashed; is fn running compiled code under this thread?\n"
                              + str(rep))

@@ -167,6 +167,99 @@ def test_input_changed_outside_the_recording_is_outside(step):
     assert r.divergence.writer is not None and r.divergence.writer.name == "aten::mul.Tensor"
 
 
+_STATE_SCRIPT = """
+import os, struct, sys, torch
+torch.set_num_threads(1)
+counter = sys.argv[1]
+run = int(open(counter).read()) if os.path.exists(counter) else 0
+open(counter, "w").write(str(run + 1))
+values = [0.5] * 64
+if run == int(sys.argv[2]):
+    values[7] = 0.501  # the state the program loads (bytes from a file or a socket) differs in this run
+state = torch.frombuffer(bytearray(struct.pack("64f", *values)), dtype=torch.float32)
+@torch.compile
+def accumulate(state, x):
+    state.mul_(0.9).add_(x)
+    return state.sum()
+print(float(accumulate(state, torch.linspace(0, 1, 64))))
+"""
+
+
+@pytest.mark.parametrize("differs_in", [1, -1])
+def test_a_compiled_function_that_updates_its_input_in_place_is_not_called_non_deterministic(differs_in, tmp_path):
+    """Inductor passes an input the graph updates in place (running
+    statistics, an EMA, a state buffer) as an in_ptr and an out_ptr over the
+    same memory: its pre-launch hash is the input's value and is compared
+    (compare._aliased_inputs).  kdebug hunt names state that differs between
+    the runs as an input that differs from outside, never a kernel that
+    computed another result from identical inputs; identical state matches."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "state.py"
+    script.write_text(_STATE_SCRIPT)
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--no-magnitude", str(script),
+                        str(tmp_path / "counter"), str(differs_in)], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    out = p.stdout + p.stderr
+    if differs_in < 0:
+        assert p.returncode == 0 and "DIVERGE" not in out, out
+        return
+    assert p.returncode == 1 and "FIRST DIVERGENCE: kernel #0 cpp_fused" in out, out
+    assert "input in_ptr0 (index 0) differs" in out and "came from outside the recorded launches" in out, out
+    assert "non-deterministic" not in out and "inputs identical" not in out, out
+
+
+def test_assert_deterministic_says_when_fn_changed_its_arguments():
+    """A function that updates its argument in place gives the second run
+    other inputs: assert_deterministic says so, naming the argument."""
+    @torch.compile
+    def accumulate(state, x):
+        state.mul_(0.9).add_(x)
+        return state.sum()
+
+    state, x = torch.zeros(64), torch.randn(64)
+    accumulate(state.clone(), x)
+    with pytest.raises(AssertionError, match=r"fn changed its argument\(s\) args\[0\] in place"):
+        kdebug.assert_deterministic(accumulate, state, x)
+    kdebug.assert_deterministic(lambda x: accumulate(torch.zeros(64), x), x)  # fresh state each run: passes
+
+
+_EXTRA_WRITE_SCRIPT = """
+import os, sys, torch
+torch.set_num_threads(1)
+torch.manual_seed(0)
+counter = sys.argv[1]
+run = int(open(counter).read()) if os.path.exists(counter) else 0
+open(counter, "w").write(str(run + 1))
+w, x = torch.randn(16, 16), torch.randn(4, 16)
+f = torch.compile(lambda w, x: torch.tanh(x @ w).sum(0))
+if run == 1:
+    with torch.no_grad():
+        w[3, 5] += 1e-3  # an in-place update only this run makes
+print(f(w, x).sum().item())
+"""
+
+
+def test_a_write_only_one_run_made_is_named_not_called_outside(tmp_path):
+    """Run 1 updates a weight in place with recorded eager ops that run 0
+    never ran (STRUCTURE lists them): kdebug hunt names that step as where the
+    compiled matmul's differing input came from (Note [Writes only one run
+    made]), not the outside of the recording."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "extra.py"
+    script.write_text(_EXTRA_WRITE_SCRIPT)
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--no-magnitude", str(script),
+                        str(tmp_path / "counter")], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    out = p.stdout + p.stderr
+    assert p.returncode == 1 and "STRUCTURE: only run 1 launched" in out, out
+    first = out.split("FIRST DIVERGENCE")[1].split("kdebug hunt:")[0]
+    assert "input mat2" in first and "a step only run 1 ran" in first and "came from that step" in first, out
+    assert "outside the recorded launches" not in first, out
+
+
 def test_other_generator_state_is_a_differing_argument_not_a_nondeterministic_op():
     def run(seed):
         g = torch.Generator().manual_seed(seed)
