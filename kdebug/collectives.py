@@ -47,18 +47,29 @@ the hash before the program may go on would mean handing the program
 another Work (torch's Work made from a future refuses wait(timeout)), and
 a hash that needs the GIL in a wait that may hold it can hang.  Instead
 the callback checks, after hashing, that nothing wrote the output since
-the collective was issued: its tensors' version counters are unchanged (an
-in-place write through torch bumps them when it ends), and no op recorded
-after the collective (recorded when it is issued, before it runs) writes
-memory that overlaps the output (an op that writes an argument's elements:
-in-place or out=; views of the output, as DDP's bucket views, and ops that
-change only metadata, set_ or resize_, write nothing).  Otherwise the output keeps no hash: the
-record says which op wrote it, META stats ``collectives_overwritten``
-counts it, and a comparison takes it as unknown, never as a difference
-(crossrank._differs).  Not seen: a compiled kernel writing the output that
-was launched before the callback took the GIL and still runs (kernel
-launches are not in the op list); its write bumps no version until the
-compiled graph's call ends.
+the collective was issued:
+- no record made since (recorded when issued, before it runs) writes
+  memory that overlaps the output: an op that writes an argument's
+  elements (in-place or out=; views of the output, as DDP's bucket views,
+  and ops that change only metadata, set_ or resize_, write nothing), or
+  another collective (c10d schemas declare no write: a second all-reduce of
+  the same tensor writes it).  The records are read through list's own
+  methods, as snapshots of the list's tail, never merging kernel records
+  into DebugMode.operators from the backend's thread (an adversarial
+  review saw records lost that way);
+- the tensors' version counters did not move more than the recorded
+  in-place writes into their storage explain (every view of a storage
+  shares one counter: a recorded write of another row of the same buffer
+  moves it too).  A counter that moved further was moved by a write no
+  DebugMode recorded (another thread, a disabled dispatch).  Inference
+  tensors have no counter: only the records are checked.
+Otherwise the output keeps no hash: the record says which write it was,
+META stats ``collectives_overwritten`` counts it, and a comparison takes it
+as unknown, never as a difference (crossrank._differs).  Not seen: a
+compiled kernel writing the output that was launched before the callback
+took the GIL and still runs (kernel launches are not records there), and
+extents are byte ranges, so a strided write whose gaps hold the output
+counts as a write (a hash dropped, never a wrong one).
 """
 from __future__ import annotations
 
@@ -328,12 +339,39 @@ def _issue(mode, st: _State, call: CollectiveCall) -> None:
 
 
 def _leaves(writes) -> list:
-    return [t for w in writes for t in (w if isinstance(w, (list, tuple)) else [w]) if isinstance(t, torch.Tensor)]
+    """Every tensor of a collective's outputs (a tensor, or lists of them,
+    nested: all_gather's Tensor[][])."""
+    out = []
+
+    def walk(x):
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                walk(y)
+    walk(writes)
+    return out
 
 
 def _versions(writes) -> list:
-    """The version counters of the tensors a collective writes, when it is issued."""
-    return [t._version for t in _leaves(writes)]
+    """(version counter, storage byte range) of each tensor a collective
+    writes, when it is issued; the counter None where the tensor keeps none
+    (an inference tensor).  Never raises: a tensor it cannot read is left
+    out of the version check (the op scan still covers it)."""
+    out = []
+    for t in _leaves(writes):
+        try:
+            st = t.untyped_storage()
+            rng = (t.device.type, -1 if t.device.index is None else t.device.index, st.data_ptr(),
+                   st.data_ptr() + st.nbytes())
+        except Exception:
+            rng = None
+        try:
+            v = t._version
+        except Exception:  # inference tensors track no version
+            v = None
+        out.append((v, rng))
+    return out
 
 
 def _extent_leaves(tree) -> list:
@@ -347,6 +385,7 @@ def _overlaps(a, b) -> bool:
 
 
 _METADATA_ONLY = frozenset({"set_", "resize_", "resize_as_"})  # (they rebind or reshape, write no element)
+_DEV_CODES = {0: "cpu", 1: "cuda"}
 
 
 def _mutates(func) -> bool:
@@ -362,31 +401,63 @@ def _mutates(func) -> bool:
     return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
+def _writes_of(op) -> list:
+    """The extents an op recorded after a collective wrote: a collective's
+    outputs (c10d schemas declare no write), a mutating op's outputs, none
+    for anything else."""
+    oe = getattr(op, "_kd_extents", None)
+    if oe is None or oe.outputs is None:
+        return []
+    if not isinstance(op, CollectiveCall) and not _mutates(getattr(op, "op", None)):
+        return []  # (a view of the output, as DDP's bucket views, writes nothing)
+    return _extent_leaves(oe.outputs)
+
+
+def _recorded_since(ops, call) -> list | None:
+    """The records after ``call`` in ``ops`` (DebugMode.operators), oldest
+    first, or None when ``call`` is no longer there.  Read through list's own
+    methods, as snapshots of the list's tail: reading it the _OperatorList way
+    merges kernel records into it, which the program's thread may be doing
+    at the same time (this callback may run on the backend's thread: an
+    adversarial review saw recorded ops lost that way), and copying the whole
+    list at every collective grew with the recording."""
+    window = 64
+    while True:
+        n = list.__len__(ops)
+        tail = list.__getitem__(ops, slice(max(0, n - window), None))  # one consistent snapshot
+        for k in range(len(tail) - 1, -1, -1):
+            if tail[k] is call:
+                return tail[k + 1:]
+        if len(tail) >= n:
+            return None
+        window *= 4
+
+
 def _written_since(mode, call: CollectiveCall, writes, versions: list) -> str | None:
     """What wrote a collective's output after it was issued, seen when its
     completion callback has hashed it (Note [Outputs written before their
     hash]), or None."""
-    if [t._version for t in _leaves(writes)] != versions:
-        return "an in-place write through torch (its version counter moved)"
     ext = getattr(call, "_kd_extents", None)
     mine = _extent_leaves(ext.outputs) if ext is not None and ext.outputs is not None else []
-    if not mine:
-        return None
-    ops = mode._ops
-    later = []
-    for k in range(len(ops) - 1, -1, -1):  # the ops recorded since it, newest first
-        op = ops[k]
-        if op is call:
-            break
-        later.append(op)
-    else:
-        return None  # (no longer in the list: drained; nothing to check against)
-    for op in reversed(later):
-        oe = getattr(op, "_kd_extents", None)
-        if oe is None or oe.outputs is None or not _mutates(getattr(op, "op", None)):
-            continue  # (a view of the output, as DDP's bucket views, writes nothing)
-        if any(_overlaps(x, y) for x in _extent_leaves(oe.outputs) for y in mine):
+    later = _recorded_since(mode._ops, call)
+    writes_since = [(op, _writes_of(op)) for op in (later or [])]
+    for op, ws in writes_since:
+        if any(_overlaps(x, y) for x in ws for y in mine):
             return f"{getattr(op, 'op', op)} (recorded after it)"
+    now = _versions(writes)
+    for (v0, rng), (v1, _) in zip(versions, now):
+        if v0 is None or v1 is None or v1 == v0:
+            continue
+        # the counter is shared by every view of a storage: moves explained by recorded writes
+        # elsewhere in that storage (checked above not to overlap the output) are not the output's
+        if later is None or rng is None:
+            return "an in-place write through torch (its version counter moved)"
+        dev, index, lo, hi = rng
+        explained = sum(1 for _, ws in writes_since
+                        if any((_DEV_CODES.get(x.device_type), x.device_index) == (dev, index)
+                               and x.lo < hi and lo < x.hi for x in ws))
+        if v1 - v0 > explained:
+            return "an in-place write kdebug did not record (its version counter moved)"
     return None
 
 

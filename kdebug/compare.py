@@ -1072,7 +1072,7 @@ def _explain_outside(A: _Side, B: _Side, x: "Root", pa: torch.Tensor, pb: torch.
     leaf = _C.tree_leaf_digest(ha) if ha is not None else 0  # an op writer: by its output hash
     found = A.trace.last_writer(a.index, dt, slot.device[1], slot.lo, slot.hi, leaf)
     if found is None:
-        x.only_b_writer = _unpaired_writer(B, b, arg, pb)
+        x.only_b_writer = _unpaired_writer(B, b, arg, pb, hb)
         return
     w = x.writer = A.step(found.index)
     x.writer_args = ([n for bit, n in enumerate(w.arg_names) if found.mask >> bit & 1]
@@ -1080,7 +1080,7 @@ def _explain_outside(A: _Side, B: _Side, x: "Root", pa: torch.Tensor, pb: torch.
     x.writer_paired = bool(len((pa == found.index).nonzero()))
     x.other_writer = _other_writer(A, B, b, arg, hb, pa, pb, found.index)
     if x.other_writer is None:
-        x.only_b_writer = _unpaired_writer(B, b, arg, pb)
+        x.only_b_writer = _unpaired_writer(B, b, arg, pb, hb)
 
 
 # Note [Writes only one run made]
@@ -1089,46 +1089,76 @@ def _explain_outside(A: _Side, B: _Side, x: "Root", pa: torch.Tensor, pb: torch.
 # update one run made: `w[3, 5] += 1e-3` under torch.no_grad() in one run
 # only): STRUCTURE lists the step, and the verdict names it as where the
 # difference came from instead of "outside the recorded launches" (found by
-# an adversarial pass).  Run b's steps before the read are walked back to the
-# last one that wrote that memory (a kernel's W argument; an aten op that
-# writes an argument, or whose output is new memory; a view writes nothing);
-# it is reported only when it has no counterpart in run a.  At most
-# _UNPAIRED_SCAN steps are walked.
+# an adversarial pass).  Run b's steps before the read are walked back,
+# past writes that cover only part of that memory (a later `w[0] = 0` in
+# both runs), to the first that covers all of it (a kernel's W argument; an
+# aten op that writes an argument's elements, or whose output is new memory;
+# views and metadata changes write nothing); the latest writer on the way
+# with no counterpart in run a is reported, unless it wrote all of that
+# memory and its output is not what was read (it changed after that write,
+# unseen: a review's case of a redundant zero_ in one run, then a write from
+# an unrecorded thread).  At most _UNPAIRED_SCAN steps are walked.
 _UNPAIRED_SCAN = 20000
+
+
+# ops that change a tensor's metadata or alias it without writing an element
+# (their schemas say otherwise: set_ and resize_ mutate self, _unsafe_view
+# returns no alias annotation); torch.Tag.inplace_view ops (t_, unsqueeze_,
+# as_strided_, detach_) are told by their tag
+_NO_ELEMENT_WRITES = frozenset({"set_", "resize_", "resize_as_", "_unsafe_view", "record_stream"})
 
 
 @functools.lru_cache(maxsize=4096)
 def _op_writes(name: str) -> bool:
     """Whether aten-op record ``name`` ("aten::add_.Tensor") writes memory:
-    an argument it mutates, or outputs of its own (not a view's alias).
-    A name torch does not resolve counts as a writer."""
+    an argument whose elements it mutates, or outputs of its own (not a
+    view's alias, not a metadata change).  A name torch does not resolve
+    counts as a writer."""
     ns, _, rest = name.partition("::")
     base, _, overload = rest.partition(".")
+    if base in _NO_ELEMENT_WRITES:
+        return False
     try:
         packet = getattr(getattr(torch.ops, ns), base)
-        schema = getattr(packet, overload or "default")._schema
+        op = getattr(packet, overload or "default")
+        schema = op._schema
     except Exception:
         return True
+    if torch.Tag.inplace_view in getattr(op, "tags", ()):
+        return False
     if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
         return True
     return all(r.alias_info is None for r in schema.returns)
 
 
-def _unpaired_writer(B: _Side, b: Step, arg: str, pb: torch.Tensor) -> Step | None:
-    """Run b's last step before ``b`` that wrote the memory ``b`` read as
-    ``arg``, when that step has no counterpart in run a (Note [Writes only
-    one run made]); None otherwise."""
+def _unpaired_writer(B: _Side, b: Step, arg: str, pb: torch.Tensor, hb=None) -> Step | None:
+    """Run b's latest step before ``b`` that wrote into the memory ``b``
+    read as ``arg`` and has no counterpart in run a, walking back past
+    writes that cover only part of it, to the first one that covers all of
+    it (Note [Writes only one run made]); None when there is none, or when
+    that step wrote the whole of it and not the bytes ``b`` read (hash hb):
+    then it changed after that write, unseen."""
     slot = next((s for s in b.reads if s.key == arg), None)
     if slot is None or slot.hi <= slot.lo:
         return None
     paired = set(pb.tolist())
+    found = None
     for j in range(b.index - 1, max(-1, b.index - 1 - _UNPAIRED_SCAN), -1):
         w = B.step(j)
         if w.kind == "aten" and not _op_writes(w.name):
             continue
-        if any(s.device == slot.device and s.lo < slot.hi and slot.lo < s.hi for s in w.writes):
-            return None if j in paired else w
-    return None
+        ws = [s for s in w.writes if s.device == slot.device and s.lo < slot.hi and slot.lo < s.hi]
+        if not ws:
+            continue
+        if found is None and j not in paired:
+            exact = [s for s in ws if (s.lo, s.hi) == (slot.lo, slot.hi) and s.dense]
+            if exact and hb is not None and all(w.post.get(s.key) is not None and w.post.get(s.key) != hb
+                                                for s in exact):
+                return None
+            found = w
+        if any(s.lo <= slot.lo and s.hi >= slot.hi and s.dense for s in ws):
+            break  # it wrote all of it: nothing earlier shows in what was read
+    return found
 
 
 # Note [Other tensors passed]

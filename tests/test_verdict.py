@@ -237,7 +237,27 @@ f = torch.compile(lambda w, x: torch.tanh(x @ w).sum(0))
 if run == 1:
     with torch.no_grad():
         w[3, 5] += 1e-3  # an in-place update only this run makes
+with torch.no_grad():
+    w[0, 0] = 0.0  # a write both runs make, of a part of w only: not where the difference came from
 print(f(w, x).sum().item())
+"""
+
+_UNSEEN_WRITE_SCRIPT = """
+import os, sys, threading, torch
+torch.set_num_threads(1)
+counter = sys.argv[1]
+run = int(open(counter).read()) if os.path.exists(counter) else 0
+open(counter, "w").write(str(run + 1))
+f = torch.compile(lambda x: (x * 2).sin().sum())
+buf = torch.zeros(256)
+if run == 1:
+    buf.zero_()  # a reset only this run makes, to the zeros buf held already
+def fill():  # a thread no DebugMode records: what buf then holds differs
+    buf.copy_(torch.full((256,), 1.0 + run * 1e-3))
+th = threading.Thread(target=fill)
+th.start()
+th.join()
+print(float(f(buf)))
 """
 
 
@@ -258,6 +278,24 @@ def test_a_write_only_one_run_made_is_named_not_called_outside(tmp_path):
     first = out.split("FIRST DIVERGENCE")[1].split("kdebug hunt:")[0]
     assert "input mat2" in first and "a step only run 1 ran" in first and "came from that step" in first, out
     assert "outside the recorded launches" not in first, out
+
+
+def test_a_write_only_one_run_made_is_not_named_when_what_was_read_is_not_what_it_wrote(tmp_path):
+    """Run 1 alone resets a buffer to the zeros it held; then a thread no
+    DebugMode records fills it with values that differ between the runs: the
+    reset wrote all of that memory and not the bytes the kernel read, so it
+    is not named; the difference came from outside the recording."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "unseen.py"
+    script.write_text(_UNSEEN_WRITE_SCRIPT)
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--no-magnitude", str(script),
+                        str(tmp_path / "counter")], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    out = p.stdout + p.stderr
+    first = out.split("FIRST DIVERGENCE")[1].split("kdebug hunt:")[0]
+    assert p.returncode == 1 and "came from outside the recorded launches" in first, out
+    assert "a step only run 1 ran" not in first, out
 
 
 def test_other_generator_state_is_a_differing_argument_not_a_nondeterministic_op():
