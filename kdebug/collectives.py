@@ -75,7 +75,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -353,6 +353,18 @@ def _leaves(writes) -> list:
     return out
 
 
+class _Bytes(NamedTuple):
+    """A storage's byte range, shaped as an _C.Extent for _overlaps."""
+
+    device_type: int
+    device_index: int
+    lo: int
+    hi: int
+
+
+_DEV_TYPES = {"cpu": 0, "cuda": 1}  # (dataflow._DEV_NAMES the other way)
+
+
 def _versions(writes) -> list:
     """(version counter, storage byte range) of each tensor a collective
     writes, when it is issued; the counter None where the tensor keeps none
@@ -362,8 +374,8 @@ def _versions(writes) -> list:
     for t in _leaves(writes):
         try:
             st = t.untyped_storage()
-            rng = (t.device.type, -1 if t.device.index is None else t.device.index, st.data_ptr(),
-                   st.data_ptr() + st.nbytes())
+            rng = _Bytes(_DEV_TYPES.get(t.device.type, -1), -1 if t.device.index is None else t.device.index,
+                         st.data_ptr(), st.data_ptr() + st.nbytes())
         except Exception:
             rng = None
         try:
@@ -384,23 +396,6 @@ def _overlaps(a, b) -> bool:
     return (a.device_type, a.device_index) == (b.device_type, b.device_index) and a.lo < b.hi and b.lo < a.hi
 
 
-_METADATA_ONLY = frozenset({"set_", "resize_", "resize_as_"})  # (they rebind or reshape, write no element)
-_DEV_CODES = {0: "cpu", 1: "cuda"}
-
-
-def _mutates(func) -> bool:
-    """Whether an op writes the elements of one of its arguments (an alias
-    annotation with a write: in-place and out= ops), not only its metadata
-    (torch.Tag.inplace_view ops, set_, resize_); a view aliases without
-    writing, and any other op's outputs are new memory."""
-    schema = getattr(func, "_schema", None)
-    if schema is None:
-        return True  # (not an OpOverload: taken as a possible writer)
-    if torch.Tag.inplace_view in getattr(func, "tags", ()) or schema.name.split("::")[-1] in _METADATA_ONLY:
-        return False
-    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
-
-
 def _writes_of(op) -> list:
     """The extents an op recorded after a collective wrote: a collective's
     outputs (c10d schemas declare no write), a mutating op's outputs, none
@@ -408,7 +403,9 @@ def _writes_of(op) -> list:
     oe = getattr(op, "_kd_extents", None)
     if oe is None or oe.outputs is None:
         return []
-    if not isinstance(op, CollectiveCall) and not _mutates(getattr(op, "op", None)):
+    from . import dataflow
+
+    if not isinstance(op, CollectiveCall) and not dataflow.writes_elements(getattr(op, "op", None)):
         return []  # (a view of the output, as DDP's bucket views, writes nothing)
     return _extent_leaves(oe.outputs)
 
@@ -452,10 +449,7 @@ def _written_since(mode, call: CollectiveCall, writes, versions: list) -> str | 
         # elsewhere in that storage (checked above not to overlap the output) are not the output's
         if later is None or rng is None:
             return "an in-place write through torch (its version counter moved)"
-        dev, index, lo, hi = rng
-        explained = sum(1 for _, ws in writes_since
-                        if any((_DEV_CODES.get(x.device_type), x.device_index) == (dev, index)
-                               and x.lo < hi and lo < x.hi for x in ws))
+        explained = sum(1 for _, ws in writes_since if any(_overlaps(x, rng) for x in ws))
         if v1 - v0 > explained:
             return "an in-place write kdebug did not record (its version counter moved)"
     return None

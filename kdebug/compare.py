@@ -1101,33 +1101,24 @@ def _explain_outside(A: _Side, B: _Side, x: "Root", pa: torch.Tensor, pb: torch.
 _UNPAIRED_SCAN = 20000
 
 
-# ops that change a tensor's metadata or alias it without writing an element
-# (their schemas say otherwise: set_ and resize_ mutate self, _unsafe_view
-# returns no alias annotation); torch.Tag.inplace_view ops (t_, unsqueeze_,
-# as_strided_, detach_) are told by their tag
-_NO_ELEMENT_WRITES = frozenset({"set_", "resize_", "resize_as_", "_unsafe_view", "record_stream"})
-
-
 @functools.lru_cache(maxsize=4096)
 def _op_writes(name: str) -> bool:
     """Whether aten-op record ``name`` ("aten::add_.Tensor") writes memory:
-    an argument whose elements it mutates, or outputs of its own (not a
-    view's alias, not a metadata change).  A name torch does not resolve
-    counts as a writer."""
+    an argument whose elements it mutates (dataflow.writes_elements), or
+    outputs of its own (not a view's alias, not a metadata change:
+    _unsafe_view's schema gives its alias no annotation).  A name torch does
+    not resolve counts as a writer."""
     ns, _, rest = name.partition("::")
     base, _, overload = rest.partition(".")
-    if base in _NO_ELEMENT_WRITES:
-        return False
     try:
-        packet = getattr(getattr(torch.ops, ns), base)
-        op = getattr(packet, overload or "default")
+        op = getattr(getattr(getattr(torch.ops, ns), base), overload or "default")
         schema = op._schema
     except Exception:
         return True
-    if torch.Tag.inplace_view in getattr(op, "tags", ()):
-        return False
-    if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+    if dataflow.writes_elements(op):
         return True
+    if base in dataflow._NO_ELEMENT_WRITES or base == "_unsafe_view" or torch.Tag.inplace_view in op.tags:
+        return False
     return all(r.alias_info is None for r in schema.returns)
 
 

@@ -90,6 +90,28 @@ def kernel_slots(tensors: dict, arg_names: tuple) -> tuple[list, list]:
 
 _DEV_NAMES = {0: "cpu", 1: "cuda"}
 
+# ops whose schemas declare a write that writes no element: set_ and resize_
+# rebind or reshape self, record_stream only marks it; torch.Tag.inplace_view
+# ops (t_, unsqueeze_, as_strided_, detach_) are told by their tag
+_NO_ELEMENT_WRITES = frozenset({"set_", "resize_", "resize_as_", "record_stream"})
+
+
+def writes_elements(func) -> bool:
+    """Whether an op (an OpOverload) writes the elements of one of its
+    arguments: an alias annotation with a write (in-place and out= ops), not
+    a change of metadata only.  Without a schema: taken as a writer.  What
+    collectives.py's overwrite check (Note [Outputs written before their
+    hash]) and compare.py's search for writes only one run made (Note
+    [Writes only one run made]) count as a write."""
+    import torch
+
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return True
+    if torch.Tag.inplace_view in getattr(func, "tags", ()) or schema.name.split("::")[-1] in _NO_ELEMENT_WRITES:
+        return False
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
 
 def _is_extent(x) -> bool:
     return isinstance(x, _C.Extent)

@@ -185,6 +185,19 @@ print(float(accumulate(state, torch.linspace(0, 1, 64))))
 """
 
 
+def _hunt_script(tmp_path, text: str, *args: str) -> tuple[int, str]:
+    """kdebug hunt --no-magnitude of script ``text`` given a counter file
+    (the run number) and ``args``, in fresh processes: (exit code, output)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--no-magnitude", str(script),
+                        str(tmp_path / "counter"), *args], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    return p.returncode, p.stdout + p.stderr
+
+
 @pytest.mark.parametrize("differs_in", [1, -1])
 def test_a_compiled_function_that_updates_its_input_in_place_is_not_called_non_deterministic(differs_in, tmp_path):
     """Inductor passes an input the graph updates in place (running
@@ -193,19 +206,11 @@ def test_a_compiled_function_that_updates_its_input_in_place_is_not_called_non_d
     (compare._aliased_inputs).  kdebug hunt names state that differs between
     the runs as an input that differs from outside, never a kernel that
     computed another result from identical inputs; identical state matches."""
-    import subprocess
-    import sys
-
-    script = tmp_path / "state.py"
-    script.write_text(_STATE_SCRIPT)
-    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--no-magnitude", str(script),
-                        str(tmp_path / "counter"), str(differs_in)], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=600)
-    out = p.stdout + p.stderr
+    rc, out = _hunt_script(tmp_path, _STATE_SCRIPT, str(differs_in))
     if differs_in < 0:
-        assert p.returncode == 0 and "DIVERGE" not in out, out
+        assert rc == 0 and "DIVERGE" not in out, out
         return
-    assert p.returncode == 1 and "FIRST DIVERGENCE: kernel #0 cpp_fused" in out, out
+    assert rc == 1 and "FIRST DIVERGENCE: kernel #0 cpp_fused" in out, out
     assert "input in_ptr0 (index 0) differs" in out and "came from outside the recorded launches" in out, out
     assert "non-deterministic" not in out and "inputs identical" not in out, out
 
@@ -266,15 +271,8 @@ def test_a_write_only_one_run_made_is_named_not_called_outside(tmp_path):
     never ran (STRUCTURE lists them): kdebug hunt names that step as where the
     compiled matmul's differing input came from (Note [Writes only one run
     made]), not the outside of the recording."""
-    import subprocess
-    import sys
-
-    script = tmp_path / "extra.py"
-    script.write_text(_EXTRA_WRITE_SCRIPT)
-    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--no-magnitude", str(script),
-                        str(tmp_path / "counter")], cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    out = p.stdout + p.stderr
-    assert p.returncode == 1 and "STRUCTURE: only run 1 launched" in out, out
+    rc, out = _hunt_script(tmp_path, _EXTRA_WRITE_SCRIPT)
+    assert rc == 1 and "STRUCTURE: only run 1 launched" in out, out
     first = out.split("FIRST DIVERGENCE")[1].split("kdebug hunt:")[0]
     assert "input mat2" in first and "a step only run 1 ran" in first and "came from that step" in first, out
     assert "outside the recorded launches" not in first, out
@@ -285,16 +283,9 @@ def test_a_write_only_one_run_made_is_not_named_when_what_was_read_is_not_what_i
     DebugMode records fills it with values that differ between the runs: the
     reset wrote all of that memory and not the bytes the kernel read, so it
     is not named; the difference came from outside the recording."""
-    import subprocess
-    import sys
-
-    script = tmp_path / "unseen.py"
-    script.write_text(_UNSEEN_WRITE_SCRIPT)
-    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--no-magnitude", str(script),
-                        str(tmp_path / "counter")], cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    out = p.stdout + p.stderr
+    rc, out = _hunt_script(tmp_path, _UNSEEN_WRITE_SCRIPT)
     first = out.split("FIRST DIVERGENCE")[1].split("kdebug hunt:")[0]
-    assert p.returncode == 1 and "came from outside the recorded launches" in first, out
+    assert rc == 1 and "came from outside the recorded launches" in first, out
     assert "a step only run 1 ran" not in first, out
 
 

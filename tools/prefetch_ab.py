@@ -27,16 +27,7 @@ import torch
 import kdebug
 from kdebug import _C
 from kdebug.workloads import STEP_SIZES, adamw_step
-
-
-def _timed(acc: collections.Counter, name: str, fn):
-    def call(*a, **k):
-        t0 = time.perf_counter_ns()
-        try:
-            return fn(*a, **k)
-        finally:
-            acc[name] += time.perf_counter_ns() - t0
-    return call
+from flight_parts import _timed  # (this script's folder, tools/, is on sys.path)
 
 
 def main(argv=None) -> None:
