@@ -447,6 +447,8 @@ class Root:
     other_writer: tuple | None = None  # "outside": Divergence.other_writer (Note [Other tensors passed])
     writer_paired: bool = True  # "outside": its writer has a counterpart in the other run
     only_b_writer: Step | None = None  # "outside": run b last wrote that memory with a step run a did not run
+    unchecked: list = field(default_factory=list)  # "root": labels of inputs it read that were not compared
+                                # (Note [Inputs not compared])
 
 
 @dataclass
@@ -473,6 +475,9 @@ class Report:
     # steps re-paired with the same computation elsewhere in the other run
     # (Note [Reordered steps]): human-readable lines, not differences
     reordered: list = field(default_factory=list)
+    # in-process runs (assert_deterministic, the pytest plugin): inputs run b read from memory run a
+    # wrote last, none of run b's steps before (Note [State a run left]): human-readable lines
+    carried: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -707,6 +712,48 @@ def _kept_writes(mm: dataflow.MemoryMap, final) -> set[int] | None:
 # roots that changed nothing are benign.
 
 
+# Note [Inputs not compared]
+# A root is a step whose inputs were identical; without pre-launch hashes
+# (log_tensor_hashes() without hash_inputs=True) an input is known identical
+# only through its writers: every byte it read was last written by a
+# recorded step whose output was hashed and matched.  Memory no recorded step
+# wrote (a graph input, a tensor the caller passed, a buffer filled before
+# the recording began) or last written by a step whose output was not hashed
+# was not compared at all: the caller passing another x made "inputs
+# identical ... this op is non-deterministic" out of an mm that computed
+# exactly what it was given.  Such inputs are listed with the root, and the
+# verdict says it is non-deterministic or one of them differed.  The walk's
+# own memory map holds the writes from the first difference on; the bytes it
+# does not own are looked up in a map of the steps before it (built only when
+# a root needs it), whose aligned writes with a hash matched in both runs
+# (they precede the first difference).
+
+
+class _Prefix:
+    """Who last wrote each byte before the walk's first step, and which of
+    those writes were not compared (Note [Inputs not compared])."""
+
+    def __init__(self, A: "_Side", pa: torch.Tensor, start: int):
+        self.mm = dataflow.MemoryMap()
+        self.unchecked: set[int] = set()
+        aligned = set(pa[:start].tolist())
+        for j in range(int(pa[start])):
+            st = A.step(j)
+            for s in st.writes:
+                w = dataflow.Write(s, False)
+                self.mm.paint(w)
+                if j not in aligned or s.key not in st.post:
+                    self.unchecked.add(id(w))
+
+
+def _blind(mm: dataflow.MemoryMap, unchecked: set, s) -> bool:
+    """Whether a byte of slot s is owned by no write in mm, or by one whose
+    id is in ``unchecked``; bytes no write owns are True."""
+    if any(id(o) in unchecked for o in mm.partial_over(s.device, s.lo, s.hi)):
+        return True
+    return any(w is None or id(w) in unchecked for _, _, w in mm.pieces(s))
+
+
 def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[list, list, dict]:
     """Note [Data flow]: walks the aligned steps from the first one whose hashes
     differ, linking every read to the last earlier write of overlapping memory.
@@ -726,6 +773,27 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
     last = int(diff[-1])
     start = int(diff[0])
     pos_of = {i: k for k, i in enumerate(pa[start:].tolist(), start)}
+    unhashed: set[int] = set()  # ids of the walk's Writes whose output run a did not hash
+    prefix: list = []           # the _Prefix, once a root needs it
+
+    def not_compared(s) -> bool:
+        """Note [Inputs not compared]: whether the bytes of read s are not all
+        known identical through a hashed, matching last write."""
+        if s.hi <= s.lo or s.device[0] == "?":
+            return False
+        if any(id(o) in unhashed for o in mm.partial_over(s.device, s.lo, s.hi)):
+            return True
+        for lo, hi, w in mm.pieces(s):
+            if w is not None:
+                if id(w) in unhashed:
+                    return True
+                continue
+            if not prefix:
+                prefix.append(_Prefix(A, pa, start))
+            if _blind(prefix[0].mm, prefix[0].unchecked, dataflow.Slot(s.key, s.label, s.device, lo, hi)):
+                return True
+        return False
+
     for i in range(int(pa[start]), A.n):
         k = pos_of.get(i)
         a = A.step(i)
@@ -736,7 +804,7 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
         if k > last and not a.writes:
             continue
         b = B.step(int(pb[k])) if k in diffset else None
-        in_diff, outside, causes = [], [], 0
+        in_diff, outside, blind, causes = [], [], [], 0
         for s in a.reads:
             hashed = b is not None and (s.key in a.pre or s.key in b.pre)
             if hashed and a.pre.get(s.key) == b.pre.get(s.key):
@@ -749,6 +817,8 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
                     w.read = True
             elif hashed:
                 outside.append(s)
+            elif b is not None:
+                blind.append(s)  # identical only if its writers say so (Note [Inputs not compared])
         out_diff = [] if b is None else \
             [s for s in a.writes if (s.key in a.post or s.key in b.post) and a.post.get(s.key) != b.post.get(s.key)]
         if b is not None and (VALUE in a.post or VALUE in b.post) and a.post.get(VALUE) != b.post.get(VALUE):
@@ -784,6 +854,8 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
                 found[n].values.append((a.label(), a.post.get(VALUE), b.post.get(VALUE)))
             if kind == "root" and a.kind == "kernel":
                 found[n].code = _code_differs(A, B, a, b)
+            if kind == "root":
+                found[n].unchecked = [s.label for s in blind if not_compared(s)]
         elif out_diff:
             for r in _bits(causes):
                 caused[r].append(k)
@@ -800,6 +872,8 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
         for s in a.writes:
             w = dataflow.Write(s, s in out_diff, causes if s in out_diff else 0)
             mm.paint(w)
+            if s.key not in a.post:
+                unhashed.add(id(w))
             if w.differs:
                 for r in _bits(causes):
                     written[r].append(w)
@@ -1055,7 +1129,88 @@ def format_report(r: Report) -> str:
         if len(r.roots) > 10:
             lines.append(f"    ... {len(r.roots) - 10} more roots")
     lines += _benign_lines(r)
+    if r.carried:  # Note [State a run left]
+        lines.append(f"  STATE CARRIED OVER: {side_name(b)} read memory {side_name(a)} wrote last, which no step of "
+                     f"{side_name(b)} wrote before it (the runs ran one after the other in this process):")
+        lines += [f"    {t}" for t in r.carried[:5]]
+        if len(r.carried) > 5:
+            lines.append(f"    ... {len(r.carried) - 5} more")
+        lines.append("    -> the function updates state it reads (a module's buffers, such as BatchNorm's running "
+                     "statistics in training mode; a step counter; a cache; optimizer state): each run started "
+                     f"from what the run before it left, so {side_name(b)}'s difference says nothing about "
+                     "determinism; reset that state in the function (or put the module in eval mode), or "
+                     "compare runs in fresh processes (kdebug hunt)")
     return "\n".join(lines)
+
+
+# Note [State a run left]
+# assert_deterministic and the pytest plugin run the function several times
+# in one process, one run after the other.  A function that updates state it
+# reads (BatchNorm's running statistics in training mode, a counter buffer,
+# a cache, an optimizer step) starts each run from what the run before it
+# left: run 1's kernel reads a buffer whose bytes differ from run 0's, no
+# recorded step of run 1 wrote it, and the verdict said "from outside the
+# recorded launches (a graph input, RNG, ...)", true but no help.  The runs
+# share one address space, so where run 0's own steps were the last to write
+# the memory run 1 read, the report says so, naming the writer: the state
+# the function carries from run to run.
+
+
+def _last_write(side: _Side, before: int, slot) -> Step | None:
+    """The side's latest step before index ``before`` that wrote elements
+    of memory overlapping ``slot`` (a bounded scan back), or None."""
+    for j in range(before - 1, max(-1, before - 1 - _UNPAIRED_SCAN), -1):
+        w = side.step(j)
+        if w.kind == "aten" and not _op_writes(w.name):
+            continue
+        if any(s.device == slot.device and s.lo < slot.hi and slot.lo < s.hi for s in w.writes):
+            return w
+    return None
+
+
+def _module_state(fn) -> list[tuple[int, int, str]]:
+    """(first byte, end, "buffer 1.running_mean" / "parameter 0.weight") of
+    the tensors of the nn.Module behind fn (a module, a compiled one, or a
+    bound method of one); empty for anything else."""
+    m = getattr(fn, "__self__", fn)
+    m = getattr(m, "_orig_mod", m)
+    if not isinstance(m, torch.nn.Module):
+        return []
+    out = []
+    try:
+        for kind, items in (("buffer", m.named_buffers()), ("parameter", m.named_parameters())):
+            for name, t in items:
+                if t is not None and t.numel() and t.layout == torch.strided and t.device.type != "meta":
+                    lo = t.data_ptr()
+                    span = sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+                    out.append((lo, lo + (span + 1) * t.element_size(), f"{kind} {name}"))
+    except Exception:  # (a module whose tensors cannot be listed: no names)
+        return []
+    return out
+
+
+def _carried_state(A: _Side, B: _Side, r: Report, names: list | None = None) -> list[str]:
+    """Note [State a run left]: for runs made one after the other in this
+    process, the differing inputs of "outside" roots that run a wrote last
+    and run b did not write before reading them (``names``: _module_state's
+    list, to name the module's tensor there)."""
+    out = []
+    a, b = r.runs
+    for x in r.roots[:10]:
+        if x.kind != "outside":
+            continue
+        for key, (label, _, _) in zip(x.keys, x.outside_inputs):
+            slot = next((s for s in x.step_b.reads if s.key == key), None)
+            if slot is None or slot.hi <= slot.lo or slot.device[0] == "?":
+                continue
+            if _last_write(B, x.step_b.index, slot) is not None:
+                continue  # written in run b: not state from run a
+            w = _last_write(A, A.n, slot)
+            if w is not None:
+                held = [n for lo, hi, n in names or () if lo <= slot.lo and slot.hi <= hi]
+                out.append(f"{x.step_b.label()} read {label}" + (f" (the module's {held[0]})" if held else "")
+                           + f", last written in {side_name(a)} by {w.label()} ({side_name(a)}'s numbering)")
+    return out
 
 
 def _explain_outside(A: _Side, B: _Side, x: "Root", pa: torch.Tensor, pb: torch.Tensor) -> None:
@@ -1289,7 +1444,14 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
     out = []
     if x.kind == "root":
         lead = "" if x.outputs and x.outputs[0][0].startswith("output") else "output "
-        out.append(f"inputs identical, {lead}{_diff_text(x.outputs, a, b)}")
+        if x.unchecked:  # Note [Inputs not compared]
+            shown = ", ".join(x.unchecked[:3]) + (f" and {len(x.unchecked) - 3} more" if len(x.unchecked) > 3 else "")
+            out.append(f"inputs identical where compared, {lead}{_diff_text(x.outputs, a, b)}")
+            out.append(f"not compared: {shown} (no pre-launch hash, and not last written by a recorded step whose "
+                       "output was hashed: graph inputs, tensors the caller passed or filled outside the "
+                       "recording; log_tensor_hashes(hash_inputs=True) compares them)")
+        else:
+            out.append(f"inputs identical, {lead}{_diff_text(x.outputs, a, b)}")
         if is_collective(x.step_a) and isinstance(b, int):
             why = ("-> this collective returned another result from this process's identical inputs: its output "
                    "also depends on the other ranks' inputs (a rank whose difference started earlier sends it), "
@@ -1308,6 +1470,9 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
         elif x.step_a.kind == "aten" and draws_random(x.step_a.name):
             why = ("-> this op drew other random numbers: the generator it uses was in another state "
                    "(an unseeded program, or one seeded from time)")
+        elif x.unchecked:
+            why = (f"-> this {what} is non-deterministic, or an input not compared differed between "
+                   f"{side_name(a)} and {side_name(b)}")
         else:
             why = (f"-> this {what} is non-deterministic" if isinstance(b, int) else  # sides named: ranks
                    f"-> this {what} computed another result on {side_name(b)} than on {side_name(a)} from the "
@@ -1407,7 +1572,10 @@ def _recorded_reports(fn, args, kwargs, runs: int, hash_fn) -> list[Report]:
     first = _Side.of(_record(fn, args, kwargs, hash_fn))
     reports: list[Report] = []
     for i in range(1, runs):
-        rep = compare(first, _record(fn, args, kwargs, hash_fn), runs=(0, i))
+        other = _Side.of(_record(fn, args, kwargs, hash_fn))
+        rep = compare(first, other, runs=(0, i))
+        if not rep.ok:
+            rep.carried = _carried_state(first, other, rep, _module_state(fn))
         reports.append(rep)
         if not rep.ok or rep.hashed == 0:
             break

@@ -173,11 +173,16 @@ def op_slots(extents, op) -> tuple[list, list] | None:
         return None
     schema = _schema(op)
     reads, writes = [], []
+    # an out= argument is written, not read: taken as read, a difference an earlier step left in the
+    # buffer made the op (an extern mm into a reused buffer) look like that step's consequence
+    outs = {a.name for a in schema.arguments if getattr(a, "is_out", False)} if schema is not None else set()
     for tree, side, out in ((extents.inputs, "in", reads), (extents.outputs, "out", writes)):
         if tree is None:
             continue
         for path, leaf in _walk(tree):
             if leaf is None:
+                continue
+            if side == "in" and outs and _input_label(path[:2], schema) in outs:
                 continue
             label = _input_label(path, schema) if side == "in" else _output_label(path, schema)
             out.append(Slot(path_key(side, path), label,
@@ -280,6 +285,29 @@ class MemoryMap:
             yield from ((dev, lo, hi, w) for lo, hi, w in zip(starts, ends, owners))
         for dev, ws in self._over.items():
             yield from ((dev, w.slot.lo, w.slot.hi, w) for w in ws)
+
+    def pieces(self, slot: Slot) -> list[tuple[int, int, "Write | None"]]:
+        """[slot.lo, slot.hi) cut at the edges of the whole Writes owning its
+        bytes: (lo, hi, the Write, or None for bytes no painted write owns),
+        in address order."""
+        starts, ends, owners = self._maps.get(slot.device, ([], [], []))
+        i = bisect.bisect_right(ends, slot.lo)
+        j = bisect.bisect_left(starts, slot.hi)
+        out: list = []
+        at = slot.lo
+        for lo, hi, w in zip(starts[i:j], ends[i:j], owners[i:j]):
+            lo, hi = max(lo, slot.lo), min(hi, slot.hi)
+            if lo > at:
+                out.append((at, lo, None))
+            out.append((lo, hi, w))
+            at = hi
+        if at < slot.hi:
+            out.append((at, slot.hi, None))
+        return out
+
+    def partial_over(self, device: tuple, lo: int, hi: int) -> list[Write]:
+        """The partial writes laid over any byte of [lo, hi) (Note [Partial writes])."""
+        return [o for o in self._over.get(device, ()) if o.slot.lo < hi and lo < o.slot.hi]
 
     def writers(self, slot: Slot) -> list[Write]:
         """The Writes owning any byte of the slot's range, in address order."""

@@ -230,6 +230,108 @@ def test_assert_deterministic_says_when_fn_changed_its_arguments():
     kdebug.assert_deterministic(lambda x: accumulate(torch.zeros(64), x), x)  # fresh state each run: passes
 
 
+def test_assert_deterministic_names_state_the_function_carries_from_run_to_run():
+    """A module in training mode updates BatchNorm's running statistics, which
+    its compiled kernel also reads: run 1 starts from what run 0 left.  The
+    report says which inputs run 0 wrote last (Note [State a run left]); the
+    same module in eval mode is deterministic, and a planted difference with
+    no state involved gets no such section."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU())
+    cm = torch.compile(m)
+    x = torch.randn(16, 8)
+    cm(x)
+    with pytest.raises(AssertionError) as e:
+        kdebug.assert_deterministic(cm, x)
+    text = str(e.value)
+    assert "STATE CARRIED OVER" in text, text
+    carried = text.split("STATE CARRIED OVER")[1]
+    assert "read in_ptr" in carried and "last written in run 0 by kernel #0 cpp_fused_" in carried, text
+    for buf in ("1.running_mean", "1.running_var", "1.num_batches_tracked"):
+        assert f"(the module's buffer {buf})" in carried, text
+    assert "BatchNorm's running statistics" in carried
+    m.eval()
+    ce = torch.compile(m)
+    kdebug.assert_deterministic(ce, x)
+
+    g = torch.compile(lambda t: (t * 3).sin() + 1)
+    y = torch.randn(64)
+    g(y)
+    with perturb_kernel_output("cpp_fused_", "out_ptr0", 1, 1e-3), pytest.raises(AssertionError) as e:
+        kdebug.assert_deterministic(g, y)  # launch 1 is run 1's
+    assert "non-deterministic" in str(e.value) and "STATE CARRIED OVER" not in str(e.value), str(e.value)
+
+
+def _record_pair(fn, inputs, **hash_kwargs):
+    dms = []
+    for x in inputs:
+        with DebugMode() as dm, DebugMode.log_tensor_hashes(**hash_kwargs):
+            fn(x)
+        dm.operators  # noqa: B018
+        dms.append(dm)
+    return kdebug.compare(*dms)
+
+
+def test_inputs_no_recorded_step_wrote_are_not_called_identical_without_input_hashes():
+    """Without pre-launch hashes, an input no recorded step wrote (the caller
+    passed another x) was not compared: the verdict lists it and does not
+    call the op non-deterministic on identical inputs (Note [Inputs not
+    compared]).  With hash_inputs=True the input is compared and named."""
+    w = torch.randn(16, 16)
+    f = torch.compile(lambda x: torch.relu(x @ w) * 2 + 1)
+    x0 = torch.randn(8, 16)
+    f(x0)
+    x1 = x0.clone()
+    x1[0, 0] += 1e-3
+    rep = _record_pair(f, [x0, x1])
+    assert not rep.ok and rep.roots[0].kind == "root"
+    assert "self" in rep.roots[0].unchecked and "mat2" in rep.roots[0].unchecked, rep
+    text = str(rep)
+    assert "inputs identical where compared" in text and "not compared: self, mat2" in text, text
+    assert "non-deterministic, or an input not compared differed" in text, text
+    assert "inputs identical," not in text
+    rep = _record_pair(f, [x0, x1], hash_inputs=True)
+    assert rep.roots[0].kind == "outside" and "input self differs" in str(rep), rep
+
+
+def test_inputs_a_hashed_recorded_step_wrote_are_compared_through_it():
+    """An input written inside the recording by a step whose output was
+    hashed and matched is known identical without its own pre-launch hash:
+    a planted difference in the kernel that reads it is a root on identical
+    inputs, with nothing listed as not compared."""
+    g = torch.compile(lambda t: (t * 2).sin() + t.cos())
+    base = torch.randn(64)
+    g(base)
+
+    def body(k):
+        with perturb_kernel_output("cpp_fused_", "out_ptr0", 0, 1e-3 * k):
+            g(base * 1.5)  # the eager mul's output, hashed, is the kernel's only input
+
+    dms = []
+    for k in (0, 1):
+        with DebugMode() as dm, DebugMode.log_tensor_hashes():
+            body(k)
+        dm.operators  # noqa: B018
+        dms.append(dm)
+    rep = kdebug.compare(*dms)
+    assert not rep.ok and rep.roots[0].kind == "root" and rep.roots[0].unchecked == [], rep
+    text = str(rep)
+    assert "inputs identical, output" in text and "not compared" not in text, text
+
+
+def test_an_out_argument_is_written_not_read():
+    """aten::mm.out writes its out= argument without reading it: taken as a
+    read, a difference an earlier step left in a reused buffer made an
+    extern mm look like that step's consequence."""
+    a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4)
+    with DebugMode() as dm, DebugMode.log_tensor_hashes():
+        torch.mm(a, b, out=c)
+    steps = [s for s in steps_of(dm) if s.name.startswith("aten::mm")]
+    assert len(steps) == 1, steps
+    assert [s.label for s in steps[0].reads] == ["self", "mat2"], steps[0].reads
+    assert steps[0].writes and steps[0].writes[0].lo == c.data_ptr()
+
+
 _EXTRA_WRITE_SCRIPT = """
 import os, sys, torch
 torch.set_num_threads(1)
