@@ -274,6 +274,8 @@ int kd_cpp_launch_v2(int phase, int kind, const char *kernel_name, int n, const 
         if (c->active) /* the last launch's after-phase never came: it threw */
             finish(1);
         kd_recorder *r = kd_active_recorder();
+        if (r == NULL)
+            kd_note_unrecorded_launch();
         if (r != NULL) {
             cpp_calls[0]++;
             rc = begin(r, kind == KD_KIND_TRITON || kind == KD_KIND_ATEN ? kind : KD_KIND_CPP,

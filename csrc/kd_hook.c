@@ -107,6 +107,8 @@ static PyObject *run_hook_call(kd_run_hook *self, PyObject *const *args, size_t 
     uint64_t t0 = KD_PT_NOW(); /* Note [Phase timers] */
     kd_recorder *r = kd_active_recorder();
     if (r == NULL || nargs < 1) {
+        if (r == NULL)
+            kd_note_unrecorded_launch();
 #ifdef KD_PHASE_TIMERS
         PyObject *plain = PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
         KD_PT_ADD(KD_PT_PLAIN, t0);
@@ -393,8 +395,11 @@ static PyObject *cpp_kernel_call(kd_cpp_kernel *self, PyObject *const *args, siz
                                  PyObject *kwnames)
 {
     kd_recorder *r = kd_active_recorder();
-    if (r == NULL || kwnames != NULL)
+    if (r == NULL || kwnames != NULL) {
+        if (r == NULL)
+            kd_note_unrecorded_launch();
         return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    }
     Py_INCREF(r);
     kd_pending p;
     kd_launch_begin(r, self->info, args, PyVectorcall_NARGS(nargsf), 0, &p);

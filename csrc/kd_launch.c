@@ -72,6 +72,14 @@ kd_recorder *kd_active_recorder(void)
 
 int kd_recording_here(void) { return kd_recorder_here() != NULL; }
 
+uint64_t kd_unfollowed_launches = 0; /* GIL (Note [Launches no recording follows]) */
+
+void kd_note_unrecorded_launch(void)
+{
+    if (kd_started_recorders > 0 && !kd_tls_compiling && kd_recorder_here() == NULL && !kd_in_benchmark())
+        kd_unfollowed_launches++;
+}
+
 /* ---- the launch path (Note [Record layout] in kd_record.h) ---- */
 
 _Thread_local kd_hash_config kd_hcfg = {0, 0, 0, 0, 0, 0, 0};

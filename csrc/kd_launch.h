@@ -32,6 +32,22 @@ uint64_t kd_now_ns(void);
  * this thread is compiling or Inductor is benchmarking. */
 kd_recorder *kd_active_recorder(void);
 
+/* Note [Launches no recording follows]
+ * A recording follows the thread that entered it and the threads torch
+ * starts from it (or every thread: record_all_threads).  A compiled kernel
+ * launched on another thread while any recorder is started (a worker thread
+ * running the compiled model, a thread pool) is in no recording: the hook
+ * passes it through, and an in-process comparison or a hunt saw nothing of
+ * it and reported the runs as matching.  The launch hooks count such launches
+ * here (GIL held), compile-time and benchmarking launches excepted; a
+ * DebugMode takes the count's growth over its lifetime as launches it
+ * missed (kernel_stats["other_thread_launches"]: not complete). */
+extern uint64_t kd_unfollowed_launches;
+
+/* A hook found no recorder for this launch (kd_active_recorder gave NULL):
+ * counts it when a recorder is started and none follows this thread. */
+void kd_note_unrecorded_launch(void);
+
 /* Whether a started recorder records this thread's launches: its own, the
  * one torch carried to it (autograd's device threads) or a global one.  No
  * side effect (kd_active_recorder counts suppressed launches).  GIL held. */

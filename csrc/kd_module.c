@@ -315,6 +315,12 @@ static PyObject *mod_empty_like(PyObject *m, PyObject *t)
     return r;
 }
 
+static PyObject *mod_unfollowed_launches(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    return PyLong_FromUnsignedLongLong(kd_unfollowed_launches);
+}
+
 static PyMethodDef module_methods[] = {
     {"graph_capture_begin", kd_mod_graph_capture_begin, METH_VARARGS,
      "graph_capture_begin(device, stream) -> handle: before a CUDA graph capture (Note [CUDA graph replays])."},
@@ -332,6 +338,9 @@ static PyMethodDef module_methods[] = {
     {"graph_stats", kd_mod_graph_stats, METH_NOARGS, "graph_stats() -> every graph's counters."},
     {"graph_activity", kd_mod_graph_activity, METH_NOARGS,
      "graph_activity() -> int: graphs registered + replays + unknown replays so far (0: none)."},
+    {"unfollowed_launches", mod_unfollowed_launches, METH_NOARGS,
+     "unfollowed_launches() -> int: compiled kernel launches on threads no started recorder followed, so far "
+     "(Note [Launches no recording follows])."},
     {"_empty_like", mod_empty_like, METH_O, "_empty_like(t): what record_outputs copies into (tests)."},
     {"_set_defer", mod_set_defer, METH_O, "_set_defer(mode) -> previous: batch GPU hashes / copies: 0 off, 1 under a dispatch mode, 2 with the C++ write guard (Note [Deferred GPU work])."},
     {"defer_flush", mod_defer_flush, METH_NOARGS, "defer_flush(): launch every deferred GPU hash / copy now (a quiet point: the C++ write guard pauses until the next is queued)."},

@@ -9,6 +9,7 @@ Exit status: the program's own (its SystemExit code), 1 if it raised.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import runpy
 import sys
@@ -91,8 +92,12 @@ def record(out: str, target: list[str], *, builtin: bool = False, module: bool =
         apply_fix(fix)
     replay.activate_from_env()  # kdebug hunt --confirm (Note [Proof by replay])
     status = 0
-    with kdebug.DebugMode(trace=out, record_final_state=True) as dm, \
-            kdebug.DebugMode.log_tensor_hashes(list(hash_fn), hash_inputs=True), replay.op_mode():
+    all_threads = os.environ.get("KDEBUG_RECORD_ALL_THREADS") == "1"  # kdebug hunt / record --all-threads
+    stack = contextlib.ExitStack()
+    dm = stack.enter_context(kdebug.DebugMode(trace=out, record_final_state=True, record_all_threads=all_threads))
+    stack.enter_context(kdebug.DebugMode.log_tensor_hashes(list(hash_fn), hash_inputs=True))
+    stack.enter_context(replay.op_mode())
+    with stack, _finishing_on_os_exit(stack, dm, out):
         left = None
         try:
             left = run_program(target, builtin, module)  # noqa: F841  (held at exit)
@@ -103,6 +108,12 @@ def record(out: str, target: list[str], *, builtin: bool = False, module: bool =
             traceback.print_exc()
             status = 1
             left = e
+    return _finish(dm, out, status)
+
+
+def _finish(dm, out: str, status: int) -> int:
+    from . import replay
+
     replay.write_hits()
     st = dm.kernel_stats
     print(f"kdebug: recorded {st['launches']} kernel launch(es) and "
@@ -111,6 +122,36 @@ def record(out: str, target: list[str], *, builtin: bool = False, module: bool =
     if hint:
         print(hint, file=sys.stderr)
     return status
+
+
+# Note [Programs that end by os._exit]
+# os._exit ends the process at once: no finally block, no context manager's
+# exit, no atexit.  A recorded program that ends that way (to skip a slow
+# interpreter teardown, common in training scripts) left a trace without its
+# last chunk and its END, so the runs compared only their first launches.
+# While the runner records, os._exit first closes the recording (the trace
+# written whole) and then exits as asked; the program's own cleanup still
+# does not run, as os._exit promises.
+
+
+@contextlib.contextmanager
+def _finishing_on_os_exit(stack: contextlib.ExitStack, dm, out: str):
+    real = os._exit
+
+    def _exit(status=0):
+        os._exit = real
+        try:
+            stack.close()  # the recording's exit: the trace written whole
+            _finish(dm, out, status)
+        except BaseException:  # the program asked to end now: never stop it
+            pass
+        real(status)
+
+    os._exit = _exit
+    try:
+        yield
+    finally:
+        os._exit = real
 
 
 def nothing_compiled_hint(launches: int) -> str | None:

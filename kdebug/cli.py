@@ -99,7 +99,18 @@ def _runner_cmd(out: str, target: list[str], module: bool, fix: str | None = Non
     return cmd + ["--"] + target
 
 
+def _all_threads(args: argparse.Namespace) -> None:
+    """--all-threads: the runner (this process's and the ones it starts)
+    records every thread's launches."""
+    if getattr(args, "all_threads", False):
+        os.environ[ALL_THREADS_ENV] = "1"
+
+
+ALL_THREADS_ENV = "KDEBUG_RECORD_ALL_THREADS"  # read by kdebug/_runner.py
+
+
 def _record(args: argparse.Namespace) -> int:
+    _all_threads(args)
     target, module = _split_command(args.command)
     if not target:
         print("kdebug record: give the program after --, e.g. kdebug record -o run.kdt -- python train.py",
@@ -412,6 +423,7 @@ def _hunt(args: argparse.Namespace) -> int:
         print("kdebug hunt: --fixes chooses the fixes that --try-fixes tries; add --try-fixes", file=sys.stderr)
         return 2
     args.fixes = fixes
+    _all_threads(args)
     builtin = not args.command
     if args.nproc is not None:
         from .hunt_ranks import unsupported_options
@@ -486,11 +498,33 @@ def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool
     if paths is None:
         return 2
     try:
-        reports = _compare_runs(paths)
+        from .trace import load
+
+        runs = [load(p, quiet=True) for p in paths]
+        reports = _compare_runs(runs)
     except Exception as e:  # an unreadable trace: say so, exit 2
         print(f"kdebug hunt: could not compare the runs: {e}", file=sys.stderr)
         return 2
     diverged = any(not r.ok for r in reports)
+    # Note [A match needs whole recordings]
+    # The comparison sees only what was recorded.  A run whose recording lost
+    # launches (the process ended by os._exit or a signal before the trace's
+    # END, a full ring, hook errors, compiled work on threads the recording
+    # does not follow, graph calls that bypass the hooks) can match in what
+    # it kept and differ in what it lost: a hunt of a script ending in
+    # os._exit(0) reported "all runs match" (exit 0) while its printed results
+    # differed.  So a hunt whose runs match but are incomplete says so and
+    # gives no verdict (exit 2); a divergence found in the recorded parts stands.
+    gaps = [f"run {i}: {p}" for i, r in enumerate(runs) if not r.complete
+            for p in (r.problems() or ["the recording is incomplete"])]
+    if gaps:
+        print("\nkdebug hunt: the recordings are INCOMPLETE:\n  " + "\n  ".join(gaps))
+        if not diverged:
+            print("kdebug hunt: no verdict: the recorded parts match, but what was not recorded was not compared "
+                  + ("(kdebug hunt --all-threads records other threads' launches)"
+                     if any(r.meta.get("stats", {}).get("other_thread_launches") for r in runs) else ""))
+            return 2
+        print("kdebug hunt: the divergence above was found in the recorded parts; what was not recorded was not compared")
     hunt = {"what": what, "runs": args.runs, "in_process": args.in_process,
             "paths": [os.path.basename(p) for p in paths], "fixes": {}}
     if args.try_fixes and diverged:
@@ -724,8 +758,11 @@ def main(argv: list[str] | None = None) -> int:
     d.set_defaults(fn=_demo)
     i = sub.add_parser("info", help="versions and settings that affect recording")
     i.set_defaults(fn=_info)
-    r = sub.add_parser("record", help="record a program with no code change: kdebug record -o run.kdt -- python script.py")
+    r = sub.add_parser("record", help="record a program with no code change: kdebug record -o run.kdt -- python script.py",
+                       allow_abbrev=False)
     r.add_argument("-o", "--output", required=True, help="trace file to write (streamed while the program runs)")
+    r.add_argument("--all-threads", dest="all_threads", action="store_true",
+                   help="record compiled kernels launched on every thread, not only the main thread's")
     r.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="start N ranks through torch.distributed.run; rank R writes OUTPUT's stem .rank{R}")
     r.add_argument("command", nargs=argparse.REMAINDER, help="-- python script.py [args...]")
@@ -757,8 +794,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="the trace (.kdt) to write as Chrome trace event JSON")
     ex.add_argument("-o", "--output", required=True)
     ex.set_defaults(fn=_export)
+    # allow_abbrev=False: the script's own options come after it, and a prefix of a hunt option there
+    # (--n, --conf) was taken as that option, or refused as ambiguous
     h = sub.add_parser("hunt", help="run a script N times and name the first kernel where runs diverge "
-                                    "(exit 0 all match, 1 diverge, 2 error)")
+                                    "(exit 0 all match, 1 diverge, 2 error)", allow_abbrev=False)
+    h.add_argument("--all-threads", dest="all_threads", action="store_true",
+                   help="record compiled kernels launched on every thread (DebugMode(record_all_threads=True)); "
+                        "by default the main thread and the threads torch starts from it")
     h.add_argument("--runs", type=int, default=2)
     h.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="hunt a distributed job: each run starts N ranks through torch.distributed.run; rank R "

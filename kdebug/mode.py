@@ -342,6 +342,8 @@ class DebugMode(_upstream.DebugMode):
         self._shadowing = None
         self._seen_at_enter = 0
         self._nested_hidden = 0  # Note [Nested DebugModes]
+        self._unfollowed = 0  # Note [Launches no recording follows]: on other threads, while this one recorded
+        self._unfollowed_at: int | None = None
         self._fresh: set[int] = set()  # Note [Fresh buffers] for aten ops
         self._trace_path = f["trace"]
         super().__init__(**upstream_flags)
@@ -683,6 +685,7 @@ class DebugMode(_upstream.DebugMode):
                 # thread's launches from the one recording before it
                 self._shadowing = outer if outer is not None and not self.record_all_threads else None
                 self._seen_at_enter = self._recorder.seen
+                self._unfollowed_at = _C.unfollowed_launches()
                 if self._graphs_at_enter is None:  # Note [CUDA graph replays]: what this recording saw
                     self._graphs_at_enter = cudagraphs.snapshot()
                 self._graphs_at_exit = None
@@ -741,6 +744,15 @@ class DebugMode(_upstream.DebugMode):
             if self.record_triton_kernels:
                 _active.stop_recording(self, self.record_all_threads)
                 self._recorder.stop()
+                missed = self._unfollowed_launches()
+                self._unfollowed, self._unfollowed_at = missed, None
+                if missed > self._reported.get("other_thread_launches", 0):
+                    self._reported["other_thread_launches"] = missed
+                    inductor.warn(
+                        f"{missed} compiled kernel launch(es) ran on threads this recording does not follow "
+                        "(it follows the thread that entered it and the threads torch starts from it): they are "
+                        "not recorded, and a comparison cannot see them. DebugMode(record_all_threads=True) "
+                        "records every thread (kdebug hunt / record --all-threads)", stacklevel=2)
                 if self._graphs_at_enter is not None:  # later replays are not this recording's
                     self._graphs_at_exit = cudagraphs.snapshot()
                 self._note_shadowed()
@@ -961,14 +973,21 @@ class DebugMode(_upstream.DebugMode):
         s = dict(self._recorder.stats())
         s["bypassed_graph_calls"] = dict(self._bypass)
         s["nested_unrecorded"] = self._nested_hidden
+        s["other_thread_launches"] = self._unfollowed_launches()
         graphs, unknown = self._graph_state()
         s["cuda_graphs"] = len(graphs)
         s["cuda_graph_replays"] = sum(g.replays for g in graphs)
         s["unrecorded_graph_replays"] = unknown
         s["complete"] = not (s["dropped"] or s["unrecorded"] or self._bypass or self._nested_hidden or unknown
-                             or any(not g.complete for g in graphs))
+                             or s["other_thread_launches"] or any(not g.complete for g in graphs))
         s["error_messages"] = self._recorder.messages()
         return s
+
+    def _unfollowed_launches(self) -> int:
+        """Note [Launches no recording follows]: compiled launches on threads
+        this recording did not follow, over its entries so far."""
+        live = _C.unfollowed_launches() - self._unfollowed_at if self._unfollowed_at is not None else 0
+        return self._unfollowed + live
 
     def _graph_state(self) -> tuple[list, int]:
         """(graphs captured or replayed since this recording began, replays of
@@ -1039,6 +1058,9 @@ class DebugMode(_upstream.DebugMode):
                 parts.append(g.text())
         if self._nested_hidden:
             parts.append(f"{self._nested_hidden} launch(es) recorded only by a nested DebugMode")
+        other = self._unfollowed_launches()
+        if other:
+            parts.append(f"{other} launch(es) on threads this recording does not follow (record_all_threads=True)")
         if not parts:
             return ""
         return "# kdebug: INCOMPLETE: " + "; ".join(parts) + "\n"
@@ -1048,6 +1070,9 @@ class DebugMode(_upstream.DebugMode):
         if getattr(self, "_recorder", None) is not None:
             self._bypass.clear()
             self._nested_hidden = 0
+            self._unfollowed = 0
+            if self._unfollowed_at is not None:
+                self._unfollowed_at = _C.unfollowed_launches()
             self._reported = {k: 0 for k in self._reported}  # (super().reset() cleared the recorder's counters)
 
 

@@ -224,7 +224,7 @@ def provenance_meta(names) -> dict:
 def _final_meta(dm) -> dict:
     s = dm.kernel_stats
     keep = ("launches", "dropped", "errors", "unrecorded", "suppressed", "complete", "bypassed_graph_calls",
-            "outputs_skipped", "readonly_changed", "hash_unsupported", "nested_unrecorded")
+            "outputs_skipped", "readonly_changed", "hash_unsupported", "nested_unrecorded", "other_thread_launches")
     meta = {"stats": {k: s[k] for k in keep if k in s}}
     from . import collectives, ranks
 
@@ -497,7 +497,7 @@ def _bypassed(v, key):
 
 _STATS = {"launches": _count, "dropped": _count, "errors": _count, "unrecorded": _count, "suppressed": _count,
           "outputs_skipped": _count, "readonly_changed": _count, "hash_unsupported": _count,
-          "nested_unrecorded": _count, "collectives": _count, "collectives_incomplete": _count,
+          "nested_unrecorded": _count, "other_thread_launches": _count, "collectives": _count, "collectives_incomplete": _count,
           "collectives_failed": _count, "collectives_unhashed": _count, "collectives_overwritten": _count,
           "complete": _flag, "bypassed_graph_calls": _bypassed}
 
@@ -648,6 +648,9 @@ class Run:
             out.append(f"{self.path}: {st['unrecorded']} launch(es) were not recorded (hook errors)")
         for reason, n in (st.get("bypassed_graph_calls") or {}).items():
             out.append(f"{self.path}: {n} graph call(s) through {reason} were not recorded")
+        if st.get("other_thread_launches"):
+            out.append(f"{self.path}: {st['other_thread_launches']} compiled launch(es) ran on threads the recording "
+                       "did not follow (record_all_threads=True records them)")
         if st.get("nested_unrecorded"):
             out.append(f"{self.path}: {st['nested_unrecorded']} launch(es) were recorded only by a nested DebugMode")
         if st.get("collectives_incomplete"):

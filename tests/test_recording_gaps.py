@@ -1,0 +1,141 @@
+"""What a recording did not see is said, and a comparison of incomplete
+recordings gives no "match": compiled launches on threads a recording does
+not follow (Note [Launches no recording follows]), programs that end by
+os._exit (Note [Programs that end by os._exit]), and the hunt's verdict on
+incomplete runs (Note [A match needs whole recordings])."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import warnings
+
+import pytest
+import torch
+
+import kdebug
+from kdebug import DebugMode
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    f = torch.compile(lambda t: (t * 2).sin() + 1)
+    f(torch.randn(32))
+    return f
+
+
+def _on_a_thread(fn, *args):
+    out = []
+    th = threading.Thread(target=lambda: out.append(fn(*args)))
+    th.start()
+    th.join()
+    return out[0]
+
+
+def test_launches_on_a_thread_the_recording_does_not_follow_make_it_incomplete(compiled):
+    x = torch.randn(32)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with DebugMode() as dm:
+            compiled(x)  # this thread: recorded
+            _on_a_thread(compiled, x)  # another thread: not recorded, counted
+    st = dm.kernel_stats
+    assert st["launches"] == 1 and st["other_thread_launches"] == 1 and not st["complete"], st
+    assert not dm.complete
+    assert any("ran on threads this recording does not follow" in str(m.message) for m in w), [str(m.message) for m in w]
+    assert "1 launch(es) on threads this recording does not follow" in dm.debug_string()
+
+
+def test_a_recording_of_every_thread_or_of_no_thread_misses_nothing(compiled):
+    x = torch.randn(32)
+    with DebugMode(record_all_threads=True) as dm:
+        compiled(x)
+        _on_a_thread(compiled, x)
+    st = dm.kernel_stats
+    assert st["launches"] == 2 and st["other_thread_launches"] == 0 and st["complete"], st
+    _on_a_thread(compiled, x)  # no recording active: nothing is missed by anyone
+    with DebugMode() as dm:
+        compiled(x)
+    assert dm.kernel_stats["other_thread_launches"] == 0 and dm.complete
+
+
+def test_the_count_survives_the_trace(compiled, tmp_path):
+    x = torch.randn(32)
+    path = str(tmp_path / "t.kdt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with DebugMode(trace=path) as dm:
+            _on_a_thread(compiled, x)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        run = kdebug.load(path)
+    assert run.meta["stats"]["other_thread_launches"] == 1 and not run.complete
+    assert any("ran on threads the recording did not follow" in str(m.message) for m in w)
+
+
+_THREAD_SCRIPT = """
+import os, sys, threading, torch
+counter = sys.argv[1]
+run = int(open(counter).read()) if os.path.exists(counter) else 0
+open(counter, "w").write(str(run + 1))
+f = torch.compile(lambda t: (t * 2).sin() + 1)
+def work():  # everything on a worker thread; the main thread's recording matches
+    x = torch.full((64,), 1.0 + run * 1e-3)
+    print(float(f(x).sum()))
+th = threading.Thread(target=work)
+th.start()
+th.join()
+"""
+
+_OS_EXIT_SCRIPT = """
+import os, sys, torch
+counter = sys.argv[1]
+run = int(open(counter).read()) if os.path.exists(counter) else 0
+open(counter, "w").write(str(run + 1))
+f = torch.compile(lambda t: (t * 2).sin().sum())
+print(f(torch.ones(16)).item())
+print(f(torch.full((16,), 1.0 + run * 1e-3)).item())  # differs in run 1
+sys.stdout.flush()
+os._exit(0)  # skips the interpreter's teardown
+"""
+
+
+def _hunt(tmp_path, text: str, *opts: str) -> tuple[int, str]:
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--no-magnitude", *opts, str(script),
+                        str(tmp_path / "counter")], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_hunt_of_incomplete_runs_that_match_gives_no_verdict(tmp_path):
+    """The compiled work runs on a worker thread: the recorded parts match
+    (nothing compiled on the main thread), and the hunt says it cannot tell
+    (exit 2) instead of "all runs match"; --all-threads records the worker
+    and names the difference."""
+    rc, out = _hunt(tmp_path, _THREAD_SCRIPT)
+    assert rc == 2 and "INCOMPLETE" in out and "no verdict" in out and "all runs match" not in out, out
+    assert "--all-threads" in out
+    (tmp_path / "counter").unlink()
+    rc, out = _hunt(tmp_path, _THREAD_SCRIPT, "--all-threads")
+    assert rc == 1 and "DIVERGE" in out and "INCOMPLETE" not in out, out
+
+
+def test_a_program_that_ends_by_os_exit_is_recorded_whole(tmp_path):
+    """os._exit ends the process with no cleanup: the runner closes the
+    recording first, so the second, differing result is in the trace."""
+    rc, out = _hunt(tmp_path, _OS_EXIT_SCRIPT)
+    assert rc == 1 and "FIRST DIVERGENCE" in out and "INCOMPLETE" not in out, out
+    assert "did not finish" not in out, out
+
+
+def test_a_script_option_that_prefixes_a_hunt_option_is_the_scripts(tmp_path):
+    """Everything after the script is the script's: `--n 16` is not taken as
+    an abbreviation of --nproc (argparse's prefix matching is off)."""
+    script = tmp_path / "echo.py"
+    script.write_text("import sys\nassert sys.argv[1:] == ['--n', '16', '--conf', 'x'], sys.argv\n")
+    p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--no-magnitude", str(script), "--n", "16",
+                        "--conf", "x"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    out = p.stdout + p.stderr
+    assert "ambiguous option" not in out and "exited with status" not in out, out
+    assert "2 runs of" in out, out
