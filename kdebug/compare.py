@@ -478,6 +478,7 @@ class Report:
     # in-process runs (assert_deterministic, the pytest plugin): inputs run b read from memory run a
     # wrote last, none of run b's steps before (Note [State a run left]): human-readable lines
     carried: list = field(default_factory=list)
+    notes: list = field(default_factory=list)  # lines printed last, as "note: ..."
 
     @property
     def ok(self) -> bool:
@@ -1098,7 +1099,10 @@ def format_report(r: Report) -> str:
         lines.append(f"  ... {len(r.shape_changes) - 5} more launches with other shapes")
     d = r.divergence
     if d is None:
-        if r.hashed == 0:
+        if r.hashed == 0 and r.structural and r.compared == 0:
+            lines.append(f"  nothing to compare: no step of {side_name(b)} lines up with one of {side_name(a)} "
+                         "(STRUCTURE above): the runs ran other code")
+        elif r.hashed == 0:
             lines.append("  nothing to compare: record with DebugMode.log_tensor_hashes('bitwise', hash_inputs=True)")
         elif r.ok:
             if r.hashed < r.compared:  # a launch with no hashes matched nothing: say which were compared
@@ -1129,6 +1133,7 @@ def format_report(r: Report) -> str:
         if len(r.roots) > 10:
             lines.append(f"    ... {len(r.roots) - 10} more roots")
     lines += _benign_lines(r)
+    lines += [f"note: {t}" for t in r.notes]
     if r.carried:  # Note [State a run left]
         lines.append(f"  STATE CARRIED OVER: {side_name(b)} read memory {side_name(a)} wrote last, which no step of "
                      f"{side_name(b)} wrote before it (the runs ran one after the other in this process):")
@@ -1485,6 +1490,14 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
                    f"{x.only_b_writer.label()} ({side_name(b)}'s numbering), a step only {side_name(b)} ran")
         why = (f"-> the difference came from that step, which {side_name(a)} did not run (STRUCTURE above): "
                "the program took another path there")
+    elif (x.step_a.kind == "aten" and draws_random(x.step_a.name)
+          and all(lab == "non-tensor arguments / shapes" for lab, _, _ in x.outside_inputs)):
+        # a draw given a generator object (randn(..., generator=g)): its state is one of the op's
+        # arguments, shown by value (seed, offset), so another state reads as another argument
+        out.append("input non-tensor arguments / shapes differ (SHAPES above)")
+        why = ("-> this op drew other random numbers: the generator passed to it (or its shape arguments) "
+               "differed; a torch.Generator seeded differently in each run (from time, a process id, "
+               "os.urandom) shows here as another seed")
     else:
         out.append(f"input {_diff_text(x.outside_inputs, a, b)}, and no recorded step wrote a differing "
                    "value into it")
@@ -1569,17 +1582,48 @@ def _recorded_reports(fn, args, kwargs, runs: int, hash_fn) -> list[Report]:
     """Records ``fn(*args, **kwargs)`` ``runs`` times and compares each run with
     the first (encoded once); stops at the first report that is not ok or
     compared no hash.  What assert_deterministic and the pytest plugin check."""
+    before = _argument_hashes(args, kwargs)
+    rng = _rng_state()
     first = _Side.of(_record(fn, args, kwargs, hash_fn))
     reports: list[Report] = []
     for i in range(1, runs):
+        _set_rng_state(rng)
         other = _Side.of(_record(fn, args, kwargs, hash_fn))
         rep = compare(first, other, runs=(0, i))
         if not rep.ok:
             rep.carried = _carried_state(first, other, rep, _module_state(fn))
+            changed = [k for k, v in _argument_hashes(args, kwargs).items() if before.get(k) != v]
+            if changed:
+                rep.notes.append(f"fn changed its argument(s) {', '.join(changed)} in place: each run started from "
+                                 "what the run before it left, not from the same inputs; give it inputs it does not "
+                                 "change (a function that makes or clones them), or reset them in fn")
         reports.append(rep)
         if not rep.ok or rep.hashed == 0:
             break
     return reports
+
+
+# Note [Each run from the same generator state]
+# assert_deterministic and the pytest plugin run fn several times in one
+# process.  fn drawing from torch's default generators (dropout, Inductor's
+# kernel seeds, torch.randn) would otherwise start each run where the last
+# left them, and a seeded training step was reported as "this op drew other
+# random numbers ... seed it", which it was.  Each run starts from the
+# default generators' state the first run started from (the CPU one, and
+# each CUDA device's once CUDA is initialized); afterwards they are where
+# one call of fn leaves them.  Generators fn makes or is given are its own.
+
+
+def _rng_state() -> tuple:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple) -> None:
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def _argument_hashes(args, kwargs) -> dict:
@@ -1607,17 +1651,10 @@ def assert_deterministic(fn, *args, runs: int = 2, hash_fn="bitwise", **kwargs) 
     Raises AssertionError with the first-divergence report when they differ."""
     if runs < 2:
         raise ValueError("assert_deterministic needs runs >= 2")
-    before = _argument_hashes(args, kwargs)
     reports = _recorded_reports(fn, args, kwargs, runs, hash_fn)
     rep = reports[-1]
     if not rep.ok:
-        changed = [k for k, v in _argument_hashes(args, kwargs).items() if before.get(k) != v]
-        note = ""
-        if changed:
-            note = (f"\nnote: fn changed its argument(s) {', '.join(changed)} in place: each run started from "
-                    "what the run before it left, not from the same inputs; give it inputs it does not change "
-                    "(a function that makes or clones them), or reset them in fn")
-        raise AssertionError("kdebug: runs differ\n" + str(rep) + note)
+        raise AssertionError("kdebug: runs differ\n" + str(rep))
     if rep.hashed == 0:
         raise AssertionError("kdebug: nothing was hashed; is fn running compiled code under this thread?\n"
                              + str(rep))

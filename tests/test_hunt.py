@@ -270,3 +270,26 @@ def test_hunt_of_the_builtin_workload_states_the_relaunch_verdict(builtin_hunt):
                            capture_output=True, text=True, timeout=600)
     assert "launched 5 time(s) on the recorded inputs" in again.stdout
 
+
+
+BOTH_MARKERS = """
+import time, torch, pytest
+
+f = torch.compile(lambda t: (t * 2).sin() + 1)
+
+@pytest.mark.kdebug_matches_eager()
+@pytest.mark.kdebug_deterministic(runs=2)
+def test_both_markers():
+    torch.manual_seed(time.time_ns() % 1000003)  # another draw each run: not deterministic
+    f(torch.randn(16))
+"""
+
+
+def test_pytest_plugin_runs_both_checks_of_a_test_with_both_markers(pytester):
+    """kdebug_matches_eager returned before kdebug_deterministic was looked
+    at, so a test carrying both passed whatever its determinism (found by a
+    trust pass); both checks run now."""
+    pytester.makepyfile(test_both=BOTH_MARKERS)
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA")
+    r.assert_outcomes(failed=1)
+    assert "the test body is not deterministic" in r.stdout.str()

@@ -262,6 +262,62 @@ def test_assert_deterministic_names_state_the_function_carries_from_run_to_run()
     assert "non-deterministic" in str(e.value) and "STATE CARRIED OVER" not in str(e.value), str(e.value)
 
 
+def test_each_run_starts_from_the_generator_state_the_first_run_started_from():
+    """A seeded model with compiled dropout draws Inductor's kernel seeds from
+    the default generator: each run of assert_deterministic starts from the
+    same generator state (Note [Each run from the same generator state]), so
+    it is deterministic; a function that reseeds from something else each run
+    still differs, named at the draw."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.3))
+    cm = torch.compile(m)
+    x = torch.randn(4, 8)
+    cm(x)
+    kdebug.assert_deterministic(cm, x, runs=3)
+    calls = iter(range(100))
+
+    def reseeded(x):
+        torch.manual_seed(1000 + next(calls))
+        return cm(x)
+
+    with pytest.raises(AssertionError, match="drew other random numbers"):
+        kdebug.assert_deterministic(reseeded, x)
+
+
+def test_the_plugin_path_notes_arguments_changed_in_place_and_other_code():
+    """What assert_deterministic and the pytest plugin share
+    (_recorded_reports) says when fn changed its arguments in place, and a
+    second run that ran other code is not told to record hashes it has."""
+    from kdebug.compare import _recorded_reports
+
+    @torch.compile
+    def accumulate(state, x):
+        state.mul_(0.9).add_(x)
+        return state.sum()
+
+    state, x = torch.zeros(64), torch.randn(64)
+    accumulate(state.clone(), x)
+    rep = _recorded_reports(accumulate, (state, x), {}, 2, "bitwise")[-1]
+    assert not rep.ok and any("fn changed its argument(s) args[0] in place" in n for n in rep.notes), rep
+    assert "note: fn changed its argument(s) args[0] in place" in str(rep)
+
+    class Cache(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.prev = None
+
+        def forward(self, t):
+            out = t * 2 if self.prev is None else t * 2 + self.prev
+            self.prev = out.detach()
+            return out
+
+    c = torch.compile(Cache())
+    with pytest.raises(AssertionError) as e:
+        kdebug.assert_deterministic(c, torch.randn(16))
+    text = str(e.value)
+    assert "STRUCTURE" in text and "log_tensor_hashes" not in text, text
+
+
 def _record_pair(fn, inputs, **hash_kwargs):
     dms = []
     for x in inputs:
