@@ -20,7 +20,10 @@ step whose inputs were identical on both ranks and whose outputs differ: a
 step that computed differently on rank R from the same inputs (a bad kernel,
 a faulty device) -- a rank-local root, reported whatever its inputs' origin.
 An *outside* root is a difference that entered from outside the recording
-(each rank's own data): expected, counted, not a divergence by itself.  A
+(each rank's own data): expected, counted, not a divergence by itself; so
+is a random draw that gave other numbers from identical inputs (each rank
+seeds its own generator, for its own dropout masks: Note [Each rank's own
+generator]).  A
 collective whose outputs must agree and differ is a root itself, whatever
 its inputs (they are meant to differ).  A marked replica that differs is
 reported with the first root (rank-local or collective) before it, or as
@@ -36,7 +39,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import collectives, program_reads
-from .compare import Report, Step, _diff_text, _root_lines, _Side
+from .compare import Report, Step, _diff_text, _op_text, _root_lines, _Side, _text_delta, draws_random
 from .compare import compare as compare_runs
 
 MARK = program_reads.REPLICATED
@@ -135,12 +138,25 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
         def records(side):
             return [side.step(i).name for i in range(side.n) if side.step(i).name in STATE_RECORDS]
         out.structure_local = records(A) == records(B)
+    settings = []  # (position, text) of steps called with other non-tensor arguments on this rank
     for x in rep.roots:
         if x.step_a.name in STATE_RECORDS:
             continue  # reported below, as a replica (never "entered from outside": it must agree)
         if x.kind == "root" and windows is not None and not windows(x.position):
             out.outside += 1
             continue
+        if x.kind == "root" and x.step_a.kind == "aten" and draws_random(x.step_a.name):
+            # Note [Each rank's own generator]: a draw from identical inputs that gave other numbers drew
+            # from a generator in another state; ranks seed their own (torch.manual_seed(base + rank), for
+            # their own dropout masks), as they read their own data: expected, counted, no divergence
+            out.outside += 1
+            continue
+        if x.kind == "outside" and any(lab == "non-tensor arguments / shapes" for lab, _, _ in x.outside_inputs):
+            if x.step_a.kind == "aten" and not draws_random(x.step_a.name):
+                ta, tb = _op_text(A._call(x.step_a.index)), _op_text(B._call(x.step_b.index))
+                if ta and tb and ta != tb:
+                    settings.append((x.position, f"{x.step_a.label()} was called with other arguments on rank "
+                                                 f"{rank} ({_text_delta(ta, tb, ref_name, rank_name)})"))
         if x.kind == "root":
             lines = _root_lines(x, ref_name, rank_name)
             out.findings.append(RankFinding("rank-local root", x.step_a, x.position,
@@ -169,7 +185,7 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
             if not d:
                 continue
             before = [lab for pos, lab in sorted(roots_at) if pos < k]
-            cause = (f"first root before it: {before[0]}" if before else
+            cause = (f"first root before it: {before[0]}" if before else _setting_before(settings, k) or
                      "no rank-local root or collective before it: the difference came from each rank's own "
                      "inputs (data, RNG), recorded outside")
             text = getattr(A._call(int(pa[k])), "_text", None) or a.name
@@ -187,6 +203,8 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
         before = [lab for pos, lab in sorted(roots_at) if pos < k]
         if before:
             cause = f"first root before it: {before[0]}"
+        elif first_replica is None and _setting_before(settings, k):
+            cause = _setting_before(settings, k)
         elif first_replica is not None:
             cause = f"after the replica difference at {first_replica}"
         elif a.name == "kdebug::flight_grads":
@@ -212,6 +230,24 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
     return out
 
 
+# Note [Settings one rank had]
+# A replica that differs with no rank-local root before it was put down to
+# "each rank's own inputs (data, RNG)".  When a step before it was called with
+# other non-tensor arguments on that rank (an optimizer's addcdiv_ with
+# another step size: one rank's learning rate), the difference came from
+# that setting, and the op text says which argument: the cause names it.
+# Such a step is not a divergence by itself (ranks may differ in shapes: an
+# uneven last batch), only the explanation of one.
+
+
+def _setting_before(settings: list, k: int) -> str | None:
+    before = [t for pos, t in sorted(settings) if pos < k]
+    if not before:
+        return None
+    return (f"no rank-local root before it; first step called with other non-tensor arguments: {before[0]} -- a "
+            "setting this rank had (a learning rate, a flag, a shape)")
+
+
 def compare_ranks(run, reference: int = 0) -> RanksReport:
     """Every rank of a kdebug.ranks.RankedRun (or its stem path) against
     ``reference`` (Note [Cross-rank comparison])."""
@@ -223,9 +259,32 @@ def compare_ranks(run, reference: int = 0) -> RanksReport:
             raise ValueError(f"{run.path} is one process's trace, not a job's per-rank traces (run.rank0.kdt, ...)")
     if reference not in run.ranks:
         raise ValueError(f"{run.stem}: no trace of reference rank {reference} (ranks {run.ranks})")
+    held = {r: _flight_steps(run[r]) for r in run.ranks}
+    if all(v is not None for v in held.values()) and not set.intersection(*(set(v) for v in held.values())):
+        # (dumps written at one compare may still differ in the older steps each rank holds: a step is
+        # held until its rank digested it, one window later on a GPU; those align as a structural prefix)
+        text = "; ".join(f"rank {r}: {_span(v)}" for r, v in held.items())
+        raise ValueError(f"{run.stem}: the ranks' flight recorder dumps hold no step in common ({text}): they were "
+                         "written at different points (a requested fr.dump() on one rank, a signal on another), "
+                         "and their records would be compared step against another step; compare dumps written "
+                         "at the same point (the divergence's, or fr.dump() on every rank at the same step)")
     ref = _Side.of(run[reference])
     comps = [compare_rank(ref, run[r], reference, r) for r in run.ranks if r != reference]
     return RanksReport(run.stem, reference, run.ranks, comps)
+
+
+def _flight_steps(run) -> list | None:
+    """The steps a flight recorder dump holds (META flight.steps), or None for another trace."""
+    flight = (getattr(run, "meta", None) or {}).get("flight")
+    if not isinstance(flight, dict):
+        return None
+    return [k.get("step") for k in flight.get("steps", []) if isinstance(k, dict)]
+
+
+def _span(steps: list | None) -> str:
+    if not steps:
+        return "no flight steps"
+    return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}..{steps[-1]}"
 
 
 def format_ranks(r: RanksReport) -> str:
@@ -293,6 +352,10 @@ def marked_value(t: torch.Tensor, name: str) -> torch.Tensor:
         raise TypeError(f"kdebug.replicated({name!r}): a {type(t).__name__} has no data of its own to hash "
                         "(a sharded DTensor holds another part on each rank): pass the replicated value, "
                         "e.g. t.full_tensor()")
+    if value.layout != torch.strided:
+        raise TypeError(f"kdebug.replicated({name!r}): a {value.layout} tensor is not hashed as a replica (its "
+                        "indices can be laid out differently on each rank): pass t.coalesce().values() and "
+                        "t.coalesce().indices(), or t.to_dense()")
     return value
 
 

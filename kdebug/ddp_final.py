@@ -9,11 +9,14 @@ parameters of every DDP module the program still holds must be the same on
 every rank; where one differs, a replica diverged somewhere in the job.  At
 the end of a recording made as a rank of a job (Note [Ranks]) kdebug finds
 the live DDP modules on the heap and records a replica mark (Note
-[Cross-rank comparison]) for each parameter, and for each buffer of a module
-that broadcasts its buffers (``broadcast_buffers=True``, DDP's default),
-named ``final DDP{k} parameter NAME`` / ``... buffer NAME``.  ``kdebug diff
---ranks`` then reports a differing one with the first root (rank-local
-kernel, disagreeing collective) before it.
+[Cross-rank comparison]) for each parameter, named ``final DDP{k}
+parameter NAME``.  ``kdebug diff --ranks`` then reports a differing one with
+the first root (rank-local kernel, disagreeing collective) before it.
+Buffers are not compared: DDP broadcasts rank 0's at the start of each
+forward (``broadcast_buffers=True``), and a forward in training mode then
+updates them from each rank's own batch (BatchNorm's running statistics),
+so at the end they differ on a clean job (they were marked at first: every
+DDP model with BatchNorm was reported as diverging; found by a trust pass).
 
 The modules are numbered in a rank-independent order (by their parameter
 names and shapes, then their order on the heap), so the marks of two ranks
@@ -48,9 +51,9 @@ def live_ddp_modules() -> list:
 
 
 def mark_final_parameters(dm) -> int:
-    """Records a replica mark for each parameter (and broadcast buffer) of
-    every live DDP module into kdebug DebugMode ``dm`` (Note [DDP final
-    parameters]); returns how many."""
+    """Records a replica mark for each parameter of every live DDP module
+    into kdebug DebugMode ``dm`` (Note [DDP final parameters]); returns how
+    many."""
     from . import hashing
     from .crossrank import mark
 
@@ -59,8 +62,6 @@ def mark_final_parameters(dm) -> int:
     for k, m in enumerate(live_ddp_modules()):
         ignored = set(getattr(m, "parameters_to_ignore", ()) or ())
         items = [("parameter", name, p) for name, p in m.module.named_parameters() if name not in ignored]
-        if getattr(m, "broadcast_buffers", False):
-            items += [("buffer", name, b) for name, b in m.module.named_buffers() if name not in ignored]
         for what, name, t in items:
             if isinstance(t, torch.Tensor) and not t.is_meta:
                 mark(dm, t, f"final DDP{k} {what} {name}", spec)

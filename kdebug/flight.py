@@ -432,6 +432,7 @@ class FlightRecorder:
         self.digests: collections.deque = collections.deque(maxlen=keep_digests or None)
         self.divergence: Divergence | None = None
         self.dumped: str | None = None  # path of the last dump
+        self._auto_dumped: str | None = None  # the automatic one's: the first wins, a requested one does not count
         self.stats = {"steps": 0, "compares": 0, "early_drains": 0, "uncompared_steps": 0,
                       "incomplete_steps": 0, "forgotten_launches": 0, "digests_dropped": 0,
                       "compare_errors": 0, "waiting_compares": 0, "replica_records": 0,
@@ -514,13 +515,16 @@ class FlightRecorder:
         one record per device with at most _C.STATE_RECORD_MAX tensors (that
         many CUDA tensors of a record are hashed on the GPU, Note [Replica
         state records]).  Tensors with no data of their own (a sharded
-        DTensor, a fake tensor) are not replicas here: skipped."""
+        DTensor, a fake tensor) are not replicas here, nor are sparse ones
+        (nn.Embedding(sparse=True)'s gradients: a rank's indices need not be
+        laid out as another's, and the launch path hashes strided memory):
+        skipped."""
         by_dev: dict = {}
         skipped = 0
         for name, src in named:
             # a Replicate DTensor: its local tensor must agree; a sharded one is no replica
             t = _upstream.replica_value(src) if isinstance(src, torch.Tensor) else None
-            if t is None:
+            if t is None or t.layout != torch.strided:
                 skipped += 1
                 continue
             names, tensors, sources = by_dev.setdefault(t.device, ([], [], []))
@@ -552,8 +556,8 @@ class FlightRecorder:
         if skipped:
             self.stats["replica_tensors_skipped"] += skipped
             self._warn_once("skipped", f"kdebug FlightRecorder: {skipped} optimizer tensor(s) are sharded "
-                            "DTensors (FSDP) or other wrapper subclasses whose ranks hold different parts: not "
-                            "compared across ranks")
+                            "DTensors (FSDP), other wrapper subclasses whose ranks hold different parts, or sparse "
+                            "tensors (sparse gradients): not compared across ranks")
         for names, tensors in resolved:
             if _C.record_state(what, names.ids, tensors):
                 self.stats["replica_records"] += 1
@@ -634,6 +638,8 @@ class FlightRecorder:
         if own and cached is not None and cached[0] is named and cached[1] == devices:
             return [(names, [grads[i] for i in idx], None) for names, idx in cached[2]], 0
         plan = self._plan([(n, g) for (n, _), g in zip(named, grads) if g is not None])
+        if own and plan[1]:
+            own = False  # some skipped (sparse): planned again each step, so each step counts them
         if own:
             # every gradient planned as itself: where each went, by its index in grads
             where = {id(g): i for i, g in enumerate(grads) if g is not None}
@@ -924,10 +930,12 @@ class FlightRecorder:
         return rank_path(self.trace, rank) if dist is not None else self.trace
 
     def _dump_once(self, reason: str) -> None:
-        if self.dumped is None and not self._dumping:  # a second signal during the dump: not again
+        # the first automatic dump wins; fr.dump() by hand (a snapshot) does not stand in for it: a
+        # requested dump before a divergence kept the divergent step out of every dump (a trust pass)
+        if self._auto_dumped is None and not self._dumping:  # a second signal during the dump: not again
             self._dumping = True
             try:
-                self.dump(reason=reason)
+                self._auto_dumped = self.dump(reason=reason)
             except Exception as e:  # a failing dump never replaces the program's own error
                 self._warn_once("dump", f"kdebug FlightRecorder could not write its dump: {e!r}")
             finally:

@@ -1492,3 +1492,36 @@ def test_records_made_in_one_pass_equal_the_two_call_records(device, hash_fn):
             got = state.post_hashes[n]
             got = got[0] if isinstance(got, tuple) else got  # (bitwise, the other kind)
             assert got == hashing.bitwise(t, on_host=True), n
+
+
+def test_sparse_gradients_are_skipped_and_counted_not_raised_into_the_step(tmp_path):
+    """nn.Embedding(sparse=True) gives sparse gradients: the recorder skips
+    them (counted, warned about) instead of raising out of optimizer.step()
+    (found by a trust pass: a TypeError from the step's pre-hook killed the
+    job); the dense parameters and the state are still recorded and the
+    training result is the one without the recorder."""
+    def train(recorder):
+        torch.manual_seed(0)
+        emb, lin = torch.nn.Embedding(10, 4, sparse=True), torch.nn.Linear(4, 1)
+        opts = [torch.optim.SGD(emb.parameters(), lr=0.1), torch.optim.SGD(lin.parameters(), lr=0.1)]
+        fr = kdebug.FlightRecorder(every=2, trace=str(tmp_path / "sparse.kdt")) if recorder else None
+        if fr is not None:
+            for o in opts:
+                fr.attach(o, torch.nn.ModuleList([emb, lin]))
+        with fr if fr is not None else contextlib.nullcontext():
+            for i in range(3):
+                lin(emb(torch.tensor([1, 2, 3 + i]))).sum().backward()
+                for o in opts:
+                    o.step()
+                    o.zero_grad()
+        return fr, torch.cat([emb.weight.detach().flatten(), lin.weight.detach().flatten()])
+
+    with pytest.warns(UserWarning, match="sparse tensors"):
+        fr, got = train(True)
+    _, want = train(False)
+    assert torch.equal(got, want)
+    assert fr.stats["replica_tensors_skipped"] == 3, fr.stats  # one sparse gradient per step
+    assert fr.stats["replica_records"] > 0, fr.stats
+    with pytest.raises(TypeError, match="sparse_coo tensor is not hashed as a replica"):
+        with kdebug.FlightRecorder(every=2, trace=str(tmp_path / "mark.kdt")):
+            kdebug.replicated(torch.eye(3).to_sparse(), "sp")
