@@ -449,6 +449,8 @@ class Root:
     only_b_writer: Step | None = None  # "outside": run b last wrote that memory with a step run a did not run
     unchecked: list = field(default_factory=list)  # "root": labels of inputs it read that were not compared
                                 # (Note [Inputs not compared])
+    after_read: str | None = None  # the label of an earlier root whose other values the program read
+                                # (Note [Differences the program carried])
 
 
 @dataclass
@@ -755,6 +757,33 @@ def _blind(mm: dataflow.MemoryMap, unchecked: set, s) -> bool:
     return any(w is None or id(w) in unchecked for _, _, w in mm.pieces(s))
 
 
+# Note [Differences the program carried]
+# The data flow links a step to what it read in memory; a difference the
+# program read into Python (tolist, item, print: Note [Program reads]) and
+# acted on (indices into a dataset, a branch, a loop count) reaches later
+# steps through Python, which kdebug does not trace.  A DataLoader shuffled
+# from a generator seeded from the clock drew other indices (aten::random_,
+# randperm), read them with tolist, and stacked other samples: each stack
+# became a root of its own ("the runs read other tensors here ... a loop
+# over a set or a dict"), ranked above the draw by their consequences, and
+# the draw came ninth.  So the earliest root whose other values the program
+# read is ranked first when it comes before the others, and every root after
+# it says the program had read those values by then.
+
+
+def _program_carried(roots: list) -> None:
+    read = [x for x in roots if x.values]
+    if not read:
+        return
+    first = min(read, key=lambda x: x.position)
+    if first.position < roots[0].position:
+        roots.remove(first)
+        roots.insert(0, first)
+    for x in roots:
+        if x is not first and x.position > first.position:
+            x.after_read = first.step_a.label()
+
+
 def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[list, list, dict]:
     """Note [Data flow]: walks the aligned steps from the first one whose hashes
     differ, linking every read to the last earlier write of overlapping memory.
@@ -1031,6 +1060,7 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
     shape_changes = _Pairs(A, B, pa[shp], pb[shp])
     final = FinalState.from_meta(A.meta)
     roots, benign, inherited_pos = _walk_flow(A, B, pa, pb, diff, shp, final)
+    _program_carried(roots)
     div = None
     root = None
     if roots:
@@ -1126,7 +1156,11 @@ def format_report(r: Report) -> str:
     for h in d.hints:
         lines.append(f"    hint: {h}")
     if len(r.roots) > 1:
-        lines.append("  OTHER ROOTS (independent of the first; ranked by how much changed because of them):")
+        if all(x.after_read is not None for x in r.roots[1:]):  # Note [Differences the program carried]
+            lines.append("  OTHER ROOTS (after the program read the first one's other values: they may follow from "
+                         "it through Python; ranked by how much changed because of them):")
+        else:
+            lines.append("  OTHER ROOTS (independent of the first; ranked by how much changed because of them):")
         for n, x in enumerate(r.roots[1:10], 2):
             lines.append(f"    root {n}: {x.step_a.label()}")
             lines += [f"      {t}" for t in _root_lines(x, a, b)]
@@ -1526,10 +1560,13 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
         wb, counterpart = x.other_writer
         twin = (f" (the counterpart of {counterpart.label()} in {side_name(a)})" if counterpart is not None else
                 f" (a step only {side_name(b)} ran there)")
+        why_path = (f"after it read other values from {x.after_read} (above), or a loop over a set or a dict, "
+                    "whose order follows PYTHONHASHSEED in each process" if x.after_read else
+                    "a loop over a set or a dict, whose order follows PYTHONHASHSEED in each process, or control "
+                    "flow on data")
         out.append(f"-> the runs passed other tensors here: {side_name(a)} read what {x.writer.label()} wrote, "
                    f"{side_name(b)} what its {wb.label()} wrote{twin}: the program took another path or order "
-                   "here (a loop over a set or a dict, whose order follows PYTHONHASHSEED in each process, or "
-                   "control flow on data)")
+                   f"here ({why_path})")
     elif x.only_b_writer is not None:
         pass  # (its own lines above name the writer that mattered)
     elif x.writer is not None and not x.writer_paired:
@@ -1539,6 +1576,9 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
         between = "the runs" if isinstance(b, int) else f"{side_name(a)} and {side_name(b)}"
         out.append(f"-> last recorded write of that memory: {x.writer.label()} ({', '.join(x.writer_args)}), whose "
                    f"output matched between {between}: it changed after that write")
+    if x.after_read and not (x.writer is not None and x.other_writer is not None):
+        out.append(f"-> the program had read other values from {x.after_read} (above) before this step: it may "
+                   "follow from them through Python (indices, a branch, a loop), which kdebug does not trace")
     return out
 
 

@@ -662,3 +662,40 @@ def test_replay_specs_for_a_rank_act_only_in_that_rank(monkeypatch, tmp_path):
             assert {sp.name for sp in replay.specs()} == want, rank
     finally:
         replay.activate(None)
+
+
+_SHUFFLE_SCRIPT = """
+import os, sys, torch
+from torch.utils.data import DataLoader, TensorDataset
+counter = sys.argv[1]
+run = int(open(counter).read()) if os.path.exists(counter) else 0
+open(counter, "w").write(str(run + 1))
+torch.set_num_threads(1)
+torch.manual_seed(0)
+ds = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+step = torch.compile(lambda x, y: torch.nn.functional.mse_loss(model(x), y))
+torch.manual_seed(100 + run)  # the bug: the shuffle's seed differs between runs (a clock, a pid)
+for x, y in DataLoader(ds, batch_size=16, shuffle=True):
+    opt.zero_grad()
+    loss = step(x, y)
+    loss.backward()
+    opt.step()
+print(loss.item())
+"""
+
+
+def test_a_shuffle_from_another_seed_is_the_first_divergence_not_the_batches_it_picked(tmp_path):
+    """A DataLoader shuffled from a generator seeded differently per run draws
+    its seed (aten::random_), reads it into Python and stacks other samples:
+    the draw is named first, with the seeding hint, and the stacks after it
+    say the program had read its values (Note [Differences the program
+    carried]); they were ranked above it and blamed on set / dict order."""
+    rc, out = _hunt_script(tmp_path, _SHUFFLE_SCRIPT)
+    assert rc == 1, out
+    first = out.split("FIRST DIVERGENCE")[1]
+    head = first.splitlines()[0]
+    assert "aten::random_" in head or "aten::randperm" in head, out
+    assert "seed it before the work" in first.split("OTHER ROOTS")[0], out
+    assert "after the program read the first one's other values" in out, out
