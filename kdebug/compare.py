@@ -481,6 +481,8 @@ class Report:
     # wrote last, none of run b's steps before (Note [State a run left]): human-readable lines
     carried: list = field(default_factory=list)
     notes: list = field(default_factory=list)  # lines printed last, as "note: ..."
+    settings: list = field(default_factory=list)  # (name, value a, value b) of numeric settings that differ
+                                                  # (Note [Settings that change the numbers] in trace.py)
 
     @property
     def ok(self) -> bool:
@@ -1094,14 +1096,42 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
                  "opcodes": ops, "aligned": aligned, "pa": pa, "pb": pb, "diff": diff, "config": cfg,
                  "shape": shp, "root": root, "roots": torch.tensor([x.position for x in roots], dtype=torch.int64),
                  "heirs": torch.tensor(heirs, dtype=torch.int64)}
-    return Report(runs, A.n, B.n, len(pa), hashed, div, structural, config_changes, shape_changes,
-                  B.kernels, roots, benign, alignment, allocations, reordered)
+    rep = Report(runs, A.n, B.n, len(pa), hashed, div, structural, config_changes, shape_changes,
+                 B.kernels, roots, benign, alignment, allocations, reordered)
+    ma, mb = getattr(A, "meta", None) or {}, getattr(B, "meta", None) or {}
+    ca, cb = _command(ma.get("argv")), _command(mb.get("argv"))
+    if ca and cb and ca != cb:
+        # two traces of different commands (kdebug diff of any two files): the comparison still runs,
+        # and says so (a hunt's runs share one command: kdebug's runner's own arguments are left out)
+        rep.notes.append(f"the traces are of different commands: {side_name(runs[0])} ran "
+                         f"{' '.join(ca)[:200]!r}, {side_name(runs[1])} ran {' '.join(cb)[:200]!r}")
+    for key in ("settings", "settings_end"):  # Note [Settings that change the numbers] (trace.py)
+        sa, sb = ma.get(key) or {}, mb.get(key) or {}
+        rep.settings += [(k, sa[k], sb[k]) for k in sa if k in sb and sa[k] != sb[k]
+                         and k not in {x[0] for x in rep.settings}]
+    return rep
+
+
+def _command(argv) -> list | None:
+    """The program's command line from a trace's META argv: kdebug's runner
+    (kdebug record / hunt) recorded its own, the program's after its --."""
+    if not argv:
+        return None
+    first = str(argv[0]).replace("\\", "/")
+    if first.endswith(("kdebug/_runner.py", "kdebug/__main__.py", "/kdebug", "kdebug")) and "--" in argv:
+        return argv[argv.index("--") + 1:]  # kdebug record / hunt: the program's, after the --
+    return list(argv)
 
 
 def format_report(r: Report) -> str:
     a, b = r.runs
     lines = [f"{side_name(b).capitalize()}: comparing with {side_name(a)} ... {r.kernels_b} kernels, {r.n_b - r.kernels_b} aten ops "
              f"({r.compared} aligned, {r.hashed} hashed)"]
+    lines += [f"  note: {t}" for t in r.notes]
+    for k, va, vb in r.settings:  # Note [Settings that change the numbers]
+        lines.append(f"  SETTINGS: {k} was {vb!r} in {side_name(b)}, {va!r} in {side_name(a)}: kernels and "
+                     "reductions may differ with it, so a root below may be this setting's doing, not "
+                     "non-determinism")
     for s in r.structural[:10]:
         lines.append(f"  STRUCTURE: {s}")
     if len(r.structural) > 10:
@@ -1151,7 +1181,7 @@ def format_report(r: Report) -> str:
     where = f"{s.label()}" + (f"  grid {s.grid}" if s.grid is not None else "")
     more = f" (root 1 of {len(r.roots)})" if len(r.roots) > 1 else ""
     lines.append(f"  FIRST DIVERGENCE{more}: {where}")
-    lines += [f"    {x}" for x in _root_lines(top, a, b)]
+    lines += [f"    {x}" for x in _root_lines(top, a, b, bool(r.settings))]
     lines += [f"    {x}" for x in d.identity]
     for h in d.hints:
         lines.append(f"    hint: {h}")
@@ -1163,11 +1193,10 @@ def format_report(r: Report) -> str:
             lines.append("  OTHER ROOTS (independent of the first; ranked by how much changed because of them):")
         for n, x in enumerate(r.roots[1:10], 2):
             lines.append(f"    root {n}: {x.step_a.label()}")
-            lines += [f"      {t}" for t in _root_lines(x, a, b)]
+            lines += [f"      {t}" for t in _root_lines(x, a, b, bool(r.settings))]
         if len(r.roots) > 10:
             lines.append(f"    ... {len(r.roots) - 10} more roots")
     lines += _benign_lines(r)
-    lines += [f"note: {t}" for t in r.notes]
     if r.carried:  # Note [State a run left]
         lines.append(f"  STATE CARRIED OVER: {side_name(b)} read memory {side_name(a)} wrote last, which no step of "
                      f"{side_name(b)} wrote before it (the runs ran one after the other in this process):")
@@ -1478,7 +1507,7 @@ def _launch_differs(x: "Root") -> bool:
             and (sa.config, sa.grid) != (sb.config, sb.grid))
 
 
-def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
+def _root_lines(x: "Root", a: "int | str", b: "int | str", settings: bool = False) -> list[str]:
     what = "kernel" if x.step_a.kind == "kernel" else "op"
     out = []
     if x.kind == "root":
@@ -1512,6 +1541,9 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str") -> list[str]:
         elif x.unchecked:
             why = (f"-> this {what} is non-deterministic, or an input not compared differed between "
                    f"{side_name(a)} and {side_name(b)}")
+        elif settings:
+            why = (f"-> this {what} is non-deterministic, or it computed differently under the other setting "
+                   "(SETTINGS above)")
         else:
             why = (f"-> this {what} is non-deterministic" if isinstance(b, int) else  # sides named: ranks
                    f"-> this {what} computed another result on {side_name(b)} than on {side_name(a)} from the "

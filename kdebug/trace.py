@@ -51,7 +51,55 @@ def _meta_base() -> dict:
     from . import __version__
 
     return {"kdebug": __version__, "torch": torch.__version__, "python": sys.version.split()[0],
-            "argv": list(sys.argv), "pid": os.getpid(), "time": time.time(), **_specs_meta()}
+            "argv": list(sys.argv), "pid": os.getpid(), "time": time.time(), "settings": numeric_settings(),
+            **_specs_meta()}
+
+
+# Note [Settings that change the numbers]
+# Some of torch's process-wide settings change which kernels run or how
+# they sum: the CPU thread count (an eager sum or matmul splits its
+# reduction by threads), deterministic algorithms, cuDNN's determinism and
+# benchmarking, TF32, the float32 matmul precision, Inductor's deterministic
+# mode.  Two runs with different settings compute different bits for good
+# reasons; a hunt of runs whose thread counts differed called an eager
+# aten::sum non-deterministic.  A trace records them when the recording
+# starts (META "settings"), and a comparison names those that differ
+# (SETTINGS lines) and says a root may come from them; and when it ends
+# (META "settings_end": a script sets its thread count after kdebug record
+# began recording it).
+_SETTINGS_KEYS = ("num_threads", "deterministic_algorithms", "cudnn_deterministic", "cudnn_benchmark",
+                  "matmul_allow_tf32", "cudnn_allow_tf32", "float32_matmul_precision", "inductor_deterministic")
+
+
+def numeric_settings() -> dict:
+    """Note [Settings that change the numbers]: their values in this process."""
+    out = {"num_threads": torch.get_num_threads(),
+           "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+           "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+           "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+           "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+           "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+           "float32_matmul_precision": str(torch.get_float32_matmul_precision())}
+    import torch._inductor.config as inductor_config
+
+    det = getattr(inductor_config, "deterministic", None)
+    if isinstance(det, bool):
+        out["inductor_deterministic"] = det
+    return out
+
+
+def _settings(v, key):
+    if not isinstance(v, dict):
+        raise _Bad(f"META key {key!r} must be an object, not {_show(v)}")
+    out = {}
+    for k, x in v.items():
+        if k not in _SETTINGS_KEYS:
+            continue  # (a newer kdebug's: not read)
+        if not (type(x) in (bool, int) or (isinstance(x, str) and len(x) <= 64)) or (type(x) is int and not
+                                                                                       0 <= x < _COUNT_MAX):
+            raise _Bad(f"META key {key}.{k} must be a count, true / false or a short string, not {_show(x)}")
+        out[k] = x
+    return out
 
 
 def stored_text(s: str) -> str:
@@ -225,7 +273,7 @@ def _final_meta(dm) -> dict:
     s = dm.kernel_stats
     keep = ("launches", "dropped", "errors", "unrecorded", "suppressed", "complete", "bypassed_graph_calls",
             "outputs_skipped", "readonly_changed", "hash_unsupported", "nested_unrecorded", "other_thread_launches")
-    meta = {"stats": {k: s[k] for k in keep if k in s}}
+    meta = {"stats": {k: s[k] for k in keep if k in s}, "settings_end": numeric_settings()}
     from . import collectives, ranks
 
     meta["stats"].update(collectives.stats(dm))  # Note [Collective records]
@@ -558,7 +606,8 @@ META_SCHEMA = {"kdebug": _text, "torch": _text, "python": _text, "argv": _texts,
                "final_state": _final_state, "rank": _rank, "world_size": _world, "groups": _groups,
                "kernel_provenance": lambda v, key: provenance.check_meta(v, key, _Bad),
                "kernel_code": lambda v, key: kernel_code.check_meta(v, key, _Bad), "kernel_code_dropped": _count,
-               "flight": lambda v, key: _flight_meta(v, key)}
+               "flight": lambda v, key: _flight_meta(v, key), "settings": lambda v, key: _settings(v, key),
+               "settings_end": lambda v, key: _settings(v, key)}
 
 
 def _flight_meta(v, key):

@@ -699,3 +699,63 @@ def test_a_shuffle_from_another_seed_is_the_first_divergence_not_the_batches_it_
     assert "aten::random_" in head or "aten::randperm" in head, out
     assert "seed it before the work" in first.split("OTHER ROOTS")[0], out
     assert "after the program read the first one's other values" in out, out
+
+
+_THREADS_SCRIPT = """
+import os, sys, torch
+counter = sys.argv[1]
+run = int(open(counter).read()) if os.path.exists(counter) else 0
+open(counter, "w").write(str(run + 1))
+torch.set_num_threads(1 + run)  # another thread count in run 1
+torch.manual_seed(0)
+x = torch.randn(1 << 20)
+f = torch.compile(lambda t: t * 2 + 1)
+print(f(x.sum()).item())
+"""
+
+
+def test_runs_with_another_thread_count_say_so(tmp_path):
+    """An eager sum over 1M elements splits by threads: with another thread
+    count in run 1 its bits differ, and the report names the setting
+    (Note [Settings that change the numbers]) instead of calling the op
+    plainly non-deterministic."""
+    rc, out = _hunt_script(tmp_path, _THREADS_SCRIPT)
+    if "FIRST DIVERGENCE" not in out:
+        pytest.skip("this machine's sum gave the same bits with 1 and 2 threads")
+    assert "SETTINGS: num_threads was 2 in run 1, 1 in run 0" in out, out
+    assert "or it computed differently under the other setting" in out, out
+
+
+def test_the_settings_are_checked_when_a_trace_is_read():
+    from kdebug.trace import check_meta
+
+    assert check_meta('{"settings": {"num_threads": 4, "cudnn_benchmark": false, "future": [1]}}') == \
+        {"settings": {"num_threads": 4, "cudnn_benchmark": False}}
+    for bad in ('{"settings": [1]}', '{"settings": {"num_threads": -1}}',
+                '{"settings_end": {"float32_matmul_precision": {"a": 1}}}'):
+        with pytest.raises(ValueError, match="settings"):
+            check_meta(bad)
+
+
+def test_a_diff_of_traces_of_different_commands_says_so(tmp_path):
+    """kdebug diff of any two traces compares them; when they were recorded
+    from different command lines (another script, other flags) it says so,
+    kdebug's own runner arguments left out."""
+    import subprocess
+    import sys
+
+    body = "import sys, torch\nf = torch.compile(lambda t: t.sin() + 1)\nprint(f(torch.ones(8)).sum().item())\n"
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text(body)
+    for name, extra in (("a", []), ("a2", []), ("b", ["--flag"])):
+        script = "b.py" if name == "b" else "a.py"
+        p = subprocess.run([sys.executable, "-m", "kdebug", "record", "-o", f"{name}.kdt", "--", script, *extra],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+    same = subprocess.run([sys.executable, "-m", "kdebug", "diff", "a.kdt", "a2.kdt"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert "different commands" not in same.stdout, same.stdout
+    other = subprocess.run([sys.executable, "-m", "kdebug", "diff", "a.kdt", "b.kdt"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert "note: the traces are of different commands" in other.stdout and "'b.py --flag'" in other.stdout, \
+        other.stdout
