@@ -13,6 +13,7 @@ import contextlib
 import os
 import runpy
 import sys
+import threading
 import time
 import traceback
 
@@ -129,23 +130,37 @@ def _finish(dm, out: str, status: int) -> int:
 # exit, no atexit.  A recorded program that ends that way (to skip a slow
 # interpreter teardown, common in training scripts) left a trace without its
 # last chunk and its END, so the runs compared only their first launches.
-# While the runner records, os._exit first closes the recording (the trace
-# written whole) and then exits as asked; the program's own cleanup still
-# does not run, as os._exit promises.
+# While the runner records, os._exit(n) called on the thread that entered the
+# recording first closes it (the trace written whole) and then exits as
+# asked; the program's own cleanup still does not run, as os._exit promises.
+# A forked child (a DataLoader worker) inherits the function and exits at
+# once (it closed the recording at every worker's exit, with a false
+# "recorded" line and a second of heap walking each; found by a review);
+# another thread cannot close the recording (a DebugMode is left on the
+# thread that entered it), so the trace stays unfinished and a hunt says the
+# run is incomplete; a call os._exit refuses (no status, a str) raises as it
+# would, with the recording still open.
 
 
 @contextlib.contextmanager
 def _finishing_on_os_exit(stack: contextlib.ExitStack, dm, out: str):
     real = os._exit
+    pid, thread = os.getpid(), threading.get_ident()
 
-    def _exit(status=0):
-        os._exit = real
-        try:
-            stack.close()  # the recording's exit: the trace written whole
-            _finish(dm, out, status)
-        except BaseException:  # the program asked to end now: never stop it
-            pass
-        real(status)
+    def _exit(*args, **kwargs):
+        status = args[0] if len(args) == 1 and not kwargs else kwargs.get("status") if set(kwargs) == {"status"} \
+            and not args else None
+        # only the recording's own process and thread close it: a forked child (a DataLoader worker)
+        # inherits this function and must exit at once, as asked; a call os._exit itself refuses
+        # (no status, not an int) raises as it would, with the recording still open
+        if os.getpid() == pid and threading.get_ident() == thread and isinstance(status, int):
+            os._exit = real
+            try:
+                stack.close()  # the recording's exit: the trace written whole
+                _finish(dm, out, status)
+            except BaseException:  # the program asked to end now: never stop it
+                pass
+        real(*args, **kwargs)
 
     os._exit = _exit
     try:

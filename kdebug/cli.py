@@ -520,9 +520,14 @@ def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool
     if gaps:
         print("\nkdebug hunt: the recordings are INCOMPLETE:\n  " + "\n  ".join(gaps))
         if not diverged:
-            print("kdebug hunt: no verdict: the recorded parts match, but what was not recorded was not compared "
-                  + ("(kdebug hunt --all-threads records other threads' launches)"
-                     if any(r.meta.get("stats", {}).get("other_thread_launches") for r in runs) else ""))
+            hints = []
+            if any(r.meta.get("stats", {}).get("other_thread_launches") for r in runs):
+                hints.append("kdebug hunt --all-threads records other threads' launches")
+            if any(r.meta.get("stats", {}).get("nested_unrecorded") for r in runs):
+                hints.append("the script's own kdebug recording (a FlightRecorder, a DebugMode) took some launches "
+                             "from the hunt's: turn it off while hunting")
+            print("kdebug hunt: no verdict: the recorded parts match, but what was not recorded was not compared"
+                  + (f" ({'; '.join(hints)})" if hints else ""))
             return 2
         print("kdebug hunt: the divergence above was found in the recorded parts; what was not recorded was not compared")
     hunt = {"what": what, "runs": args.runs, "in_process": args.in_process,

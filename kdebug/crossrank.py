@@ -34,6 +34,7 @@ disagreeing collective or a differing mark.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -138,23 +139,28 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
         def records(side):
             return [side.step(i).name for i in range(side.n) if side.step(i).name in STATE_RECORDS]
         out.structure_local = records(A) == records(B)
-    settings = []  # (position, text) of steps called with other non-tensor arguments on this rank
+    settings = []  # (position, text) of steps called with other floating-point arguments on this rank
+    draws = []     # (position, text) of random draws that gave other numbers on this rank
     for x in rep.roots:
         if x.step_a.name in STATE_RECORDS:
             continue  # reported below, as a replica (never "entered from outside": it must agree)
         if x.kind == "root" and windows is not None and not windows(x.position):
             out.outside += 1
             continue
-        if x.kind == "root" and x.step_a.kind == "aten" and draws_random(x.step_a.name):
+        if x.step_a.kind == "aten" and draws_random(x.step_a.name):
             # Note [Each rank's own generator]: a draw from identical inputs that gave other numbers drew
             # from a generator in another state; ranks seed their own (torch.manual_seed(base + rank), for
-            # their own dropout masks), as they read their own data: expected, counted, no divergence
+            # their own dropout masks), as they read their own data: expected, counted, no divergence; a
+            # replica that differs later names it as a possible cause
+            draws.append((x.position, f"{x.step_a.label()} drew other random numbers on rank {rank} (its "
+                                      "generator was in another state: if what it made must be the same on every "
+                                      "rank, seed that generator the same on every rank)"))
             out.outside += 1
             continue
         if x.kind == "outside" and any(lab == "non-tensor arguments / shapes" for lab, _, _ in x.outside_inputs):
-            if x.step_a.kind == "aten" and not draws_random(x.step_a.name):
+            if x.step_a.kind == "aten":
                 ta, tb = _op_text(A._call(x.step_a.index)), _op_text(B._call(x.step_b.index))
-                if ta and tb and ta != tb:
+                if ta and tb and ta != tb and _only_floats_differ(ta, tb):
                     settings.append((x.position, f"{x.step_a.label()} was called with other arguments on rank "
                                                  f"{rank} ({_text_delta(ta, tb, ref_name, rank_name)})"))
         if x.kind == "root":
@@ -185,7 +191,7 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
             if not d:
                 continue
             before = [lab for pos, lab in sorted(roots_at) if pos < k]
-            cause = (f"first root before it: {before[0]}" if before else _setting_before(settings, k) or
+            cause = (f"first root before it: {before[0]}" if before else _setting_before(settings, draws, k) or
                      "no rank-local root or collective before it: the difference came from each rank's own "
                      "inputs (data, RNG), recorded outside")
             text = getattr(A._call(int(pa[k])), "_text", None) or a.name
@@ -203,8 +209,8 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
         before = [lab for pos, lab in sorted(roots_at) if pos < k]
         if before:
             cause = f"first root before it: {before[0]}"
-        elif first_replica is None and _setting_before(settings, k):
-            cause = _setting_before(settings, k)
+        elif first_replica is None and _setting_before(settings, draws, k):
+            cause = _setting_before(settings, draws, k)
         elif first_replica is not None:
             cause = f"after the replica difference at {first_replica}"
         elif a.name == "kdebug::flight_grads":
@@ -237,15 +243,36 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
 # another step size: one rank's learning rate), the difference came from
 # that setting, and the op text says which argument: the cause names it.
 # Such a step is not a divergence by itself (ranks may differ in shapes: an
-# uneven last batch), only the explanation of one.
+# uneven last batch), only the explanation of one.  Only floating-point
+# arguments count: a rank's integer index into its data (select(x, 0,
+# rank), every data-parallel job) was named as the setting at first (found
+# by a review).  With no such step, the first random draw that differed on
+# that rank is named (a value every rank must share, seeded per rank).
 
 
-def _setting_before(settings: list, k: int) -> str | None:
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
+
+
+def _only_floats_differ(ta: str, tb: str) -> bool:
+    """Whether two op texts differ only in floating-point numbers (a step
+    size, a weight decay): not in an integer (a rank's index into its data,
+    select(x, 0, rank)), a shape or anything else."""
+    na, nb = _NUMBER.findall(ta), _NUMBER.findall(tb)
+    if len(na) != len(nb) or _NUMBER.sub("#", ta) != _NUMBER.sub("#", tb):
+        return False
+    changed = [(x, y) for x, y in zip(na, nb) if x != y]
+    return bool(changed) and all(any(c in v for c in ".eE") for x, y in changed for v in (x, y))
+
+
+def _setting_before(settings: list, draws: list, k: int) -> str | None:
     before = [t for pos, t in sorted(settings) if pos < k]
-    if not before:
-        return None
-    return (f"no rank-local root before it; first step called with other non-tensor arguments: {before[0]} -- a "
-            "setting this rank had (a learning rate, a flag, a shape)")
+    if before:
+        return (f"no rank-local root before it; first step called with other floating-point arguments: "
+                f"{before[0]} -- a setting this rank had (a learning rate, a weight decay)")
+    drew = [t for pos, t in sorted(draws) if pos < k]
+    if drew:
+        return f"no rank-local root before it; first random draw that differed: {drew[0]}"
+    return None
 
 
 def compare_ranks(run, reference: int = 0) -> RanksReport:

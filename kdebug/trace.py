@@ -701,7 +701,9 @@ class Run:
             out.append(f"{self.path}: {st['other_thread_launches']} compiled launch(es) ran on threads the recording "
                        "did not follow (record_all_threads=True records them)")
         if st.get("nested_unrecorded"):
-            out.append(f"{self.path}: {st['nested_unrecorded']} launch(es) were recorded only by a nested DebugMode")
+            out.append(f"{self.path}: {st['nested_unrecorded']} launch(es) were recorded only by a nested DebugMode "
+                       "(a kdebug recording the program entered itself: a FlightRecorder, a DebugMode, "
+                       "assert_deterministic), not in this trace")
         if st.get("collectives_incomplete"):
             out.append(f"{self.path}: {st['collectives_incomplete']} collective(s) had not completed when the "
                        "recording ended: their output hashes are missing (Note [Collective records])")

@@ -491,3 +491,16 @@ def test_another_learning_rate_on_one_rank_is_named_as_a_setting(tmp_path):
     first = next(line for line in p.stdout.splitlines() if "REPLICAS DIVERGE" in line)
     assert "final DDP0 parameter" in first and "called with other arguments on rank 1" in first, first
     assert "a setting this rank had" in first and "each rank's own inputs" not in first, first
+
+
+def test_only_floating_point_arguments_are_taken_for_a_rank_s_setting():
+    """Note [Settings one rank had]: an optimizer step size differs as a
+    float; a rank's index into its data (select(x, 0, rank)) or a shape is
+    not a setting (the select was named at first; found by a review)."""
+    from kdebug.crossrank import _only_floats_differ
+
+    assert _only_floats_differ("aten::addcdiv_(t: f32[16], value=-0.0073)", "aten::addcdiv_(t: f32[16], value=-0.011)")
+    assert _only_floats_differ("aten::mul(t: f32[4], 1e-3)", "aten::mul(t: f32[4], 2e-3)")
+    assert not _only_floats_differ("aten::select.int(t: f32[2, 8, 16], 0, 0)", "aten::select.int(t: f32[2, 8, 16], 0, 1)")
+    assert not _only_floats_differ("aten::ones([7, 16])", "aten::ones([8, 16])")
+    assert not _only_floats_differ("aten::mul(t: f32[4], 0.5)", "aten::mul(t: f32[4], 0.5)")

@@ -139,3 +139,35 @@ def test_a_script_option_that_prefixes_a_hunt_option_is_the_scripts(tmp_path):
     out = p.stdout + p.stderr
     assert "ambiguous option" not in out and "exited with status" not in out, out
     assert "2 runs of" in out, out
+
+
+_FORK_SCRIPT = """
+import os, sys, torch
+f = torch.compile(lambda t: (t * 2).sin().sum())
+print(f(torch.ones(16)).item())
+pid = os.fork()
+if pid == 0:
+    os._exit(0)  # a worker's exit: at once, closing nothing of the parent's
+os.waitpid(pid, 0)
+try:
+    os._exit("bye")  # refused by os._exit itself: raises, the recording stays open
+except TypeError:
+    pass
+print(f(torch.full((16,), 2.0)).item())  # recorded
+os._exit(3)
+"""
+
+
+def test_os_exit_closes_the_recording_only_where_it_was_entered(tmp_path):
+    """Note [Programs that end by os._exit]: a forked child's os._exit exits
+    at once (it finished the parent's recording at every DataLoader worker's
+    exit, printing a false "recorded" line), a refused call raises as it
+    would with the recording still open, and the parent's os._exit(3)
+    closes the recording and exits 3."""
+    (tmp_path / "fork.py").write_text(_FORK_SCRIPT)
+    p = subprocess.run([sys.executable, "-m", "kdebug", "record", "-o", "f.kdt", "--", "fork.py"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert p.stderr.count("kdebug: recorded") == 1, p.stderr
+    run = kdebug.load(str(tmp_path / "f.kdt"))
+    assert run.complete and len(run.kernels) == 2, (run.problems(), len(run.kernels))
