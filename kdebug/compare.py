@@ -751,12 +751,18 @@ class _Prefix:
                     self.unchecked.add(id(w))
 
 
-def _blind(mm: dataflow.MemoryMap, unchecked: set, s) -> bool:
-    """Whether a byte of slot s is owned by no write in mm, or by one whose
-    id is in ``unchecked``; bytes no write owns are True."""
+def _unowned(mm: dataflow.MemoryMap, unchecked: set, s) -> list | None:
+    """The byte ranges of slot s that no write in mm owns, or None when a
+    write whose id is in ``unchecked`` owns or overlays any byte of it."""
     if any(id(o) in unchecked for o in mm.partial_over(s.device, s.lo, s.hi)):
-        return True
-    return any(w is None or id(w) in unchecked for _, _, w in mm.pieces(s))
+        return None
+    gaps = []
+    for lo, hi, w in mm.pieces(s):
+        if w is None:
+            gaps.append((lo, hi))
+        elif id(w) in unchecked:
+            return None
+    return gaps
 
 
 # Note [Differences the program carried]
@@ -813,16 +819,13 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
         known identical through a hashed, matching last write."""
         if s.hi <= s.lo or s.device[0] == "?":
             return False
-        if any(id(o) in unhashed for o in mm.partial_over(s.device, s.lo, s.hi)):
+        gaps = _unowned(mm, unhashed, s)  # what the walk's writes do not say
+        if gaps is None:
             return True
-        for lo, hi, w in mm.pieces(s):
-            if w is not None:
-                if id(w) in unhashed:
-                    return True
-                continue
+        for lo, hi in gaps:  # bytes last written before the walk: the prefix's writes say
             if not prefix:
                 prefix.append(_Prefix(A, pa, start))
-            if _blind(prefix[0].mm, prefix[0].unchecked, dataflow.Slot(s.key, s.label, s.device, lo, hi)):
+            if _unowned(prefix[0].mm, prefix[0].unchecked, dataflow.Slot(s.key, s.label, s.device, lo, hi)) != []:
                 return True
         return False
 
@@ -1224,16 +1227,23 @@ def format_report(r: Report) -> str:
 # the function carries from run to run.
 
 
-def _last_write(side: _Side, before: int, slot) -> Step | None:
-    """The side's latest step before index ``before`` that wrote elements
-    of memory overlapping ``slot`` (a bounded scan back), or None."""
+def _writes_before(side: _Side, before: int, slot):
+    """(step, its writes overlapping ``slot``) for each of the side's steps
+    before index ``before`` that wrote elements of that memory, latest first
+    (a scan back of at most _UNPAIRED_SCAN steps)."""
     for j in range(before - 1, max(-1, before - 1 - _UNPAIRED_SCAN), -1):
         w = side.step(j)
         if w.kind == "aten" and not _op_writes(w.name):
             continue
-        if any(s.device == slot.device and s.lo < slot.hi and slot.lo < s.hi for s in w.writes):
-            return w
-    return None
+        ws = [s for s in w.writes if s.device == slot.device and s.lo < slot.hi and slot.lo < s.hi]
+        if ws:
+            yield w, ws
+
+
+def _last_write(side: _Side, before: int, slot) -> Step | None:
+    """The side's latest step before index ``before`` that wrote elements
+    of memory overlapping ``slot`` (a bounded scan back), or None."""
+    return next((w for w, _ in _writes_before(side, before, slot)), None)
 
 
 def _module_state(fn) -> list[tuple[int, int, str]]:
@@ -1357,14 +1367,8 @@ def _unpaired_writer(B: _Side, b: Step, arg: str, pb: torch.Tensor, hb=None) -> 
         return None
     paired = set(pb.tolist())
     found = None
-    for j in range(b.index - 1, max(-1, b.index - 1 - _UNPAIRED_SCAN), -1):
-        w = B.step(j)
-        if w.kind == "aten" and not _op_writes(w.name):
-            continue
-        ws = [s for s in w.writes if s.device == slot.device and s.lo < slot.hi and slot.lo < s.hi]
-        if not ws:
-            continue
-        if found is None and j not in paired:
+    for w, ws in _writes_before(B, b.index, slot):
+        if found is None and w.index not in paired:
             exact = [s for s in ws if (s.lo, s.hi) == (slot.lo, slot.hi) and s.dense]
             if exact and hb is not None and all(w.post.get(s.key) is not None and w.post.get(s.key) != hb
                                                 for s in exact):

@@ -209,8 +209,8 @@ def compare_rank(run_ref, run_r, reference: int, rank: int) -> RankComparison:
         before = [lab for pos, lab in sorted(roots_at) if pos < k]
         if before:
             cause = f"first root before it: {before[0]}"
-        elif first_replica is None and _setting_before(settings, draws, k):
-            cause = _setting_before(settings, draws, k)
+        elif first_replica is None and (setting := _setting_before(settings, draws, k)):
+            cause = setting
         elif first_replica is not None:
             cause = f"after the replica difference at {first_replica}"
         elif a.name == "kdebug::flight_grads":
