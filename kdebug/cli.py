@@ -236,7 +236,8 @@ def _diff(args: argparse.Namespace) -> int:
     print(rep)
     if args.html and _write_report(args.html, [a, b], None) != 0:
         return 2
-    return 0 if rep.ok else 1
+    # Note [A match needs whole recordings]: matching but incomplete traces get no verdict
+    return {"match": 0, "differ": 1}.get(rep.verdict, 2)
 
 
 def _diff_ranks(args: argparse.Namespace) -> int:
@@ -779,7 +780,7 @@ def main(argv: list[str] | None = None) -> int:
     s_.add_argument("--source", type=int, metavar="N", default=None,
                     help="print launch N's kernel: its generated source, fused FX nodes and user source lines")
     s_.set_defaults(fn=_show)
-    df = sub.add_parser("diff", help="compare two traces: the first divergence (exit 0 same, 1 differ, 2 error)")
+    df = sub.add_parser("diff", help="compare two traces: the first divergence (exit 0 same, 1 differ, 2 error or no verdict: a recording is incomplete)")
     df.add_argument("a")
     df.add_argument("b", nargs="?", default=None)
     df.add_argument("--html", metavar="PATH", help="also write the HTML report")

@@ -266,6 +266,27 @@ class _Side:
     def of(cls, run) -> "_Side":
         return run if isinstance(run, _Side) else cls(run)
 
+    def gaps(self) -> list[str]:
+        """What this run's recording missed (Note [A match needs whole
+        recordings] in kdebug/cli.py): [] when it recorded every launch."""
+        if self._dm is None:
+            run = self._trace
+            return [] if run.complete else (run.problems() or ["the recording is incomplete"])
+        if self._dm.complete:
+            return []
+        st = self._dm.kernel_stats
+        out = [text for key, text in (
+            ("dropped", "launch record(s) were dropped while recording (ring full)"),
+            ("unrecorded", "launch(es) were not recorded (hook errors)"),
+            ("other_thread_launches", "compiled launch(es) ran on threads the recording did not follow "
+                                      "(record_all_threads=True records them)"),
+            ("nested_unrecorded", "launch(es) were recorded only by a nested kdebug recording"),
+            ("unrecorded_graph_replays", "replay(s) of CUDA graphs captured without kdebug were not recorded"))
+            for text in ([f"{st[key]} {text}"] if st.get(key) else [])]
+        out += [f"{n} graph call(s) through {reason} were not recorded"
+                for reason, n in (st.get("bypassed_graph_calls") or {}).items()]
+        return out or ["the recording is incomplete"]
+
     def step(self, i: int) -> Step:
         s = self._steps.get(i)
         if s is None:
@@ -441,6 +462,7 @@ class Root:
     absorbed: int = 0           # later steps that read its differences and wrote identical outputs
     benign: bool = False        # changes no later output and nothing that outlives the recording
     position: int = 0           # aligned position
+    first_read: int | None = None  # the aligned position where the program first read another value from it
     keys: list = field(default_factory=list)  # hash keys (argument names) of `outside_inputs` or else `outputs`
     writer: Step | None = None  # "outside": the last recorded write of that input's memory, when one is known
     writer_args: list = field(default_factory=list)
@@ -483,14 +505,28 @@ class Report:
     notes: list = field(default_factory=list)  # lines printed last, as "note: ..."
     settings: list = field(default_factory=list)  # (name, value a, value b) of numeric settings that differ
                                                   # (Note [Settings that change the numbers] in trace.py)
+    # what either recording missed, "run N: ..." lines (Note [A match needs whole recordings])
+    gaps: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
+        """No difference was found in what was recorded.  Whether everything
+        was recorded is ``gaps``; ``verdict`` says both."""
         return (self.divergence is None and not self.structural and not len(self.config_changes)
                 and not len(self.shape_changes))
 
+    @property
+    def verdict(self) -> str:
+        """'differ' (a difference in the recorded parts), 'match', or 'no
+        verdict': the recorded parts match, but a recording missed launches
+        (``gaps``), and what it missed was not compared (Note [A match needs
+        whole recordings])."""
+        if not self.ok:
+            return "differ"
+        return "no verdict" if self.gaps else "match"
+
     def __bool__(self) -> bool:
-        return self.ok
+        return self.verdict == "match"
 
     def __str__(self) -> str:
         return format_report(self)
@@ -774,8 +810,9 @@ def _unowned(mm: dataflow.MemoryMap, unchecked: set, s) -> list | None:
 # randperm), read them with tolist, and stacked other samples: each stack
 # became a root of its own ("the runs read other tensors here ... a loop
 # over a set or a dict"), ranked above the draw by their consequences, and
-# the draw came ninth.  So every root after the earliest root whose other
-# values the program read says the program had read them by then, and where
+# the draw came ninth.  So every root that ran after the program read
+# another root's values (the read's position, Root.first_read, not the
+# other root's) says the program had read them by then, and where
 # the first divergence is such a root, its lines name the earlier one.  The
 # ranking is left alone: a first version moved the earlier root to the top,
 # and a harmless printed random run tag then hid the real root behind it
@@ -783,12 +820,15 @@ def _unowned(mm: dataflow.MemoryMap, unchecked: set, s) -> list | None:
 
 
 def _program_carried(roots: list) -> None:
-    read = [x for x in roots if x.values]
-    if not read:
-        return
-    first = min(read, key=lambda x: x.position)
+    """Marks each root that came after the program had read another value
+    from an earlier root: after that read, not merely after that root (a
+    first version compared the roots' positions, and said "had read other
+    values from op #0 before this step" of a draw whose values the program
+    read only at the end)."""
+    read = sorted((x for x in roots if x.first_read is not None), key=lambda x: x.first_read)
     for x in roots:
-        if x is not first and x.position > first.position:
+        first = next((r for r in read if r is not x and r.first_read < x.position), None)
+        if first is not None:
             x.after_read = first.step_a.label()
 
 
@@ -887,6 +927,7 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
             causes |= 1 << n
             if _VALUE_SLOT in out_diff:  # Note [Returned values]: it handed the program another value itself
                 found[n].values.append((a.label(), a.post.get(VALUE), b.post.get(VALUE)))
+                found[n].first_read = k
             if kind == "root" and a.kind == "kernel":
                 found[n].code = _code_differs(A, B, a, b)
             if kind == "root":
@@ -896,6 +937,8 @@ def _walk_flow(A: "_Side", B: "_Side", pa, pb, diff, shp, final=None) -> tuple[l
                 caused[r].append(k)
                 if _VALUE_SLOT in out_diff:
                     found[r].values.append((a.label(), a.post.get(VALUE), b.post.get(VALUE)))
+                    if found[r].first_read is None:
+                        found[r].first_read = k
         elif causes and is_collective(a):
             for r in _bits(causes):  # Note [Differences that die out]: it went to the other ranks
                 found[r].sent += 1
@@ -1095,12 +1138,17 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
     heirs = sorted({k for x in roots for k in inherited_pos[x.position].tolist()})
     texts = {(int(i), int(j)): (_op_text(A._call(int(i))), _op_text(B._call(int(j))))
              for i, j in zip(pa[shp[:5]].tolist(), pb[shp[:5]].tolist()) if A.step(int(i)).kind == "aten"}
+    scalars = {(int(i), int(j)): d for i, j in zip(pa[shp[:5]].tolist(), pb[shp[:5]].tolist())
+               if A.step(int(i)).kind == "kernel"
+               and (d := _scalar_delta(A._call(int(i)), B._call(int(j)), runs)) is not None}
     alignment = {"shape_texts": texts,  # the first shape changes' op texts, for the report's SHAPES lines
+                 "scalar_texts": scalars,  # kernels among them whose tensors are alike: their other scalars
                  "opcodes": ops, "aligned": aligned, "pa": pa, "pb": pb, "diff": diff, "config": cfg,
                  "shape": shp, "root": root, "roots": torch.tensor([x.position for x in roots], dtype=torch.int64),
                  "heirs": torch.tensor(heirs, dtype=torch.int64)}
     rep = Report(runs, A.n, B.n, len(pa), hashed, div, structural, config_changes, shape_changes,
                  B.kernels, roots, benign, alignment, allocations, reordered)
+    rep.gaps = [f"{side_name(n)}: {g}" for n, side in zip(runs, (A, B)) for g in side.gaps()]
     ma, mb = getattr(A, "meta", None) or {}, getattr(B, "meta", None) or {}
     ca, cb = _command(ma.get("argv")), _command(mb.get("argv"))
     if ca and cb and ca != cb:
@@ -1113,6 +1161,33 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
         rep.settings += [(k, sa[k], sb[k]) for k in sa if k in sb and sa[k] != sb[k]
                          and k not in {x[0] for x in rep.settings}]
     return rep
+
+
+def _scalar_delta(ca, cb, runs: tuple) -> str | None:
+    """'ks1 = 3 in run 0, 5 in run 1' for the non-tensor arguments two
+    launches of one kernel were given differently, when their tensor
+    arguments have the same shapes, strides and dtypes (an adversarial pass
+    found a launch that differed only in a dynamic size's value called one
+    with 'other argument shapes'); None otherwise."""
+    try:
+        ka, kb = ca.kwargs, cb.kwargs
+    except Exception:  # noqa: BLE001 (a launch whose arguments cannot be read: the plain SHAPES line)
+        return None
+    if list(ka) != list(kb):
+        return None
+    out = []
+    for n, va in ka.items():
+        vb = kb[n]
+        ta, tb = (hasattr(v, "shape") and hasattr(v, "dtype") for v in (va, vb))
+        if ta or tb:
+            if not (ta and tb) or (tuple(va.shape), va.dtype) != (tuple(vb.shape), vb.dtype) or \
+                    tuple(getattr(va, "stride", ()) if not callable(getattr(va, "stride", None)) else va.stride()) != \
+                    tuple(getattr(vb, "stride", ()) if not callable(getattr(vb, "stride", None)) else vb.stride()):
+                return None
+            continue
+        if va != vb:
+            out.append(f"{n} = {va!r} in {side_name(runs[0])}, {vb!r} in {side_name(runs[1])}")
+    return "; ".join(out[:5]) + (f"; and {len(out) - 5} more" if len(out) > 5 else "") if out else None
 
 
 def _command(argv) -> list | None:
@@ -1131,6 +1206,12 @@ def format_report(r: Report) -> str:
     lines = [f"{side_name(b).capitalize()}: comparing with {side_name(a)} ... {r.kernels_b} kernels, {r.n_b - r.kernels_b} aten ops "
              f"({r.compared} aligned, {r.hashed} hashed)"]
     lines += [f"  note: {t}" for t in r.notes]
+    lines += [f"  INCOMPLETE: {g}" for g in r.gaps[:10]]  # Note [A match needs whole recordings]
+    if len(r.gaps) > 10:
+        lines.append(f"  ... {len(r.gaps) - 10} more gaps in the recordings")
+    if r.gaps and not r.ok:
+        lines.append("  (the differences below were found in the recorded parts; what was not recorded was not "
+                     "compared)")
     for k, va, vb in r.settings:  # Note [Settings that change the numbers]
         lines.append(f"  SETTINGS: {k} was {vb!r} in {side_name(b)}, {va!r} in {side_name(a)}: kernels and "
                      "reductions may differ with it, so a root below may be this setting's doing, not "
@@ -1152,10 +1233,14 @@ def format_report(r: Report) -> str:
         lines.append(f"  ... {len(r.config_changes) - 5} more launches with another grid or config")
     for x, y in r.shape_changes[:5]:
         texts = (r.alignment or {}).get("shape_texts", {}).get((x.index, y.index))
+        scalars = (r.alignment or {}).get("scalar_texts", {}).get((x.index, y.index))
         if texts is not None:
             ta, tb = texts
             lines.append(f"  SHAPES: {x.label()} was called with other arguments in {side_name(b)}: "
                          f"{_text_delta(ta, tb, a, b)}")
+        elif scalars is not None:
+            lines.append(f"  SHAPES: {x.label()} was called with other scalar arguments in {side_name(b)} (its "
+                         f"tensor arguments' shapes are the same): {scalars}")
         else:
             lines.append(f"  SHAPES: {x.label()} has other argument shapes in {side_name(b)}")
     if len(r.shape_changes) > 5:
@@ -1167,6 +1252,9 @@ def format_report(r: Report) -> str:
                          "(STRUCTURE above): the runs ran other code")
         elif r.hashed == 0:
             lines.append("  nothing to compare: record with DebugMode.log_tensor_hashes('bitwise', hash_inputs=True)")
+        elif r.gaps:  # Note [A match needs whole recordings]
+            lines.append(f"  NO VERDICT: the {r.compared} recorded launches and ops match, but the recordings are "
+                         "incomplete (INCOMPLETE above): what was not recorded was not compared")
         elif r.ok:
             if r.hashed < r.compared:  # a launch with no hashes matched nothing: say which were compared
                 lines.append(f"  all {r.hashed} hashed launches and ops have matching inputs and outputs; the other "
@@ -1674,7 +1762,7 @@ def _recorded_reports(fn, args, kwargs, runs: int, hash_fn) -> list[Report]:
                                  "what the run before it left, not from the same inputs; give it inputs it does not "
                                  "change (a function that makes or clones them), or reset them in fn")
         reports.append(rep)
-        if not rep.ok or rep.hashed == 0:
+        if rep.verdict != "match" or rep.hashed == 0:
             break
     return reports
 
@@ -1731,6 +1819,9 @@ def assert_deterministic(fn, *args, runs: int = 2, hash_fn="bitwise", **kwargs) 
     rep = reports[-1]
     if not rep.ok:
         raise AssertionError("kdebug: runs differ\n" + str(rep))
+    if rep.gaps:  # Note [A match needs whole recordings] in kdebug/cli.py
+        raise AssertionError("kdebug: no verdict: the runs match in what was recorded, but a recording is "
+                             "incomplete, and what it missed was not compared\n" + str(rep))
     if rep.hashed == 0:
         raise AssertionError("kdebug: nothing was hashed; is fn running compiled code under this thread?\n"
                              + str(rep))

@@ -132,10 +132,17 @@ class Determinism:
         if not rep.ok:
             _attach(self._item, str(rep))
             pytest.fail("kdebug: runs differ\n" + str(rep), pytrace=False)
+        if rep.gaps:  # Note [A match needs whole recordings] in kdebug/cli.py
+            _attach(self._item, str(rep))
+            pytest.fail(_NO_VERDICT + str(rep), pytrace=False)
         if rep.hashed == 0:
             pytest.fail("kdebug: nothing was hashed: does fn run compiled code on this thread?\n" + str(rep),
                         pytrace=False)
         return self.reports
+
+
+_NO_VERDICT = ("kdebug: no verdict: the runs match in what was recorded, but a recording is incomplete, and what "
+               "it missed was not compared\n")
 
 
 def _attach(item, text: str, section: str = SECTION) -> None:
@@ -170,6 +177,9 @@ def pytest_pyfunc_call(pyfuncitem):
     if not rep.ok:
         _attach(pyfuncitem, str(rep))
         pytest.fail("kdebug: the test body is not deterministic\n" + str(rep), pytrace=False)
+    if rep.gaps:  # Note [A match needs whole recordings] in kdebug/cli.py
+        _attach(pyfuncitem, str(rep))
+        pytest.fail(_NO_VERDICT + str(rep), pytrace=False)
     if rep.hashed == 0:
         pytest.fail("kdebug: nothing was hashed in the test body: does it run compiled code on this thread?",
                     pytrace=False)

@@ -254,7 +254,7 @@ def _comparison_json(rep: Report, limit: int = 2000) -> dict:
                                 {"b": _step_json(d.other_writer[0]), "a": _step_json(d.other_writer[1])})}
     segs = [list(op) for op in al["opcodes"] if op[0] != "equal"]
     if rep.divergence is None and rep.ok:
-        verdict = "match" if rep.hashed else "nothing hashed"
+        verdict = ("no verdict: incomplete" if rep.gaps else "match") if rep.hashed else "nothing hashed"
     elif rep.divergence is not None:
         verdict = f"{rep.divergence.kind} divergence"
     else:
@@ -262,6 +262,7 @@ def _comparison_json(rep: Report, limit: int = 2000) -> dict:
     pa, pb = al["pa"], al["pb"]
     return {
         "a": rep.runs[0], "b": rep.runs[1], "verdict": verdict, "ok": rep.ok, "text": format_report(rep),
+        "gaps": list(rep.gaps),
         "compared": rep.compared, "hashed": rep.hashed, "n_a": rep.n_a, "n_b": rep.n_b,
         "divergence": div, "structural": list(rep.structural), "aligned": al["aligned"],
         "segments": segs[:limit], "segments_total": len(segs),
@@ -356,11 +357,14 @@ def _bytes(t: torch.Tensor) -> bytes:
 
 
 def _script_json(obj) -> str:
-    """JSON safe inside a <script> element: no "</" or "<!--" can end or
-    re-open it, no NaN / Infinity (JSON.parse refuses them: the page would not
-    load)."""
+    """JSON safe inside a <script> element: every "<", ">" and "&" written as
+    its \\u escape (valid JSON, so JSON.parse reads the same strings), so no
+    "</script>" or "<!--" can end or re-open it; no NaN / Infinity (JSON.parse
+    refuses them: the page would not load).  ("<!--" was written "<\\!--",
+    which is no JSON escape: a trace holding "<!--" anywhere, a source line's
+    HTML comment in a kernel's provenance say, gave a blank page.)"""
     return (json.dumps(obj, separators=(",", ":"), allow_nan=False)
-            .replace("</", "<\\/").replace("<!--", "<\\!--"))
+            .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
 
 
 _SLOTS = re.compile(r"__KDEBUG_TITLE__|/\*__KDEBUG_META__\*/null|__KDEBUG_DATA__")

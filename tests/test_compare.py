@@ -752,3 +752,20 @@ def test_a_difference_through_an_optimizer_step_that_returns_nothing_is_followed
     root = r.roots[0]
     assert "cpp_fused_relu" in root.step_a.name and not root.benign and root.consequences > 10, str(r)
     assert "outside" not in [x.kind for x in r.roots], str(r)
+
+
+def test_a_kernel_given_another_dynamic_size_value_says_which_scalar():
+    """Two launches of one Inductor kernel whose tensors are alike and whose
+    runtime scalar (a dynamic int) differs: the SHAPES line names the scalar
+    and both values instead of 'other argument shapes'."""
+    f = torch.compile(lambda x, n: x.sin() + n, dynamic=True)
+    x = torch.randn(64)
+    f(x, 3), f(x, 4)
+    recs = []
+    for n in (605, 86):
+        with kdebug.DebugMode(kernels_only=True) as dm, kdebug.DebugMode.log_tensor_hashes("bitwise", hash_inputs=True):
+            f(x, n)
+        recs.append(dm)
+    text = str(kdebug.compare(*recs))
+    line = next(s for s in text.splitlines() if "SHAPES:" in s)
+    assert "other scalar arguments" in line and "605 in run 0, 86 in run 1" in line, text

@@ -211,7 +211,7 @@ def test_fuzzed_meta_is_read_or_refused_never_a_traceback(trace_bytes, tmp_path)
 
 # ---------------------------------------------------------------- payloads in Chromium
 
-PAYLOAD = '<img src=x onerror="window.__kdxss=(window.__kdxss||0)+1"><script>window.__kdxss=99</script>"\'&'
+PAYLOAD = '<!-- <img src=x onerror="window.__kdxss=(window.__kdxss||0)+1"><script>window.__kdxss=99</script>"\'&'
 
 
 def _payload_metas() -> dict[str, dict]:

@@ -120,3 +120,38 @@ def test_reads_are_recorded_only_while_asked_and_the_tensor_methods_come_back(ke
     names = [op.op for op in dm.operators if isinstance(op, program_reads.ProgramRead)]
     assert names == ["kdebug::print", "kdebug::tolist", "kdebug::pickle", "kdebug::print"], names
     assert {k: torch.Tensor.__dict__.get(k) for k in before} == before
+
+
+def _two_draws(seed: int, read_between: bool):
+    """Two draws from one generator; the program reads the first one's values
+    between the draws, or both only at the end."""
+    g = torch.Generator().manual_seed(seed)
+    with DebugMode(record_final_state=True) as dm, DebugMode.log_tensor_hashes(hash_fn="bitwise", hash_inputs=True):
+        a = torch.rand(8, generator=g)
+        first = a.tolist() if read_between else None
+        b = torch.rand(8, generator=g)
+        c, d = a * 2, b + 1
+        out = (c.tolist(), d.tolist(), first)
+    return dm, out
+
+
+@pytest.mark.parametrize("read_between", [False, True])
+def test_a_root_is_after_a_read_only_when_the_read_came_before_it(read_between):
+    """Note [Differences the program carried]: the second draw 'follows from'
+    the first one's values through Python only when the program read those
+    values before the second draw ran.  Read only at the end, the two draws
+    are independent roots, and the second one's lines must not say the
+    program had read the first one's values before it (they said so: the
+    roots' positions were compared, not where the program read)."""
+    (d0, _), (d1, _) = _two_draws(1, read_between), _two_draws(2, read_between)
+    rep = compare(d0, d1)
+    draws = [r for r in rep.roots if "rand" in r.step_a.name]
+    assert len(draws) == 2, [r.step_a.label() for r in rep.roots]
+    first, second = sorted(draws, key=lambda r: r.position)
+    assert first.after_read is None
+    if read_between:
+        assert second.after_read == first.step_a.label(), str(rep)
+        assert f"read other values from {first.step_a.label()}" in str(rep)
+    else:
+        assert second.after_read is None, str(rep)
+        assert "before this step" not in str(rep) and "after it read other values" not in str(rep), str(rep)
