@@ -55,9 +55,14 @@ def run_program(target: list[str], builtin: bool, module: bool):
     if module:
         sys.argv = list(target)
         return runpy.run_module(target[0], run_name="__main__", alter_sys=True)
+    # as `python script.py` runs it: __file__ absolute (a relative one broke a
+    # script that changes directory and then reads Path(__file__)), sys.path[0]
+    # the directory of the script with symlinks resolved.  runpy sets
+    # sys.argv[0] to the same absolute path (python leaves it as typed): the
+    # same file, from any working directory
     sys.argv = list(target)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(target[0])))
-    return runpy.run_path(target[0], run_name="__main__")
+    sys.path.insert(0, os.path.dirname(os.path.realpath(target[0])))
+    return runpy.run_path(os.path.abspath(target[0]), run_name="__main__")
 
 
 def exit_status(e: SystemExit) -> int:

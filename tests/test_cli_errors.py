@@ -123,3 +123,32 @@ def test_refusals_before_running_do_not_import_torch(tmp_path):
     assert "--in-process cannot be used with --nproc" in p.stderr and "give the script" in p.stderr, p.stderr
     assert p.stderr.count("does not exist") == 2 and p.stderr.count("no such script") == 4, p.stderr
     assert "ran" not in p.stdout and not (tmp_path / "r.html").exists()
+
+
+def test_a_recorded_script_sees_the_file_and_path_python_gives_it(tmp_path):
+    """kdebug record runs the script as `python script.py` would: an absolute
+    __file__ (it was the path as typed, so a script that changes directory
+    and then reads Path(__file__).parent / 'config.json' failed under kdebug
+    only, and a hunt told the user to fix the program) and sys.path[0] the
+    directory of the script with symlinks resolved."""
+    real = tmp_path / "proj"
+    real.mkdir()
+    (real / "config.json").write_text("{}")
+    (real / "helper_mod.py").write_text("VALUE = 7\n")
+    _script(real, """
+        import os, pathlib, sys
+        os.chdir(sys.argv[1])
+        import helper_mod
+        cfg = pathlib.Path(__file__).resolve().parent / "config.json"
+        print("FILE", __file__, os.path.isabs(__file__), cfg.exists(), helper_mod.VALUE)
+    """, name="train.py")
+    (tmp_path / "link.py").symlink_to(real / "train.py")
+    out = tmp_path / "out"
+    out.mkdir()
+    for typed in ("proj/train.py", "link.py"):
+        plain = subprocess.run([sys.executable, typed, str(out)], capture_output=True, text=True, cwd=tmp_path,
+                               timeout=300)
+        p = _cli("record", "-o", str(tmp_path / "t.kdt"), "--", "python", typed, str(out), cwd=tmp_path)
+        assert p.returncode == 0, p.stdout + p.stderr
+        line = next(x for x in p.stdout.splitlines() if x.startswith("FILE"))
+        assert line == plain.stdout.strip() and line.endswith("True True 7"), (line, plain.stdout)
