@@ -14,6 +14,7 @@ once a DebugMode is entered.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import torch
@@ -33,6 +34,22 @@ from torch.utils._pytree import tree_all, tree_is_leaf, tree_map  # 2.11, 2.13
 from torch.utils._python_dispatch import TorchDispatchMode, _get_dispatch_stack_at  # 2.11, 2.13
 
 OpOverload = torch._ops.OpOverload  # 2.11, 2.13
+
+
+@contextlib.contextmanager
+def every_dtype_named():
+    """dtype_abbrs (upstream's text of a dtype, 2.11, 2.13) with every torch
+    dtype it lacks (quint8, qint8, qint32, ...: upstream's tensor text raises
+    KeyError on a quantized tensor, in its DebugMode too) named as str() names
+    it less "torch.", for the block; the added names are removed after it."""
+    added = [d for d in (getattr(torch, n) for n in dir(torch)) if isinstance(d, torch.dtype) and d not in dtype_abbrs]
+    for d in added:
+        dtype_abbrs[d] = str(d).replace("torch.", "")
+    try:
+        yield
+    finally:
+        for d in added:
+            dtype_abbrs.pop(d, None)
 OpOverloadPacket = torch._ops.OpOverloadPacket  # 2.11, 2.13
 disable_torch_dispatch = torch._C._DisableTorchDispatch  # 2.11, 2.13: a context manager
 dispatch_stack_depth = torch._C._len_torch_dispatch_stack  # 2.11, 2.13: this thread's dispatch modes

@@ -6,6 +6,7 @@ import math
 
 _REDUCTIONS = ("sum", "mean", "var_mean", "var", "amax", "amin", "prod", "argmax", "argmin", "cumsum",
                "logsumexp", "norm")
+_ORDER_FREE = ("amax", "amin", "argmax", "argmin")  # the same result in any order of the elements
 _TRANSCENDENTAL = ("exp", "log", "tanh", "erf", "sigmoid", "sin", "cos", "pow", "rsqrt", "sqrt", "gelu",
                    "expm1", "log1p", "atan", "softplus")
 _DECOMPOSED = {"var_mean": "layer_norm / group_norm / batch_norm", "rsqrt": "layer_norm / rms_norm",
@@ -37,9 +38,13 @@ def hints(kernel, buffer) -> list[str]:
     if dtype in ("bfloat16", "float16"):
         out.append(f"{dtype} output: Inductor keeps intermediates of fused {dtype} code in float32 where eager "
                    "rounds each op; torch._inductor.config.emulate_precision_casts=True rounds as eager does")
-    if bases & set(_REDUCTIONS):
-        out.append("a reduction (" + ", ".join(sorted(bases & set(_REDUCTIONS))) + "): the compiled kernel sums "
+    summed = bases & set(_REDUCTIONS) - set(_ORDER_FREE)
+    if summed:
+        out.append("a reduction (" + ", ".join(sorted(summed)) + "): the compiled kernel sums "
                    "in another order or splits it (torch._inductor.config.split_reductions=False keeps one pass)")
+    if bases & set(_ORDER_FREE) and not summed:  # a max or min is the same in any order: its inputs differ
+        out.append("a max / min (" + ", ".join(sorted(bases & set(_ORDER_FREE))) + ") does not depend on the order "
+                   "of its elements: what differs is what it reads, computed in the fused code before it")
     if bases & set(_TRANSCENDENTAL):
         out.append("transcendental functions (" + ", ".join(sorted(bases & set(_TRANSCENDENTAL))) + "): "
                    "generated code may use faster approximations than eager's library kernels")

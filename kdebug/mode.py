@@ -269,6 +269,20 @@ for _name in ("__iter__", "__getitem__", "__len__", "__contains__", "__reversed_
 del _name
 
 
+def _named_dtypes(fn, *args):
+    """fn(*args) (upstream's text of an op's arguments or output); when it
+    meets a dtype upstream has no text for (a quantized tensor: KeyError,
+    which stopped the user's program, as upstream's DebugMode does), once more
+    with every dtype named (_upstream.every_dtype_named)."""
+    try:
+        return fn(*args)
+    except KeyError as e:
+        if not (e.args and isinstance(e.args[0], torch.dtype)):
+            raise
+    with _upstream.every_dtype_named():
+        return fn(*args)
+
+
 class DebugMode(_upstream.DebugMode):
     """``torch.utils._debug_mode.DebugMode`` with kernel-level recording.
 
@@ -425,7 +439,7 @@ class DebugMode(_upstream.DebugMode):
                     call.args, call.kwargs = orig
                 else:
                     call.args, call.kwargs = args, kwargs
-        super()._record_call(call)
+        _named_dtypes(super()._record_call, call)
 
     def _record_call_output(self, call, output) -> None:
         if self.record_output:
@@ -435,7 +449,7 @@ class DebugMode(_upstream.DebugMode):
     def _stringify_output(self, call, output) -> None:
         """The aten-op fast path's fallback for an output the C formatter does
         not know (kd_dispatch.c): upstream's stringify_output, stable texts."""
-        call.stringify_output(_argtext.stable_tree(output)[0], self.record_tensor_attributes, None)
+        _named_dtypes(call.stringify_output, _argtext.stable_tree(output)[0], self.record_tensor_attributes, None)
 
     # -- operators: upstream's list, with kernel records merged in on read --
     @property

@@ -381,3 +381,17 @@ def test_a_multi_output_op_that_refuses_float64_runs_in_its_own_dtype():
         rep = accuracy.check(lambda: torch.compile(f)(x))
     assert not any("stopped at node" in n for n in rep.notes), rep.summary()
     assert rep.culprit is not None and "exp" in rep.culprit.kernel, rep.summary()
+
+
+def test_a_max_is_not_said_to_sum_in_another_order():
+    """A max or min gives the same result in any order of its elements: its
+    hint points at what it reads (an adversarial pass found a softmax's amax
+    flagged as summing in another order); a sum beside it keeps the sum hint."""
+    from types import SimpleNamespace
+
+    from kdebug.accuracy_text import hints
+
+    only_max = " ".join(hints(SimpleNamespace(nodes=["amax", "sub_1", "exp"]), None))
+    assert "does not depend on the order" in only_max and "sums in another order" not in only_max
+    with_sum = " ".join(hints(SimpleNamespace(nodes=["amax", "exp", "sum_2"]), None))
+    assert "a reduction (sum)" in with_sum and "does not depend on the order" not in with_sum

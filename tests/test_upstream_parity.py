@@ -320,3 +320,24 @@ def test_record_tensor_attributes_reach_kernel_lines(sin_cos):
     with DebugMode() as plain:
         cf(x)
     assert "{" not in _kernel_lines(plain.debug_string())[0]
+
+
+def test_a_quantized_tensor_does_not_stop_the_program():
+    """Upstream's DebugMode raises KeyError on a quantized tensor (its dtype
+    has no text); kdebug's names it and the program goes on, with torch's
+    table of dtype names left as it was."""
+    import warnings
+
+    from torch.utils._dtype_abbrs import dtype_abbrs
+
+    before = dict(dtype_abbrs)
+    x = torch.randn(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized creation functions are deprecated
+        with kdebug.DebugMode() as dm:
+            y = torch.quantize_per_tensor(x, 0.1, 0, torch.quint8).dequantize()
+        want = torch.quantize_per_tensor(x, 0.1, 0, torch.quint8).dequantize()
+    assert torch.equal(y, want)
+    text = dm.debug_string()
+    assert "aten::dequantize.self(t: quint8[4])  ->  t: f32[4]" in text, text
+    assert dtype_abbrs == before
