@@ -33,16 +33,28 @@ void kd_note_readonly_change(kd_recorder *r, kd_hash_rec *h)
 }
 
 /* Note [Unhashed values]: a hash kind the tensor's dtype cannot decode
- * (norm / hash_tensor / stats of float4_e2m1fn_x2).  The record is flagged and
- * counted, and no value is shown for those kinds (kdebug/calls.py gives
- * hashing.Unhashed); their fields get a random nonce (l1: a NaN) so that the
- * digests of two such records (kd_tr_hash_digest: diff, hunt) never match. */
+ * (norm / hash_tensor / stats of float4_e2m1fn_x2 or of a quantized dtype).
+ * The record is flagged and counted, and no value is shown for those kinds
+ * (kdebug/calls.py gives hashing.Unhashed); their fields get a random nonce
+ * (l1: a NaN) so that the digests of two such records (kd_tr_hash_digest:
+ * diff, hunt) never match -- unless the same side's bitwise hash was computed
+ * (hash_fn=["bitwise", "stats"], the hunt's): then the marker is derived from
+ * that hash, so that two tensors with the same bytes match by them (a nonce
+ * there made every such tensor of a hunt a false root) and any other bytes
+ * differ, as hashing.Unhashed does for aten ops.  Not yet for GPU results
+ * (rec_deliver marks them while the side is still pending: a nonce, as
+ * before; moving that is a change to the GPU path not yet run on a GPU). */
 static void mark_unsupported(kd_recorder *r, kd_hash_rec *h, int w, int kinds)
 {
     static _Atomic uint64_t counter;
-    uint64_t x = kd_now_ns() + atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed) *
-                                   0x9E3779B97F4A7C15ull;
-    x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29; /* mixed: a nonce, not a count */
+    const uint8_t side = (uint8_t)(w ? KD_HF_POST : KD_HF_PRE);
+    const uint8_t pending = (uint8_t)(w ? KD_HF_PENDING_POST : KD_HF_PENDING_PRE);
+    uint64_t x;
+    if ((h->kinds & KD_HK_BITWISE) && (h->flags & side) && !(h->flags & pending)) /* the bytes' hash is known */
+        x = (h->bitwise[w] ^ (uint64_t)kinds) * 0x9E3779B97F4A7C15ull;
+    else
+        x = kd_now_ns() + atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed) * 0x9E3779B97F4A7C15ull;
+    x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29; /* mixed: a nonce or the bytes' marker, not a count */
     uint64_t nan = 0x7FF8000000000000ull | (x & ((1ull << 51) - 1)) | 1;
     if (kinds & (KD_HK_NORM | KD_HK_STATS)) {
         memcpy(&h->l1[w], &nan, sizeof nan);

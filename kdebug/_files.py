@@ -117,8 +117,8 @@ def replaced_atomically(path: str, mode: str = "w", encoding: str | None = "utf-
     removed when it raises (Note [Safe writes])."""
     path = os.fspath(path)
     refuse_link(path)
-    if os.path.isdir(path):  # before any work: os.replace's error would name the temporary file
-        raise IsADirectoryError(errno.EISDIR, "is a directory; give a file path to write", path)
+    if os.path.isdir(path) or path.endswith(("/", os.sep)):  # before any work: os.replace's error would name
+        raise IsADirectoryError(errno.EISDIR, "is a directory; give a file path to write", path)  # the temp file
     d, base = os.path.split(os.path.abspath(path))
     for _ in range(64):
         tmp = os.path.join(d, f".{base}.{secrets.token_hex(8)}.tmp")

@@ -62,7 +62,12 @@ def run_program(target: list[str], builtin: bool, module: bool):
     # same file, from any working directory
     sys.argv = list(target)
     sys.path.insert(0, os.path.dirname(os.path.realpath(target[0])))
-    return runpy.run_path(os.path.abspath(target[0]), run_name="__main__")
+    path = os.path.abspath(target[0])
+    if os.path.exists(target[0]) and not (os.path.exists(path) and os.path.samefile(path, target[0])):
+        # `link/../x.py` through a symlinked directory: abspath (runpy's too) collapses `..` as text and
+        # names another file than the one the OS opens, which python runs
+        path = os.path.realpath(target[0])
+    return runpy.run_path(path, run_name="__main__")
 
 
 def exit_status(e: SystemExit) -> int:

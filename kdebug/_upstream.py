@@ -14,7 +14,6 @@ once a DebugMode is entered.
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 
 import torch
@@ -36,20 +35,18 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_dispatch_stack_
 OpOverload = torch._ops.OpOverload  # 2.11, 2.13
 
 
-@contextlib.contextmanager
-def every_dtype_named():
-    """dtype_abbrs (upstream's text of a dtype, 2.11, 2.13) with every torch
-    dtype it lacks (quint8, qint8, qint32, ...: upstream's tensor text raises
-    KeyError on a quantized tensor, in its DebugMode too) named as str() names
-    it less "torch.", for the block; the added names are removed after it."""
-    added = [d for d in (getattr(torch, n) for n in dir(torch)) if isinstance(d, torch.dtype) and d not in dtype_abbrs]
-    for d in added:
-        dtype_abbrs[d] = str(d).replace("torch.", "")
-    try:
-        yield
-    finally:
-        for d in added:
-            dtype_abbrs.pop(d, None)
+def name_every_dtype() -> None:
+    """Gives every torch dtype that dtype_abbrs (upstream's text of a dtype,
+    2.11, 2.13) lacks (quint8, qint8, qint32, ...) the name str() gives it
+    less "torch.".  Upstream's tensor text indexes that table and raises
+    KeyError on a quantized tensor, stopping the program under its DebugMode
+    and kdebug's.  Called when a kdebug DebugMode is made; entries torch has
+    are never changed, and the table only grows, once (a name added and
+    removed around each call raced with other threads' recordings)."""
+    for n in dir(torch):
+        d = getattr(torch, n, None)
+        if isinstance(d, torch.dtype) and d not in dtype_abbrs:
+            dtype_abbrs.setdefault(d, str(d).replace("torch.", ""))
 OpOverloadPacket = torch._ops.OpOverloadPacket  # 2.11, 2.13
 disable_torch_dispatch = torch._C._DisableTorchDispatch  # 2.11, 2.13: a context manager
 dispatch_stack_depth = torch._C._len_torch_dispatch_stack  # 2.11, 2.13: this thread's dispatch modes

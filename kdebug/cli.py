@@ -261,6 +261,10 @@ def _diff_ranks(args: argparse.Namespace) -> int:
         print(f"kdebug diff --ranks: {e}", file=sys.stderr)
         return 2
     print(rep)
+    if rep.ok and not run.complete:  # Note [A match needs whole recordings]
+        print("kdebug diff --ranks: no verdict: the replicas match in what was recorded, but the recordings are "
+              "INCOMPLETE:\n  " + "\n  ".join(run.problems()[:20] or ["a rank's trace is missing"]))
+        return 2
     return 0 if rep.ok else 1
 
 
@@ -529,10 +533,14 @@ def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool
                              "from the hunt's: turn it off while hunting")
             print("kdebug hunt: no verdict: the recorded parts match, but what was not recorded was not compared"
                   + (f" ({'; '.join(hints)})" if hints else ""))
-            return 2
-        print("kdebug hunt: the divergence above was found in the recorded parts; what was not recorded was not compared")
+        else:
+            print("kdebug hunt: the divergence above was found in the recorded parts; what was not recorded was "
+                  "not compared")
+    no_verdict = bool(gaps) and not diverged  # hunt.json and --html are still written, saying so
     hunt = {"what": what, "runs": args.runs, "in_process": args.in_process,
             "paths": [os.path.basename(p) for p in paths], "fixes": {}}
+    if gaps:
+        hunt["incomplete"] = gaps
     if args.try_fixes and diverged:
         print("\nkdebug hunt: trying fixes")
         for fix, text in args.fixes.items():
@@ -543,6 +551,10 @@ def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool
                 continue
             freps = _compare_runs(fpaths, quiet=True)
             ok = all(r.ok for r in freps)
+            if ok and any(r.gaps for r in freps):  # Note [A match needs whole recordings]: not judged
+                hunt["fixes"][text] = None
+                print(f"  {text}: no verdict: its runs match in what was recorded, but a recording is incomplete")
+                continue
             hunt["fixes"][text] = ok
             print(f"  {text}: {'REMOVES the divergence' if ok else 'does not remove it'}")
             if not ok:
@@ -565,9 +577,10 @@ def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool
         return 2
     where = (f"traces in {tmp}; kdebug report {tmp} -o report.html draws them" if args.keep else
              "traces removed; kdebug hunt --keep DIR keeps them for kdebug report DIR")
-    print(f"\nkdebug hunt: {'runs DIVERGE' if diverged else 'all runs match'} "
-          f"({time.perf_counter() - t0:.1f}s; {where})")
-    return 1 if diverged else 0
+    verdict = "runs DIVERGE" if diverged else "no verdict (the recordings are incomplete)" if no_verdict else \
+        "all runs match"
+    print(f"\nkdebug hunt: {verdict} ({time.perf_counter() - t0:.1f}s; {where})")
+    return 1 if diverged else 2 if no_verdict else 0
 
 
 def _warn_hunt_options_after_script(command: list[str], target: list[str], names: set[str]) -> None:

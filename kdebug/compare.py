@@ -520,10 +520,11 @@ class Report:
         """'differ' (a difference in the recorded parts), 'match', or 'no
         verdict': the recorded parts match, but a recording missed launches
         (``gaps``), and what it missed was not compared (Note [A match needs
-        whole recordings])."""
+        whole recordings]), or nothing was hashed, so nothing was compared
+        but names and shapes."""
         if not self.ok:
             return "differ"
-        return "no verdict" if self.gaps else "match"
+        return "no verdict" if self.gaps or self.hashed == 0 else "match"
 
     def __bool__(self) -> bool:
         return self.verdict == "match"
@@ -1726,10 +1727,10 @@ def _benign_lines(r: "Report") -> list[str]:
     return lines
 
 
-def _record(fn, args, kwargs, hash_fn):
+def _record(fn, args, kwargs, hash_fn, all_threads: bool = False):
     from .mode import DebugMode
 
-    with DebugMode(record_final_state=True) as dm:
+    with DebugMode(record_final_state=True, record_all_threads=all_threads) as dm:
         with DebugMode.log_tensor_hashes(hash_fn=hash_fn, hash_inputs=True):
             out = fn(*args, **kwargs)  # noqa: F841  (held at exit: part of the final state)
     dm.operators  # noqa: B018  (drain and resolve while the mode's objects are alive)
@@ -1742,17 +1743,18 @@ def _op_digests(rec: dict) -> bytes:
                          rec["output_hashes"])
 
 
-def _recorded_reports(fn, args, kwargs, runs: int, hash_fn) -> list[Report]:
+def _recorded_reports(fn, args, kwargs, runs: int, hash_fn, all_threads: bool = False) -> list[Report]:
     """Records ``fn(*args, **kwargs)`` ``runs`` times and compares each run with
     the first (encoded once); stops at the first report that is not ok or
-    compared no hash.  What assert_deterministic and the pytest plugin check."""
+    compared no hash (an incomplete one goes on: a later run may differ).
+    What assert_deterministic and the pytest plugin check (_failure)."""
     before = _argument_hashes(args, kwargs)
     rng = _rng_state()
-    first = _Side.of(_record(fn, args, kwargs, hash_fn))
+    first = _Side.of(_record(fn, args, kwargs, hash_fn, all_threads))
     reports: list[Report] = []
     for i in range(1, runs):
         _set_rng_state(rng)
-        other = _Side.of(_record(fn, args, kwargs, hash_fn))
+        other = _Side.of(_record(fn, args, kwargs, hash_fn, all_threads))
         rep = compare(first, other, runs=(0, i))
         if not rep.ok:
             rep.carried = _carried_state(first, other, rep, _module_state(fn))
@@ -1762,9 +1764,31 @@ def _recorded_reports(fn, args, kwargs, runs: int, hash_fn) -> list[Report]:
                                  "what the run before it left, not from the same inputs; give it inputs it does not "
                                  "change (a function that makes or clones them), or reset them in fn")
         reports.append(rep)
-        if rep.verdict != "match" or rep.hashed == 0:
+        if not rep.ok or rep.hashed == 0:
             break
     return reports
+
+
+def _failure(reports: list[Report]) -> tuple[str, Report] | None:
+    """(what, report) that fails assert_deterministic / the pytest plugin, or
+    None: runs that differ first, then nothing hashed, then a match of
+    incomplete recordings (Note [A match needs whole recordings] in
+    kdebug/cli.py)."""
+    for rep in reports:
+        if not rep.ok:
+            return "differ", rep
+    for rep in reports:
+        if rep.hashed == 0:
+            return "nothing hashed", rep
+    for rep in reports:
+        if rep.gaps:
+            return "no verdict", rep
+    return None
+
+
+NO_VERDICT = ("kdebug: no verdict: the runs match in what was recorded, but a recording is incomplete, and what "
+              "it missed was not compared (compiled work on a thread the recording does not follow: "
+              "all_threads=True records every thread)\n")
 
 
 # Note [Each run from the same generator state]
@@ -1809,22 +1833,24 @@ def _argument_hashes(args, kwargs) -> dict:
     return out
 
 
-def assert_deterministic(fn, *args, runs: int = 2, hash_fn="bitwise", **kwargs) -> list[Report]:
+def assert_deterministic(fn, *args, runs: int = 2, hash_fn="bitwise", all_threads: bool = False,
+                         **kwargs) -> list[Report]:
     """Runs ``fn(*args, **kwargs)`` ``runs`` times under a DebugMode with
     bitwise input and output hashes and compares every run with the first.
-    Raises AssertionError with the first-divergence report when they differ."""
+    Raises AssertionError with the first-divergence report when they differ,
+    when nothing was hashed, and when the runs match but a recording is
+    incomplete (no verdict).  ``all_threads=True`` records compiled launches
+    on every thread (DebugMode(record_all_threads=True)), not only fn's."""
     if runs < 2:
         raise ValueError("assert_deterministic needs runs >= 2")
-    reports = _recorded_reports(fn, args, kwargs, runs, hash_fn)
-    rep = reports[-1]
-    if not rep.ok:
-        raise AssertionError("kdebug: runs differ\n" + str(rep))
-    if rep.gaps:  # Note [A match needs whole recordings] in kdebug/cli.py
-        raise AssertionError("kdebug: no verdict: the runs match in what was recorded, but a recording is "
-                             "incomplete, and what it missed was not compared\n" + str(rep))
-    if rep.hashed == 0:
-        raise AssertionError("kdebug: nothing was hashed; is fn running compiled code under this thread?\n"
-                             + str(rep))
+    reports = _recorded_reports(fn, args, kwargs, runs, hash_fn, all_threads)
+    failed = _failure(reports)
+    if failed is not None:
+        what, rep = failed
+        head = {"differ": "kdebug: runs differ\n",
+                "nothing hashed": "kdebug: nothing was hashed; is fn running compiled code under this thread?\n",
+                "no verdict": NO_VERDICT}[what]
+        raise AssertionError(head + str(rep))
     return reports
 
 

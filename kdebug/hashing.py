@@ -18,6 +18,7 @@ import math
 import os
 import struct
 import threading
+import zlib
 from typing import Any, Callable
 
 import torch
@@ -67,32 +68,50 @@ class NormHash(float):
 
 class Unhashed(float):
     """Stands where a hash was asked for that the tensor's dtype cannot give
-    (the norm, hash_tensor or stats of a float4_e2m1fn_x2 tensor, whose packed values
-    kdebug does not decode): no value was computed, so none is shown.
+    (the norm, hash_tensor or stats of a float4_e2m1fn_x2 or quantized tensor,
+    whose values kdebug does not decode): no value was computed, so none is
+    shown.
 
-    It is never equal to anything, itself included (as a NaN), so two
+    Alone, it is never equal to anything, itself included (as a NaN), so two
     unhashed tensors never match by accident; its float value is NaN so that
-    arithmetic on it (upstream's relative difference) stays defined.  The
-    NaN's payload is random: a trace stores it as that f64, so digests of
-    two unhashed values (kdebug diff, hunt) differ too.
-    hash_fn='bitwise' hashes every dtype by its bytes."""
+    arithmetic on it (upstream's relative difference) stays defined, and the
+    NaN's payload is random: a trace stores it as that f64, so digests of two
+    unhashed values (kdebug diff, hunt) differ too.  Beside a bitwise hash of
+    the same tensor (``of``: hash_fn=["bitwise", "stats"], the hunt's), it
+    follows the bytes: equal to another of the same kind with the same bitwise
+    hash, its payload derived from that hash, so that identical tensors match
+    by their bytes (a random payload made every quantized op of a hunt a
+    false root).  The C records do the same (Note [Unhashed values] in
+    csrc/kd_launch_hash.c).  hash_fn='bitwise' hashes every dtype by its
+    bytes."""
 
-    __slots__ = ("kind",)
+    __slots__ = ("kind", "of")
 
-    def __new__(cls, kind: str):
-        payload = int.from_bytes(os.urandom(8), "little") & ((1 << 51) - 1) | 1
+    def __new__(cls, kind: str, of: int | None = None):
+        if of is None:
+            x = int.from_bytes(os.urandom(8), "little")
+        else:  # the same (kind, bytes) gives the same marker in every process
+            x = ((int(of) ^ zlib.crc32(kind.encode())) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+            x ^= x >> 29
+        payload = x & ((1 << 51) - 1) | 1
         nan = struct.unpack("<d", struct.pack("<Q", 0x7FF8000000000000 | payload))[0]
         self = super().__new__(cls, nan)
         self.kind = kind
+        self.of = of
         return self
 
     def __eq__(self, other):
-        return False
+        return (self.of is not None and isinstance(other, Unhashed) and other.kind == self.kind
+                and other.of == self.of)
 
     def __ne__(self, other):
-        return True
+        return not self.__eq__(other)
 
-    __hash__ = float.__hash__
+    def __hash__(self):
+        return hash(("Unhashed", self.kind, self.of)) if self.of is not None else float.__hash__(self)
+
+    def __reduce__(self):
+        return (Unhashed, (self.kind, self.of))
 
     def __repr__(self):
         return f"Unhashed({self.kind!r})"
@@ -284,9 +303,10 @@ class HashSpec:
             if unhashed:
                 _warn_unhashed([n for n in self.names if KINDS[n] & unhashed])
         vals = []
+        bits = side.bitwise if "bitwise" in self.names else None  # Unhashed beside it follows the bytes
         for n in self.names:
             if KINDS[n] & unhashed:
-                vals.append(Unhashed(n))
+                vals.append(Unhashed(n, bits))
             elif n == "bitwise":
                 vals.append(side.bitwise)
             elif n == "hash_tensor":

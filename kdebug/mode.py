@@ -269,18 +269,15 @@ for _name in ("__iter__", "__getitem__", "__len__", "__contains__", "__reversed_
 del _name
 
 
-def _named_dtypes(fn, *args):
-    """fn(*args) (upstream's text of an op's arguments or output); when it
-    meets a dtype upstream has no text for (a quantized tensor: KeyError,
-    which stopped the user's program, as upstream's DebugMode does), once more
-    with every dtype named (_upstream.every_dtype_named)."""
-    try:
-        return fn(*args)
-    except KeyError as e:
-        if not (e.args and isinstance(e.args[0], torch.dtype)):
-            raise
-    with _upstream.every_dtype_named():
-        return fn(*args)
+_dtypes_named = False
+
+
+def _name_dtypes_once() -> None:
+    """_upstream.name_every_dtype, once per process (a quantized tensor's text)."""
+    global _dtypes_named
+    if not _dtypes_named:
+        _upstream.name_every_dtype()
+        _dtypes_named = True
 
 
 class DebugMode(_upstream.DebugMode):
@@ -361,6 +358,7 @@ class DebugMode(_upstream.DebugMode):
         self._fresh: set[int] = set()  # Note [Fresh buffers] for aten ops
         self._trace_path = f["trace"]
         super().__init__(**upstream_flags)
+        _name_dtypes_once()
         self.record_triton_kernels = f["record_triton_kernels"]
         # Note [C++ op observer] (csrc/kd_op_observer.c): op_path='c++' records every
         # outermost aten op from C++ and pushes no dispatch mode (kernels_only);
@@ -439,7 +437,7 @@ class DebugMode(_upstream.DebugMode):
                     call.args, call.kwargs = orig
                 else:
                     call.args, call.kwargs = args, kwargs
-        _named_dtypes(super()._record_call, call)
+        super()._record_call(call)
 
     def _record_call_output(self, call, output) -> None:
         if self.record_output:
@@ -449,7 +447,7 @@ class DebugMode(_upstream.DebugMode):
     def _stringify_output(self, call, output) -> None:
         """The aten-op fast path's fallback for an output the C formatter does
         not know (kd_dispatch.c): upstream's stringify_output, stable texts."""
-        _named_dtypes(call.stringify_output, _argtext.stable_tree(output)[0], self.record_tensor_attributes, None)
+        call.stringify_output(_argtext.stable_tree(output)[0], self.record_tensor_attributes, None)
 
     # -- operators: upstream's list, with kernel records merged in on read --
     @property

@@ -37,8 +37,9 @@ ACCURACY_SECTION = "kdebug accuracy"
 def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers",
-        "kdebug_deterministic(runs=2, hash_fn='bitwise'): run the test body `runs` times under a recording "
-        "kdebug.DebugMode and fail with the first-divergence report if the runs' kernels differ",
+        "kdebug_deterministic(runs=2, hash_fn='bitwise', all_threads=False): run the test body `runs` times under "
+        "a recording kdebug.DebugMode and fail with the first-divergence report if the runs' kernels differ, or "
+        "with no verdict if they match but a recording is incomplete (all_threads=True records every thread)",
     )
     config.addinivalue_line(
         "markers",
@@ -119,30 +120,33 @@ class Determinism:
         self._item = item
         self.reports: list = []
 
-    def check(self, fn, *args, runs: int = 2, hash_fn="bitwise", **kwargs):
+    def check(self, fn, *args, runs: int = 2, hash_fn="bitwise", all_threads: bool = False, **kwargs):
         """Runs fn(*args, **kwargs) ``runs`` times and asserts the runs' kernels
-        and ops match launch by launch (kdebug.assert_deterministic)."""
+        and ops match launch by launch (kdebug.assert_deterministic;
+        ``all_threads=True`` records compiled launches on every thread)."""
         from kdebug.compare import _recorded_reports
 
         if runs < 2:
             raise ValueError("kdebug_determinism.check needs runs >= 2")
-        reports = _recorded_reports(fn, args, kwargs, runs, hash_fn)
+        reports = _recorded_reports(fn, args, kwargs, runs, hash_fn, all_threads)
         self.reports.extend(reports)
-        rep = reports[-1]
-        if not rep.ok:
-            _attach(self._item, str(rep))
-            pytest.fail("kdebug: runs differ\n" + str(rep), pytrace=False)
-        if rep.gaps:  # Note [A match needs whole recordings] in kdebug/cli.py
-            _attach(self._item, str(rep))
-            pytest.fail(_NO_VERDICT + str(rep), pytrace=False)
-        if rep.hashed == 0:
-            pytest.fail("kdebug: nothing was hashed: does fn run compiled code on this thread?\n" + str(rep),
-                        pytrace=False)
+        _fail_on(self._item, reports, "kdebug: runs differ\n",
+                 "kdebug: nothing was hashed: does fn run compiled code on this thread?\n")
         return self.reports
 
 
-_NO_VERDICT = ("kdebug: no verdict: the runs match in what was recorded, but a recording is incomplete, and what "
-               "it missed was not compared\n")
+def _fail_on(item, reports: list, differ: str, nothing: str) -> None:
+    """Fails the test for the reports' first failure (kdebug.compare._failure)."""
+    from kdebug.compare import NO_VERDICT, _failure
+
+    failed = _failure(reports)
+    if failed is None:
+        return
+    what, rep = failed
+    if what != "nothing hashed":
+        _attach(item, str(rep))
+    head = {"differ": differ, "nothing hashed": nothing, "no verdict": NO_VERDICT}[what]
+    pytest.fail(head + str(rep), pytrace=False)
 
 
 def _attach(item, text: str, section: str = SECTION) -> None:
@@ -173,16 +177,10 @@ def pytest_pyfunc_call(pyfuncitem):
     from kdebug.compare import _recorded_reports
 
     funcargs = {k: pyfuncitem.funcargs[k] for k in pyfuncitem._fixtureinfo.argnames}
-    rep = _recorded_reports(pyfuncitem.obj, (), funcargs, runs, hash_fn)[-1]
-    if not rep.ok:
-        _attach(pyfuncitem, str(rep))
-        pytest.fail("kdebug: the test body is not deterministic\n" + str(rep), pytrace=False)
-    if rep.gaps:  # Note [A match needs whole recordings] in kdebug/cli.py
-        _attach(pyfuncitem, str(rep))
-        pytest.fail(_NO_VERDICT + str(rep), pytrace=False)
-    if rep.hashed == 0:
-        pytest.fail("kdebug: nothing was hashed in the test body: does it run compiled code on this thread?",
-                    pytrace=False)
+    all_threads = bool(marker.kwargs.get("all_threads", False))
+    reports = _recorded_reports(pyfuncitem.obj, (), funcargs, runs, hash_fn, all_threads)
+    _fail_on(pyfuncitem, reports, "kdebug: the test body is not deterministic\n",
+             "kdebug: nothing was hashed in the test body: does it run compiled code on this thread?\n")
     return True  # the body ran (runs times): pytest's own call must not run it again
 
 

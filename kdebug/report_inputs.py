@@ -72,6 +72,9 @@ def read_hunt_json(path: str) -> dict:
     fixes = hunt.get("fixes", {})
     if not isinstance(fixes, dict) or not all(v is None or isinstance(v, bool) for v in fixes.values()):
         raise bad("fixes", "an object of true / false / null")
+    gaps = hunt.get("incomplete", [])
+    if not isinstance(gaps, list) or not all(isinstance(x, str) for x in gaps):
+        raise bad("incomplete", "a list of strings")
     for key in ("confirm", "magnitude"):
         v = hunt.get(key, [])
         if not isinstance(v, list) or not all(isinstance(x, dict) and isinstance(x.get("root"), str) for x in v):

@@ -113,9 +113,19 @@ def test_hunt_of_incomplete_runs_that_match_gives_no_verdict(tmp_path):
     (nothing compiled on the main thread), and the hunt says it cannot tell
     (exit 2) instead of "all runs match"; --all-threads records the worker
     and names the difference."""
-    rc, out = _hunt(tmp_path, _THREAD_SCRIPT)
+    rc, out = _hunt(tmp_path, _THREAD_SCRIPT, "--keep", str(tmp_path / "kept"), "--html", str(tmp_path / "r.html"))
     assert rc == 2 and "INCOMPLETE" in out and "no verdict" in out and "all runs match" not in out, out
     assert "--all-threads" in out
+    # the kept traces, hunt.json and the page are still written, saying so
+    import json
+
+    from kdebug import report
+    hunt = json.loads((tmp_path / "kept" / "hunt.json").read_text())
+    assert hunt["incomplete"] and all(x.startswith("run ") for x in hunt["incomplete"])
+    assert (tmp_path / "r.html").exists()
+    runs, found = report.resolve_inputs([str(tmp_path / "kept")])
+    (c,) = report.build(runs, hunt=found)[0]["comparisons"]
+    assert c["gaps"] and c["verdict"] != "match", c["verdict"]
     (tmp_path / "counter").unlink()
     rc, out = _hunt(tmp_path, _THREAD_SCRIPT, "--all-threads")
     assert rc == 1 and "DIVERGE" in out and "INCOMPLETE" not in out, out
@@ -233,5 +243,19 @@ def test_assert_deterministic_gives_no_pass_to_incomplete_runs(compiled):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(AssertionError, match="no verdict"):
+        with pytest.raises(AssertionError, match="no verdict") as e:
             kdebug.assert_deterministic(fn)
+        assert "all_threads=True" in str(e.value)
+        # every thread recorded: the worker's difference is found
+        with pytest.raises(AssertionError, match="runs differ"):
+            kdebug.assert_deterministic(fn, all_threads=True)
+        # three runs, the third one differing on the main thread too: the difference, not "no verdict"
+        main_calls = []
+
+        def fn3():
+            main_calls.append(1)
+            compiled(torch.ones(32) * (1.0 if len(main_calls) < 3 else 2.0))
+            _on_a_thread(lambda v: compiled(torch.full((32,), v)), 1.0)
+
+        with pytest.raises(AssertionError, match="runs differ"):
+            kdebug.assert_deterministic(fn3, runs=3)

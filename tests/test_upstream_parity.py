@@ -3,6 +3,7 @@ recording] in kdebug/mode.py); its text must be identical to upstream's."""
 from __future__ import annotations
 
 import collections
+import re
 
 import pytest
 import torch
@@ -324,20 +325,42 @@ def test_record_tensor_attributes_reach_kernel_lines(sin_cos):
 
 def test_a_quantized_tensor_does_not_stop_the_program():
     """Upstream's DebugMode raises KeyError on a quantized tensor (its dtype
-    has no text); kdebug's names it and the program goes on, with torch's
-    table of dtype names left as it was."""
+    has no text); kdebug's names it and the program goes on, with every name
+    torch's table had left as it was, in every recording option and from
+    several threads at once (a version that added the names around each call
+    and removed them after raced between threads, and missed upstream's
+    output path)."""
     import warnings
 
     from torch.utils._dtype_abbrs import dtype_abbrs
+
+    import threading
 
     before = dict(dtype_abbrs)
     x = torch.randn(4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # quantized creation functions are deprecated
-        with kdebug.DebugMode() as dm:
-            y = torch.quantize_per_tensor(x, 0.1, 0, torch.quint8).dequantize()
         want = torch.quantize_per_tensor(x, 0.1, 0, torch.quint8).dequantize()
-    assert torch.equal(y, want)
-    text = dm.debug_string()
-    assert "aten::dequantize.self(t: quint8[4])  ->  t: f32[4]" in text, text
-    assert dtype_abbrs == before
+        for flags in ({}, {"record_ids": True}, {"store_original_args": True}, {"record_output": True},
+                      {"record_stack_trace": True}):
+            with kdebug.DebugMode(**flags) as dm:
+                y = torch.quantize_per_tensor(x, 0.1, 0, torch.quint8).dequantize()
+            assert torch.equal(y, want), flags
+            assert re.search(r"aten::dequantize.self\(t(\$\d+)?: quint8\[4\]\)", dm.debug_string()), flags
+        errors = []
+
+        def work(dt):
+            try:
+                for _ in range(20):
+                    with kdebug.DebugMode():
+                        torch.quantize_per_tensor(x, 0.1, 0, dt).dequantize()
+            except Exception as e:  # noqa: BLE001 (what the test looks for)
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=work, args=(dt,)) for dt in (torch.quint8, torch.qint8) * 2]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert {k: v for k, v in dtype_abbrs.items() if k in before} == before

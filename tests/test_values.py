@@ -307,3 +307,41 @@ def test_the_copy_destination_is_an_ordinary_tensor_made_through_no_dispatch_mod
     assert torch.equal((e * 2).cpu(), dense * 2)
     assert torch.equal(e.reshape(-1), dense.reshape(-1)) and torch.equal(g.view(-1), sparse_view.reshape(-1))
     assert "tensor(" in repr(e) and torch.equal(torch.empty_like(e).copy_(e), dense)
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_unhashed_kinds_beside_a_bitwise_hash_follow_the_bytes(tmp_path, same):
+    """hash_fn=["bitwise", "stats"] (the hunt's) on tensors the stats cannot
+    decode (fp4 through an aten op and a C++ kernel; a quantized tensor): the
+    same bytes in two runs match, in the traces' digests and in
+    kdebug.compare, and other bytes differ (the stats' random markers made
+    every quantized op of a hunt a false root, found by a review)."""
+    import kdebug
+    from kdebug import _C, hashing
+
+    def kernel(inp, out):
+        out.copy_(inp)
+
+    info = _C.KernelInfo(_C.KIND_CPP, "fp4_copy4", ["in_ptr0", "out_ptr0"], [1, 2], 0, -1)
+    wrapped = _C.CppKernel(kernel, info)
+    runs = []
+    for run in range(2):
+        vals = [1, 2, 3, 4] if same or run == 0 else [1, 2, 3, 5]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with DebugMode() as dm, DebugMode.log_tensor_hashes(["bitwise", "stats"], hash_inputs=True):
+                src = _fp4(vals).clone()
+                wrapped(src, torch.empty_like(src))
+                q = torch.quantize_per_tensor(torch.tensor(vals, dtype=torch.float32), 0.5, 0, torch.quint8)
+                q.dequantize()
+        dm.save(tmp_path / f"{run}.kdt")
+        runs.append(dm)
+    assert any(isinstance(h, hashing.Unhashed) for k in runs[0].kernels for h in k.post_hashes["out_ptr0"])
+    d0, d1 = _post_digests(tmp_path / "0.kdt"), _post_digests(tmp_path / "1.kdt")
+    assert len(d0) == len(d1)
+    for rep in (kdebug.compare(*runs), kdebug.compare(str(tmp_path / "0.kdt"), str(tmp_path / "1.kdt"))):
+        assert rep.verdict == ("match" if same else "differ"), str(rep)
+    if same:
+        assert d0 == d1
+    else:
+        assert d0 != d1
