@@ -731,8 +731,21 @@ def size_hint(s) -> int:
 
 
 def is_non_overlapping_and_dense(t) -> bool:
-    """torch._prims_common.is_non_overlapping_and_dense (2.11, 2.13)."""
-    return torch._prims_common.is_non_overlapping_and_dense(t)
+    """Whether t's elements fill its memory with no gap and no overlap, in
+    some order of its dimensions.  torch._prims_common.is_non_overlapping_and_dense
+    where torch has it; 2.13 has only is_non_overlapping_and_dense_or_false
+    (checked on 2.13), which answers False where a symbolic stride leaves the
+    answer open: such a tensor raises ValueError here instead, so that the
+    caller says "not checked" rather than calling it a violation.  (The old
+    name alone raised AttributeError on 2.13, taken for a symbolic stride:
+    layout="dense" checked nothing.)"""
+    pc = torch._prims_common
+    fn = getattr(pc, "is_non_overlapping_and_dense", None)
+    if fn is not None:
+        return fn(t)
+    if not all(type(x) is int for x in (*t.shape, *t.stride())):
+        raise ValueError("symbolic sizes or strides")
+    return pc.is_non_overlapping_and_dense_or_false(t)
 
 
 def inductor_compile_fx():

@@ -237,3 +237,57 @@ def test_capabilities_validate_their_fields():
     caps = AcceleratorCapabilities(alignment=8, dim_alignment={-1: 16})
     assert caps.alignment_of(2, 3) == 16 and caps.alignment_of(0, 3) == 8
     assert json.loads(json.dumps(caps.to_json()))["dim_alignment"] == {"-1": 16}
+
+
+def test_dense_layout_torch_level_denied_names_and_broadcast_bytes():
+    """Three false answers an adversarial pass found on torch 2.13:
+    layout="dense" checked nothing (the prims helper it called is gone: every
+    tensor was 'not checked'); denied_ops never matched torch.conv2d /
+    torch.matmul (their qualname names the C class holding them); a broadcast
+    view was charged numel's bytes against max_tensor_bytes (stride 0 holds
+    its storage's)."""
+    caps = AcceleratorCapabilities(layout="dense")
+
+    def f(x):
+        return torch.relu(x * 2)
+
+    compiled = torch.compile(f, backend=constrained(caps, mode="warn", then="eager"))
+    with pytest.warns(kdebug_warning()):
+        compiled(torch.randn(8, 128)[:, :64])  # stride (128, 1): gaps between rows
+    sliced = [v for v in kb.violations() if v.constraint == "layout" and v.stage == "dynamo"]
+    assert sliced and all(v.stride == (128, 1) for v in sliced), kb.violations()
+    assert not any("layout not checked" in u for c in kb.checks() for u in c.unchecked)
+    kb.clear_violations()
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend=constrained(caps, mode="warn", then="eager"))
+    compiled(torch.randn(8, 4).t())  # permuted, dense: no violation
+    assert [v for v in kb.violations() if v.constraint == "layout"] == []
+
+    kb.clear_violations()
+    torch._dynamo.reset()
+
+    def g(x, w):
+        return torch.matmul(torch.conv2d(x, w), torch.ones(6, 6))
+
+    caps = AcceleratorCapabilities(denied_ops=("torch.conv2d", "matmul"))
+    compiled = torch.compile(g, backend=constrained(caps, mode="warn", then="eager"))
+    with pytest.warns(kdebug_warning()):
+        compiled(torch.randn(1, 1, 8, 8), torch.randn(1, 1, 3, 3))
+    denied = [(v.stage, v.target) for v in kb.violations() if v.constraint == "denied_op"]
+    assert denied == [("dynamo", "torch.conv2d"), ("dynamo", "torch.matmul")], kb.violations()
+
+    kb.clear_violations()
+    torch._dynamo.reset()
+
+    def h(row, mask):
+        return mask.expand(64, 16, 32, 32).sum(dim=(0, 1)) * row
+
+    caps = AcceleratorCapabilities(max_tensor_bytes=1 << 16)  # the mask's view addresses 4 KB; numel 4 MB
+    torch.compile(h, backend=constrained(caps, mode="warn", then="eager"))(torch.randn(32), torch.ones(1, 1, 32, 32))
+    assert [v for v in kb.violations() if v.constraint == "max_bytes"] == []
+    kb.clear_violations()
+    torch._dynamo.reset()
+    with pytest.warns(kdebug_warning()):  # the same bytes made whole (contiguous) are flagged
+        torch.compile(h, backend=constrained(caps, mode="warn", then="eager"))(
+            torch.randn(32), torch.ones(64, 16, 32, 32))
+    assert [v.actual for v in kb.violations() if v.constraint == "max_bytes"][:1] == [f"{64 * 16 * 32 * 32 * 4} bytes"]
