@@ -16,7 +16,7 @@ import types
 
 import torch
 
-from . import _upstream
+from . import _files, _upstream
 from .constraint_check import Violation, node_value
 
 # The generated scripts' module: the graph's parameters and buffers installed
@@ -161,7 +161,14 @@ def _real(x):
     """A real tensor of a fake one's shape, strides and dtype (random
     values: the compiler saw only metadata), or x itself when real."""
     if isinstance(x, torch.Tensor) and not isinstance(x, _upstream.fake_tensor_type()):
-        return x.detach().clone()
+        if x.layout != torch.strided:
+            return x.detach().clone()
+        # its strides kept, gaps included: clone() makes a view with gaps contiguous, and the repro of a
+        # layout violation on such an input said "not reproduced" (found by an adversarial pass)
+        t = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+        with torch.no_grad():
+            t.copy_(x.detach())
+        return t
     if isinstance(x, torch.Tensor):
         with _upstream.unset_fake_mode():
             shape = [_upstream.size_hint(s) for s in x.shape]
@@ -181,6 +188,7 @@ def write_repro(gm: torch.fx.GraphModule, example_inputs, violations: list[Viola
                 limit: int = 20) -> str:
     """Writes repro.py, inputs.pt and graph.txt (the graph as
     print_readable shows it) into ``directory``; returns repro.py's path."""
+    _files.refuse_link(directory)  # as artifacts= and --html refuse one (Note [Safe writes])
     os.makedirs(directory, exist_ok=True)
     graph = torch.fx.Graph()
     env: dict = {}
@@ -214,8 +222,9 @@ def write_repro(gm: torch.fx.GraphModule, example_inputs, violations: list[Viola
             weights_only = False
     args = [_real(x) for x in example_inputs]
     fake = any(isinstance(x, _upstream.fake_tensor_type()) for x in example_inputs)
-    torch.save({"args": args, "attrs": attrs}, os.path.join(directory, "inputs.pt"))
-    with open(os.path.join(directory, "graph.txt"), "w") as f:
+    with _files.replaced_atomically(os.path.join(directory, "inputs.pt"), "wb") as f:  # never through a link
+        torch.save({"args": args, "attrs": attrs}, f)
+    with _files.replaced_atomically(os.path.join(directory, "graph.txt")) as f:
         f.write(gm.print_readable(print_output=False, include_stride=True, include_device=True))
     v0 = violations[0]
     text = _HEADER.format(repro_module=REPRO_MODULE,
@@ -229,7 +238,7 @@ def write_repro(gm: torch.fx.GraphModule, example_inputs, violations: list[Viola
     if missing:
         text = f"# WARNING: not standalone: {', '.join(missing)} could not be imported\n" + text
     path = os.path.join(directory, "repro.py")
-    with open(path, "w") as f:
+    with _files.replaced_atomically(path) as f:
         f.write(text)
     return path
 

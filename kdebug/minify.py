@@ -47,7 +47,7 @@ import os
 
 import torch
 
-from . import _upstream, numerics
+from . import _files, _upstream, numerics
 from .capabilities import AcceleratorAdapter, AcceleratorCapabilities, DeclaredAdapter
 from .constraint_check import Violation, check_graph
 
@@ -186,8 +186,12 @@ def minify_graph(gm: torch.fx.GraphModule, inputs, fails) -> tuple[torch.fx.Grap
 
 
 def _directory(out: str) -> str:
+    """A directory for the repro: ``out``, or out-2, out-3, ... when one
+    already holds a repro.py; never through a symbolic link (Note [Safe
+    writes] in kdebug/_files.py)."""
     d, n = out, 1
-    while os.path.exists(os.path.join(d, "repro.py")):
+    _files.refuse_link(d)
+    while os.path.lexists(os.path.join(d, "repro.py")):
         n += 1
         d = f"{out}-{n}"
     os.makedirs(d, exist_ok=True)
@@ -272,12 +276,12 @@ def _header(failure: str, before: int, after: int, ops: tuple, exits: str, note:
 def _prepend(path: str, header: str) -> None:
     with open(path) as f:
         text = f.read()
-    with open(path, "w") as f:
+    with _files.replaced_atomically(path) as f:
         f.write(header + text)
 
 
 def _log(d: str, log: str) -> None:
-    with open(os.path.join(d, "minify.log"), "w") as f:
+    with _files.replaced_atomically(os.path.join(d, "minify.log")) as f:  # never through a link
         f.write(log)
 
 

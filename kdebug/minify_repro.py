@@ -10,7 +10,7 @@ import textwrap
 
 import torch
 
-from . import numerics
+from . import _files, numerics
 from .constraint_repro import REPRO_MODULE
 
 _SCRIPT = '''\
@@ -88,14 +88,15 @@ def write_accuracy_repro(gm: torch.fx.GraphModule, inputs, directory: str, rtol:
     from .minify import _leaves
 
     tols = [numerics.tolerances(t.dtype, rtol, atol) for t in _leaves(outs)]
-    torch.save({"args": list(inputs), "attrs": attrs}, os.path.join(directory, "inputs.pt"))
-    with open(os.path.join(directory, "graph.txt"), "w") as f:
+    with _files.replaced_atomically(os.path.join(directory, "inputs.pt"), "wb") as f:  # never through a link
+        torch.save({"args": list(inputs), "attrs": attrs}, f)
+    with _files.replaced_atomically(os.path.join(directory, "graph.txt")) as f:
         f.write(gm.print_readable(print_output=False, include_stride=True, include_device=True))
     text = _SCRIPT.format(repro_module=REPRO_MODULE, imports="\n".join(imports), tolerances=repr(tols),
                           forward=textwrap.indent(code.src.strip("\n"), "    "), weights_only=weights_only)
     if missing:
         text = f"# WARNING: not standalone: {', '.join(missing)} could not be imported\n" + text
     path = os.path.join(directory, "repro.py")
-    with open(path, "w") as f:
+    with _files.replaced_atomically(path) as f:
         f.write(text)
     return path

@@ -291,3 +291,21 @@ def test_dense_layout_torch_level_denied_names_and_broadcast_bytes():
         torch.compile(h, backend=constrained(caps, mode="warn", then="eager"))(
             torch.randn(32), torch.ones(64, 16, 32, 32))
     assert [v.actual for v in kb.violations() if v.constraint == "max_bytes"][:1] == [f"{64 * 16 * 32 * 32 * 4} bytes"]
+
+
+def test_the_repro_of_a_layout_violation_on_a_view_input_reproduces(tmp_path):
+    """The strict repro saves each input with its strides: a column slice
+    (stride (128, 1)) was saved cloned, contiguous, and its repro said 'not
+    reproduced'."""
+    caps = AcceleratorCapabilities(layout="contiguous")
+
+    def f(x):
+        return torch.relu(x * 2)
+
+    with pytest.raises(Exception) as ei:
+        torch.compile(f, backend=constrained(caps, repro_dir=str(tmp_path), then="eager"))(torch.randn(8, 128)[:, :64])
+    assert violation_error(ei).violations
+    (repro,) = [os.path.join(d, "repro.py") for d, _, files in os.walk(tmp_path) if "repro.py" in files]
+    p = subprocess.run([sys.executable, repro], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": REPO})
+    assert "REPRODUCED layout" in p.stdout, p.stdout + p.stderr

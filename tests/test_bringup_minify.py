@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import kdebug
@@ -154,3 +155,31 @@ def test_cli_minify_writes_a_minimal_repro_beside_the_strict_one(tmp_path):
     assert repro.parent.name == "minimal" and (repro.parent.parent / "repro.py").exists()
     q = _run_isolated(str(repro))
     assert q.returncode == 1 and "REPRODUCED dtype" in q.stdout, q.stdout + q.stderr
+
+
+def test_minify_never_writes_through_a_link_in_its_directory(tmp_path):
+    """A results directory holding links where minify writes (graph.txt,
+    minify.log): refused, the files the links point to untouched (minify
+    wrote through them: found by an adversarial pass); a directory that is a
+    link is refused too."""
+    import kdebug
+    import kdebug.backends as kb
+    from kdebug._files import LinkRefused
+
+    def f(x):
+        return (x.double() * 2).float()
+
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (out / "graph.txt").symlink_to(victim)
+    caps = kb.AcceleratorCapabilities(dtypes={"float32"})
+    with pytest.raises(LinkRefused):
+        kdebug.minify(f, torch.randn(4, 16), constraints=caps, out=str(out))
+    assert victim.read_text() == "precious" and not (tmp_path / "new.txt").exists()
+    (tmp_path / "linked").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(LinkRefused):
+        kdebug.minify(f, torch.randn(4, 16), constraints=caps, out=str(tmp_path / "linked"))
+    assert list((tmp_path / "elsewhere").iterdir()) == []
