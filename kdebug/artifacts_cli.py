@@ -74,8 +74,8 @@ def read_run(path: str) -> RunInfo:
     try:
         with open(mpath, encoding="utf-8") as f:
             m = json.load(f)
-    except (OSError, ValueError) as e:
-        return RunInfo(name, path, None, None, [], 0, f"manifest.json unreadable ({e})")
+    except (OSError, ValueError, RecursionError) as e:  # (nested past the parser's depth: RecursionError)
+        return RunInfo(name, path, None, None, [], 0, f"manifest.json unreadable ({type(e).__name__}: {str(e)[:200]})")
     if not isinstance(m, dict) or m.get("format") != FORMAT or m.get("run_id") != name:
         return RunInfo(name, path, None, None, [], 0, "manifest.json is not a kdebug artifact manifest of this run")
     named = m.get("compiles") if isinstance(m.get("compiles"), dict) else {}

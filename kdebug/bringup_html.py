@@ -58,15 +58,18 @@ def load_bench(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, ValueError) as e:
-        return {"file": path, "rows": [], "problem": f"unreadable: {e}"}
+    except (OSError, ValueError, RecursionError) as e:  # (nested past the parser's depth: a RecursionError)
+        return {"file": path, "rows": [], "problem": f"unreadable: {type(e).__name__}: {str(e)[:200]}"}
     rows = data if isinstance(data, list) else (_get(data, "rows") or _get(data, "results"))
     if not isinstance(rows, list):
         return {"file": path, "rows": [], "problem": "no list of rows (expected a list, or an object with 'rows')"}
-    kept = [r for r in rows if isinstance(r, dict)]
+    # a row is an object whose model and backend, where given, are text (a list there stopped the analysis)
+    kept = [r for r in rows if isinstance(r, dict)
+            and all(r.get(k) is None or isinstance(r.get(k), str) for k in ("model", "backend"))]
     out = {"file": path, "rows": kept, "problem": None}
     if len(kept) != len(rows):
-        out["problem"] = f"{len(rows) - len(kept)} row(s) that are not objects left out"
+        out["problem"] = (f"{len(rows) - len(kept)} row(s) that are not objects, or whose model or backend is "
+                          "not text, left out")
     if isinstance(data, dict):
         out["device"] = data.get("device")
     return out

@@ -127,7 +127,11 @@ class CompileReport:
 
     @property
     def graph_count(self) -> int:
-        return sum(1 for g in self.graphs if g.op_count is not None and g.fail_type is None)
+        """Graphs dynamo made and handed to the backend: a frame compile whose
+        graph holds no op (a resumption after a break that only returns)
+        makes none, as dynamo's explain() counts (they were counted: 12
+        graphs where the backend was called 10 times)."""
+        return sum(1 for g in self.graphs if g.op_count and g.fail_type is None)
 
     @property
     def break_count(self) -> int:
@@ -207,6 +211,10 @@ def parse_break(payload: str, compile_id: str | None) -> GraphBreak | None:
     code = linecache.getline(file, line).strip() or None if file else None
     reason = r.group(1).strip() if r else payload.strip().splitlines()[0]
     detail = payload[r.end():].split("\nUser code traceback:")[0].strip() if r else ""
+    if reason.startswith("Encountered graph break when attempting to trace") and detail:
+        # 2.13: that line is the same for every break in a call; what broke is the next one
+        # ("Unsupported Tensor.item() call ...", "Failed to trace builtin operator")
+        reason = detail.splitlines()[0].strip()
     return GraphBreak(compile_id=compile_id, reason=reason, file=file, line=line, code=code, detail=detail)
 
 

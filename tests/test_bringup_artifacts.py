@@ -265,3 +265,29 @@ def test_analyze_html_groups_violations_by_model_and_escapes(tmp_path):
     assert rows[(hostile, "inductor")][8:] == ["fail", "0.25"]
     assert rows[("ssm", "inductor")][4] == "—" and rows[("ssm", "inductor")][8] == "—"  # no eager row, no accuracy
     assert data["benchmarks"][0]["rows"][2]["model"] == "ssm"
+
+
+def test_files_nested_past_the_parser_or_with_odd_rows_are_reported_not_raised(tmp_path):
+    """A manifest.json or benchmark file nested past the JSON parser's depth
+    stopped `kdebug list` / `clean` / `analyze --bench` with a RecursionError,
+    and a benchmark row whose model is a list with a TypeError (after the
+    user's script had run): each is now a problem line."""
+    from kdebug.artifacts_cli import read_run
+    from kdebug.bringup_html import load_bench, speedups
+
+    deep = "[" * 100000 + "]" * 100000
+    run = tmp_path / "run1"
+    run.mkdir()
+    (run / "manifest.json").write_text(deep)
+    info = read_run(str(run))
+    assert "unreadable" in info.problem and "RecursionError" in info.problem
+    (tmp_path / "deep.json").write_text(deep)
+    b = load_bench(str(tmp_path / "deep.json"))
+    assert b["rows"] == [] and "unreadable" in b["problem"]
+    (tmp_path / "rows.json").write_text(json.dumps([
+        {"model": ["resnet"], "backend": "eager", "latency_ms_mean": 2.0},
+        {"model": "mlp", "backend": "eager", "latency_ms_mean": 4.0},
+        {"model": "mlp", "backend": "inductor", "latency_ms_mean": 2.0}]))
+    b = load_bench(str(tmp_path / "rows.json"))
+    assert [r["model"] for r in b["rows"]] == ["mlp", "mlp"] and "1 row(s)" in b["problem"]
+    assert speedups(b["rows"]) == [1.0, 2.0]

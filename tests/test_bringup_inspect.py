@@ -137,3 +137,31 @@ def test_cli_analyze_bad_input(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "kdebug", "analyze", str(tmp_path / "nope.py")],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
     assert proc.returncode == 2 and "no such script" in proc.stderr
+
+
+def test_break_reasons_name_what_broke_and_empty_frames_are_no_graphs():
+    """torch 2.13's first line of every break in a call is the same generic
+    sentence ('Encountered graph break when attempting to trace CALL ...');
+    the reason is the line that says what broke.  A frame compile that makes
+    no graph (a resumption holding no op) is not counted as a graph: the count
+    equals the backend's calls (found by an adversarial pass: 12 for 10)."""
+    calls = []
+
+    def backend(gm, example_inputs):
+        calls.append(gm)
+        return gm.forward
+
+    def f(x):
+        y = x * 2
+        v = y.sum().item()
+        print("step")
+        return y + v
+
+    torch._dynamo.reset()
+    with kdebug.inspect_compile() as ins:
+        torch.compile(f, backend=backend)(torch.randn(4))
+    rep = ins.report()
+    reasons = [b.reason for b in rep.graph_breaks]
+    assert any("Tensor.item()" in r for r in reasons) and any("builtin operator" in r for r in reasons), reasons
+    assert not any(r.startswith("Encountered graph break") for r in reasons), reasons
+    assert rep.graph_count == len(calls), ([(g.compile_id, g.op_count) for g in rep.graphs], len(calls))
