@@ -88,6 +88,36 @@ def _ops(gm: torch.fx.GraphModule) -> tuple:
     return tuple(display_target(n) for n in gm.graph.nodes if n.op.startswith("call_"))
 
 
+# Note [Random draws are not mismatches]
+# Inductor draws random numbers from its own stream (philox seeds), not from
+# eager's generator: dropout in training mode, torch.rand, bernoulli give
+# other values compiled than eager by design.  A mismatch minified to such a
+# draw is no compiler error (kdebug.minify shrank an MLP with dropout to the
+# dropout and wrote a repro that "REPRODUCED" it: found by an adversarial
+# pass); it is refused, saying how to compare without it.
+_RANDOM_NAMES = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
+                 "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "bernoulli",
+                 "bernoulli_", "multinomial", "normal", "normal_", "poisson", "rrelu", "rrelu_", "gumbel_softmax",
+                 "uniform_", "random_", "exponential_", "geometric_", "log_normal_", "cauchy_", "native_dropout")
+
+
+def _random_draws(gm: torch.fx.GraphModule) -> list[str]:
+    """The call nodes of gm that draw random numbers (by name: torch-level
+    calls in a dynamo graph; aten ops also by their nondeterministic_seeded
+    tag)."""
+    from .constraint_check import display_target
+
+    out = []
+    for n in gm.graph.nodes:
+        if not n.op.startswith("call_"):
+            continue
+        tags = getattr(n.target, "tags", ()) or ()
+        name = str(getattr(n.target, "__name__", n.target)).split(".")[-1]
+        if torch.Tag.nondeterministic_seeded in tags or name in _RANDOM_NAMES:
+            out.append(display_target(n))
+    return out
+
+
 # ------------------------------------------------------------ the predicates
 
 
@@ -247,6 +277,13 @@ def minify_mismatch(gm: torch.fx.GraphModule, inputs, rtol: float | None = None,
     gm = copy.deepcopy(gm)
     before = call_nodes(gm)
     small, small_inputs, log = minify_graph(gm, real, accuracy_fails(rtol, atol))
+    drawn = _random_draws(small)
+    if drawn:  # Note [Random draws are not mismatches]
+        raise MinifyError(f"the mismatch minifies to {', '.join(sorted(set(drawn)))}, which draws random numbers: "
+                          "compiled code draws them from another random stream than eager, so their values differ "
+                          "by design, not by a compiler error. Minify with the module in eval() mode (no dropout), "
+                          "or with torch._inductor.config.fallback_random = True (compiled code then draws as eager "
+                          "does) and the same seed before each run")
     diffs = compiled_vs_eager(small, small_inputs, rtol, atol)
     bad = [(i, d) for i, d in diffs if not d.within_tolerance]
     worst = max(bad, key=lambda p: p[1].max_abs)[1] if bad else None

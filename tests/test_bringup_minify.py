@@ -183,3 +183,20 @@ def test_minify_never_writes_through_a_link_in_its_directory(tmp_path):
     with pytest.raises(LinkRefused):
         kdebug.minify(f, torch.randn(4, 16), constraints=caps, out=str(tmp_path / "linked"))
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_mismatch_from_random_draws_is_not_called_a_compiler_error(tmp_path):
+    """An MLP with dropout in training mode: compiled and eager draw other
+    random numbers by design; minify shrank it to the dropout and called it
+    Inductor's error.  It is refused, saying how to compare without it; in
+    eval() mode nothing differs."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(64, 8))
+    x = torch.randn(16, 64)
+    with pytest.raises(MinifyError, match="draws random numbers") as e:
+        kdebug.minify(m, x, out=str(tmp_path / "train"))
+    assert "eval()" in str(e.value) and "fallback_random" in str(e.value)
+    assert not (tmp_path / "train" / "repro.py").exists()
+    torch._dynamo.reset()
+    with pytest.raises(MinifyError, match="within tolerance"):
+        kdebug.minify(m.eval(), x, out=str(tmp_path / "eval"))
