@@ -32,6 +32,7 @@
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/PyInterpreter.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/version.h>
 
 namespace {
 
@@ -283,10 +284,25 @@ extern "C" PyObject *kd_shim_tls_recorder_get(void)
     }
 }
 
+// Note [Erasing the thread's recorder entry]
+// An entry left in torch's thread-local Python objects (even one holding
+// None) is a SafePyObject the thread's exit destroys, which takes the GIL:
+// a thread that recorded and ended while the interpreter was finalizing was
+// stopped inside that destructor (pthread_exit through a noexcept frame):
+// "terminate called without an active exception", the process aborted at
+// exit, about half the runs of 4 threads each entering DebugMode (found by a
+// review; torch erases its own "context" entry for the same reason).  torch
+// 2.13 has erase(): "unset" erases the entry.  torch 2.11 has none: "unset"
+// is an entry holding None there, and that risk stays.
 extern "C" int kd_shim_tls_recorder_set(PyObject *obj)
 {
     try {
-        // torch 2.11 has no erase(): "unset" is an entry holding None
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
+        if (obj == nullptr) {
+            at::impl::ThreadLocalPythonObjects::erase(tls_key());
+            return 0;
+        }
+#endif
         if (obj == nullptr)
             obj = Py_None;
         Py_INCREF(obj); // SafePyObject steals a reference
