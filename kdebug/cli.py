@@ -261,9 +261,10 @@ def _diff_ranks(args: argparse.Namespace) -> int:
         print(f"kdebug diff --ranks: {e}", file=sys.stderr)
         return 2
     print(rep)
-    if rep.ok and not run.complete:  # Note [A match needs whole recordings]
+    gaps = run.gaps()
+    if rep.ok and gaps:  # Note [A match needs whole recordings]
         print("kdebug diff --ranks: no verdict: the replicas match in what was recorded, but the recordings are "
-              "INCOMPLETE:\n  " + "\n  ".join(run.problems()[:20] or ["a rank's trace is missing"]))
+              "INCOMPLETE:\n  " + "\n  ".join(gaps[:20]))
         return 2
     return 0 if rep.ok else 1
 

@@ -435,8 +435,7 @@ def hunt_ranks(args, tmp: str, target: list[str], module: bool, what: str) -> in
               + (f" (rank {focus}, where the difference started)" if focus is not None else ""))
     where = (f"traces in {tmp}" if args.keep else "traces removed; kdebug hunt --keep DIR keeps them")
     # Note [A match needs whole recordings] (kdebug/cli.py), for every rank of every run
-    gaps = [f"run {i}: {p}" for i, job in enumerate(jobs) if not job.complete
-            for p in (job.problems() or ["the recording is incomplete"])]
+    gaps = [f"run {i}: {p}" for i, job in enumerate(jobs) for p in job.gaps()]
     if gaps:
         print("\nkdebug hunt: the recordings are INCOMPLETE:\n  " + "\n  ".join(gaps[:20]))
         if not v.diverged:

@@ -140,6 +140,21 @@ class RankedRun:
     def problems(self) -> list[str]:
         return [p for r in self._runs.values() for p in r.problems()]
 
+    def gaps(self) -> list[str]:
+        """What the job's recordings missed (Note [A match needs whole
+        recordings] in kdebug/cli.py): each incomplete rank's problems, and
+        the ranks whose traces are missing where the job's world size is
+        known ([] when nothing was missed)."""
+        out = []
+        for rank, r in self._runs.items():
+            if not r.complete:
+                out += r.problems() or [f"rank {rank}: the recording is incomplete"]
+        ws = max((r.meta.get("world_size") or 0 for r in self._runs.values()
+                  if isinstance(r.meta.get("world_size"), int)), default=0)
+        if ws and len(self._runs) < ws:
+            out.append(f"{ws - len(self._runs)} of the job's {ws} ranks' traces are missing")
+        return out
+
     @property
     def complete(self) -> bool:
         return all(r.complete for r in self._runs.values()) and len(self._runs) == self.world_size
