@@ -14,6 +14,7 @@ once a DebugMode is entered.
 """
 from __future__ import annotations
 
+import functools
 import sys
 
 import torch
@@ -35,6 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_dispatch_stack_
 OpOverload = torch._ops.OpOverload  # 2.11, 2.13
 
 
+@functools.cache  # once per process: the table only grows
 def name_every_dtype() -> None:
     """Gives every torch dtype that dtype_abbrs (upstream's text of a dtype,
     2.11, 2.13) lacks (quint8, qint8, qint32, ...) the name str() gives it

@@ -521,23 +521,8 @@ def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool
     # os._exit(0) reported "all runs match" (exit 0) while its printed results
     # differed.  So a hunt whose runs match but are incomplete says so and
     # gives no verdict (exit 2); a divergence found in the recorded parts stands.
-    gaps = [f"run {i}: {p}" for i, r in enumerate(runs) if not r.complete
-            for p in (r.problems() or ["the recording is incomplete"])]
-    if gaps:
-        print("\nkdebug hunt: the recordings are INCOMPLETE:\n  " + "\n  ".join(gaps))
-        if not diverged:
-            hints = []
-            if any(r.meta.get("stats", {}).get("other_thread_launches") for r in runs):
-                hints.append("kdebug hunt --all-threads records other threads' launches")
-            if any(r.meta.get("stats", {}).get("nested_unrecorded") for r in runs):
-                hints.append("the script's own kdebug recording (a FlightRecorder, a DebugMode) took some launches "
-                             "from the hunt's: turn it off while hunting")
-            print("kdebug hunt: no verdict: the recorded parts match, but what was not recorded was not compared"
-                  + (f" ({'; '.join(hints)})" if hints else ""))
-        else:
-            print("kdebug hunt: the divergence above was found in the recorded parts; what was not recorded was "
-                  "not compared")
-    no_verdict = bool(gaps) and not diverged  # hunt.json and --html are still written, saying so
+    gaps = list(dict.fromkeys(g for rep in reports for g in rep.gaps))  # run 0's in every report: once
+    no_verdict = say_gaps(gaps, diverged, runs)  # hunt.json and --html are still written, saying so
     hunt = {"what": what, "runs": args.runs, "in_process": args.in_process,
             "paths": [os.path.basename(p) for p in paths], "fixes": {}}
     if gaps:
@@ -582,6 +567,31 @@ def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool
         "all runs match"
     print(f"\nkdebug hunt: {verdict} ({time.perf_counter() - t0:.1f}s; {where})")
     return 1 if diverged else 2 if no_verdict else 0
+
+
+def say_gaps(gaps: list[str], diverged: bool, runs) -> bool:
+    """Note [A match needs whole recordings]: prints what the hunt's
+    recordings missed (``gaps``, "run N: ..." lines) and what that leaves of
+    the verdict, with hints from the recorded runs' counters; True when there
+    is no verdict (the runs match in what was recorded).  kdebug hunt and
+    kdebug hunt --nproc (kdebug/hunt_ranks.py) say it alike."""
+    if not gaps:
+        return False
+    print("\nkdebug hunt: the recordings are INCOMPLETE:\n  " + "\n  ".join(gaps))
+    if diverged:
+        print("kdebug hunt: the divergence above was found in the recorded parts; what was not recorded was "
+              "not compared")
+        return False
+    runs = list(runs)
+    hints = []
+    if any(r.meta.get("stats", {}).get("other_thread_launches") for r in runs):
+        hints.append("kdebug hunt --all-threads records other threads' launches")
+    if any(r.meta.get("stats", {}).get("nested_unrecorded") for r in runs):
+        hints.append("the script's own kdebug recording (a FlightRecorder, a DebugMode) took some launches "
+                     "from the hunt's: turn it off while hunting")
+    print("kdebug hunt: no verdict: the recorded parts match, but what was not recorded was not compared"
+          + (f" ({'; '.join(hints)})" if hints else ""))
+    return True
 
 
 def _warn_hunt_options_after_script(command: list[str], target: list[str], names: set[str]) -> None:

@@ -274,17 +274,13 @@ class _Side:
             return [] if run.complete else (run.problems() or ["the recording is incomplete"])
         if self._dm.complete:
             return []
+        from .trace import lost_launches
+
         st = self._dm.kernel_stats
-        out = [text for key, text in (
-            ("dropped", "launch record(s) were dropped while recording (ring full)"),
-            ("unrecorded", "launch(es) were not recorded (hook errors)"),
-            ("other_thread_launches", "compiled launch(es) ran on threads the recording did not follow "
-                                      "(record_all_threads=True records them)"),
-            ("nested_unrecorded", "launch(es) were recorded only by a nested kdebug recording"),
-            ("unrecorded_graph_replays", "replay(s) of CUDA graphs captured without kdebug were not recorded"))
-            for text in ([f"{st[key]} {text}"] if st.get(key) else [])]
-        out += [f"{n} graph call(s) through {reason} were not recorded"
-                for reason, n in (st.get("bypassed_graph_calls") or {}).items()]
+        out = lost_launches(st)
+        if st.get("unrecorded_graph_replays"):  # (a live recording's own counter: no trace holds it)
+            out.append(f"{st['unrecorded_graph_replays']} replay(s) of CUDA graphs captured without kdebug were "
+                       "not recorded")
         return out or ["the recording is incomplete"]
 
     def step(self, i: int) -> Step:
@@ -1179,16 +1175,24 @@ def _scalar_delta(ca, cb, runs: tuple) -> str | None:
     out = []
     for n, va in ka.items():
         vb = kb[n]
-        ta, tb = (hasattr(v, "shape") and hasattr(v, "dtype") for v in (va, vb))
-        if ta or tb:
-            if not (ta and tb) or (tuple(va.shape), va.dtype) != (tuple(vb.shape), vb.dtype) or \
-                    tuple(getattr(va, "stride", ()) if not callable(getattr(va, "stride", None)) else va.stride()) != \
-                    tuple(getattr(vb, "stride", ()) if not callable(getattr(vb, "stride", None)) else vb.stride()):
+        la, lb = _layout(va), _layout(vb)
+        if la is not None or lb is not None:
+            if la != lb:
                 return None
             continue
         if va != vb:
             out.append(f"{n} = {va!r} in {side_name(runs[0])}, {vb!r} in {side_name(runs[1])}")
     return "; ".join(out[:5]) + (f"; and {len(out) - 5} more" if len(out) > 5 else "") if out else None
+
+
+def _layout(v) -> tuple | None:
+    """(shape, stride, dtype) of a kernel argument that is a tensor (a
+    recorded TensorInfo, whose stride is a tuple, or the tensor itself with
+    store_original_args); None for anything else."""
+    if not (hasattr(v, "shape") and hasattr(v, "dtype")):
+        return None
+    stride = v.stride() if callable(getattr(v, "stride", None)) else getattr(v, "stride", ())
+    return tuple(v.shape), tuple(stride), v.dtype
 
 
 def _command(argv) -> list | None:

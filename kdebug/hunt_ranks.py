@@ -434,17 +434,12 @@ def hunt_ranks(args, tmp: str, target: list[str], module: bool, what: str) -> in
         print(f"kdebug hunt: one page per rank; start with {page_path(args.html, focus or 0)}"
               + (f" (rank {focus}, where the difference started)" if focus is not None else ""))
     where = (f"traces in {tmp}" if args.keep else "traces removed; kdebug hunt --keep DIR keeps them")
+    from .cli import say_gaps
+
     # Note [A match needs whole recordings] (kdebug/cli.py), for every rank of every run
     gaps = [f"run {i}: {p}" for i, job in enumerate(jobs) for p in job.gaps()]
-    if gaps:
-        print("\nkdebug hunt: the recordings are INCOMPLETE:\n  " + "\n  ".join(gaps[:20]))
-        if not v.diverged:
-            print(f"\nkdebug hunt: no verdict: the recorded parts match, but what was not recorded was not compared "
-                  f"(kdebug hunt --all-threads records other threads' launches) ({time.perf_counter() - t0:.1f}s; "
-                  f"{where})")
-            return 2
-        print("kdebug hunt: the divergence above was found in the recorded parts; what was not recorded was not "
-              "compared")
-    print(f"\nkdebug hunt: {'runs DIVERGE' if v.diverged else 'all runs match'} "
-          f"({time.perf_counter() - t0:.1f}s; {where})")
-    return 1 if v.diverged else 0
+    no_verdict = say_gaps(gaps, v.diverged, (r for job in jobs for r in job))
+    verdict = "runs DIVERGE" if v.diverged else "no verdict (the recordings are incomplete)" if no_verdict else \
+        "all runs match"
+    print(f"\nkdebug hunt: {verdict} ({time.perf_counter() - t0:.1f}s; {where})")
+    return 1 if v.diverged else 2 if no_verdict else 0

@@ -269,17 +269,6 @@ for _name in ("__iter__", "__getitem__", "__len__", "__contains__", "__reversed_
 del _name
 
 
-_dtypes_named = False
-
-
-def _name_dtypes_once() -> None:
-    """_upstream.name_every_dtype, once per process (a quantized tensor's text)."""
-    global _dtypes_named
-    if not _dtypes_named:
-        _upstream.name_every_dtype()
-        _dtypes_named = True
-
-
 class DebugMode(_upstream.DebugMode):
     """``torch.utils._debug_mode.DebugMode`` with kernel-level recording.
 
@@ -358,7 +347,7 @@ class DebugMode(_upstream.DebugMode):
         self._fresh: set[int] = set()  # Note [Fresh buffers] for aten ops
         self._trace_path = f["trace"]
         super().__init__(**upstream_flags)
-        _name_dtypes_once()
+        _upstream.name_every_dtype()  # a quantized tensor's text (once per process)
         self.record_triton_kernels = f["record_triton_kernels"]
         # Note [C++ op observer] (csrc/kd_op_observer.c): op_path='c++' records every
         # outermost aten op from C++ and pushes no dispatch mode (kernels_only);

@@ -102,6 +102,27 @@ def _settings(v, key):
     return out
 
 
+def lost_launches(st: dict) -> list[str]:
+    """What a recording's counters (kernel_stats, a trace's META stats) say it
+    did not record, a line each: Run.problems and a live comparison's gaps
+    (compare._Side.gaps) say it in the same words."""
+    out = []
+    if st.get("dropped"):
+        out.append(f"{st['dropped']} launch record(s) were dropped while recording (ring full)")
+    if st.get("unrecorded"):
+        out.append(f"{st['unrecorded']} launch(es) were not recorded (hook errors)")
+    for reason, n in (st.get("bypassed_graph_calls") or {}).items():
+        out.append(f"{n} graph call(s) through {reason} were not recorded")
+    if st.get("other_thread_launches"):
+        out.append(f"{st['other_thread_launches']} compiled launch(es) ran on threads the recording did not follow "
+                   "(record_all_threads=True records them)")
+    if st.get("nested_unrecorded"):
+        out.append(f"{st['nested_unrecorded']} launch(es) were recorded only by a nested DebugMode (a kdebug "
+                   "recording the program entered itself: a FlightRecorder, a DebugMode, assert_deterministic), "
+                   "not in this trace")
+    return out
+
+
 def stored_text(s: str) -> str:
     """An op's name or text as a trace stores it: a NUL (a str argument
     rendered with str(), as upstream does) becomes the two characters \\0,
@@ -691,19 +712,7 @@ class Run:
             out.append(f"{self.path}: the recording did not finish (no END chunk): the process died or "
                        "is still running; its records up to here are read")
         st = self.meta.get("stats", {})
-        if st.get("dropped"):
-            out.append(f"{self.path}: {st['dropped']} launch record(s) were dropped while recording (ring full)")
-        if st.get("unrecorded"):
-            out.append(f"{self.path}: {st['unrecorded']} launch(es) were not recorded (hook errors)")
-        for reason, n in (st.get("bypassed_graph_calls") or {}).items():
-            out.append(f"{self.path}: {n} graph call(s) through {reason} were not recorded")
-        if st.get("other_thread_launches"):
-            out.append(f"{self.path}: {st['other_thread_launches']} compiled launch(es) ran on threads the recording "
-                       "did not follow (record_all_threads=True records them)")
-        if st.get("nested_unrecorded"):
-            out.append(f"{self.path}: {st['nested_unrecorded']} launch(es) were recorded only by a nested DebugMode "
-                       "(a kdebug recording the program entered itself: a FlightRecorder, a DebugMode, "
-                       "assert_deterministic), not in this trace")
+        out += [f"{self.path}: {line}" for line in lost_launches(st)]
         if st.get("collectives_incomplete"):
             out.append(f"{self.path}: {st['collectives_incomplete']} collective(s) had not completed when the "
                        "recording ended: their output hashes are missing (Note [Collective records])")
