@@ -41,9 +41,8 @@ void kd_note_readonly_change(kd_recorder *r, kd_hash_rec *h)
  * (hash_fn=["bitwise", "stats"], the hunt's): then the marker is derived from
  * that hash, so that two tensors with the same bytes match by them (a nonce
  * there made every such tensor of a hunt a false root) and any other bytes
- * differ, as hashing.Unhashed does for aten ops.  Not yet for GPU results
- * (rec_deliver marks them while the side is still pending: a nonce, as
- * before; moving that is a change to the GPU path not yet run on a GPU). */
+ * differ, as hashing.Unhashed does for aten ops.  GPU results the same way:
+ * rec_deliver clears the side's pending flag before it marks them. */
 static void mark_unsupported(kd_recorder *r, kd_hash_rec *h, int w, int kinds)
 {
     static _Atomic uint64_t counter;
@@ -99,9 +98,9 @@ static void rec_deliver(void *owner, uint64_t pos, int w, const kd_cuda_result *
         h->sum[w] = res->sum, h->absmax[w] = res->absmax;
     else
         h->xor64[w] = res->xor64;
+    h->flags &= (uint8_t)~pending; /* this side's bitwise hash is known now: the marker follows it */
     if (res->unsupported && (h->kinds & (KD_HK_NORM | KD_HK_XOR | KD_HK_STATS)))
         mark_unsupported(r, h, w, h->kinds & (KD_HK_NORM | KD_HK_XOR | KD_HK_STATS));
-    h->flags &= (uint8_t)~pending;
     kd_note_readonly_change(r, h);
 }
 

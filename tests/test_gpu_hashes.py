@@ -310,3 +310,44 @@ def test_a_cuda_view_outside_its_storage_is_never_read_by_a_hash_kernel(nbytes):
     assert any("storage is smaller than its view" in m for m in dm._recorder.messages())
     torch.cuda.synchronize()  # no fault was left on the device
     assert torch.ones(4, device="cuda").sum().item() == 4
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_unhashed_stats_of_gpu_results_follow_the_bytes(tmp_path, same):
+    """hash_fn=["bitwise", "stats"] (the hunt's) on a CUDA fp4 tensor, whose
+    stats the hash kernel cannot decode: the marker that stands for them comes
+    from the bitwise hash once the GPU result is handed back (rec_deliver), so
+    the same bytes match in two runs, in the traces' digests and in
+    kdebug.compare, and other bytes differ.  Before, a random marker made every
+    such tensor of a hunt on the GPU a false root (Note [Unhashed values])."""
+    import warnings
+
+    def kernel(inp, out):
+        out.copy_(inp)
+
+    info = _C.KernelInfo(_C.KIND_CPP, "fp4_copy_cuda", ["in_ptr0", "out_ptr0"], [1, 2], 0, -1)
+    wrapped = _C.CppKernel(kernel, info)
+    runs, digests = [], []
+    for run in range(2):
+        vals = [1, 2, 3, 4, 5, 6, 7, 8] if same or run == 0 else [1, 2, 3, 4, 5, 6, 7, 9]
+        src = torch.tensor(vals, dtype=torch.uint8).view(torch.float4_e2m1fn_x2).cuda()
+        s0 = _C.defer_stats()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes(["bitwise", "stats"]):
+                wrapped(src, torch.empty_like(src))
+        s1 = _C.defer_stats()
+        # hashed by the GPU kernel (queued or at once), not by the host's slow path
+        assert (s1["hash_launches"] + s1["direct_hash_launches"]) > (s0["hash_launches"] + s0["direct_hash_launches"])
+        path = tmp_path / f"{run}.kdt"
+        dm.save(path)
+        loaded = kdebug.load(str(path))
+        d = torch.frombuffer(bytearray(loaded.digests()), dtype=torch.int64).view(len(loaded), 5)
+        digests.append([int(x) for x in d[:, 4]])
+        runs.append(dm)
+    post = runs[0].kernels[0].post_hashes["out_ptr0"]
+    assert any(isinstance(h, hashing.Unhashed) for h in post), post
+    assert len(digests[0]) == len(digests[1]) == 1
+    for rep in (kdebug.compare(*runs), kdebug.compare(str(tmp_path / "0.kdt"), str(tmp_path / "1.kdt"))):
+        assert rep.verdict == ("match" if same else "differ"), str(rep)
+    assert (digests[0] == digests[1]) is same
