@@ -195,6 +195,11 @@ int kd_recorder_range_digest(kd_recorder *r, uint64_t a, uint64_t b, uint64_t *d
     if (r->scan_scratch == NULL && (r->scan_scratch = PyMem_Malloc(sizeof(kd_payload) * KD_BUILD_SLOTS)) == NULL)
         return -1;
     digest_scan d = {0, 0, 0};
+    if (b <= a) { /* nothing to read: no walk from the ring's tail to find where it would be */
+        *digest = kd_digest_finish(0, 0);
+        *recorded = 0;
+        return 0;
+    }
     const kd_store *s = &r->table.store;
     for (uint64_t i = kd_store_lower_bound(s, a), hi = kd_store_lower_bound(s, b); i < hi; i++) {
         const kd_payload *p = kd_store_launch(s, i);

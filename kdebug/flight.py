@@ -417,6 +417,8 @@ class FlightRecorder:
         self._thread = 0
         self._step = 0               # the open step's number
         self._open_from = 0          # the open step's first launch index
+        self._open_ticket = 0        # about where it begins in the ring (the head when it opened): a digest's hint
+        self._tickets: dict[int, int] = {}  # closed step -> its _open_ticket
         self._explicit = False       # step() was called in this `with` block
         self._closed: collections.deque = collections.deque()  # (step, first, end) of closed steps in the table or ring
         # step -> its replica launches [first, end) and the ring ticket its first began at (compare="replicas")
@@ -458,6 +460,8 @@ class FlightRecorder:
             self._dm.__exit__(None, None, None)
             raise
         self._depth = 1
+        if self._rec.seen == self._open_from:  # nothing of the open step recorded yet: it begins at the head
+            self._open_ticket = self._rec.ticket
         self._thread = threading.get_ident()
         self._explicit = False
         self._install()
@@ -777,8 +781,10 @@ class FlightRecorder:
         rec = self._rec
         seen = rec.seen
         self._closed.append((self._step, self._open_from, seen))
+        self._tickets[self._step] = self._open_ticket
         self._step += 1
         self._open_from = seen
+        self._open_ticket = rec.ticket
         self._explicit = True
         self.stats["steps"] += 1
         compared = self._step % self.every == 0
@@ -814,7 +820,7 @@ class FlightRecorder:
         for step, a, b in self._closed:
             if step in self._digested:
                 continue
-            marks, ticket = (), None
+            marks, ticket = (), self._tickets.get(step)
             if self.compare == "replicas":  # what must agree across ranks: the optimizer step's records
                 a, b, ticket = self._replica.get(step, (a, a, None))
                 marks = [i for i in self._marks.get(step, ()) if not a <= i < b]  # kdebug.replicated outside it
@@ -848,6 +854,7 @@ class FlightRecorder:
             self._digested.pop(step, None)
             self._replica.pop(step, None)
             self._marks.pop(step, None)
+            self._tickets.pop(step, None)
         keep_from = self._closed[0][1] if self._closed else self._open_from
         self.stats["forgotten_launches"] += rec.discard(keep_from)
 

@@ -916,6 +916,7 @@ class _HeldRecorder:
     Launches stay held until discard() (Note [Steps held in the ring])."""
 
     capacity = 1 << 20
+    ticket = 0  # the ring's head: a digest's hint, which this stand-in does not need
 
     class Digest(NamedTuple):
         digest: int
