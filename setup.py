@@ -49,6 +49,7 @@ def torch_build_info():
 C_SOURCES = [
     # csrc/core/: the Python-free core, also built and tested alone (make -C csrc test)
     "csrc/core/kd_ring.c",
+    "csrc/core/kd_clock.c",
     "csrc/core/kd_strtab.c",
     "csrc/core/kd_store.c",
     "csrc/core/kd_launch_table.c",

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "kd_args.h"
+#include "kd_clock.h"
 #include "kd_defer.h"
 #include "kd_hash.h"
 #include "kd_launch_hash.h"
@@ -38,11 +39,14 @@ int kd_launch_device_of(PyObject *o, kd_kernel_info *info, uint64_t *stream)
     return 1;
 }
 
-uint64_t kd_now_ns(void)
+uint64_t kd_now_ns(void) { return kd_clock_ns(); } /* Note [Launch timestamps from the TSC] */
+
+/* A launch's end, never before its start (a new clock anchor between the two
+ * may step back by the old anchor's error: Note [Launch timestamps from the TSC]). */
+static uint64_t end_ns(const kd_launch *h)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    uint64_t now = kd_now_ns();
+    return now > h->t_start_ns ? now : h->t_start_ns;
 }
 
 kd_recorder *kd_recorder_here(void)
@@ -692,7 +696,7 @@ void kd_launch_end(kd_recorder *r, kd_pending *p, PyObject *const *args, Py_ssiz
     uint64_t head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
     if (head - p->first <= r->ring->capacity) {
         kd_launch *h = &kd_ring_payload(r->ring, p->first)->launch;
-        h->t_end_ns = kd_now_ns();
+        h->t_end_ns = end_ns(h);
         write_capture(h);
         if (raised)
             h->flags |= KD_LF_RAISED;
@@ -825,7 +829,7 @@ int kd_launch_record(kd_recorder *r, kd_kernel_info *info, PyObject *const *args
     head = atomic_load_explicit(&r->ring->head, memory_order_relaxed);
     if (head - first <= r->ring->capacity) {
         kd_launch *rh = &kd_ring_payload(r->ring, first)->launch;
-        rh->t_end_ns = kd_now_ns();
+        rh->t_end_ns = end_ns(rh);
         write_capture(rh); /* a caller's launcher capture, as kd_launch_end reads it */
         if (hashing) {
             kd_pending p = {.first = first, .n = used, .cfg = cfg};

@@ -1,6 +1,7 @@
 /* kd_module.c - the kdebug._C module: global tables and module setup. */
 #include <string.h>
 
+#include "kd_clock.h"
 #include "kd_phase_timers.h"
 #include "kd_defer.h"
 #include "kd_cuda_hash.h"
@@ -376,7 +377,7 @@ static PyMethodDef module_methods[] = {
      "The metadata the launch hook reads from a tensor, as a dict (None for non-tensors)."},
     {"tree_leaf_digest", kd_mod_tree_leaf_digest, METH_O,
      "tree_leaf_digest(hash value) -> the digest TraceReader.last_writer looks for in op outputs."},
-    {"now_ns", mod_now_ns, METH_NOARGS, "CLOCK_MONOTONIC in ns, the launch timestamps' clock."},
+    {"now_ns", mod_now_ns, METH_NOARGS, "CLOCK_MONOTONIC in ns, read as the launch timestamps are (Note [Launch timestamps from the TSC])."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -393,6 +394,7 @@ PyMODINIT_FUNC PyInit__C(void)
         if (kd_strings == NULL)
             return PyErr_NoMemory();
     }
+    kd_clock_anchor(); /* the TSC's first calibration pair (Note [Launch timestamps from the TSC]) */
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL)
         return NULL;

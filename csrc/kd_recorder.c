@@ -12,6 +12,7 @@
 #include "kd_launch_table.h"
 #include "kd_module.h"
 #include "kd_recorder.h"
+#include "kd_clock.h"
 #include "kd_types.h"
 #include "kd_view.h"
 #include "kd_graph.h"
@@ -316,6 +317,7 @@ static void rec_dealloc(kd_recorder *self)
  * all_threads, on every thread with no recorder of its own) go to this one. */
 static PyObject *rec_start(kd_recorder *self, PyObject *args, PyObject *kw)
 {
+    kd_clock_anchor(); /* Note [Launch timestamps from the TSC]: where a microsecond does not matter */
     PyObject *mode = Py_None, *ops = Py_None;
     int all_threads = 0;
     static char *kwlist[] = {"mode", "ops", "all_threads", NULL};
@@ -392,6 +394,7 @@ static PyObject *rec_stop(kd_recorder *self, PyObject *unused)
 
 static PyObject *rec_drain(kd_recorder *self, PyObject *args, PyObject *kwargs)
 {
+    kd_clock_anchor(); /* Note [Launch timestamps from the TSC]: where a microsecond does not matter */
     static char *kwlist[] = {"wait", NULL};
     int wait = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$p:drain", kwlist, &wait))
@@ -485,6 +488,7 @@ static PyObject *rec_forget(kd_recorder *self, PyObject *arg)
  * back the rest, never synchronizes); nothing moves out of the ring. */
 static PyObject *rec_settle(kd_recorder *self, PyObject *args, PyObject *kwargs)
 {
+    kd_clock_anchor(); /* Note [Launch timestamps from the TSC]: where a microsecond does not matter */
     static char *kwlist[] = {"wait", NULL};
     int wait = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$p:settle", kwlist, &wait))

@@ -542,7 +542,7 @@ static PyGetSetDef view_getset[] = {
     {"store_index", (getter)get_store_index, NULL, "position in the recorder's store (trace writer)", NULL},
     {"py_index", (getter)get_py_index, NULL, "len(operators) when launched", NULL},
     {"call_depth", (getter)get_depth, NULL, "DebugMode call depth of the launch", NULL},
-    {"t_start_ns", (getter)get_t0, NULL, "CLOCK_MONOTONIC before the launch", NULL},
+    {"t_start_ns", (getter)get_t0, NULL, "CLOCK_MONOTONIC before the launch (Note [Launch timestamps from the TSC])", NULL},
     {"t_end_ns", (getter)get_t1, NULL, "CLOCK_MONOTONIC after the launch returned", NULL},
     {"nargs", (getter)get_nargs, NULL, "number of arguments", NULL},
     {"raised", (getter)get_raised, NULL, "whether the launch raised", NULL},

@@ -228,6 +228,30 @@ def test_tensor_info_and_args(compiled_cpu, cpu_inputs):
     assert k.t_end_ns >= k.t_start_ns > 0
 
 
+
+def test_launch_timestamps_are_the_monotonic_clock(compiled_cpu, cpu_inputs):
+    """Note [Launch timestamps from the TSC]: each compiled launch's start and
+    end lie within the CLOCK_MONOTONIC readings taken around the call (20 us of
+    slack for the anchor's error), in both recordings: the first (the TSC's
+    first pair only) and the later ones (calibrated where the TSC is usable);
+    _C.now_ns reads the same clock."""
+    import time
+
+    from kdebug import _C
+
+    for _ in range(3):
+        time.sleep(0.03)  # calibrated by the next recording's start where the TSC is usable
+        lo = time.monotonic_ns()
+        with DebugMode(kernels_only=True) as dm:
+            compiled_cpu(*cpu_inputs)
+            mid = _C.now_ns()
+        hi = time.monotonic_ns()
+        assert dm.kernels
+        for k in dm.kernels:
+            assert lo - 20_000 <= k.t_start_ns <= k.t_end_ns <= hi + 20_000, (lo, k.t_start_ns, k.t_end_ns, hi)
+        assert lo - 20_000 <= mid <= hi + 20_000
+
+
 def test_a_launch_between_a_drain_and_its_merge_keeps_its_place():
     """Note [Launch order], with the interleaving planted: a kernel launched
     after the ring was drained and before the drained kernels are merged into

@@ -6,10 +6,12 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../core/kd_args.h"
+#include "../core/kd_clock.h"
 #include "../core/kd_hash.h"
 #include "../core/kd_inflight.h"
 #include "../core/kd_record.h"
@@ -1388,6 +1390,45 @@ static void test_inflight(void)
     CHECK(kd_inflight_limit(&f, 9000) == 1000);
 }
 
+/* Note [Launch timestamps from the TSC]: kd_clock_ns agrees with CLOCK_MONOTONIC
+ * before calibration (it is clock_gettime), after it (within the anchor's
+ * error), across an anchor older than its limit, and with the TSC turned off. */
+static void test_clock(void)
+{
+    struct timespec pause = {0, 25 * 1000 * 1000};
+    kd_clock_anchor(); /* the first pair, where the TSC is usable */
+    uint64_t a = kd_clock_monotonic_ns(), b = kd_clock_ns(), c = kd_clock_monotonic_ns();
+    CHECK(a <= b && b <= c); /* not calibrated yet: clock_gettime itself */
+    nanosleep(&pause, NULL);
+    kd_clock_anchor(); /* 25 ms later: calibrated where usable */
+    printf("clock: %s\n", kd_clock_uses_tsc() ? "TSC" : "clock_gettime");
+    int far = 0;
+    uint64_t prev = 0;
+    for (int i = 0; i < 2000; i++) {
+        uint64_t lo = kd_clock_monotonic_ns(), t = kd_clock_ns(), hi = kd_clock_monotonic_ns();
+        /* within 20 us of the clock read around it (the anchor's error is well under 1 us) */
+        if (t + 20000 < lo || t > hi + 20000)
+            far++;
+        CHECK(t + 20000 >= prev); /* never far behind the last reading */
+        prev = t;
+    }
+    CHECK(far == 0);
+    /* 1.1 s later the anchor is past its limit: renewed by the read itself, still right */
+    struct timespec long_pause = {1, 100 * 1000 * 1000};
+    nanosleep(&long_pause, NULL);
+    uint64_t lo = kd_clock_monotonic_ns(), t = kd_clock_ns(), hi = kd_clock_monotonic_ns();
+    CHECK(t + 20000 >= lo && t <= hi + 20000);
+    lo = kd_clock_monotonic_ns(), t = kd_clock_ns(), hi = kd_clock_monotonic_ns();
+    CHECK(t + 20000 >= lo && t <= hi + 20000);
+    kd_clock_allow_tsc(0);
+    CHECK(!kd_clock_uses_tsc());
+    a = kd_clock_monotonic_ns(), b = kd_clock_ns(), c = kd_clock_monotonic_ns();
+    CHECK(a <= b && b <= c); /* off: clock_gettime again */
+    kd_clock_allow_tsc(1);
+    kd_clock_anchor();
+    CHECK(!kd_clock_uses_tsc()); /* checked again: a first pair, not calibrated yet */
+}
+
 int main(void)
 {
     test_hash_bitwise();
@@ -1411,6 +1452,7 @@ int main(void)
     test_doubles();
     test_results();
     test_inflight();
+    test_clock();
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
