@@ -11,6 +11,7 @@
 #include "kd_hash.h"
 #include "kd_hash_py.h"
 #include "kd_launch_hash.h"
+#include "kd_trace_digest.h"
 #include "kd_cuda_describe.h"
 #include "kd_launch.h"
 #include "kd_recorder.h"
@@ -211,12 +212,47 @@ void kd_batch_defer(kd_recorder *r, kd_gpu_batch *b, uint64_t base)
 
 /* Queues a CUDA tensor's hashes; 0 if this build or view cannot (the caller
  * falls back to the slow path). */
+/* Note [Quantized tensors' parameters] (kdebug/hashing.py): the digest the
+ * bitwise hash of a quantized CPU tensor is mixed with, as hashing.py's
+ * qparams_digest computes it.  1 done, 0 not quantized, -1 not readable. */
+static int qparams_digest(PyObject *o, uint64_t *out)
+{
+    kd_qparams q;
+    int got = kd_shim_qparams(o, &q);
+    if (got <= 0)
+        return got;
+    static const int64_t two[1] = {2}, one[1] = {1}, step[1] = {1};
+    kd_view head = {q.head, KD_ST_LONG, 8, 1, two, step};
+    uint64_t d = kd_hash_bitwise(&head);
+    if (!q.per_channel) {
+        kd_view sc = {&q.scale, KD_ST_DOUBLE, 8, 1, one, step};
+        kd_view zp = {&q.zero_point, KD_ST_LONG, 8, 1, one, step};
+        *out = kd_dg_mix(kd_dg_mix(d, kd_hash_bitwise(&sc)), kd_hash_bitwise(&zp));
+        return 1;
+    }
+    const kd_tensor_meta *parts[2] = {&q.scales, &q.zero_points};
+    for (int i = 0; i < 2; i++) {
+        const kd_tensor_meta *p = parts[i];
+        int isz = kd_itemsize(p->dtype);
+        int64_t numel = 1;
+        for (int32_t k = 0; k < p->ndim; k++)
+            numel *= p->sizes[k];
+        if (p->device_type != KD_DEV_CPU || isz == 0 || p->math_bits || (p->data_ptr == 0 && numel > 0) ||
+            !kd_meta_in_storage(p, isz))
+            return -1; /* (a quantized CUDA tensor is hashed by hashing.py, on the host) */
+        kd_view v = {(const void *)(uintptr_t)p->data_ptr, p->dtype, isz, p->ndim, p->sizes, p->strides};
+        d = kd_dg_mix(d, kd_hash_bitwise(&v));
+    }
+    *out = d;
+    return 1;
+}
+
 static int batch_add(kd_gpu_batch *b, const kd_tensor_meta *m, int kinds,
                      kd_hash_rec *h, int w, uint64_t stream, PyObject *obj, uint64_t pos)
 {
     kd_cuda_tensor probe;
-    if (b == NULL || !kd_cuda_describe(m, &probe))
-        return 0;
+    if (b == NULL || kd_dtype_quantized(m->dtype) || !kd_cuda_describe(m, &probe))
+        return 0; /* (quantized: hashed with its parameters by hashing.py, Note [Quantized tensors' parameters]) */
     if (b->n == KD_GPU_BATCH_MAX)
         return 0; /* a launch with more hashed tensors: the rest take the slow path */
     kd_cuda_tensor *t = &b->t[b->n];
@@ -271,8 +307,18 @@ void kd_hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int 
             h->flags |= KD_HF_UNSUPPORTED;
             r->hash_unsupported++;
         } else {
-            if (kinds & KD_HK_BITWISE)
+            if (kinds & KD_HK_BITWISE) {
                 h->bitwise[w] = kd_hash_bitwise(&v);
+                uint64_t qd;
+                int q = kd_dtype_quantized(m.dtype) ? qparams_digest(o, &qd) : 0;
+                if (q > 0) {
+                    h->bitwise[w] = kd_dg_mix(h->bitwise[w], qd);
+                } else if (q < 0) { /* its integers without its scales are not its values: no value */
+                    h->flags &= (uint8_t)~(w ? KD_HF_POST : KD_HF_PRE);
+                    kd_recorder_error(r, "a quantized tensor whose quantizer kdebug could not read was not hashed");
+                    return;
+                }
+            }
             if (kinds & KD_HK_STATS) { /* the norm's fields too, in one pass */
                 kd_stats n;
                 if (kd_hash_stats(&v, &n) == 0) {

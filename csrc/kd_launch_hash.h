@@ -11,7 +11,7 @@
  * on this thread: a caller holding tensor metadata across hashes knows by it
  * whether Python code ran (Note [Records made in one pass]). */
 extern _Thread_local uint64_t kd_tls_hash_python_calls;
-extern PyObject *kd_slow_hasher; /* slow_hasher(tensor, kinds) -> HashValues, for non-CPU tensors */
+extern PyObject *kd_slow_hasher; /* slow_hasher(tensor, kinds) -> HashValues, for non-CPU and quantized tensors */
 extern PyObject *kd_custom_hasher; /* custom(recorder, launch_index, arg_index, when, tensor) */
 
 /* The CUDA tensors one launch hashes before or after it runs: handed to the

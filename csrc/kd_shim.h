@@ -65,6 +65,20 @@ enum { KD_MATH_CONJ = 1, KD_MATH_NEG = 2 };
  * (sparse, nested, ...: the reason is in kd_shim_last_error()). */
 int kd_shim_tensor_meta(PyObject *obj, kd_tensor_meta *out);
 
+/* A quantized tensor's quantizer parameters (Note [Quantized tensors'
+ * parameters] in kdebug/hashing.py): head = {qscheme code, axis (-1 per
+ * tensor)}; per tensor, scale and zero_point; per channel, the quantizer's own
+ * scales and zero points (metadata borrowed from them: valid while obj lives).
+ * 1 filled, 0 not a quantized tensor, -1 error (kd_shim_last_error). */
+typedef struct kd_qparams {
+    int64_t head[2];
+    int per_channel;
+    double scale;
+    int64_t zero_point;
+    kd_tensor_meta scales, zero_points;
+} kd_qparams;
+int kd_shim_qparams(PyObject *obj, kd_qparams *out);
+
 /* Note [Prefetching the gradients] (kd_torch.cpp): prefetch, a link at a
  * time for all n parameters, the chain that reading each one's .grad
  * follows.  A hint only: nothing changes, never raises.  GIL held. */

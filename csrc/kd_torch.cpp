@@ -219,6 +219,67 @@ extern "C" int kd_shim_tensor_meta(PyObject *obj, kd_tensor_meta *out)
     return -1;
 }
 
+static void meta_of(const at::Tensor &t, kd_tensor_meta *out)
+{
+    const c10::TensorImpl *impl = t.unsafeGetTensorImpl();
+    std::memset(out, 0, sizeof *out);
+    out->ndim = static_cast<int32_t>(impl->dim());
+    out->dtype = static_cast<int32_t>(t.scalar_type());
+    out->device_type = static_cast<int32_t>(t.device().type());
+    out->device_index = t.device().index();
+    out->sizes = impl->sizes().data();
+    out->strides = impl->strides().data();
+    out->storage_offset = impl->storage_offset();
+    out->data_ptr = impl->has_storage() ? reinterpret_cast<uint64_t>(t.const_data_ptr()) : 0;
+    const c10::Storage &st = impl->unsafe_storage();
+    out->storage_nbytes = st ? static_cast<uint64_t>(st.nbytes()) : 0;
+}
+
+extern "C" int kd_shim_qparams(PyObject *obj, kd_qparams *out)
+{
+    try {
+        if (!is_tensor(obj))
+            return 0;
+        const at::Tensor &t = THPVariable_Unpack(obj);
+        if (!t.defined() || !t.is_quantized())
+            return 0;
+        std::memset(out, 0, sizeof *out);
+        // q_scale / q_per_channel_scales are dispatcher ops: never a Python mode's records
+        c10::impl::ExcludeDispatchKeyGuard no_python(
+            c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+        const c10::QScheme q = t.qscheme();
+        // the codes of kdebug/hashing.py's _QSCHEME
+        switch (q) {
+        case c10::kPerTensorAffine: out->head[0] = 0; break;
+        case c10::kPerChannelAffine: out->head[0] = 1; break;
+        case c10::kPerTensorSymmetric: out->head[0] = 2; break;
+        case c10::kPerChannelSymmetric: out->head[0] = 3; break;
+        case c10::kPerChannelAffineFloatQParams: out->head[0] = 4; break;
+        default: out->head[0] = 99; break;
+        }
+        if (q == c10::kPerTensorAffine || q == c10::kPerTensorSymmetric) {
+            out->head[1] = -1;
+            out->scale = t.q_scale();
+            out->zero_point = t.q_zero_point();
+            return 1;
+        }
+        out->per_channel = 1;
+        out->head[1] = t.q_per_channel_axis();
+        // the quantizer's own tensors: their memory lives with the quantizer, which t holds
+        meta_of(t.q_per_channel_scales(), &out->scales);
+        meta_of(t.q_per_channel_zero_points(), &out->zero_points);
+        return 1;
+    } catch (const c10::Error &e) {
+        set_error(e.what_without_backtrace());
+    } catch (const std::exception &e) {
+        set_error(e.what());
+    } catch (...) {
+        set_error("unknown C++ exception reading a quantized tensor's parameters");
+    }
+    PyErr_Clear();
+    return -1;
+}
+
 extern "C" PyObject *kd_shim_wrap_handle(void *handle)
 {
     try {

@@ -6,6 +6,7 @@
 #include "kd_defer.h"
 #include "kd_hash.h"
 #include "kd_hash_py.h"
+#include "kd_launch_hash.h"
 #include "kd_cuda_describe.h"
 #include "kd_shim.h"
 #include "kd_tree.h"
@@ -147,6 +148,16 @@ static PyObject *hash_leaf(PyObject *o, void *vctx)
     if (r < 0)
         Py_RETURN_NOTIMPLEMENTED;
     c->all_none = 0;
+    if (kd_dtype_quantized(meta.dtype) && kd_slow_hasher != NULL) {
+        /* its integers and its quantizer's parameters (Note [Quantized tensors' parameters] in
+         * kdebug/hashing.py), computed there */
+        PyObject *hv = PyObject_CallFunction(kd_slow_hasher, "Oi", o, c->kinds);
+        if (hv == NULL)
+            return NULL;
+        PyObject *v = PyObject_CallFunctionObjArgs(c->value_fn, hv, NULL);
+        Py_DECREF(hv);
+        return v;
+    }
     kd_cuda_tensor ct;
     if (kd_defer_enabled() && !meta.math_bits && kd_cuda_describe(&meta, &ct) && ct.numel > 0) {
         kd_pending_hash *p = kd_pending_new(c->spec);

@@ -199,26 +199,75 @@ def _logical(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+# Note [Quantized tensors' parameters]
+# A quantized tensor's values are its integers *and* its quantizer's
+# parameters: two tensors with the same integers and another scale hold other
+# values.  The bitwise hash of one is therefore the hash of its integer bytes
+# mixed (kd_dg_mix, csrc/core/kd_trace_digest.h) with a digest of its
+# parameters: the bitwise hashes of an int64 header [qscheme code, axis (-1
+# per tensor)], of its scales and of its zero points (per tensor: a float64 and
+# an int64 of one element; per channel: torch's own tensors, in their dtypes),
+# each mixed in turn.  The C launch path computes the same value for a CPU
+# tensor (kd_shim_qparams_digest in csrc/kd_torch.cpp); a quantized CUDA
+# tensor is hashed here, on the host.  The norm, hash_tensor and stats of a
+# quantized tensor stay those of its integers.
+_QSCHEME = {torch.per_tensor_affine: 0, torch.per_channel_affine: 1, torch.per_tensor_symmetric: 2,
+            torch.per_channel_symmetric: 3, torch.per_channel_affine_float_qparams: 4}
+_MASK64 = (1 << 64) - 1
+
+
+def _mix(h: int, v: int) -> int:
+    """kd_dg_mix of csrc/core/kd_trace_digest.h."""
+    h = ((h ^ v) * 0x9E3779B97F4A7C15) & _MASK64
+    return h ^ (h >> 29)
+
+
+def _bits(t: torch.Tensor) -> int:
+    return _C.hash(t.detach().cpu(), _C.HASH_BITWISE).bitwise
+
+
+def qparams_digest(t: torch.Tensor) -> int:
+    """The digest of a quantized tensor's quantizer parameters (Note
+    [Quantized tensors' parameters])."""
+    scheme = t.qscheme()
+    if scheme in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        axis = -1
+        scales = torch.tensor([t.q_scale()], dtype=torch.float64)
+        zeros = torch.tensor([t.q_zero_point()], dtype=torch.int64)
+    else:
+        axis = t.q_per_channel_axis()
+        scales, zeros = t.q_per_channel_scales(), t.q_per_channel_zero_points()
+    d = _bits(torch.tensor([_QSCHEME.get(scheme, 99), axis], dtype=torch.int64))
+    return _mix(_mix(d, _bits(scales)), _bits(zeros))
+
+
+def _with_qparams(r: "_C.HashValues", qd: int) -> "_C.HashValues":
+    return _C.HashValues((_mix(r.bitwise, qd),) + tuple(r)[1:])
+
+
 def _raw(t: torch.Tensor, kinds: int) -> "_C.HashValues":
     """The HashValues of any tensor's logical values, computed on the host
-    (copying it there first)."""
+    (copying it there first); a quantized tensor's bitwise hash covers its
+    quantizer's parameters (Note [Quantized tensors' parameters])."""
     with _upstream.disable_torch_dispatch():
         t = _logical(t.detach())
         if t.device.type != "cpu":
             t = t.to("cpu")
         if t.is_quantized:
-            t = t.int_repr()
+            qd = qparams_digest(t)
+            r = _C.hash(t.int_repr(), kinds)
+            return _with_qparams(r, qd) if kinds & _C.HASH_BITWISE else r
         return _C.hash(t, kinds)
 
 
 def start(t: torch.Tensor, kinds: int):
     """Starts hashing t: a HashValues when done at once (CPU), a _C.PendingHash
     when queued on t's current CUDA stream (fetch with finish), else the host
-    path."""
+    path (a quantized tensor too: Note [Quantized tensors' parameters])."""
     with _upstream.disable_torch_dispatch():
         t = _logical(t.detach())
         if t.is_quantized:
-            t = t.int_repr()
+            return _raw(t, kinds)
         r = _C.hash_async(t, kinds, 0)  # 0: the current stream of t's device
         if r is NotImplemented:
             return _raw(t, kinds)

@@ -345,3 +345,50 @@ def test_unhashed_kinds_beside_a_bitwise_hash_follow_the_bytes(tmp_path, same):
         assert d0 == d1
     else:
         assert d0 != d1
+
+
+@pytest.mark.parametrize("per", ["tensor", "channel"])
+def test_a_quantized_tensors_bitwise_hash_covers_its_scales(per):
+    """Note [Quantized tensors' parameters]: two quantized tensors with the
+    same integers and another scale hold other values, so their bitwise
+    hashes differ -- through the C launch path (a C++ kernel's output) and the
+    Python path (an aten op's output) alike, which agree with each other and
+    with hashing.bitwise -- and kdebug.compare of two such runs says they
+    differ (it said they matched: only the integers were hashed).  Reading the
+    scales records no op of its own."""
+    import kdebug
+    from kdebug import _C, hashing
+
+    def kernel(inp, out):
+        out.copy_(inp)
+
+    info = _C.KernelInfo(_C.KIND_CPP, "qcopy", ["in_ptr0", "out_ptr0"], [1, 2], 0, -1)
+    wrapped = _C.CppKernel(kernel, info)
+    w = torch.tensor([[0.5, -1.0], [2.0, 0.25], [-3.0, 1.5]])
+    if per == "tensor":
+        base = torch.quantize_per_tensor(w, 0.5, 3, torch.quint8)
+        other = torch._make_per_tensor_quantized_tensor(base.int_repr(), 0.25, 3)
+    else:
+        scales, zeros = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64), torch.tensor([0, 1, 2])
+        base = torch.quantize_per_channel(w, scales, zeros, 0, torch.qint8)
+        other = torch._make_per_channel_quantized_tensor(base.int_repr(), scales * 1.5, zeros, 0)
+    assert torch.equal(base.int_repr(), other.int_repr()) and not torch.equal(base.dequantize(), other.dequantize())
+    runs, values = [], []
+    for t in (base, other, base.clone()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with DebugMode() as dm, DebugMode.log_tensor_hashes(["bitwise"]):
+                out = torch.empty_like(t)
+                wrapped(t, out)
+                t.clone()
+        (kernel_hash,) = dm.kernels[0].post_hashes["out_ptr0"]
+        clones = [op for op in dm.operators if "clone" in str(op)]
+        assert len(clones) == 1, dm.debug_string()
+        assert not any("q_scale" in str(op) or "q_per_channel" in str(op) for op in dm.operators), dm.debug_string()
+        values.append((kernel_hash, hashing.bitwise(t), hashing.bitwise(out)))
+        runs.append(dm)
+    for kernel_hash, of_input, of_output in values:
+        assert kernel_hash == of_input == of_output
+    assert values[0] == values[2] and values[0][0] != values[1][0]
+    assert kdebug.compare(runs[0], runs[2]).verdict == "match"
+    assert kdebug.compare(runs[0], runs[1]).verdict == "differ"

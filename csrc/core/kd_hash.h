@@ -100,6 +100,14 @@ typedef struct kd_view {
     const int64_t *strides;
 } kd_view;
 
+/* Whether scalar type st is a quantized one (its bytes are integers its
+ * quantizer's parameters give values to). */
+static inline int kd_dtype_quantized(int st)
+{
+    return st == KD_ST_QINT8 || st == KD_ST_QUINT8 || st == KD_ST_QINT32 || st == KD_ST_QUINT4X2 ||
+           st == KD_ST_QUINT2X4;
+}
+
 /* The bitwise hash of a view (Note [The bitwise hash]). */
 uint64_t kd_hash_bitwise(const kd_view *v);
 
