@@ -351,3 +351,31 @@ def test_unhashed_stats_of_gpu_results_follow_the_bytes(tmp_path, same):
     for rep in (kdebug.compare(*runs), kdebug.compare(str(tmp_path / "0.kdt"), str(tmp_path / "1.kdt"))):
         assert rep.verdict == ("match" if same else "differ"), str(rep)
     assert (digests[0] == digests[1]) is same
+
+
+def test_a_quantized_cuda_tensor_is_hashed_with_its_scales():
+    """Note [Quantized tensors' parameters]: a quantized CUDA tensor a kernel
+    writes is hashed on the host with its quantizer's parameters, to the value
+    its CPU copy hashes to; the same integers with another scale differ."""
+    import warnings
+
+    def kernel(inp, out):
+        out.copy_(inp)
+
+    info = _C.KernelInfo(_C.KIND_CPP, "qcopy_cuda", ["in_ptr0", "out_ptr0"], [1, 2], 0, -1)
+    wrapped = _C.CppKernel(kernel, info)
+    w = torch.tensor([[0.5, -1.0], [2.0, 0.25], [-3.0, 1.5]])
+    base = torch.quantize_per_tensor(w, 0.5, 3, torch.quint8)
+    other = torch._make_per_tensor_quantized_tensor(base.int_repr(), 0.25, 3)
+    got = []
+    for t in (base, other):
+        src = t.cuda()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with DebugMode(kernels_only=True) as dm, DebugMode.log_tensor_hashes(["bitwise"]):
+                out = torch.empty_like(src)
+                wrapped(src, out)
+        (h,) = dm.kernels[0].post_hashes["out_ptr0"]
+        assert h == hashing.bitwise(t), (h, hashing.bitwise(t))
+        got.append(h)
+    assert got[0] != got[1]
