@@ -165,3 +165,31 @@ def test_break_reasons_name_what_broke_and_empty_frames_are_no_graphs():
     assert any("Tensor.item()" in r for r in reasons) and any("builtin operator" in r for r in reasons), reasons
     assert not any(r.startswith("Encountered graph break") for r in reasons), reasons
     assert rep.graph_count == len(calls), ([(g.compile_id, g.op_count) for g in rep.graphs], len(calls))
+
+
+def test_modules_compiled_through_dynamos_wrapper_frame_are_said_to_share_it():
+    """Note [Compiled modules share a frame]: two different nn.Sequential
+    models compiled in one process were listed as one function 'inner' and its
+    recompilation, with nothing saying why; the report now marks dynamo's
+    wrapper frame and says what sharing it means.  A compiled function is not
+    marked."""
+    a = torch.compile(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()), backend="eager")
+    b = torch.compile(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2)),
+                      backend="eager")
+    with kdebug.inspect_compile() as insp:
+        a(torch.randn(2, 4))
+        b(torch.randn(3, 4))
+    r = insp.report()
+    wrapped = [g for g in r.graphs if g.is_module_wrapper]
+    if not wrapped:
+        pytest.skip(f"torch {torch.__version__} compiles a module's forward as its own frame")
+    assert len(wrapped) == 2 and len(r.recompiles) == 1
+    assert "dynamo's own frame for torch.compile(module)" in r.summary()
+    assert all(g["is_module_wrapper"] for g in r.to_json()["graphs"])
+
+    def f(x):
+        return torch.sin(x) + 1
+
+    plain = kdebug.inspect_compile(f, torch.randn(4))
+    assert plain.graphs and not any(g.is_module_wrapper for g in plain.graphs)
+    assert "dynamo's own frame" not in plain.summary()
