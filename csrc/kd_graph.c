@@ -43,6 +43,7 @@
  * capture: the templates hold no recorder state (names are ids in the
  * process-wide string table).  All of this runs with the GIL held.
  */
+#include "kd_clock.h"
 #include "kd_graph.h"
 
 #include <stdlib.h>
@@ -469,7 +470,7 @@ int kd_collect_gpu_results(void)
             return -1;
         if (kd_cuda_hash_collected_to(marks))
             return 0;
-        uint64_t now = kd_now_ns();
+        uint64_t now = kd_clock_monotonic_ns(); /* a timeout: the clock itself, which never steps back */
         if (t0 == 0)
             t0 = now;
         else if (now - t0 > KD_SETTLE_NS) {
