@@ -210,11 +210,35 @@ void kd_batch_defer(kd_recorder *r, kd_gpu_batch *b, uint64_t base)
     kd_batch_flush(r, b, 0);
 }
 
-/* Queues a CUDA tensor's hashes; 0 if this build or view cannot (the caller
- * falls back to the slow path). */
+/* A quint4x2 / quint2x4 tensor's packed bytes, as int_repr() gives them (two
+ * or four values a byte): m becomes a 1-D view of them (quint8: still
+ * quantized, for its parameters); 0 for a view that is not contiguous from
+ * its storage's start. */
+static int packed_bytes(kd_tensor_meta *m, int64_t *size)
+{
+    static const int64_t one[1] = {1};
+    const int bits = m->dtype == KD_ST_QUINT4X2 ? 4 : 2;
+    int64_t numel = 1, expect = 1;
+    for (int32_t d = m->ndim - 1; d >= 0; d--) {
+        if (m->sizes[d] != 1 && m->strides[d] != expect)
+            return 0;
+        expect *= m->sizes[d];
+        numel *= m->sizes[d];
+    }
+    if (m->storage_offset != 0)
+        return 0;
+    size[0] = (numel * bits + 7) / 8;
+    m->dtype = KD_ST_QUINT8;
+    m->ndim = 1;
+    m->sizes = size;
+    m->strides = one;
+    return 1;
+}
+
 /* Note [Quantized tensors' parameters] (kdebug/hashing.py): the digest the
  * bitwise hash of a quantized CPU tensor is mixed with, as hashing.py's
- * qparams_digest computes it.  1 done, 0 not quantized, -1 not readable. */
+ * qparams_digest computes it (from kd_shim_qparams' values).  1 done, 0 not
+ * quantized, -1 not readable. */
 static int qparams_digest(PyObject *o, uint64_t *out)
 {
     kd_qparams q;
@@ -247,6 +271,8 @@ static int qparams_digest(PyObject *o, uint64_t *out)
     return 1;
 }
 
+/* Queues a CUDA tensor's hashes; 0 if this build or view cannot (the caller
+ * falls back to the slow path). */
 static int batch_add(kd_gpu_batch *b, const kd_tensor_meta *m, int kinds,
                      kd_hash_rec *h, int w, uint64_t stream, PyObject *obj, uint64_t pos)
 {
@@ -285,6 +311,12 @@ void kd_hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int 
     else if (kd_shim_tensor_meta(o, &m) != 1)
         return;
     h->kinds |= (uint8_t)kinds;
+    int64_t packed_size[1];
+    if ((m.dtype == KD_ST_QUINT4X2 || m.dtype == KD_ST_QUINT2X4) && !packed_bytes(&m, packed_size)) {
+        h->flags |= KD_HF_UNSUPPORTED;
+        kd_recorder_error(r, "a sub-byte quantized tensor (quint4x2 / quint2x4) that is not contiguous was not hashed");
+        return;
+    }
     if (!kd_meta_in_storage(&m, kd_itemsize(m.dtype))) {
         /* its elements are not its storage's: nothing is read (kd_shim.h) */
         h->flags |= KD_HF_UNSUPPORTED; /* counted as a hook error (its message says why), not as a dtype */
@@ -298,6 +330,8 @@ void kd_hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int 
     } else if (m.device_type == KD_DEV_CPU && !m.math_bits) {
         kd_view v = {(const void *)(uintptr_t)m.data_ptr, m.dtype, kd_itemsize(m.dtype),
                      m.ndim, m.sizes, m.strides};
+        kd_view vi = v; /* the values the norm, hash_tensor and stats read: a quantized tensor's integers */
+        vi.scalar_type = kd_quant_int_dtype(m.dtype);
         int64_t numel = 1;
         for (int d = 0; d < m.ndim; d++)
             numel *= m.sizes[d];
@@ -321,7 +355,7 @@ void kd_hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int 
             }
             if (kinds & KD_HK_STATS) { /* the norm's fields too, in one pass */
                 kd_stats n;
-                if (kd_hash_stats(&v, &n) == 0) {
+                if (kd_hash_stats(&vi, &n) == 0) {
                     h->l1[w] = n.norm.l1;
                     h->nan[w] = n.norm.nan, h->posinf[w] = n.norm.posinf, h->neginf[w] = n.norm.neginf;
                     h->sum[w] = n.sum, h->absmax[w] = n.absmax;
@@ -330,14 +364,14 @@ void kd_hash_tensor(kd_recorder *r, PyObject *o, int kinds, kd_hash_rec *h, int 
                 }
             } else if (kinds & KD_HK_NORM) {
                 kd_norm n;
-                if (kd_hash_norm(&v, &n) == 0) {
+                if (kd_hash_norm(&vi, &n) == 0) {
                     h->l1[w] = n.l1;
                     h->nan[w] = n.nan, h->posinf[w] = n.posinf, h->neginf[w] = n.neginf;
                 } else {
                     mark_unsupported(r, h, w, KD_HK_NORM);
                 }
             }
-            if ((kinds & KD_HK_XOR) && kd_hash_xor64(&v, &h->xor64[w]) != 0)
+            if ((kinds & KD_HK_XOR) && kd_hash_xor64(&vi, &h->xor64[w]) != 0)
                 mark_unsupported(r, h, w, KD_HK_XOR);
         }
     } else if (std_kinds && kd_tls_graph != NULL && m.device_type != KD_DEV_CPU) {

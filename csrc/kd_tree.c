@@ -148,9 +148,12 @@ static PyObject *hash_leaf(PyObject *o, void *vctx)
     if (r < 0)
         Py_RETURN_NOTIMPLEMENTED;
     c->all_none = 0;
-    if (kd_dtype_quantized(meta.dtype) && kd_slow_hasher != NULL) {
+    if (kd_dtype_quantized(meta.dtype) && kd_slow_hasher != NULL &&
+        (meta.device_type == KD_DEV_CPU ||
+         !kd_hash_capturing(c->stream ? c->stream : kd_shim_current_stream(meta.device_type, meta.device_index)))) {
         /* its integers and its quantizer's parameters (Note [Quantized tensors' parameters] in
-         * kdebug/hashing.py), computed there */
+         * kdebug/hashing.py), computed there; during a CUDA graph capture the path below gives no
+         * value, as for any tensor (hashing.py would copy it to the host) */
         PyObject *hv = PyObject_CallFunction(kd_slow_hasher, "Oi", o, c->kinds);
         if (hv == NULL)
             return NULL;

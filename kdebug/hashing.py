@@ -208,9 +208,11 @@ def _logical(t: torch.Tensor) -> torch.Tensor:
 # per tensor)], of its scales and of its zero points (per tensor: a float64 and
 # an int64 of one element; per channel: torch's own tensors, in their dtypes),
 # each mixed in turn.  The C launch path computes the same value for a CPU
-# tensor (kd_shim_qparams_digest in csrc/kd_torch.cpp); a quantized CUDA
-# tensor is hashed here, on the host.  The norm, hash_tensor and stats of a
-# quantized tensor stay those of its integers.
+# tensor (qparams_digest in csrc/kd_launch_hash.c, from kd_shim_qparams in
+# csrc/kd_torch.cpp); a quantized CUDA tensor is hashed here, on the host
+# (during a CUDA graph capture: no value, as for any tensor there).  The
+# norm, hash_tensor and stats of a quantized tensor are those of its integers
+# (int_repr(); quint4x2 / quint2x4: its packed bytes), on every path.
 _QSCHEME = {torch.per_tensor_affine: 0, torch.per_channel_affine: 1, torch.per_tensor_symmetric: 2,
             torch.per_channel_symmetric: 3, torch.per_channel_affine_float_qparams: 4}
 _MASK64 = (1 << 64) - 1
@@ -232,12 +234,12 @@ def qparams_digest(t: torch.Tensor) -> int:
     scheme = t.qscheme()
     if scheme in (torch.per_tensor_affine, torch.per_tensor_symmetric):
         axis = -1
-        scales = torch.tensor([t.q_scale()], dtype=torch.float64)
-        zeros = torch.tensor([t.q_zero_point()], dtype=torch.int64)
+        scales = torch.tensor([t.q_scale()], dtype=torch.float64, device="cpu")
+        zeros = torch.tensor([t.q_zero_point()], dtype=torch.int64, device="cpu")
     else:
         axis = t.q_per_channel_axis()
         scales, zeros = t.q_per_channel_scales(), t.q_per_channel_zero_points()
-    d = _bits(torch.tensor([_QSCHEME.get(scheme, 99), axis], dtype=torch.int64))
+    d = _bits(torch.tensor([_QSCHEME.get(scheme, 99), axis], dtype=torch.int64, device="cpu"))
     return _mix(_mix(d, _bits(scales)), _bits(zeros))
 
 
@@ -266,8 +268,8 @@ def start(t: torch.Tensor, kinds: int):
     path (a quantized tensor too: Note [Quantized tensors' parameters])."""
     with _upstream.disable_torch_dispatch():
         t = _logical(t.detach())
-        if t.is_quantized:
-            return _raw(t, kinds)
+        if t.is_quantized and not (t.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            return _raw(t, kinds)  # (capturing: hash_async gives no value, as for any tensor there)
         r = _C.hash_async(t, kinds, 0)  # 0: the current stream of t's device
         if r is NotImplemented:
             return _raw(t, kinds)

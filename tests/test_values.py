@@ -392,3 +392,52 @@ def test_a_quantized_tensors_bitwise_hash_covers_its_scales(per):
     assert values[0] == values[2] and values[0][0] != values[1][0]
     assert kdebug.compare(runs[0], runs[2]).verdict == "match"
     assert kdebug.compare(runs[0], runs[1]).verdict == "differ"
+
+
+def test_quantized_values_are_hashed_alike_on_every_path():
+    """Found by a review of Note [Quantized tensors' parameters]: the C launch
+    path gave Unhashed for the norm / stats / hash_tensor of a quantized
+    tensor where the Python paths gave its integers' values, and did not hash
+    a quint4x2 tensor at all ("storage smaller than its view"); qparams_digest
+    made its small tensors on the default device (a meta default raised).
+    Now every path gives the integers' values and the packed bytes' hash, and
+    the scales count for quint4x2 too."""
+    from kdebug import _C, hashing
+
+    def kernel(inp, out):
+        out.copy_(inp)
+
+    info = _C.KernelInfo(_C.KIND_CPP, "qcopy2", ["in_ptr0", "out_ptr0"], [1, 2], 0, -1)
+    wrapped = _C.CppKernel(kernel, info)
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(4, 6, generator=g)
+    q8 = torch.quantize_per_channel(w, torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64),
+                                    torch.tensor([0, 1, -1, 2]), 0, torch.qint8)
+    for kind, want in (("norm", hashing.norm(q8.int_repr())), ("stats", hashing.stats(q8.int_repr())),
+                       ("hash_tensor", hashing.hash_tensor(q8.int_repr()))):
+        assert {"norm": hashing.norm, "stats": hashing.stats, "hash_tensor": hashing.hash_tensor}[kind](q8) == want
+        for path in ("python", "c++"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with DebugMode(op_path=path) as dm, DebugMode.log_tensor_hashes(kind):
+                    out = torch.empty_like(q8)
+                    wrapped(q8, out)
+            got = next(k for k in dm.kernels if k.kernel_name == "qcopy2").post_hashes["out_ptr0"]  # (one kind: its value)
+            assert got == want, (kind, path, got, want)
+    q4 = torch.quantize_per_tensor(w, 0.5, 1, torch.quint4x2)
+    other = torch.quantize_per_tensor(w * 2, 1.0, 1, torch.quint4x2)  # the same integers, another scale
+    assert torch.equal(q4.int_repr(), other.int_repr())
+    reader = _C.CppKernel(lambda inp, out: None, _C.KernelInfo(_C.KIND_CPP, "qread", ["in_ptr0", "out_ptr0"],
+                                                                  [1, 2], 0, -1))
+    got = []
+    for t in (q4, other):  # (torch has no copy_ for quint4x2: a kernel that reads it, hashed before it)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with DebugMode(op_path="c++") as dm, DebugMode.log_tensor_hashes(["bitwise"], hash_inputs=True):
+                reader(t, torch.empty(1))
+        (h,) = next(k for k in dm.kernels if k.kernel_name == "qread").pre_hashes["in_ptr0"]
+        assert h == hashing.bitwise(t)
+        got.append(h)
+    assert got[0] != got[1]
+    with torch.device("meta"):
+        assert hashing.bitwise(q8) == hashing.bitwise(q8.clone())

@@ -108,6 +108,18 @@ static inline int kd_dtype_quantized(int st)
            st == KD_ST_QUINT2X4;
 }
 
+/* The integer type a quantized type's values are stored as (st itself for
+ * any other; the sub-byte ones as their packed bytes). */
+static inline int kd_quant_int_dtype(int st)
+{
+    switch (st) {
+    case KD_ST_QINT8: return KD_ST_CHAR;
+    case KD_ST_QUINT8: case KD_ST_QUINT4X2: case KD_ST_QUINT2X4: return KD_ST_BYTE;
+    case KD_ST_QINT32: return KD_ST_INT;
+    default: return st;
+    }
+}
+
 /* The bitwise hash of a view (Note [The bitwise hash]). */
 uint64_t kd_hash_bitwise(const kd_view *v);
 
