@@ -166,6 +166,38 @@ extern "C" void kd_shim_prefetch_grads(PyObject *const *params, Py_ssize_t n)
     }
 }
 
+// A strided tensor's metadata (kd_shim_tensor_meta; the quantizer's tensors of kd_shim_qparams).
+static void fill_meta(const at::Tensor &t, kd_tensor_meta *out)
+{
+    const c10::TensorImpl *impl = t.unsafeGetTensorImpl();
+    out->ndim = static_cast<int32_t>(impl->dim());
+    out->dtype = static_cast<int32_t>(t.scalar_type());
+    const c10::Device dev = t.device();
+    out->device_type = static_cast<int32_t>(dev.type());
+    out->device_index = dev.index();
+    out->sizes = impl->sizes().data();
+    out->strides = impl->strides().data();
+    out->storage_offset = impl->storage_offset();
+    out->math_bits = (impl->is_conj() ? KD_MATH_CONJ : 0) | (impl->is_neg() ? KD_MATH_NEG : 0);
+    // const_data_ptr does not materialize copy-on-write storage: reading
+    // metadata must never change the program's memory.
+    out->data_ptr = impl->has_storage()
+                        ? reinterpret_cast<uint64_t>(t.const_data_ptr())
+                        : 0;
+    // unsafe_storage(): storage() throws for tensors whose storage access
+    // is forbidden (functional wrappers); a symbolic size throws in
+    // nbytes(): then the bound is unknown (UINT64_MAX: not checked)
+    out->storage_nbytes = 0;
+    const c10::Storage &st = impl->unsafe_storage();
+    if (st) {
+        try {
+            out->storage_nbytes = static_cast<uint64_t>(st.nbytes());
+        } catch (...) {
+            out->storage_nbytes = UINT64_MAX;
+        }
+    }
+}
+
 extern "C" int kd_shim_tensor_meta(PyObject *obj, kd_tensor_meta *out)
 {
     try {
@@ -180,33 +212,7 @@ extern "C" int kd_shim_tensor_meta(PyObject *obj, kd_tensor_meta *out)
             set_error("tensor layout is not strided (sparse or other): no strides to record");
             return -1;
         }
-        const c10::TensorImpl *impl = t.unsafeGetTensorImpl();
-        out->ndim = static_cast<int32_t>(impl->dim());
-        out->dtype = static_cast<int32_t>(t.scalar_type());
-        const c10::Device dev = t.device();
-        out->device_type = static_cast<int32_t>(dev.type());
-        out->device_index = dev.index();
-        out->sizes = impl->sizes().data();
-        out->strides = impl->strides().data();
-        out->storage_offset = impl->storage_offset();
-        out->math_bits = (impl->is_conj() ? KD_MATH_CONJ : 0) | (impl->is_neg() ? KD_MATH_NEG : 0);
-        // const_data_ptr does not materialize copy-on-write storage: reading
-        // metadata must never change the program's memory.
-        out->data_ptr = impl->has_storage()
-                            ? reinterpret_cast<uint64_t>(t.const_data_ptr())
-                            : 0;
-        // unsafe_storage(): storage() throws for tensors whose storage access
-        // is forbidden (functional wrappers); a symbolic size throws in
-        // nbytes(): then the bound is unknown (UINT64_MAX: not checked)
-        out->storage_nbytes = 0;
-        const c10::Storage &st = impl->unsafe_storage();
-        if (st) {
-            try {
-                out->storage_nbytes = static_cast<uint64_t>(st.nbytes());
-            } catch (...) {
-                out->storage_nbytes = UINT64_MAX;
-            }
-        }
+        fill_meta(t, out);
         return 1;
     } catch (const c10::Error &e) {
         set_error(e.what_without_backtrace());
@@ -217,22 +223,6 @@ extern "C" int kd_shim_tensor_meta(PyObject *obj, kd_tensor_meta *out)
     }
     PyErr_Clear(); // a C++ accessor may have left a Python error behind
     return -1;
-}
-
-static void meta_of(const at::Tensor &t, kd_tensor_meta *out)
-{
-    const c10::TensorImpl *impl = t.unsafeGetTensorImpl();
-    std::memset(out, 0, sizeof *out);
-    out->ndim = static_cast<int32_t>(impl->dim());
-    out->dtype = static_cast<int32_t>(t.scalar_type());
-    out->device_type = static_cast<int32_t>(t.device().type());
-    out->device_index = t.device().index();
-    out->sizes = impl->sizes().data();
-    out->strides = impl->strides().data();
-    out->storage_offset = impl->storage_offset();
-    out->data_ptr = impl->has_storage() ? reinterpret_cast<uint64_t>(t.const_data_ptr()) : 0;
-    const c10::Storage &st = impl->unsafe_storage();
-    out->storage_nbytes = st ? static_cast<uint64_t>(st.nbytes()) : 0;
 }
 
 extern "C" int kd_shim_qparams(PyObject *obj, kd_qparams *out)
@@ -266,8 +256,8 @@ extern "C" int kd_shim_qparams(PyObject *obj, kd_qparams *out)
         out->per_channel = 1;
         out->head[1] = t.q_per_channel_axis();
         // the quantizer's own tensors: their memory lives with the quantizer, which t holds
-        meta_of(t.q_per_channel_scales(), &out->scales);
-        meta_of(t.q_per_channel_zero_points(), &out->zero_points);
+        fill_meta(t.q_per_channel_scales(), &out->scales);
+        fill_meta(t.q_per_channel_zero_points(), &out->zero_points);
         return 1;
     } catch (const c10::Error &e) {
         set_error(e.what_without_backtrace());
