@@ -218,15 +218,17 @@ void kd_clock_anchor(void)
             checked_ns = cal_ns;
             atomic_store_explicit(&mode, cal_ns ? MODE_UNCALIBRATED : MODE_OFF, memory_order_release);
         }
-    } else if ((m == MODE_UNCALIBRATED || m == MODE_TSC) &&
-               kd_clock_monotonic_ns() - checked_ns > RECHECK_NS && !tsc_usable()) {
-        /* the kernel moved off the TSC (its watchdog found it unstable), or KDEBUG_TSC=0 was set */
-        atomic_store_explicit(&mode, MODE_OFF, memory_order_release);
     } else if (m == MODE_UNCALIBRATED || m == MODE_TSC) {
-        if (kd_clock_monotonic_ns() - checked_ns > RECHECK_NS)
-            checked_ns = kd_clock_monotonic_ns(); /* asked again above, and still usable */
         uint64_t t = 0, n = 0;
         const uint64_t w = read_pair(&t, &n);
+        if (n != 0 && n - checked_ns > RECHECK_NS) {
+            if (tsc_usable()) {
+                checked_ns = n;
+            } else { /* the kernel moved off the TSC (its watchdog found it unstable), or KDEBUG_TSC=0 was set */
+                atomic_store_explicit(&mode, MODE_OFF, memory_order_release);
+                n = 0; /* nothing published */
+            }
+        }
         const uint64_t m0 = atomic_load_explicit(&a_mult, memory_order_relaxed);
         if (n != 0 && (m0 == 0 || (uint64_t)(((kd_u128)w * m0) >> 32) <= PAIR_MAX_NS) && publish(t, n))
             atomic_store_explicit(&mode, MODE_TSC, memory_order_release);
