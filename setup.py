@@ -76,6 +76,7 @@ C_SOURCES = [
     "csrc/kd_view.c",
     "csrc/kd_fmt.c",
     "csrc/kd_dispatch.c",
+    "csrc/kd_hash_args.c",
     "csrc/kd_dispatch_method.c",
     "csrc/kd_op_observer.c",
     "csrc/kd_cpp_launch.c",

@@ -34,6 +34,7 @@
  * empty*, which arguments its schema writes and which are out= arguments.
  */
 #include "kd_dispatch.h"
+#include "kd_hash_args.h"
 #include "kd_dispatch_method.h"
 #include "kd_fmt.h"
 #include "kd_hook.h"
@@ -79,6 +80,15 @@ static PyObject *op_info(PyObject *func)
     int rc = PyDict_SetItem(info_cache, func, info);
     Py_DECREF(info);
     return rc == 0 ? info : NULL; /* the cache holds it */
+}
+
+PyObject *kd_dispatch_op_info(PyObject *func)
+{
+    if (op_info_fn == NULL || info_cache == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "kdebug: _configure_dispatch was not called");
+        return NULL;
+    }
+    return op_info(func);
 }
 
 static PyObject *upstream(PyObject *mode, PyObject *func, PyObject *types, PyObject *args, PyObject *kwargs)
@@ -625,6 +635,8 @@ int kd_dispatch_module_init(PyObject *m)
     if (empty_tuple == NULL)
         return -1;
     if (PyModule_AddFunctions(m, dispatch_methods) != 0)
+        return -1;
+    if (kd_hash_args_module_init(m) != 0) /* Note [Hashes of one op on every path] */
         return -1;
     return kd_dispatch_method_module_init(m); /* _dispatch_method, its other file */
 }

@@ -49,7 +49,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import _upstream, collectives
+from . import _C, _upstream, collectives
 
 PRE, LOG, RECORD = 0, 1, 2  # a Frame's hooks and positions, in this order
 
@@ -188,23 +188,24 @@ def _tree(fn: Callable, obj):
                               else None, obj)
 
 
-def _hash_skipped(func) -> bool:
-    text = str(func)  # upstream's hash hooks leave out empty* (uninitialized memory) and profiler ops
-    return "empty" in text or "profiler" in text
-
-
 def hash_hooks(fn: Callable, hash_inputs: bool) -> tuple:
     """(pre-log, log, record) hooks doing what upstream's log_tensor_hashes()
     hooks do with the per-tensor hash ``fn``: call.log["input_hash"] (when
-    hash_inputs) and call.log["hash"]."""
+    hash_inputs) and call.log["hash"], of the values the fast path hashes
+    (Note [Hashes of one op on every path], csrc/kd_hash_args.c): no hash of
+    an out= or fresh buffer's memory before the op, none of a fresh buffer's
+    views, the written arguments of an in-place op that returns nothing."""
     def pre(func, types, args, kwargs, call):
-        if _hash_skipped(func):
+        both = _C.op_hash_inputs(_local.dispatching, func, tuple(args), dict(kwargs or {}))
+        if both is None:
             return None
-        tree = _tree(fn, (args, kwargs))
+        tree = _tree(fn, both)
         return None if _upstream.tree_all(lambda x: x is None, tree) else {"input_hash": tree}
 
     def log(func, types, args, kwargs, result):
-        return None if _hash_skipped(func) else {"hash": _tree(fn, result)}
+        values = _C.op_hash_outputs(_local.dispatching, func, tuple(args), dict(kwargs or {}), result,
+                                       hash_inputs)
+        return None if values is None else {"hash": _tree(fn, values)}
 
     return (pre if hash_inputs else None, log, None)
 

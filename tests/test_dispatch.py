@@ -1,6 +1,7 @@
 """The aten-op fast path (csrc/kd_dispatch.c, Note [Fast aten-op recording]):
 records identical to upstream's constructor, fresh buffers, and the ops and
 hooks it hands to upstream's own __torch_dispatch__."""
+import pytest
 import torch
 from torch.utils import _debug_mode as upstream
 
@@ -71,6 +72,50 @@ def test_in_place_write_into_a_fresh_buffer_has_no_input_hash():
     assert dst_hash is None and src_hash is not None
     assert add.log["input_hash"][0][0] == copy.log["hash"]
     assert torch.equal(buf, src + 1)  # the op itself saw its real arguments
+
+
+@pytest.mark.parametrize("path", ["fast", "upstream"])
+@pytest.mark.parametrize("hash_fn", ["builtin", "callable"])
+def test_every_hash_path_hashes_only_computed_values(path, hash_fn):
+    """Note [Hashes of one op on every path]: through upstream's hooks (a
+    callable hash_fn, or a flag such as record_stack_trace) an out= buffer's
+    and a fresh buffer's memory was hashed before the op (a value nobody
+    computed, different run to run), a fresh buffer's views were hashed, and
+    an in-place foreach op's hash was None.  Every path now hashes what the
+    fast path hashes."""
+    def total(t):
+        return float(t.double().sum())
+
+    fn = total if hash_fn == "callable" else "norm"
+    y = torch.arange(4.0)
+    params = [torch.ones(3), torch.full((2,), 2.0)]
+    with DebugMode(**({"record_stack_trace": True} if path == "upstream" else {})) as dm, \
+            DebugMode.log_tensor_hashes(fn, hash_inputs=True):
+        x = torch.empty(4)
+        x.copy_(y)                      # writes a fresh buffer
+        z = torch.empty(4)
+        torch.add(y, y, out=z)          # an out= buffer
+        e = torch.empty(6)
+        v = e[:3]                       # a view of a fresh buffer
+        v.fill_(1.0)
+        torch._foreach_add_(params, 1.0)  # returns nothing; writes params
+        w = torch.ones(4)
+        w.add_(y)                       # written memory: hashed before the op
+    logs = {str(c.op): c.log or {} for c in dm.operators}
+    assert list(logs) == ["aten.empty.memory_format", "aten.copy_.default", "aten.add.out", "aten.slice.Tensor",
+                          "aten.fill_.Scalar", "aten._foreach_add_.Scalar", "aten.ones.default",
+                          "aten.add_.Tensor"]
+    value = total if hash_fn == "callable" else (lambda t: float(t.double().abs().sum()))  # upstream norm: p=1
+    copy_in, add_out_in = logs["aten.copy_.default"]["input_hash"], logs["aten.add.out"]["input_hash"]
+    assert copy_in[0][0] is None and copy_in[0][1] == pytest.approx(value(y))
+    assert add_out_in[1]["out"] is None and add_out_in[0][0] == pytest.approx(value(y))
+    assert logs["aten.slice.Tensor"] == {}
+    assert "input_hash" not in logs["aten.fill_.Scalar"]
+    assert logs["aten.fill_.Scalar"]["hash"] == pytest.approx(value(torch.ones(3)))
+    foreach = logs["aten._foreach_add_.Scalar"]["hash"]
+    assert foreach == ([pytest.approx(value(torch.full((3,), 2.0))), pytest.approx(value(torch.full((2,), 3.0)))],)
+    add_in = logs["aten.add_.Tensor"]["input_hash"]
+    assert add_in[0][0] == pytest.approx(value(torch.ones(4))) and add_in[0][1] == pytest.approx(value(y))
 
 
 def test_ops_with_foreign_hooks_go_through_upstream():
