@@ -1206,13 +1206,19 @@ def _command(argv) -> list | None:
     return list(argv)
 
 
-def format_report(r: Report) -> str:
+def format_report(r: Report, gaps_listed_after: bool = False) -> str:
+    """The report's text; ``gaps_listed_after``: the caller lists the
+    recordings' gaps itself after the reports (kdebug hunt does, once for
+    all its comparisons), so they are counted here, not listed."""
     a, b = r.runs
     lines = [f"{side_name(b).capitalize()}: comparing with {side_name(a)} ... {r.kernels_b} kernels, {r.n_b - r.kernels_b} aten ops "
              f"({r.compared} aligned, {r.hashed} hashed)"]
     lines += [f"  note: {t}" for t in r.notes]
-    lines += [f"  INCOMPLETE: {g}" for g in r.gaps[:10]]  # Note [A match needs whole recordings]
-    if len(r.gaps) > 10:
+    if gaps_listed_after and r.gaps:
+        lines.append(f"  INCOMPLETE: {len(r.gaps)} gap(s) in these recordings (listed below)")
+    else:
+        lines += [f"  INCOMPLETE: {g}" for g in r.gaps[:10]]  # Note [A match needs whole recordings]
+    if len(r.gaps) > 10 and not gaps_listed_after:
         lines.append(f"  ... {len(r.gaps) - 10} more gaps in the recordings")
     if r.gaps and not r.ok:
         lines.append("  (the differences below were found in the recorded parts; what was not recorded was not "
@@ -1255,6 +1261,9 @@ def format_report(r: Report) -> str:
         if r.hashed == 0 and r.structural and r.compared == 0:
             lines.append(f"  nothing to compare: no step of {side_name(b)} lines up with one of {side_name(a)} "
                          "(STRUCTURE above): the runs ran other code")
+        elif r.n_b == 0 and r.compared == 0:
+            lines.append("  nothing to compare: no launch or op was recorded"
+                         + (" (INCOMPLETE: what ran was not recorded)" if r.gaps else ""))
         elif r.hashed == 0:
             lines.append("  nothing to compare: record with DebugMode.log_tensor_hashes('bitwise', hash_inputs=True)")
         elif r.gaps:  # Note [A match needs whole recordings]

@@ -267,7 +267,7 @@ def _load_jobs(stems: list[str], nproc: int) -> list | None:
 def judge_job(stems: list[str], jobs: list, nproc: int, quiet: bool = False) -> JobVerdict:
     """Rank R run to run, and each run's replicas across ranks; prints the
     reports unless ``quiet``.  Raises what an unreadable trace raises."""
-    from .compare import compare_many
+    from .compare import compare_many, format_report
     from .crossrank import compare_ranks
     from .ranks import rank_path
 
@@ -278,7 +278,7 @@ def judge_job(stems: list[str], jobs: list, nproc: int, quiet: bool = False) -> 
         reports = compare_many([rank_path(s, r) for s in stems])
         if not quiet:
             for rep in reports:
-                print(rep)
+                print(format_report(rep, gaps_listed_after=True))  # say_gaps lists them, once
         ranks[r] = rank_result(r, reports)
         bad = [rep for rep in reports if not rep.ok]
         if bad:
@@ -367,13 +367,15 @@ def page_path(html: str, rank: int) -> str:
     return rank_path(html if ext and os.sep not in ext else html + ".html", rank)
 
 
-def _write_pages(html: str, stems: list[str], hunt: dict) -> int:
-    """--html for a job: rank R's page at page_path(html, R); 0, or 2."""
+def _write_pages(html: str, stems: list[str], hunt: dict, said=()) -> int:
+    """--html for a job: rank R's page at page_path(html, R); 0, or 2.
+    ``said``: the gaps the hunt lists (not warned of again)."""
     from .cli import _write_report
     from .ranks import rank_path
 
     for r in range(hunt["nproc"]):
-        if _write_report(page_path(html, r), [rank_path(s, r) for s in stems], page_hunt(hunt, r)) != 0:
+        if _write_report(page_path(html, r), [rank_path(s, r) for s in stems], page_hunt(hunt, r),
+                         said=said) != 0:
             return 2
     return 0
 
@@ -428,16 +430,16 @@ def hunt_ranks(args, tmp: str, target: list[str], module: bool, what: str) -> in
             print(f"kdebug hunt: --confirm: rank {focus}'s runs differ only in structure; nothing to replay")
     with _files.replaced_atomically(os.path.join(tmp, "hunt.json")) as f:
         json.dump(hunt, f, indent=1)
+    # Note [A match needs whole recordings] (kdebug/cli.py), for every rank of every run
+    gaps = [f"run {i}: {p}" for i, job in enumerate(jobs) for p in job.gaps()]
     if args.html:
-        if _write_pages(args.html, stems, json.loads(json.dumps(hunt))) != 0:
+        if _write_pages(args.html, stems, json.loads(json.dumps(hunt)), said=gaps) != 0:
             return 2
         print(f"kdebug hunt: one page per rank; start with {page_path(args.html, focus or 0)}"
               + (f" (rank {focus}, where the difference started)" if focus is not None else ""))
     where = (f"traces in {tmp}" if args.keep else "traces removed; kdebug hunt --keep DIR keeps them")
     from .cli import say_gaps
 
-    # Note [A match needs whole recordings] (kdebug/cli.py), for every rank of every run
-    gaps = [f"run {i}: {p}" for i, job in enumerate(jobs) for p in job.gaps()]
     no_verdict = say_gaps(gaps, v.diverged, (r for job in jobs for r in job))
     verdict = "runs DIVERGE" if v.diverged else "no verdict (the recordings are incomplete)" if no_verdict else \
         "all runs match"

@@ -116,6 +116,10 @@ def test_hunt_of_incomplete_runs_that_match_gives_no_verdict(tmp_path):
     rc, out = _hunt(tmp_path, _THREAD_SCRIPT, "--keep", str(tmp_path / "kept"), "--html", str(tmp_path / "r.html"))
     assert rc == 2 and "INCOMPLETE" in out and "no verdict" in out and "all runs match" not in out, out
     assert "--all-threads" in out
+    # each gap listed once (the comparison counts them; the hunt's summary lists them), and no advice
+    # to record hashes, which the hunt does: nothing was recorded at all
+    assert out.count("ran on threads the recording did not follow") == 2, out
+    assert "INCOMPLETE: 2 gap(s)" in out and "no launch or op was recorded" in out and "log_tensor_hashes" not in out
     # the kept traces, hunt.json and the page are still written, saying so
     import json
 
