@@ -77,6 +77,7 @@ C_SOURCES = [
     "csrc/kd_fmt.c",
     "csrc/kd_dispatch.c",
     "csrc/kd_hash_args.c",
+    "csrc/kd_fresh.c",
     "csrc/kd_dispatch_method.c",
     "csrc/kd_op_observer.c",
     "csrc/kd_cpp_launch.c",

@@ -34,6 +34,7 @@
  * empty*, which arguments its schema writes and which are out= arguments.
  */
 #include "kd_dispatch.h"
+#include "kd_fresh.h"
 #include "kd_hash_args.h"
 #include "kd_dispatch_method.h"
 #include "kd_fmt.h"
@@ -451,26 +452,23 @@ static PyObject *dispatch_hooked(PyObject *mode, PyObject *func, PyObject *types
             return r;
         }
     }
-    if (hash_inputs) {
-        fresh = PyObject_GetAttr(mode, s_fresh);
-        if (fresh == NULL || !PySet_Check(fresh)) {
-            if (fresh != NULL)
-                PyErr_SetString(PyExc_TypeError, "kdebug: DebugMode._fresh must be a set");
-            goto fail;
-        }
+    /* Note [Fresh buffers] (kd_fresh.c): the mode's table, followed by every op */
+    fresh = PyObject_GetAttr(mode, s_fresh);
+    if (fresh == NULL || !kd_fresh_check(fresh)) {
+        if (fresh != NULL)
+            PyErr_SetString(PyExc_TypeError, "kdebug: DebugMode._fresh must be its table of fresh storages");
+        goto fail;
     }
     if (entry != NULL && call != NULL && !skipped && kd_op_flag(info, KD_OPI_VIEW)) {
-        /* Note [Fresh buffers]: a view of memory nobody wrote yet is not hashed */
-        PyObject *fr = PyObject_GetAttr(mode, s_fresh);
-        int in = fr == NULL ? -1 : PySet_Check(fr) ? kd_op_reads_fresh(fr, args) : 0;
-        Py_XDECREF(fr);
+        /* a view of memory nobody wrote yet is not hashed */
+        int in = kd_op_reads_fresh(fresh, args);
         if (in < 0)
             goto fail;
         skipped = in;
     }
     if (hash_inputs && call != NULL && !skipped) {
-        PyObject *hargs = writes && PySet_GET_SIZE(fresh) > 0 ? kd_op_without_fresh(fresh, info, args)
-                                                                : Py_NewRef(args);
+        PyObject *hargs = writes && PyDict_GET_SIZE(fresh) > 0 ? kd_op_without_fresh(fresh, info, args)
+                                                                 : Py_NewRef(args);
         PyObject *hkw = hargs ? kd_op_without_outs(info, kw) : NULL;
         PyObject *both = hkw ? PyTuple_Pack(2, hargs, hkw) : NULL;
         Py_XDECREF(hargs);
@@ -495,7 +493,7 @@ static PyObject *dispatch_hooked(PyObject *mode, PyObject *func, PyObject *types
     result = PyObject_Call(PyTuple_GET_ITEM(info, KD_OPI_CALLABLE), args, kw);
     if (result == NULL)
         goto fail;
-    if (hash_inputs && kd_op_track_fresh(fresh, info, args, result) < 0)
+    if (kd_op_track_fresh(fresh, info, args, kw, result, hash_inputs) < 0)
         goto fail;
     if (call == NULL)
         goto done;
@@ -636,7 +634,7 @@ int kd_dispatch_module_init(PyObject *m)
         return -1;
     if (PyModule_AddFunctions(m, dispatch_methods) != 0)
         return -1;
-    if (kd_hash_args_module_init(m) != 0) /* Note [Hashes of one op on every path] */
+    if (kd_hash_args_module_init(m) != 0 || kd_fresh_module_init(m) != 0) /* Note [Hashes of one op on every path] */
         return -1;
     return kd_dispatch_method_module_init(m); /* _dispatch_method, its other file */
 }

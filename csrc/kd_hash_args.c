@@ -21,26 +21,37 @@
  *     wrote nothing.
  * These two functions give the hooks the fast path's values, from the same
  * OpInfo (kd_dispatch_op_info) and the same helpers (kd_op_writes.c); the
- * fresh set is the DebugMode's own (mode._fresh), kept by whichever path
- * hashes its inputs.  Under a mode that is not kdebug's (upstream's own
- * DebugMode with kdebug's log_tensor_hashes) no buffer is known fresh.
+ * fresh table is the DebugMode's own (mode._fresh, Note [Fresh buffers] in
+ * kd_fresh.c), followed by every op either path runs (op_track_fresh after
+ * an op upstream's code ran).  Under a mode that is not kdebug's (upstream's
+ * own DebugMode with kdebug's log_tensor_hashes) no buffer is known fresh.
  */
 #include "kd_hash_args.h"
 
 #include "kd_dispatch.h"
+#include "kd_fresh.h"
 #include "kd_op_writes.h"
 
 static PyObject *str_fresh;
 
-/* mode._fresh (a new reference) or an empty set when mode keeps none. */
+/* mode._fresh (a new reference), an empty table when mode keeps none (not a
+ * kdebug DebugMode: no attribute), or NULL with an error (one that is not
+ * kdebug's table, as the fast path says). */
 static PyObject *fresh_of(PyObject *mode)
 {
     PyObject *f = mode == Py_None ? NULL : PyObject_GetAttr(mode, str_fresh);
-    if (f != NULL && PySet_Check(f))
-        return f;
-    Py_XDECREF(f);
-    PyErr_Clear(); /* a mode without the set: nothing is known fresh */
-    return PySet_New(NULL);
+    if (f == NULL) {
+        if (mode != Py_None && !PyErr_ExceptionMatches(PyExc_AttributeError))
+            return NULL;
+        PyErr_Clear();
+        return PyDict_New();
+    }
+    if (!kd_fresh_check(f)) {
+        Py_DECREF(f);
+        PyErr_SetString(PyExc_TypeError, "kdebug: DebugMode._fresh must be its table of fresh storages");
+        return NULL;
+    }
+    return f;
 }
 
 /* 1 when the op's hashes are left out (upstream's empty* and profiler ops, a
@@ -72,7 +83,7 @@ static PyObject *op_hash_inputs(PyObject *m, PyObject *const *a, Py_ssize_t n)
         out = skip < 0 ? NULL : Py_NewRef(Py_None);
         goto done;
     }
-    PyObject *hargs = kd_op_flag(info, KD_OPI_WRITES) && PySet_GET_SIZE(fresh) > 0
+    PyObject *hargs = kd_op_flag(info, KD_OPI_WRITES) && PyDict_GET_SIZE(fresh) > 0
                           ? kd_op_without_fresh(fresh, info, a[2])
                           : Py_NewRef(a[2]);
     PyObject *hkw = hargs ? kd_op_without_outs(info, a[3]) : NULL;
@@ -84,17 +95,17 @@ done:
     return out;
 }
 
-/* op_hash_outputs(mode, func, args, kwargs, result, track_fresh) -> values | None:
+/* op_hash_outputs(mode, func, args, kwargs, result, add_fresh) -> values | None:
  * what the op's output hash is taken of (its result, or the arguments an
- * in-place op that returns nothing wrote), None when it gets none; with
- * track_fresh, the mode's fresh set follows the op (as the fast path keeps
- * it under hash_inputs). */
+ * in-place op that returns nothing wrote), None when it gets none.  The
+ * mode's fresh table follows the op; with add_fresh (hash_inputs, as on the
+ * fast path) what an empty* op made becomes fresh. */
 static PyObject *op_hash_outputs(PyObject *m, PyObject *const *a, Py_ssize_t n)
 {
     (void)m;
     if (n != 6 || !PyTuple_Check(a[2]) || !PyDict_Check(a[3])) {
         PyErr_SetString(PyExc_TypeError,
-                        "op_hash_outputs(mode, func, args: tuple, kwargs: dict, result, track_fresh: bool)");
+                        "op_hash_outputs(mode, func, args: tuple, kwargs: dict, result, add_fresh: bool)");
         return NULL;
     }
     int track = PyObject_IsTrue(a[5]);
@@ -107,8 +118,8 @@ static PyObject *op_hash_outputs(PyObject *m, PyObject *const *a, Py_ssize_t n)
     if (fresh == NULL)
         return NULL;
     PyObject *out = NULL;
-    int skip = skipped(info, fresh, a[2]); /* before the fresh set follows the op, as the fast path asks */
-    if (skip >= 0 && track && kd_op_track_fresh(fresh, info, a[2], a[4]) < 0)
+    int skip = skipped(info, fresh, a[2]); /* before the table follows the op, as the fast path asks */
+    if (skip >= 0 && kd_op_track_fresh(fresh, info, a[2], a[3], a[4], track) < 0)
         skip = -1;
     if (skip != 0) {
         out = skip < 0 ? NULL : Py_NewRef(Py_None);
@@ -122,13 +133,40 @@ done:
     return out;
 }
 
+/* op_track_fresh(mode, func, args, kwargs, result): what the op wrote is no
+ * longer fresh in mode's table (upstream's __torch_dispatch__ ran it:
+ * kdebug/_aten_hooks.py's through_upstream, with or without hash hooks). */
+static PyObject *op_track_fresh(PyObject *m, PyObject *const *a, Py_ssize_t n)
+{
+    (void)m;
+    if (n != 5 || !PyTuple_Check(a[2]) || !PyDict_Check(a[3])) {
+        PyErr_SetString(PyExc_TypeError, "op_track_fresh(mode, func, args: tuple, kwargs: dict, result)");
+        return NULL;
+    }
+    PyObject *fresh = fresh_of(a[0]);
+    if (fresh == NULL)
+        return NULL;
+    int rc = 0;
+    if (PyDict_GET_SIZE(fresh) > 0) {
+        PyObject *info = kd_dispatch_op_info(a[1]);
+        rc = info == NULL ? -1 : kd_op_track_fresh(fresh, info, a[2], a[3], a[4], 0);
+    }
+    Py_DECREF(fresh);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef hash_args_methods[] = {
     {"op_hash_inputs", (PyCFunction)(void (*)(void))op_hash_inputs, METH_FASTCALL,
      "op_hash_inputs(mode, func, args, kwargs) -> (args, kwargs) | None: what an op's input hashes are taken "
      "of (Note [Hashes of one op on every path])."},
     {"op_hash_outputs", (PyCFunction)(void (*)(void))op_hash_outputs, METH_FASTCALL,
-     "op_hash_outputs(mode, func, args, kwargs, result, track_fresh) -> values | None: what an op's output "
+     "op_hash_outputs(mode, func, args, kwargs, result, add_fresh) -> values | None: what an op's output "
      "hash is taken of (Note [Hashes of one op on every path])."},
+    {"op_track_fresh", (PyCFunction)(void (*)(void))op_track_fresh, METH_FASTCALL,
+     "op_track_fresh(mode, func, args, kwargs, result): what the op wrote is no longer fresh (Note [Fresh "
+     "buffers])."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,8 +1,9 @@
 /* kd_op_writes.c - what an aten op writes, for the dispatch path
  * (kd_dispatch.c): flushing deferred GPU work it is about to overwrite, and
- * Note [Fresh buffers] (mode.py): which written buffers still hold
+ * Note [Fresh buffers] (kd_fresh.c): which written buffers still hold
  * uninitialized memory, kept out of the input hashes. */
 #include "kd_op_writes.h"
+#include "kd_fresh.h"
 #include "kd_defer.h"
 #include "kd_shim.h"
 
@@ -108,66 +109,89 @@ PyObject *kd_op_written_values(PyObject *info, PyObject *args, PyObject *kwargs,
     return t;
 }
 
-/* ---- Note [Fresh buffers] for aten ops (mode.py) ---- */
+/* ---- Note [Fresh buffers] (kd_fresh.c) ---- */
 
-static PyObject *storage_key(PyObject *t)
+static int forget_written(PyObject *a, void *fresh)
 {
-    return PyLong_FromUnsignedLongLong(kd_shim_storage_ptr(t));
+    return kd_fresh_mark((PyObject *)fresh, a, 0);
 }
 
-static int is_tensor(PyObject *o)
+int kd_op_track_fresh(PyObject *fresh, PyObject *info, PyObject *args, PyObject *kwargs, PyObject *result,
+                      int add)
 {
-    kd_tensor_meta m;
-    return kd_shim_tensor_meta(o, &m) != 0;
-}
-
-static int set_op(PyObject *set, PyObject *t, int add)
-{
-    PyObject *k = storage_key(t);
-    if (k == NULL)
-        return -1;
-    int rc = add ? PySet_Add(set, k) : PySet_Discard(set, k);
-    Py_DECREF(k);
-    return rc < 0 ? -1 : 0;
-}
-
-int kd_op_track_fresh(PyObject *fresh, PyObject *info, PyObject *args, PyObject *result)
-{
-    int result_tensor = is_tensor(result);
-    if (result_tensor && kd_op_flag(info, KD_OPI_MAKES_EMPTY))
-        return set_op(fresh, result, 1);
-    if (PySet_GET_SIZE(fresh) == 0 || kd_op_flag(info, KD_OPI_VIEW)) /* a view writes nothing */
+    if (kd_op_flag(info, KD_OPI_MAKES_EMPTY))
+        return add ? kd_fresh_mark(fresh, result, 1) : 0;
+    if (PyDict_GET_SIZE(fresh) == 0 || kd_op_flag(info, KD_OPI_VIEW)) /* a view writes nothing */
         return 0;
-    if (result_tensor && set_op(fresh, result, 0) < 0) /* new memory written by this op */
+    if (result != Py_None && kd_fresh_mark(fresh, result, 0) < 0) /* what it returns, it wrote */
         return -1;
-    PyObject *pos = PyTuple_GET_ITEM(info, KD_OPI_WRITTEN_POS);
-    if (pos == Py_None)
+    if (PyTuple_GET_ITEM(info, KD_OPI_WRITTEN_POS) == Py_None) { /* it may write any argument */
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++)
+            if (kd_fresh_mark(fresh, PyTuple_GET_ITEM(args, i), 0) < 0)
+                return -1;
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (kwargs != NULL && PyDict_Next(kwargs, &pos, &k, &v))
+            if (kd_fresh_mark(fresh, v, 0) < 0)
+                return -1;
         return 0;
-    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(pos); j++) {
-        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pos, j));
-        if (i >= 0 && i < PyTuple_GET_SIZE(args) && is_tensor(PyTuple_GET_ITEM(args, i)) &&
-            set_op(fresh, PyTuple_GET_ITEM(args, i), 0) < 0)
-            return -1;
     }
-    return 0;
+    return each_written(info, args, kwargs, forget_written, fresh);
 }
 
-/* Whether a top-level tensor of args is still fresh. */
+/* 1 when a is a fresh tensor or a list / tuple holding one, 0 when not, -1 with an error. */
+static int holds_fresh(PyObject *fresh, PyObject *a)
+{
+    if (PyList_Check(a) || PyTuple_Check(a)) {
+        for (Py_ssize_t i = 0; i < PySequence_Size(a); i++) {
+            PyObject *x = PySequence_GetItem(a, i);
+            int in = x ? kd_fresh_contains(fresh, x) : -1;
+            Py_XDECREF(x);
+            if (in != 0)
+                return in;
+        }
+        return 0;
+    }
+    return kd_fresh_contains(fresh, a);
+}
+
 int kd_op_reads_fresh(PyObject *fresh, PyObject *args)
 {
-    if (PySet_GET_SIZE(fresh) == 0)
+    if (PyDict_GET_SIZE(fresh) == 0)
         return 0;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
-        PyObject *a = PyTuple_GET_ITEM(args, i);
-        if (!is_tensor(a))
-            continue;
-        PyObject *k = storage_key(a);
-        int in = k ? PySet_Contains(fresh, k) : -1;
-        Py_XDECREF(k);
+        int in = holds_fresh(fresh, PyTuple_GET_ITEM(args, i));
         if (in != 0)
             return in;
     }
     return 0;
+}
+
+/* a (a new reference) with its fresh tensors as None: a tensor, or a copy of a
+ * list / tuple; NULL with an error. */
+static PyObject *without_fresh_one(PyObject *fresh, PyObject *a)
+{
+    if (!PyList_Check(a) && !PyTuple_Check(a)) {
+        int in = kd_fresh_contains(fresh, a);
+        return in < 0 ? NULL : Py_NewRef(in ? Py_None : a);
+    }
+    PyObject *fast = PySequence_Fast(a, "");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *x = PySequence_Fast_GET_ITEM(fast, i);
+        int in = kd_fresh_contains(fresh, x);
+        if (in < 0)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, Py_NewRef(in ? Py_None : x));
+    }
+    Py_DECREF(fast);
+    if (out != NULL && PyTuple_Check(a))
+        Py_SETREF(out, PyList_AsTuple(out));
+    return out;
 }
 
 /* args with the written arguments that are still fresh replaced by None. */
@@ -184,17 +208,14 @@ PyObject *kd_op_without_fresh(PyObject *fresh, PyObject *info, PyObject *args)
         PyTuple_SET_ITEM(out, i, Py_NewRef(PyTuple_GET_ITEM(args, i)));
     for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(pos); j++) {
         Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pos, j));
-        if (i < 0 || i >= PyTuple_GET_SIZE(out) || !is_tensor(PyTuple_GET_ITEM(out, i)))
+        if (i < 0 || i >= n)
             continue;
-        PyObject *k = storage_key(PyTuple_GET_ITEM(out, i));
-        int in = k ? PySet_Contains(fresh, k) : -1;
-        Py_XDECREF(k);
-        if (in < 0) {
+        PyObject *v = without_fresh_one(fresh, PyTuple_GET_ITEM(out, i));
+        if (v == NULL) {
             Py_DECREF(out);
             return NULL;
         }
-        if (in)
-            Py_SETREF(PyTuple_GET_ITEM(out, i), Py_NewRef(Py_None));
+        Py_SETREF(PyTuple_GET_ITEM(out, i), v);
     }
     return out;
 }

@@ -17,13 +17,16 @@ static inline int kd_op_flag(PyObject *info, int i) { return PyTuple_GET_ITEM(in
 /* Flushes deferred GPU work that the op is about to overwrite (Note [Deferred GPU work]); kwargs may be NULL. */
 void kd_op_guard_writes(PyObject *info, PyObject *args, PyObject *kwargs);
 
-/* Updates the set of fresh storages after the op ran; 0, or -1 with an error. */
-int kd_op_track_fresh(PyObject *fresh, PyObject *info, PyObject *args, PyObject *result);
+/* Note [Fresh buffers] (kd_fresh.c): after the op ran, what it wrote (its
+ * written arguments, what it returns) is no longer fresh, and with add what
+ * an empty* op made is; kwargs may be NULL; 0, or -1 with an error. */
+int kd_op_track_fresh(PyObject *fresh, PyObject *info, PyObject *args, PyObject *kwargs, PyObject *result,
+                      int add);
 
 /* args with the written arguments that are still fresh replaced by None (new reference), or NULL with an error. */
 PyObject *kd_op_without_fresh(PyObject *fresh, PyObject *info, PyObject *args);
 
-/* 1 when a tensor argument of args (top level) is still fresh, else 0; -1 with an error. */
+/* 1 when a tensor argument of args (top level, or in a list) is still fresh, else 0; -1 with an error. */
 int kd_op_reads_fresh(PyObject *fresh, PyObject *args);
 
 /* Note [Writes returned by no output]: the values an op wrote in place when

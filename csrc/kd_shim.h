@@ -138,6 +138,17 @@ uint64_t kd_shim_storage_data(void *storage);
 uint64_t kd_shim_storage_ptr(PyObject *tensor);
 void kd_shim_storage_release(void *storage);
 
+/* Note [Fresh buffers] (kd_fresh.c): a weak reference to a tensor's storage
+ * (its StorageImpl: the object, not its memory, stays allocated while the
+ * reference lives, so its address names no other storage meanwhile), with
+ * *key that address; NULL when the tensor has none.  kd_shim_storage_key:
+ * the address alone (0: none).  Release with kd_shim_storage_weak_release
+ * (no GIL needed). */
+void *kd_shim_storage_weak(PyObject *tensor, uint64_t *key);
+uint64_t kd_shim_storage_key(PyObject *tensor);
+int kd_shim_storage_weak_alive(void *weak); /* 1 while the storage has users */
+void kd_shim_storage_weak_release(void *weak);
+
 /* The raw handle (cudaStream_t for CUDA) of the current stream of a device,
  * 0 when there is none. */
 uint64_t kd_shim_current_stream(int device_type, int device_index);

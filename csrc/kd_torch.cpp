@@ -488,6 +488,51 @@ extern "C" uint64_t kd_shim_storage_ptr(PyObject *obj)
     return 0;
 }
 
+extern "C" void *kd_shim_storage_weak(PyObject *obj, uint64_t *key)
+{
+    try {
+        if (!is_tensor(obj))
+            return nullptr;
+        const at::Tensor &t = THPVariable_Unpack(obj);
+        if (!t.has_storage())
+            return nullptr;
+        const c10::Storage &st = t.unsafeGetTensorImpl()->unsafe_storage();
+        if (!st)
+            return nullptr;
+        *key = reinterpret_cast<uint64_t>(st.unsafeGetStorageImpl());
+        return new c10::weak_intrusive_ptr<c10::StorageImpl>(st.getWeakStorageImpl());
+    } catch (...) {
+        set_error("could not reference a tensor's storage");
+    }
+    return nullptr;
+}
+
+extern "C" uint64_t kd_shim_storage_key(PyObject *obj)
+{
+    try {
+        if (!is_tensor(obj))
+            return 0;
+        const at::Tensor &t = THPVariable_Unpack(obj);
+        if (!t.has_storage())
+            return 0;
+        const c10::Storage &st = t.unsafeGetTensorImpl()->unsafe_storage();
+        return st ? reinterpret_cast<uint64_t>(st.unsafeGetStorageImpl()) : 0;
+    } catch (...) {
+        set_error("could not read a tensor's storage");
+    }
+    return 0;
+}
+
+extern "C" int kd_shim_storage_weak_alive(void *h)
+{
+    return h != nullptr && !static_cast<c10::weak_intrusive_ptr<c10::StorageImpl> *>(h)->expired();
+}
+
+extern "C" void kd_shim_storage_weak_release(void *h)
+{
+    delete static_cast<c10::weak_intrusive_ptr<c10::StorageImpl> *>(h);
+}
+
 extern "C" uint64_t kd_shim_storage_data(void *h)
 {
     return reinterpret_cast<uint64_t>(static_cast<const c10::StorageImpl *>(h)->data());

@@ -48,7 +48,11 @@ def __getattr__(name: str):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import torch  # noqa: F401
 
-    value = importlib.import_module(f"{__name__}.{mod or name}")
+    upstream = importlib.import_module(f"{__name__}._upstream")  # (not `from .`: that asks this function)
+    # a first use inside the program's own dispatch mode (upstream's DebugMode around
+    # kdebug.DebugMode.log_tensor_hashes()): kdebug's import-time probes are no ops of its
+    with upstream.disable_torch_dispatch():
+        value = importlib.import_module(f"{__name__}.{mod or name}")
     if mod == "_upstream":
         value = value.upstream_export(name)
     elif mod is not None:

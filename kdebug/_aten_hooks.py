@@ -204,8 +204,11 @@ def hash_hooks(fn: Callable, hash_inputs: bool) -> tuple:
 
     def log(func, types, args, kwargs, result):
         values = _C.op_hash_outputs(_local.dispatching, func, tuple(args), dict(kwargs or {}), result,
-                                       hash_inputs)
-        return None if values is None else {"hash": _tree(fn, values)}
+                                    hash_inputs)
+        if values is None:
+            return None
+        tree = _tree(fn, values)  # no tensor in it (item(), equal()): no hash, so the value is compared
+        return None if _upstream.tree_all(lambda x: x is None, tree) else {"hash": tree}
 
     return (pre if hash_inputs else None, log, None)
 
@@ -306,6 +309,9 @@ def through_upstream(mode, func, types, args, kwargs):
     prev = _local.dispatching
     _local.dispatching = mode
     try:
-        return _upstream.DebugMode.__torch_dispatch__(mode, func, types, args, kwargs)
+        result = _upstream.DebugMode.__torch_dispatch__(mode, func, types, args, kwargs)
     finally:
         _local.dispatching = prev
+    if mode._fresh:  # Note [Fresh buffers] (csrc/kd_fresh.c): what the op wrote is no longer fresh
+        _C.op_track_fresh(mode, func, tuple(args), dict(kwargs or {}), result)
+    return result

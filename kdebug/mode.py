@@ -57,6 +57,8 @@ class _SettingsContext:
     def __enter__(self) -> None:
         if self._frame is not None:
             raise RuntimeError("this log_tensor_hashes() / record_outputs() context is already entered")
+        if not _configured:  # its hooks read ops' facts through the dispatch path (upstream's own DebugMode)
+            _configure()
         _upstream.install_hook_runners(_aten_hooks.run_pre_log_hooks, _aten_hooks.run_hooks)
         self._frame = self._push()
 
@@ -344,7 +346,7 @@ class DebugMode(_upstream.DebugMode):
         self._nested_hidden = 0  # Note [Nested DebugModes]
         self._unfollowed = 0  # Note [Launches no recording follows]: on other threads, while this one recorded
         self._unfollowed_at: int | None = None
-        self._fresh: set[int] = set()  # Note [Fresh buffers] for aten ops
+        self._fresh: dict = _C._fresh_storages()  # Note [Fresh buffers] (csrc/kd_fresh.c)
         self._trace_path = f["trace"]
         super().__init__(**upstream_flags)
         _upstream.name_every_dtype()  # a quantized tensor's text (once per process)
@@ -533,15 +535,9 @@ class DebugMode(_upstream.DebugMode):
             rec.splice(ops, merged, len(merged) - len(op_at))
         self._report_problems()
 
-    # Note [Fresh buffers] for aten ops: a tensor made by an aten::empty* op holds
-    # whatever memory it got until an op writes it (nn.Linear's init runs
-    # empty, then uniform_).  Hashing it before that write would make two runs
-    # differ in memory nobody computed, so an op's written arguments that are
-    # still fresh get None for input hashes, as out= buffers do.  self._fresh
-    # holds their storages' data pointers (kept by csrc/kd_op_writes.c).  A view
-    # op of a fresh buffer (DDP's gradient bucket: empty, then as_strided views
-    # per parameter) reads no value and writes none: it is not hashed, and
-    # the buffer stays fresh until an op writes it.
+    # Note [Fresh buffers] (csrc/kd_fresh.c): written arguments that still hold
+    # the memory an aten::empty* op got get None for input hashes; self._fresh
+    # is the table, followed by every op the mode sees.
 
     def _resolve_aten_hashes(self) -> None:
         if not self._pending_calls:

@@ -118,6 +118,93 @@ def test_every_hash_path_hashes_only_computed_values(path, hash_fn):
     assert add_in[0][0] == pytest.approx(value(torch.ones(4))) and add_in[0][1] == pytest.approx(value(y))
 
 
+@pytest.mark.parametrize("path", ["fast", "upstream"])
+def test_a_buffer_stops_being_fresh_when_any_op_writes_it(path):
+    """Note [Fresh buffers] (csrc/kd_fresh.c): out= tuples, written lists and
+    writes made outside hash_inputs end a buffer's freshness; before, these
+    buffers stayed fresh and their computed values got no input hash (and a
+    written list's uninitialized memory was hashed)."""
+    flags = {"record_stack_trace": True} if path == "upstream" else {}
+    x = torch.arange(12.0).reshape(3, 4)
+    with DebugMode(**flags) as dm:
+        with DebugMode.log_tensor_hashes("norm", hash_inputs=True):
+            a, b = torch.empty(3), torch.empty(3, dtype=torch.long)
+            torch.max(x, 1, out=(a, b))           # out= buffers returned as a tuple
+            a.add_(1)
+            e = [torch.empty(3), torch.empty(2)]
+            torch._foreach_copy_(e, [torch.ones(3), torch.full((2,), 2.0)])  # a written list
+            e[0].add_(1)
+            f = torch.empty(4)
+        with DebugMode.log_tensor_hashes("norm"):  # written without hash_inputs
+            f.fill_(2.0)
+            f.view(2, 2)
+        with DebugMode.log_tensor_hashes("norm", hash_inputs=True):
+            f.add_(1)
+    adds = [c.log for c in dm.operators if str(getattr(c, "op", "")) == "aten.add_.Tensor"]
+    assert [log["input_hash"][0][0] for log in adds] == [3 + 7 + 11, 3.0, 8.0]
+    (copy,) = [c.log for c in dm.operators if "foreach_copy" in str(getattr(c, "op", ""))]
+    assert copy["input_hash"][0][0] == [None, None]  # the list's memory before the copy: nobody's value
+    (view,) = [c.log for c in dm.operators if str(getattr(c, "op", "")) == "aten.view.default"]
+    assert view["hash"] == 8.0
+
+
+@pytest.mark.parametrize("path", ["fast", "upstream"])
+def test_memory_of_a_freed_fresh_buffer_reused_by_a_computed_tensor_is_not_fresh(path):
+    """Note [Fresh buffers]: the table is keyed by storage, not by data
+    pointer: layer_norm's output, allocated inside the op in the memory of a
+    freed empty buffer, was taken for that buffer and lost its input hash."""
+    import torch.nn.functional as F
+
+    flags = {"record_stack_trace": True} if path == "upstream" else {}
+    x = torch.randn(16, 64)
+    want = float(F.layer_norm(x, (64,)).double().abs().sum())
+    checked = 0
+    for _ in range(30):  # where the allocator gives the freed memory back (it usually does)
+        with DebugMode(**flags) as dm, DebugMode.log_tensor_hashes("norm", hash_inputs=True):
+            e = torch.empty(16, 64)
+            freed = e.data_ptr()
+            del e
+            y = F.layer_norm(x, (64,))
+            reused = y.data_ptr() == freed
+            y.relu_()
+        if reused:
+            (relu,) = [c.log for c in dm.operators if str(getattr(c, "op", "")) == "aten.relu_.default"]
+            assert relu.get("input_hash", ((None,),))[0][0] == pytest.approx(want)
+            checked += 1
+    if not checked:
+        pytest.skip("the allocator never gave layer_norm's output the freed memory: nothing to check")
+
+
+def test_upstream_debug_mode_with_kdebug_hashes_in_a_fresh_process():
+    """kdebug's hash hooks under upstream's own DebugMode read ops' facts
+    through the dispatch path, which no kdebug DebugMode had configured yet:
+    the op raised."""
+    import subprocess
+    import sys
+
+    code = ("import torch\nfrom torch.utils._debug_mode import DebugMode as U\nimport kdebug\n"
+            "with U() as dm, kdebug.DebugMode.log_tensor_hashes('norm'):\n    torch.ones(3) + 1\n"
+            "print([c.log for c in dm.operators])\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "[{'hash': 3.0}, {'hash': 6.0}]"
+
+
+def test_an_op_returning_no_tensor_is_compared_by_value_on_every_path():
+    """Note [Hashes of one op on every path]: item() has no tensor to hash; the
+    upstream path logged {'hash': None}, so the compare never looked at the
+    returned value, and two runs returning different values matched."""
+    def run(sign, flags):
+        x = torch.tensor([sign * 1.0, 2.0])
+        with DebugMode(**flags) as dm, DebugMode.log_tensor_hashes("norm"):
+            x[0].item()
+        return dm
+
+    for flags in ({}, {"record_stack_trace": True}):
+        assert kdebug.compare(run(1, flags), run(-1, flags)).verdict == "differ", flags
+        assert kdebug.compare(run(1, flags), run(1, flags)).verdict == "match", flags
+
+
 def test_ops_with_foreign_hooks_go_through_upstream():
     """A dispatch hook that is not kdebug's own runs, for every op."""
     seen = []
