@@ -234,7 +234,7 @@ def _diff(args: argparse.Namespace) -> int:
         return 2
     rep = kdebug.compare(a, b)
     print(rep)
-    if args.html and _write_report(args.html, [a, b], None, said=[*a.problems(), *b.problems()]) != 0:
+    if args.html and _write_report(args.html, [a, b], None, said=True) != 0:
         return 2
     # Note [A match needs whole recordings]: matching but incomplete traces get no verdict
     return {"match": 0, "differ": 1}.get(rep.verdict, 2)
@@ -269,29 +269,25 @@ def _diff_ranks(args: argparse.Namespace) -> int:
     return 0 if rep.ok else 1
 
 
-def _write_report(out: str, runs: list, hunt: dict | None, title: str | None = None, said=()) -> int:
+def _write_report(out: str, runs: list, hunt: dict | None, title: str | None = None, said: bool = False) -> int:
     """Writes the HTML report; 0, or 2 after saying why it could not.
-    ``said``: texts the command already printed (the gaps of the traces it
-    compared): the report's own loads of those traces do not warn of them
-    again; any other warning is shown."""
-    import warnings
-
+    ``said``: the command already loaded these traces and printed their gaps
+    (kdebug hunt, kdebug diff): the report loads them quietly instead of
+    warning of the same gaps again (the page shows them)."""
     import kdebug
     from .report import write_html
+    from .report_inputs import resolve_inputs
 
-    said = [str(t) for t in said]
-    caught: list = []
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            st = write_html(out, runs, hunt=hunt, title=title)
+        if said:
+            runs, found = resolve_inputs(runs)
+            runs = [kdebug.load(os.fspath(r), quiet=True) if isinstance(r, (str, os.PathLike)) else r
+                    for r in runs]
+            hunt = hunt or found or None
+        st = write_html(out, runs, hunt=hunt, title=title)
     except (kdebug.TraceFileError, FileNotFoundError, ValueError, OSError) as e:
         print(f"kdebug report: {e}", file=sys.stderr)
         return 2
-    finally:
-        for w in caught:
-            if not any(str(w.message) in t for t in said):
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     print(f"kdebug: wrote {out} ({st['bytes'] / 1e6:.1f} MB, {st['records']} records of {st['runs']} run(s), "
           f"{st['seconds']:.1f}s); open it in a browser, no server needed")
     return 0
@@ -574,7 +570,7 @@ def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool
 
     with _files.replaced_atomically(os.path.join(tmp, "hunt.json")) as f:
         json.dump(hunt, f, indent=1)
-    if args.html and _write_report(args.html, [tmp], hunt, said=gaps) != 0:
+    if args.html and _write_report(args.html, [tmp], hunt, said=True) != 0:
         return 2
     where = (f"traces in {tmp}; kdebug report {tmp} -o report.html draws them" if args.keep else
              "traces removed; kdebug hunt --keep DIR keeps them for kdebug report DIR")

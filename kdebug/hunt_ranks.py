@@ -367,15 +367,15 @@ def page_path(html: str, rank: int) -> str:
     return rank_path(html if ext and os.sep not in ext else html + ".html", rank)
 
 
-def _write_pages(html: str, stems: list[str], hunt: dict, said=()) -> int:
-    """--html for a job: rank R's page at page_path(html, R); 0, or 2.
-    ``said``: the gaps the hunt lists (not warned of again)."""
+def _write_pages(html: str, stems: list[str], hunt: dict) -> int:
+    """--html for a job: rank R's page at page_path(html, R); 0, or 2 (the
+    hunt lists the traces' gaps itself: the pages load them quietly)."""
     from .cli import _write_report
     from .ranks import rank_path
 
     for r in range(hunt["nproc"]):
         if _write_report(page_path(html, r), [rank_path(s, r) for s in stems], page_hunt(hunt, r),
-                         said=said) != 0:
+                         said=True) != 0:
             return 2
     return 0
 
@@ -433,7 +433,7 @@ def hunt_ranks(args, tmp: str, target: list[str], module: bool, what: str) -> in
     # Note [A match needs whole recordings] (kdebug/cli.py), for every rank of every run
     gaps = [f"run {i}: {p}" for i, job in enumerate(jobs) for p in job.gaps()]
     if args.html:
-        if _write_pages(args.html, stems, json.loads(json.dumps(hunt)), said=gaps) != 0:
+        if _write_pages(args.html, stems, json.loads(json.dumps(hunt))) != 0:
             return 2
         print(f"kdebug hunt: one page per rank; start with {page_path(args.html, focus or 0)}"
               + (f" (rank {focus}, where the difference started)" if focus is not None else ""))
