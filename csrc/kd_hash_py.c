@@ -288,7 +288,11 @@ PyObject *kd_mod_hash_async(PyObject *m, PyObject *args)
     return (PyObject *)p;
 }
 
-/* hash_fetch(pending) -> the HashValues of a queued GPU hash (collects if needed) */
+/* hash_fetch(pending) -> the HashValues of a queued GPU hash (collects if
+ * needed), or None when it has none: asked for during a CUDA graph capture of
+ * its stream (Note [CUDA graph replays]), or its queuing failed (counted).
+ * It raised there, and upstream's aten-op hooks (kdebug/hashing.py's aten_fn)
+ * raised that into the program's op under a capture. */
 static PyObject *mod_hash_fetch(PyObject *m, PyObject *arg)
 {
     (void)m;
@@ -297,13 +301,7 @@ static PyObject *mod_hash_fetch(PyObject *m, PyObject *arg)
                      Py_TYPE(arg)->tp_name);
         return NULL;
     }
-    PyObject *r = kd_pending_fetch((kd_pending_hash *)arg);
-    if (r == Py_None) {
-        Py_DECREF(r);
-        PyErr_SetString(PyExc_RuntimeError, "kdebug could not queue this GPU hash");
-        return NULL;
-    }
-    return r;
+    return kd_pending_fetch((kd_pending_hash *)arg);
 }
 
 static PyObject *mod_hash_collect(PyObject *m, PyObject *unused)
@@ -332,7 +330,7 @@ static PyObject *mod_gpu_info(PyObject *m, PyObject *unused)
 static PyMethodDef hash_methods[] = {
     {"hash_async", kd_mod_hash_async, METH_VARARGS,
      "hash_async(t, kinds, stream) -> HashValues, PendingHash (GPU, queued), or NotImplemented"},
-    {"hash_fetch", mod_hash_fetch, METH_O, "hash_fetch(pending) -> HashValues (collects if needed)"},
+    {"hash_fetch", mod_hash_fetch, METH_O, "hash_fetch(pending) -> HashValues | None (collects if needed; None: no value)"},
     {"hash_collect", mod_hash_collect, METH_NOARGS,
      "Synchronize once and read every queued GPU hash back; returns kdebug's sync count."},
     {"gpu_info", mod_gpu_info, METH_NOARGS, "{'available', 'syncs', 'in_flight'} of GPU hashing"},

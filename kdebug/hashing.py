@@ -18,6 +18,7 @@ import math
 import os
 import struct
 import threading
+import warnings
 import zlib
 from typing import Any, Callable
 
@@ -262,11 +263,48 @@ def _raw(t: torch.Tensor, kinds: int) -> "_C.HashValues":
         return _C.hash(t, kinds)
 
 
+# Note [Tensors of other layouts]
+# A sparse (COO, CSR, CSC, BSR, BSC) or mkldnn tensor has no strides for the
+# hash kernels to walk.  Its hashes are those of its dense values (to_dense(),
+# run with dispatch disabled: not an op of the program), so it hashes as the
+# dense tensor it stands for does, whatever order its entries are stored in.
+# One whose dense form would take more than _DENSE_LIMIT bytes, or that
+# cannot be made dense, gets no value (None), warned about once: before, the
+# TypeError of the launch path's metadata reader ended the program's op.
+_DENSE_LIMIT = 256 << 20
+_layout_warned: set[str] = set()
+
+
+def _dense(t: torch.Tensor):
+    """t's dense values (Note [Tensors of other layouts]), or None."""
+    try:
+        nbytes = t.numel() * t.element_size()
+        if nbytes <= _DENSE_LIMIT:
+            return t.to_dense()
+        why = f"its dense form would take {nbytes >> 20} MiB"
+    except (RuntimeError, TypeError, NotImplementedError) as e:
+        why = f"it cannot be made dense ({type(e).__name__}: {str(e)[:120]})"
+    key = f"{t.layout}:{why[:20]}"
+    if key not in _layout_warned:
+        _layout_warned.add(key)
+        from .inductor import KdebugWarning
+
+        warnings.warn(f"kdebug: a {t.layout} tensor was not hashed: {why}; its hashes are None "
+                      "(Note [Tensors of other layouts])", KdebugWarning, stacklevel=3)
+    return None
+
+
 def start(t: torch.Tensor, kinds: int):
     """Starts hashing t: a HashValues when done at once (CPU), a _C.PendingHash
     when queued on t's current CUDA stream (fetch with finish), else the host
-    path (a quantized tensor too: Note [Quantized tensors' parameters])."""
+    path (a quantized tensor too: Note [Quantized tensors' parameters]);
+    None for a tensor of another layout with no value (Note [Tensors of other
+    layouts])."""
     with _upstream.disable_torch_dispatch():
+        if t.layout is not torch.strided:
+            t = _dense(t.detach())
+            if t is None:
+                return None
         t = _logical(t.detach())
         if t.is_quantized and not (t.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             return _raw(t, kinds)  # (capturing: hash_async gives no value, as for any tensor there)
@@ -276,12 +314,19 @@ def start(t: torch.Tensor, kinds: int):
         return r
 
 
-def finish(r) -> "_C.HashValues":
+def finish(r) -> "_C.HashValues | None":
+    """start's result as values; None when a GPU hash got none (asked during
+    a CUDA graph capture of the tensor's stream, or its queuing failed)."""
     return _C.hash_fetch(r) if isinstance(r, _C.PendingHash) else r
 
 
 def _hash7(t: torch.Tensor, kinds: int, on_host: bool) -> "_C.HashValues":
-    return _raw(t, kinds) if on_host else finish(start(t, kinds))
+    r = _raw(t, kinds) if on_host else finish(start(t, kinds))
+    if r is None:
+        raise RuntimeError("kdebug could not hash this CUDA tensor on its device: its stream is capturing a "
+                           "CUDA graph (hash it after the capture, or with on_host=True outside it), or "
+                           "queuing the hash failed (kdebug._C.defer_stats() counts it)")
+    return r
 
 
 def bitwise(t: torch.Tensor, on_host: bool = False) -> int:
@@ -336,7 +381,9 @@ class HashSpec:
         a kind cannot decode gives Unhashed, as the fast path does)."""
         if self.fn is not None:
             return self.fn
-        return lambda t: self.value(_hash7(t, self.kinds, False))
+        # no value (None) where the GPU gives none: a tensor an op makes during a CUDA graph
+        # capture, as on the fast path (Note [CUDA graph replays]); never an error in the op
+        return lambda t: self.value(finish(start(t, self.kinds)))
 
     def value(self, side, custom: Any = None, unhashed: int | None = None):
         """A tensor's hash value(s) from a _C.HashValues (a record side, pre or
@@ -448,7 +495,7 @@ def start_value(t: torch.Tensor, spec: "HashSpec"):
     r = start(t, spec.kinds)
     if isinstance(r, _C.PendingHash):
         return Pending(r, spec)
-    return spec.value(r)
+    return None if r is None else spec.value(r)
 
 
 def spec(spec_id: int) -> HashSpec:

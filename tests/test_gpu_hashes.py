@@ -379,3 +379,63 @@ def test_a_quantized_cuda_tensor_is_hashed_with_its_scales():
         assert h == hashing.bitwise(t), (h, hashing.bitwise(t))
         got.append(h)
     assert got[0] != got[1]
+
+
+@pytest.mark.parametrize("flags", [{}, {"record_stack_trace": True}], ids=["fast", "upstream"])
+def test_a_quantized_cuda_tensor_made_during_a_capture_gets_no_value(flags):
+    """Note [Quantized tensors' parameters]: a quantized CUDA tensor is hashed
+    on the host, which a CUDA graph capture forbids; during a capture it gets
+    no value (as any tensor there on the aten-op path) and the capture holds."""
+    import warnings
+
+    x = torch.randn(64, device="cuda")
+    want = torch.quantize_per_tensor(x, 0.5, 3, torch.quint8)
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g):
+            torch.quantize_per_tensor(x, 0.5, 3, torch.quint8)
+    except Exception as e:  # not kdebug's doing: this torch cannot capture the op at all
+        pytest.skip(f"quantize_per_tensor is not capturable here: {e}")
+    g = torch.cuda.CUDAGraph()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with DebugMode(**flags) as dm, DebugMode.log_tensor_hashes(["bitwise"], hash_inputs=True):
+            with torch.cuda.graph(g):
+                q = torch.quantize_per_tensor(x, 0.5, 3, torch.quint8)
+            g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(q.int_repr().cpu(), want.int_repr().cpu())  # the capture and its replay worked
+    (call,) = [c for c in dm.operators if "quantize_per_tensor" in str(getattr(c, "op", ""))]
+    log = call.log or {}
+    values = log.get("hash")
+    leaves = values if isinstance(values, (list, tuple)) else [values]
+    assert not any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in leaves), log
+
+
+@pytest.mark.parametrize("hash_fn", ["bitwise", "norm"])
+def test_ops_captured_into_a_cuda_graph_through_upstream_hooks_get_no_value(hash_fn):
+    """Upstream's hook runners (record_stack_trace sends ops there) hashed a
+    CUDA op's output during a capture through hashing.start / hash_fetch,
+    which raised 'could not queue this GPU hash' into the program's op: the
+    capture failed.  Now no value, as on the fast path."""
+    import warnings
+
+    x = torch.randn(256, device="cuda")
+    y = x * 2  # warm
+    g = torch.cuda.CUDAGraph()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with DebugMode(record_stack_trace=True) as dm, DebugMode.log_tensor_hashes(hash_fn, hash_inputs=True):
+            with torch.cuda.graph(g):
+                y = x * 2
+            g.replay()
+            z = y + 1  # after the capture: hashed as ever
+    torch.cuda.synchronize()
+    assert torch.equal(y, x * 2)
+    logs = {str(c.op): c.log or {} for c in dm.operators if hasattr(c, "op")}
+    captured, after = logs["aten.mul.Tensor"], logs["aten.add.Tensor"]
+    assert captured.get("hash") is None, captured
+    if hash_fn == "bitwise":
+        assert after["hash"] == hashing.bitwise(z)
+    else:
+        assert float(after["hash"]) == pytest.approx(float(z.double().abs().sum()))

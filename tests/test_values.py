@@ -441,3 +441,45 @@ def test_quantized_values_are_hashed_alike_on_every_path():
     assert got[0] != got[1]
     with torch.device("meta"):
         assert hashing.bitwise(q8) == hashing.bitwise(q8.clone())
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+@pytest.mark.parametrize("flags", [{}, {"record_stack_trace": True}], ids=["fast", "upstream"])
+def test_a_sparse_result_is_hashed_by_its_dense_values(layout, flags):
+    """Note [Tensors of other layouts] (kdebug/hashing.py): an op returning a
+    sparse tensor raised 'tensor layout is not strided' into the program under
+    log_tensor_hashes (and so under kdebug record / hunt).  It is hashed as
+    its dense values are; another value differs."""
+    from kdebug import hashing
+
+    dense = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -3.0]])
+    got = []
+    for d in (dense, dense * 2):
+        with DebugMode(**flags) as dm, DebugMode.log_tensor_hashes(["bitwise", "norm"]):
+            sp = d.to_sparse() if layout == "coo" else d.to_sparse_csr()
+        (call,) = [c for c in dm.operators if "to_sparse" in str(getattr(c, "op", ""))]
+        bitwise, norm = call.log["hash"]
+        assert bitwise == hashing.bitwise(d)  # the dense path, tested on its own
+        assert float(norm) == pytest.approx(float(d.double().abs().sum()))
+        assert torch.equal(sp.to_dense(), d)  # the program's value is untouched
+        got.append(bitwise)
+    assert got[0] != got[1]
+
+
+def test_record_of_a_program_with_a_sparse_tensor_runs_it_whole(tmp_path):
+    """kdebug record ran the program's sparse op into the hash path's TypeError
+    and the program failed; now it runs to its end, its output unchanged."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "sparse.py"
+    script.write_text("import torch\n"
+                      "f = torch.compile(lambda x: torch.relu(x) * 2)\n"
+                      "y = f(torch.arange(-4.0, 12.0).reshape(4, 4))\n"
+                      "sp = (y > 1).float().to_sparse()\n"
+                      "print(sp._nnz(), torch.sparse.mm(sp, y).sum().item())\n")
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    rec = subprocess.run([sys.executable, "-m", "kdebug", "record", "-o", str(tmp_path / "r.kdt"), "--",
+                          str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert plain.returncode == 0 and rec.returncode == 0, rec.stderr
+    assert rec.stdout.splitlines()[0] == plain.stdout.splitlines()[0]
