@@ -682,6 +682,86 @@ def _reorders(ca: torch.Tensor, cb: torch.Tensor, pa: torch.Tensor, pb: torch.Te
     return new_pb, sorted(k for k, j in match.items() if k != j)
 
 
+# Note [Steps left unaligned by another order]
+# Interleaved threads (kdebug hunt --all-threads over a program whose threads
+# each call a compiled function) run the same launches in another order in
+# every run.  Aligned by names, such stretches leave steps of each run with no
+# partner (an 'insert' and a 'delete' of the same kernel), and the pairs
+# around them meet other work: a deterministic program was called structurally
+# different, with a differing kernel (found by a trust pass).  So the steps
+# alignment left unpaired join the differing pairs in _reorders' matching:
+# identical digest rows pair up, across the whole run (the window of
+# REORDER_WINDOW positions); the steps left of those stretches then pair by
+# name, in order, and only what is left after that is structural.
+
+
+def _repair_unaligned(ka: torch.Tensor, kb: torch.Tensor, ca: torch.Tensor, cb: torch.Tensor,
+                      pa: torch.Tensor, pb: torch.Tensor, rows: torch.Tensor, un_a: list[int], un_b: list[int],
+                      hands_value=None):
+    """Note [Steps left unaligned by another order]: (pa, pb, moved a-steps,
+    still unpaired a-steps, still unpaired b-steps) with the unaligned steps
+    ``un_a`` / ``un_b`` paired where an identical step (or, left over, one
+    of the same name) is free; None when none could be."""
+    import bisect
+
+    if not un_a or not un_b or len(un_a) + len(un_b) + len(rows) > _REORDER_LIMIT:
+        return None
+    rows_l = rows.tolist()
+    pool_a = sorted([int(pa[k]) for k in rows_l] + un_a)
+    pool_b = sorted([int(pb[k]) for k in rows_l] + un_b)
+    old_partner = {int(pa[k]): int(pb[k]) for k in rows_l}
+    key_b: dict[int, list[int]] = {}
+    for j in pool_b:
+        key_b.setdefault(int(cb[j]), []).append(j)
+    used: set[int] = set()
+    pairs: dict[int, int] = {}
+    for i in pool_a:
+        cand = key_b.get(int(ca[i]))
+        if not cand:
+            continue
+        at = bisect.bisect_left(cand, i - REORDER_WINDOW)
+        while at < len(cand) and cand[at] in used:
+            at += 1
+        if at >= len(cand) or cand[at] > i + REORDER_WINDOW:
+            continue
+        if hands_value is not None and old_partner.get(i) != cand[at] and hands_value(i):
+            continue  # which value the program got where is its output (Note [Reordered steps])
+        pairs[i] = cand[at]
+        used.add(cand[at])
+    if not any(i in set(un_a) for i in pairs) and not any(j in set(un_b) for j in pairs.values()):
+        return None  # nothing unaligned found a partner: _reorders decides the rest
+    left_a = [i for i in pool_a if i not in pairs]
+    left_b = [j for j in pool_b if j not in used]
+    # pairs of the alignment whose two steps are both left keep each other; then the rest by name, in order
+    for i in left_a:
+        j = old_partner.get(i)
+        if j is not None and j not in used:
+            pairs[i] = j
+            used.add(j)
+    by_name: dict[int, list[int]] = {}
+    for j in left_b:
+        if j not in used:
+            by_name.setdefault(int(kb[j]), []).append(j)
+    for i in left_a:
+        if i in pairs:
+            continue
+        free = by_name.get(int(ka[i]))
+        if free:
+            pairs[i] = free.pop(0)
+            used.add(pairs[i])
+    moved = sorted(i for i, j in pairs.items() if old_partner.get(i) != j and int(ca[i]) == int(cb[j]))
+    keep = torch.ones(len(pa), dtype=torch.bool)
+    if rows_l:
+        keep[rows] = False
+    na = torch.tensor(sorted(pairs), dtype=torch.int64)
+    nb = torch.tensor([pairs[i] for i in sorted(pairs)], dtype=torch.int64)
+    all_a, all_b = torch.cat([pa[keep], na]), torch.cat([pb[keep], nb])
+    order = torch.argsort(all_a, stable=True)
+    still_a = [i for i in un_a if i not in pairs]
+    still_b = [j for j in un_b if j not in used]
+    return all_a[order], all_b[order], moved, still_a, still_b
+
+
 def _align(ka: torch.Tensor, kb: torch.Tensor, ca: torch.Tensor | None = None,
            cb: torch.Tensor | None = None) -> tuple[list, bool]:
     """difflib-style opcodes aligning two key columns: common prefix and suffix
@@ -1040,6 +1120,26 @@ def _allocation_keys() -> torch.Tensor:
     return torch.tensor(sorted({_C.key_digest(kind, n) for n in names for kind in (2, 3)}), dtype=torch.int64)
 
 
+def _unpaired_ops(ops: list, paired_a: set, paired_b: set) -> list:
+    """The alignment's opcodes with the steps paired since (``paired_a`` /
+    ``paired_b``: Note [Steps left unaligned by another order]) cut out of its
+    non-equal stretches: each stretch's span over what is left, as a
+    'delete' / 'insert' / 'replace'."""
+    out: list = []
+    for tag, i1, i2, j1, j2 in ops:
+        if tag == "equal":
+            out.append((tag, i1, i2, j1, j2))
+            continue
+        ra = [i for i in range(i1, i2) if i not in paired_a]
+        rb = [j for j in range(j1, j2) if j not in paired_b]
+        if not ra and not rb:
+            continue
+        a1, a2 = (ra[0], ra[-1] + 1) if ra else (i1, i1)
+        b1, b2 = (rb[0], rb[-1] + 1) if rb else (j1, j1)
+        out.append(("replace" if ra and rb else "delete" if ra else "insert", a1, a2, b1, b2))
+    return out
+
+
 def _alignment_keys(side: "_Side") -> torch.Tensor:
     """The key column the runs are aligned on: each step's key, with an
     allocation's shape digest folded in (Note [Allocation-only differences])."""
@@ -1059,10 +1159,50 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
     structural: list[str] = []
     allocations: list[str] = []
     seg_a, seg_b = [], []
+    un_a: list[int] = []
+    un_b: list[int] = []
     for tag, i1, i2, j1, j2 in ops:
         if tag == "equal":
             seg_a.append(torch.arange(i1, i2))
             seg_b.append(torch.arange(j1, j2))
+        elif not (_only_allocations(A, i1, i2) and _only_allocations(B, j1, j2)):  # those are listed apart
+            un_a += range(i1, i2)
+            un_b += range(j1, j2)
+    if len(seg_a) == 1 and len(seg_a[0]) == A.n == B.n:  # aligned one to one: no copy, no gather
+        pa = pb = seg_a[0]
+        da, db = A.dig, B.dig
+    else:
+        pa = torch.cat(seg_a) if seg_a else torch.zeros(0, dtype=torch.int64)
+        pb = torch.cat(seg_b) if seg_b else torch.zeros(0, dtype=torch.int64)
+        da, db = A.dig[pa], B.dig[pb]
+    ne = da != db  # one pass over both digest tables
+    hands_value = lambda i: VALUE in A.step(i).post  # noqa: E731
+    moved_at: list[int] = []  # run a's steps that found their partner elsewhere (Note [Reordered steps])
+    if aligned and un_a and un_b:  # Note [Steps left unaligned by another order]
+        fixed = _repair_unaligned(ka, kb, ca_full, cb_full, pa, pb,
+                                  (ne[:, 0] | ne[:, 2] | ne[:, 3] | ne[:, 4]).nonzero().flatten(), un_a, un_b,
+                                  hands_value)
+        if fixed is not None:
+            pa, pb, moved_at, still_a, still_b = fixed
+            ops = _unpaired_ops(ops, set(un_a) - set(still_a), set(un_b) - set(still_b))
+            da, db = A.dig[pa], B.dig[pb]
+            ne = da != db
+    moved = _reorders(ca_full, cb_full, pa, pb, (ne[:, 0] | ne[:, 2] | ne[:, 3] | ne[:, 4]).nonzero().flatten(),
+                      hands_value)
+    if moved is not None:  # Note [Reordered steps]
+        pb, at = moved
+        moved_at = sorted(set(moved_at) | {int(pa[k]) for k in at})
+        da, db = A.dig[pa], B.dig[pb]
+        ne = da != db
+    reordered: list[str] = []
+    if moved_at:
+        first = moved_at[0]
+        k = int((pa == first).nonzero()[0])
+        reordered.append(f"{len(moved_at)} step(s) ran in another order in {side_name(runs[1])} than in "
+                         f"{side_name(runs[0])} (first: {A.step(first).label()} here, "
+                         f"{B.step(int(pb[k])).label()} there): the same computations, on the same inputs")
+    for tag, i1, i2, j1, j2 in ops:
+        if tag == "equal":
             continue
         left = ", ".join(A.step(i).label() for i in range(i1, min(i2, i1 + 3))) + (" ..." if i2 - i1 > 3 else "")
         right = ", ".join(B.step(j).label() for j in range(j1, min(j2, j1 + 3))) + (" ..." if j2 - j1 > 3 else "")
@@ -1078,25 +1218,6 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
             out.append(f"only {side_name(runs[1])} {verb} [{right}] ({j2 - j1} step(s))")
     if not aligned:
         structural.append(f"the runs differ over more than {ALIGN_LIMIT} steps: that part was not aligned")
-    if len(seg_a) == 1 and len(seg_a[0]) == A.n == B.n:  # aligned one to one: no copy, no gather
-        pa = pb = seg_a[0]
-        da, db = A.dig, B.dig
-    else:
-        pa = torch.cat(seg_a) if seg_a else torch.zeros(0, dtype=torch.int64)
-        pb = torch.cat(seg_b) if seg_b else torch.zeros(0, dtype=torch.int64)
-        da, db = A.dig[pa], B.dig[pb]
-    ne = da != db  # one pass over both digest tables
-    reordered: list[str] = []
-    moved = _reorders(ca_full, cb_full, pa, pb, (ne[:, 0] | ne[:, 2] | ne[:, 3] | ne[:, 4]).nonzero().flatten(),
-                      lambda i: VALUE in A.step(i).post)
-    if moved is not None:  # Note [Reordered steps]
-        pb, at = moved
-        da, db = A.dig[pa], B.dig[pb]
-        ne = da != db
-        first = at[0]
-        reordered.append(f"{len(at)} step(s) ran in another order in {side_name(runs[1])} than in "
-                         f"{side_name(runs[0])} (first: {A.step(int(pa[first])).label()} here, "
-                         f"{B.step(int(pb[first])).label()} there): the same computations, on the same inputs")
     cfg = ne[:, 1].nonzero().flatten()
     shp = ne[:, 2].nonzero().flatten()
     diff = (ne[:, 3] | ne[:, 4]).nonzero().flatten()

@@ -769,3 +769,51 @@ def test_a_kernel_given_another_dynamic_size_value_says_which_scalar():
     text = str(kdebug.compare(*recs))
     line = next(s for s in text.splitlines() if "SHAPES:" in s)
     assert "other scalar arguments" in line and "605 in run 0, 86 in run 1" in line, text
+
+
+def _interleaved(order, bump=None):
+    """Note [Steps left unaligned by another order]: the same compiled calls and
+    eager ops on four inputs, in the order given (as threads interleave them);
+    ``bump`` changes one input by one ulp-sized step."""
+    f = _interleaved.f
+    xs = [torch.randn(8, 32, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    if bump is not None:
+        xs[bump] = xs[bump] + 1e-3
+    with DebugMode() as dm, DebugMode.log_tensor_hashes("bitwise", hash_inputs=True):
+        ys = {}
+        for kind, i in order:
+            ys[i] = f(xs[i]) if kind == "f" else ys[i].add(1)
+    return dm
+
+
+_interleaved.f = torch.compile(lambda x: torch.softmax(x * 2, -1).cumsum(-1))
+_ORDER_A = [("f", 0), ("g", 0), ("f", 1), ("g", 1), ("f", 2), ("g", 2), ("f", 3), ("g", 3)]
+_ORDER_B = [("f", 0), ("f", 1), ("g", 0), ("g", 1), ("f", 2), ("f", 3), ("g", 3), ("g", 2)]
+
+
+def test_interleaved_work_in_another_order_matches_and_is_reordered():
+    """A deterministic program whose threads interleave the same work in
+    another order: name alignment left steps unpaired on both sides, and the
+    runs were called structurally different with a differing kernel (a trust
+    pass, kdebug hunt --all-threads).  Unpaired steps now find their identical
+    partner."""
+    for x in range(4):  # compiled before either recording
+        _interleaved.f(torch.randn(8, 32))
+    r = compare(_interleaved(_ORDER_A), _interleaved(_ORDER_B))
+    assert r.ok and r.structural == [] and r.roots == [] and r.benign == [], str(r)
+    assert len(r.reordered) == 1 and "REORDERED" in str(r), str(r)
+
+
+def test_interleaved_work_with_one_input_changed_names_its_kernel():
+    """The same orders with input 2 changed in the second run: not a match, and
+    the first difference is that input's compiled kernel (read from outside),
+    not a step of the other inputs' work."""
+    r = compare(_interleaved(_ORDER_A), _interleaved(_ORDER_B, bump=2))
+    assert not r.ok and r.roots and r.structural == [], str(r)
+    from kdebug import hashing
+
+    top = r.roots[0]
+    assert top.step_a.kind == "kernel" and top.kind == "outside", str(r)
+    xs2 = torch.randn(8, 32, generator=torch.Generator().manual_seed(2))
+    (arg, in_a, in_b), = top.outside_inputs
+    assert in_a == hashing.bitwise(xs2) and in_b == hashing.bitwise(xs2 + 1e-3), str(r)  # input 2's call
