@@ -1794,8 +1794,9 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str", settings: bool = Fals
     else:
         out.append(f"input {_diff_text(x.outside_inputs, a, b)}, and no recorded step wrote a differing "
                    "value into it")
-        why = ("-> the difference came from outside the recorded launches (a graph input, RNG, an op run "
-               "with no DebugMode, a write kdebug did not see)")
+        why = ("-> the difference came from outside the recorded launches (a graph input, RNG, memory "
+               "torch.empty gave that was read before all of it was written, an op run with no DebugMode, a "
+               "write kdebug did not see)")
     tail = [f"{x.consequences} later launches/ops changed because of it"]
     if x.reaches_end:
         tail.append(f"{x.reaches_end} differing tensor(s) from it still held their value when the recording ended"
