@@ -139,6 +139,9 @@ _HOW = {
     "computed": "a step computed differently here from identical inputs (origin)",
     "outside": "an input changed outside the recording here: data, RNG or a step not recorded (origin)",
     "structure": "the runs launched different work here (origin)",
+    "config": "autotuning chose another launch config for a kernel here, with identical outputs (origin; "
+              "torch._inductor.config.deterministic = True pins the choice)",
+    "shapes": "a step ran with other shapes or scalar arguments here (origin)",
     "received": "only collectives differ here",
 }
 
@@ -157,8 +160,12 @@ def rank_result(rank: int, reports: list) -> dict:
     elif every:
         how = "received"
     else:
-        how = "structure"
+        config, shapes = list(getattr(bad[0], "config_changes", ())), list(getattr(bad[0], "shape_changes", ()))
+        # a report that differs by its CONFIG / SHAPES lines alone: not other work
+        how = "structure" if bad[0].structural or not (config or shapes) else "shapes" if shapes else "config"
+        changed = shapes if how == "shapes" else config
     return {"rank": rank, "match": False, "roots": every[:5], "structural": list(bad[0].structural[:3]),
+            "changed": [x.label() for x, _ in changed[:3]] if how in ("config", "shapes") else [],
             "origin": how != "received", "how": how, "diverged_runs": [r.runs[1] for r in bad]}
 
 
@@ -204,7 +211,9 @@ class JobVerdict:
                 x = self.ranks[r]
                 how = x.get("how") or "received"
                 if how == "structure":
-                    first = f"first difference: {x['structural'][0] if x['structural'] else '?'}"
+                    first = f"first difference: {x['structural'][0] if x['structural'] else 'none named'}"
+                elif how in ("config", "shapes"):
+                    first = f"first difference at {(x.get('changed') or ['a step'])[0]}"
                 elif how == "outside":
                     first = f"first difference at {x['roots'][0]['root']}"
                 else:

@@ -311,7 +311,7 @@ def test_compiled_ddp_compiles_inside_the_recording(tmp_path):
 # ---------------------------------------------------------------- the hunt's judgement, without a job
 
 
-def _rank(how_roots=(), structural=(), match=False):
+def _rank(how_roots=(), structural=(), match=False, config=()):
     from kdebug.hunt_ranks import rank_result
 
     class _Step:
@@ -332,6 +332,8 @@ def _rank(how_roots=(), structural=(), match=False):
         def __init__(self):
             self.roots = [_Root(*r) for r in how_roots]
             self.structural = list(structural)
+            self.config_changes = [(_Step(n, "kernel"), _Step(n, "kernel")) for n in config]
+            self.shape_changes = []
 
     return _Rep()
 
@@ -367,6 +369,12 @@ def test_summary_names_how_each_rank_differs():
     text = "\n".join(v.summary(2, 2))
     assert v.origins == [1] and "rank 1: first difference: only run 1 launched" in text
     assert "first root only run" not in text
+    # rank 1's runs differ only in a kernel's launch config (per-process autotuning): said so, never
+    # 'different work' with an unnamed first difference (seen on 2 H200s)
+    v = _verdict({0: _rank(match=True), 1: _rank(config=["triton_per_fused__softmax_6"])})
+    text = "\n".join(v.summary(2, 2))
+    assert v.origins == [1] and "rank 1: first difference at kernel #1 triton_per_fused__softmax_6" in text
+    assert "autotuning chose another launch config" in text and "?" not in text and "different work" not in text
     # one rank, or no process group: nothing is claimed to agree
     v = _verdict({0: _rank(match=True)}, grouped=False)
     text = "\n".join(v.summary(1, 2))
