@@ -155,8 +155,33 @@ def _op_text(op) -> str:
         op.log = saved
 
 
+def _top_args(t: str) -> list[tuple[int, int]]:
+    """The spans of an op text's top-level arguments (inside its first
+    parentheses; brackets inside an argument kept with it)."""
+    open_at = t.find("(")
+    if open_at < 0:
+        return []
+    spans, depth, start = [], 0, open_at + 1
+    for k in range(open_at + 1, len(t)):
+        c = t[k]
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            if depth == 0:
+                spans.append((start, k))
+                return spans
+            depth -= 1
+        elif c == "," and depth == 0:
+            spans.append((start, k))
+            start = k + 2 if t[k + 1:k + 2] == " " else k + 1
+    spans.append((start, len(t)))
+    return spans
+
+
 def _text_delta(ta: str, tb: str, a: "int | str", b: "int | str", width: int = 70) -> str:
-    """Where two op texts differ: '...<part of ta>... in run 0, ...<part of tb>... in run 1'."""
+    """Where two op texts differ: 'op(..., <the arguments that differ>, ...)
+    in run 0, op(..., <theirs>, ...) in run 1', whole arguments (never cut
+    inside one)."""
     ta, tb = ta.split("  ->  ")[0], tb.split("  ->  ")[0]
     p = 0
     while p < min(len(ta), len(tb)) and ta[p] == tb[p]:
@@ -164,11 +189,18 @@ def _text_delta(ta: str, tb: str, a: "int | str", b: "int | str", width: int = 7
     s = 0
     while s < min(len(ta), len(tb)) - p and ta[len(ta) - 1 - s] == tb[len(tb) - 1 - s]:
         s += 1
-    lo = max(0, p - 20)
 
     def part(t: str) -> str:
-        mid = t[lo:len(t) - s + 10]
-        return ("..." if lo else "") + (mid[:width] + "..." if len(mid) > width else mid)
+        spans = _top_args(t)
+        d0, d1 = p, max(len(t) - s, p + 1)
+        hit = [k for k, (x, y) in enumerate(spans) if x < d1 and y >= d0]
+        if not spans or not hit:  # the name differs, or no argument list: the start of the text
+            return t[:width] + ("..." if len(t) > width else "")
+        k0, k1 = hit[0], hit[-1]
+        body = ", ".join(t[x:y] for x, y in spans[k0:k1 + 1])
+        body = body[:width] + "..." if len(body) > width else body
+        return (t[:t.find("(") + 1] + ("..., " if k0 > 0 else "") + body
+                + (", ..." if k1 < len(spans) - 1 else "") + ")")
 
     return f"{part(ta)} in {side_name(a)}, {part(tb)} in {side_name(b)}"
 
@@ -689,29 +721,35 @@ def _reorders(ca: torch.Tensor, cb: torch.Tensor, pa: torch.Tensor, pb: torch.Te
 # partner (an 'insert' and a 'delete' of the same kernel), and the pairs
 # around them meet other work: a deterministic program was called structurally
 # different, with a differing kernel (found by a trust pass).  So the steps
-# alignment left unpaired join the differing pairs in _reorders' matching:
-# identical digest rows pair up, across the whole run (the window of
-# REORDER_WINDOW positions); the steps left of those stretches then pair by
-# name, in order, and only what is left after that is structural.
+# alignment left unpaired are matched, with the differing pairs, to identical
+# steps (name, shapes, input and output hashes) of the other run, wherever
+# they ran (within REORDER_WINDOW positions) -- and the result is taken only
+# when it explains every unpaired step: each found an identical partner, and
+# every differing pair was either kept whole or both its steps found
+# identical partners.  Anything less (one run did work the other did not, a
+# value handed to the program at another point, work whose values differ)
+# keeps the alignment as it was: STRUCTURE and roots, as before (a review
+# found that pairing the leftovers by name hid an extra op as a match,
+# moved .item() values, and called a value written by a step only one run
+# ran 'from outside').  Steps that hand the program a value never move
+# (Note [Reordered steps]).
 
 
-def _repair_unaligned(ka: torch.Tensor, kb: torch.Tensor, ca: torch.Tensor, cb: torch.Tensor,
-                      pa: torch.Tensor, pb: torch.Tensor, rows: torch.Tensor, un_a: list[int], un_b: list[int],
-                      hands_value=None):
-    """Note [Steps left unaligned by another order]: (pa, pb, moved a-steps,
-    still unpaired a-steps, still unpaired b-steps) with the unaligned steps
-    ``un_a`` / ``un_b`` paired where an identical step (or, left over, one
-    of the same name) is free; None when none could be."""
+def _repair_unaligned(ca: torch.Tensor, cb: torch.Tensor, pa: torch.Tensor, pb: torch.Tensor,
+                      rows: torch.Tensor, un_a: list[int], un_b: list[int], hands_value=None):
+    """Note [Steps left unaligned by another order]: (pa, pb, moved a-steps)
+    with every unaligned step of ``un_a`` / ``un_b`` paired to an identical
+    step, or None when that does not explain them all."""
     import bisect
 
-    if not un_a or not un_b or len(un_a) + len(un_b) + len(rows) > _REORDER_LIMIT:
+    if not un_a or len(un_a) != len(un_b) or len(un_a) + len(rows) > _REORDER_LIMIT:
         return None
     rows_l = rows.tolist()
-    pool_a = sorted([int(pa[k]) for k in rows_l] + un_a)
-    pool_b = sorted([int(pb[k]) for k in rows_l] + un_b)
-    old_partner = {int(pa[k]): int(pb[k]) for k in rows_l}
+    old_b = {int(pa[k]): int(pb[k]) for k in rows_l}  # differing pairs: a-step -> its b-step
+    old_a = {b: a for a, b in old_b.items()}
+    pool_a = sorted(list(old_b) + un_a)
     key_b: dict[int, list[int]] = {}
-    for j in pool_b:
+    for j in sorted(list(old_a) + un_b):
         key_b.setdefault(int(cb[j]), []).append(j)
     used: set[int] = set()
     pairs: dict[int, int] = {}
@@ -724,42 +762,27 @@ def _repair_unaligned(ka: torch.Tensor, kb: torch.Tensor, ca: torch.Tensor, cb: 
             at += 1
         if at >= len(cand) or cand[at] > i + REORDER_WINDOW:
             continue
-        if hands_value is not None and old_partner.get(i) != cand[at] and hands_value(i):
+        if hands_value is not None and old_b.get(i) != cand[at] and hands_value(i):
             continue  # which value the program got where is its output (Note [Reordered steps])
         pairs[i] = cand[at]
         used.add(cand[at])
-    if not any(i in set(un_a) for i in pairs) and not any(j in set(un_b) for j in pairs.values()):
-        return None  # nothing unaligned found a partner: _reorders decides the rest
-    left_a = [i for i in pool_a if i not in pairs]
-    left_b = [j for j in pool_b if j not in used]
-    # pairs of the alignment whose two steps are both left keep each other; then the rest by name, in order
-    for i in left_a:
-        j = old_partner.get(i)
-        if j is not None and j not in used:
-            pairs[i] = j
-            used.add(j)
-    by_name: dict[int, list[int]] = {}
-    for j in left_b:
-        if j not in used:
-            by_name.setdefault(int(kb[j]), []).append(j)
-    for i in left_a:
-        if i in pairs:
-            continue
-        free = by_name.get(int(ka[i]))
-        if free:
-            pairs[i] = free.pop(0)
-            used.add(pairs[i])
-    moved = sorted(i for i, j in pairs.items() if old_partner.get(i) != j and int(ca[i]) == int(cb[j]))
+    if len(pairs) < len(un_a) or any(i not in pairs for i in un_a) or any(j not in used for j in un_b):
+        return None  # an unaligned step with no identical partner: other work, not another order
+    for a, b in old_b.items():  # a differing pair is kept whole, or both its steps found partners
+        if (a in pairs) != (b in used):
+            return None
     keep = torch.ones(len(pa), dtype=torch.bool)
     if rows_l:
         keep[rows] = False
-    na = torch.tensor(sorted(pairs), dtype=torch.int64)
-    nb = torch.tensor([pairs[i] for i in sorted(pairs)], dtype=torch.int64)
-    all_a, all_b = torch.cat([pa[keep], na]), torch.cat([pb[keep], nb])
+    for a, b in old_b.items():
+        if a not in pairs:
+            pairs[a] = b  # a difference of its own: it stays, as aligned
+    moved = sorted(i for i, j in pairs.items() if old_b.get(i) != j)
+    order_a = sorted(pairs)
+    all_a = torch.cat([pa[keep], torch.tensor(order_a, dtype=torch.int64)])
+    all_b = torch.cat([pb[keep], torch.tensor([pairs[i] for i in order_a], dtype=torch.int64)])
     order = torch.argsort(all_a, stable=True)
-    still_a = [i for i in un_a if i not in pairs]
-    still_b = [j for j in un_b if j not in used]
-    return all_a[order], all_b[order], moved, still_a, still_b
+    return all_a[order], all_b[order], moved
 
 
 def _align(ka: torch.Tensor, kb: torch.Tensor, ca: torch.Tensor | None = None,
@@ -1120,26 +1143,6 @@ def _allocation_keys() -> torch.Tensor:
     return torch.tensor(sorted({_C.key_digest(kind, n) for n in names for kind in (2, 3)}), dtype=torch.int64)
 
 
-def _unpaired_ops(ops: list, paired_a: set, paired_b: set) -> list:
-    """The alignment's opcodes with the steps paired since (``paired_a`` /
-    ``paired_b``: Note [Steps left unaligned by another order]) cut out of its
-    non-equal stretches: each stretch's span over what is left, as a
-    'delete' / 'insert' / 'replace'."""
-    out: list = []
-    for tag, i1, i2, j1, j2 in ops:
-        if tag == "equal":
-            out.append((tag, i1, i2, j1, j2))
-            continue
-        ra = [i for i in range(i1, i2) if i not in paired_a]
-        rb = [j for j in range(j1, j2) if j not in paired_b]
-        if not ra and not rb:
-            continue
-        a1, a2 = (ra[0], ra[-1] + 1) if ra else (i1, i1)
-        b1, b2 = (rb[0], rb[-1] + 1) if rb else (j1, j1)
-        out.append(("replace" if ra and rb else "delete" if ra else "insert", a1, a2, b1, b2))
-    return out
-
-
 def _alignment_keys(side: "_Side") -> torch.Tensor:
     """The key column the runs are aligned on: each step's key, with an
     allocation's shape digest folded in (Note [Allocation-only differences])."""
@@ -1179,12 +1182,13 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
     hands_value = lambda i: VALUE in A.step(i).post  # noqa: E731
     moved_at: list[int] = []  # run a's steps that found their partner elsewhere (Note [Reordered steps])
     if aligned and un_a and un_b:  # Note [Steps left unaligned by another order]
-        fixed = _repair_unaligned(ka, kb, ca_full, cb_full, pa, pb,
+        fixed = _repair_unaligned(ca_full, cb_full, pa, pb,
                                   (ne[:, 0] | ne[:, 2] | ne[:, 3] | ne[:, 4]).nonzero().flatten(), un_a, un_b,
                                   hands_value)
-        if fixed is not None:
-            pa, pb, moved_at, still_a, still_b = fixed
-            ops = _unpaired_ops(ops, set(un_a) - set(still_a), set(un_b) - set(still_b))
+        if fixed is not None:  # every unaligned step paired: no stretch is left unaligned
+            pa, pb, moved_at = fixed
+            ops = [op for op in ops if op[0] == "equal" or _only_allocations(A, op[1], op[2])
+                   and _only_allocations(B, op[3], op[4])]
             da, db = A.dig[pa], B.dig[pb]
             ne = da != db
     moved = _reorders(ca_full, cb_full, pa, pb, (ne[:, 0] | ne[:, 2] | ne[:, 3] | ne[:, 4]).nonzero().flatten(),
@@ -1274,6 +1278,11 @@ def compare(run_a, run_b, *, runs: tuple = (0, 1)) -> Report:
         # and says so (a hunt's runs share one command: kdebug's runner's own arguments are left out)
         rep.notes.append(f"the traces are of different commands: {side_name(runs[0])} ran "
                          f"{' '.join(ca)[:200]!r}, {side_name(runs[1])} ran {' '.join(cb)[:200]!r}")
+    if A.kernels == 0 and B.kernels == 0 and (A.n or B.n):
+        # dynamo left the code eager (nn.LSTM / nn.GRU, a skipped frame), or nothing was compiled: a
+        # match here says nothing of compiled kernels
+        rep.notes.append("no compiled kernel was launched in either run: the comparison covers aten ops only "
+                         "(nothing was compiled, or torch.compile left this code eager)")
     for key in ("settings", "settings_end"):  # Note [Settings that change the numbers] (trace.py)
         sa, sb = ma.get(key) or {}, mb.get(key) or {}
         rep.settings += [(k, sa[k], sb[k]) for k in sa if k in sb and sa[k] != sb[k]
