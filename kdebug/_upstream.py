@@ -53,6 +53,13 @@ OpOverloadPacket = torch._ops.OpOverloadPacket  # 2.11, 2.13
 disable_torch_dispatch = torch._C._DisableTorchDispatch  # 2.11, 2.13: a context manager
 dispatch_stack_depth = torch._C._len_torch_dispatch_stack  # 2.11, 2.13: this thread's dispatch modes
 
+
+def untyped_of(typed: "torch.TypedStorage") -> "torch.UntypedStorage":
+    """A TypedStorage's UntypedStorage without its public untyped(), which
+    warns 'TypedStorage is deprecated' into the program's output (torch.save
+    reaches kdebug's program reads with one); _untyped_storage: 2.11, 2.13."""
+    return typed._untyped_storage
+
 mode_module = sys.modules[DebugMode.__module__]
 """Module holding _ACTIVE_DEBUG_MODE_COUNT (torch.utils._debug_mode[._mode]; 2.11, 2.13)."""
 

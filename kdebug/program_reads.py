@@ -145,7 +145,7 @@ def _data_of(x, whole: bool):
     from .collectives import _shape_text
 
     if isinstance(x, torch.TypedStorage):
-        x = x.untyped()
+        x = _upstream.untyped_of(x)  # (untyped() warns into the program's output)
     if isinstance(x, torch.UntypedStorage):
         st = x
     elif (isinstance(x, torch.Tensor) and not x.is_meta

@@ -155,3 +155,24 @@ def test_a_root_is_after_a_read_only_when_the_read_came_before_it(read_between):
     else:
         assert second.after_read is None, str(rep)
         assert "before this step" not in str(rep) and "after it read other values" not in str(rep), str(rep)
+
+
+def test_a_save_under_kdebug_record_adds_no_warning_to_the_programs_output(tmp_path):
+    """torch.save hands the program-read hook TypedStorages; reading them with
+    untyped() warned 'TypedStorage is deprecated' into the program's output,
+    which its plain run does not print (a trust pass)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "save.py"
+    script.write_text("import torch\n"
+                      "f = torch.compile(lambda x: x.sin() * 2)\n"
+                      "torch.save({'y': f(torch.ones(8))}, 'out.pt')\n"
+                      "print('saved')\n")
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    rec = subprocess.run([sys.executable, "-m", "kdebug", "record", "-o", "r.kdt", "--", str(script)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert plain.returncode == 0 and rec.returncode == 0, rec.stderr
+    assert "TypedStorage" not in plain.stderr  # the check below means something only if so
+    assert "TypedStorage" not in rec.stderr, rec.stderr
+    assert rec.stdout.splitlines()[0] == "saved"
