@@ -157,18 +157,19 @@ def test_a_root_is_after_a_read_only_when_the_read_came_before_it(read_between):
         assert "before this step" not in str(rep) and "after it read other values" not in str(rep), str(rep)
 
 
-def test_a_save_under_kdebug_record_adds_no_warning_to_the_programs_output(tmp_path):
-    """torch.save hands the program-read hook TypedStorages; reading them with
-    untyped() warned 'TypedStorage is deprecated' into the program's output,
-    which its plain run does not print (a trust pass)."""
+def test_a_pickled_state_dict_under_kdebug_record_adds_no_warning_to_the_programs_output(tmp_path):
+    """Pickling a state_dict hands the program-read hook TypedStorages;
+    reading them with untyped() warned 'TypedStorage is deprecated' into the
+    program's output, which its plain run does not print (a trust pass)."""
     import subprocess
     import sys
 
     script = tmp_path / "save.py"
-    script.write_text("import torch\n"
-                      "f = torch.compile(lambda x: x.sin() * 2)\n"
-                      "torch.save({'y': f(torch.ones(8))}, 'out.pt')\n"
-                      "print('saved')\n")
+    script.write_text("import pickle, torch\n"
+                      "m = torch.nn.Linear(4, 4)\n"
+                      "f = torch.compile(m)\n"
+                      "f(torch.ones(2, 4))\n"
+                      "print(len(pickle.dumps(m.state_dict())) > 0 and 'saved')\n")
     plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     rec = subprocess.run([sys.executable, "-m", "kdebug", "record", "-o", "r.kdt", "--", str(script)],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
