@@ -1800,6 +1800,11 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str", settings: bool = Fals
         why = ("-> this op drew other random numbers: the generator passed to it (or its shape arguments) "
                "differed; a torch.Generator seeded differently in each run (from time, a process id, "
                "os.urandom) shows here as another seed")
+    elif x.outside_inputs and all(lab == "non-tensor arguments / shapes" for lab, _, _ in x.outside_inputs):
+        # a Python number (or a shape) the program computed differently: no tensor differs here
+        out.append("input non-tensor arguments / shapes differ (SHAPES above); its tensor inputs are the same")
+        why = ("-> the program passed this step another Python number or shape: a value computed in Python "
+               "(from time, a counter, an unseeded random module, a .item() of an earlier difference)")
     else:
         out.append(f"input {_diff_text(x.outside_inputs, a, b)}, and no recorded step wrote a differing "
                    "value into it")

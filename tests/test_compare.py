@@ -898,3 +898,20 @@ def test_reordering_unaligned_steps_never_hides_other_work(case):
     called the first two a match)."""
     r = compare(_order_case(case, 0), _order_case(case, 1))
     assert not r.ok and r.structural, str(r)
+
+
+def test_a_python_number_that_differs_is_named_as_such():
+    """An eager op given another Python float (computed from time) was said to
+    read a difference 'from outside the recorded launches (a graph input,
+    RNG, ...)' (a trust pass): it says the program passed another number."""
+    x = torch.randn(6, 24, generator=torch.Generator().manual_seed(0))
+
+    def run(v):
+        with DebugMode() as dm, DebugMode.log_tensor_hashes("bitwise", hash_inputs=True):
+            (x * 1.0 + v).sum().item()
+        return dm
+
+    r = compare(run(1.9e-08), run(2.6e-07))
+    text = str(r)
+    assert not r.ok and r.roots[0].step_a.name == "aten::add.Tensor", text
+    assert "another Python number or shape" in text and "from outside the recorded launches" not in text, text
