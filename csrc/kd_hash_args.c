@@ -63,18 +63,27 @@ static int skipped(PyObject *info, PyObject *fresh, PyObject *args)
     return kd_op_flag(info, KD_OPI_VIEW) ? kd_op_reads_fresh(fresh, args) : 0;
 }
 
+/* The arguments every function here takes first, (mode, func, args: tuple,
+ * kwargs: dict, ...), n of them: mode's fresh table (a new reference) with
+ * *info the op's OpInfo (borrowed), or NULL with an error (usage: the
+ * signature a TypeError shows). */
+static PyObject *op_context(PyObject *const *a, Py_ssize_t n, Py_ssize_t want, const char *usage,
+                            PyObject **info)
+{
+    if (n != want || !PyTuple_Check(a[2]) || !PyDict_Check(a[3])) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    *info = kd_dispatch_op_info(a[1]);
+    return *info == NULL ? NULL : fresh_of(a[0]);
+}
+
 /* op_hash_inputs(mode, func, args, kwargs) -> (args, kwargs) | None */
 static PyObject *op_hash_inputs(PyObject *m, PyObject *const *a, Py_ssize_t n)
 {
     (void)m;
-    if (n != 4 || !PyTuple_Check(a[2]) || !PyDict_Check(a[3])) {
-        PyErr_SetString(PyExc_TypeError, "op_hash_inputs(mode, func, args: tuple, kwargs: dict)");
-        return NULL;
-    }
-    PyObject *info = kd_dispatch_op_info(a[1]);
-    if (info == NULL)
-        return NULL;
-    PyObject *fresh = fresh_of(a[0]);
+    PyObject *info;
+    PyObject *fresh = op_context(a, n, 4, "op_hash_inputs(mode, func, args: tuple, kwargs: dict)", &info);
     if (fresh == NULL)
         return NULL;
     PyObject *out = NULL;
@@ -103,20 +112,16 @@ done:
 static PyObject *op_hash_outputs(PyObject *m, PyObject *const *a, Py_ssize_t n)
 {
     (void)m;
-    if (n != 6 || !PyTuple_Check(a[2]) || !PyDict_Check(a[3])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "op_hash_outputs(mode, func, args: tuple, kwargs: dict, result, add_fresh: bool)");
-        return NULL;
-    }
-    int track = PyObject_IsTrue(a[5]);
-    if (track < 0)
-        return NULL;
-    PyObject *info = kd_dispatch_op_info(a[1]);
-    if (info == NULL)
-        return NULL;
-    PyObject *fresh = fresh_of(a[0]);
+    PyObject *info;
+    PyObject *fresh = op_context(a, n, 6, "op_hash_outputs(mode, func, args: tuple, kwargs: dict, result, "
+                                          "add_fresh: bool)", &info);
     if (fresh == NULL)
         return NULL;
+    int track = PyObject_IsTrue(a[5]);
+    if (track < 0) {
+        Py_DECREF(fresh);
+        return NULL;
+    }
     PyObject *out = NULL;
     int skip = skipped(info, fresh, a[2]); /* before the table follows the op, as the fast path asks */
     if (skip >= 0 && kd_op_track_fresh(fresh, info, a[2], a[3], a[4], track) < 0)
@@ -139,18 +144,11 @@ done:
 static PyObject *op_track_fresh(PyObject *m, PyObject *const *a, Py_ssize_t n)
 {
     (void)m;
-    if (n != 5 || !PyTuple_Check(a[2]) || !PyDict_Check(a[3])) {
-        PyErr_SetString(PyExc_TypeError, "op_track_fresh(mode, func, args: tuple, kwargs: dict, result)");
-        return NULL;
-    }
-    PyObject *fresh = fresh_of(a[0]);
+    PyObject *info;
+    PyObject *fresh = op_context(a, n, 5, "op_track_fresh(mode, func, args: tuple, kwargs: dict, result)", &info);
     if (fresh == NULL)
         return NULL;
-    int rc = 0;
-    if (PyDict_GET_SIZE(fresh) > 0) {
-        PyObject *info = kd_dispatch_op_info(a[1]);
-        rc = info == NULL ? -1 : kd_op_track_fresh(fresh, info, a[2], a[3], a[4], 0);
-    }
+    int rc = kd_op_track_fresh(fresh, info, a[2], a[3], a[4], 0);
     Py_DECREF(fresh);
     if (rc < 0)
         return NULL;

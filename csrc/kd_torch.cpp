@@ -488,19 +488,28 @@ extern "C" uint64_t kd_shim_storage_ptr(PyObject *obj)
     return 0;
 }
 
+// The storage of a Python tensor (nullptr for a non-tensor or one with none);
+// unsafe_storage(): storage() throws for tensors whose storage access is
+// forbidden (functional wrappers).
+static const c10::Storage *storage_of(PyObject *obj)
+{
+    if (!is_tensor(obj))
+        return nullptr;
+    const at::Tensor &t = THPVariable_Unpack(obj);
+    if (!t.has_storage())
+        return nullptr;
+    const c10::Storage &st = t.unsafeGetTensorImpl()->unsafe_storage();
+    return st ? &st : nullptr;
+}
+
 extern "C" void *kd_shim_storage_weak(PyObject *obj, uint64_t *key)
 {
     try {
-        if (!is_tensor(obj))
+        const c10::Storage *st = storage_of(obj);
+        if (st == nullptr)
             return nullptr;
-        const at::Tensor &t = THPVariable_Unpack(obj);
-        if (!t.has_storage())
-            return nullptr;
-        const c10::Storage &st = t.unsafeGetTensorImpl()->unsafe_storage();
-        if (!st)
-            return nullptr;
-        *key = reinterpret_cast<uint64_t>(st.unsafeGetStorageImpl());
-        return new c10::weak_intrusive_ptr<c10::StorageImpl>(st.getWeakStorageImpl());
+        *key = reinterpret_cast<uint64_t>(st->unsafeGetStorageImpl());
+        return new c10::weak_intrusive_ptr<c10::StorageImpl>(st->getWeakStorageImpl());
     } catch (...) {
         set_error("could not reference a tensor's storage");
     }
@@ -510,13 +519,8 @@ extern "C" void *kd_shim_storage_weak(PyObject *obj, uint64_t *key)
 extern "C" uint64_t kd_shim_storage_key(PyObject *obj)
 {
     try {
-        if (!is_tensor(obj))
-            return 0;
-        const at::Tensor &t = THPVariable_Unpack(obj);
-        if (!t.has_storage())
-            return 0;
-        const c10::Storage &st = t.unsafeGetTensorImpl()->unsafe_storage();
-        return st ? reinterpret_cast<uint64_t>(st.unsafeGetStorageImpl()) : 0;
+        const c10::Storage *st = storage_of(obj);
+        return st ? reinterpret_cast<uint64_t>(st->unsafeGetStorageImpl()) : 0;
     } catch (...) {
         set_error("could not read a tensor's storage");
     }
