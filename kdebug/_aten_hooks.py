@@ -195,20 +195,17 @@ def hash_hooks(fn: Callable, hash_inputs: bool) -> tuple:
     (Note [Hashes of one op on every path], csrc/kd_hash_args.c): no hash of
     an out= or fresh buffer's memory before the op, none of a fresh buffer's
     views, the written arguments of an in-place op that returns nothing."""
+    def logged(key: str, values):
+        # None: nothing hashed (no tensor in it: item(), equal(); then the value is compared)
+        tree = None if values is None else _tree(fn, values)
+        return None if tree is None or _upstream.tree_all(lambda x: x is None, tree) else {key: tree}
+
     def pre(func, types, args, kwargs, call):
-        both = _C.op_hash_inputs(_local.dispatching, func, tuple(args), dict(kwargs or {}))
-        if both is None:
-            return None
-        tree = _tree(fn, both)
-        return None if _upstream.tree_all(lambda x: x is None, tree) else {"input_hash": tree}
+        return logged("input_hash", _C.op_hash_inputs(_local.dispatching, func, tuple(args), dict(kwargs or {})))
 
     def log(func, types, args, kwargs, result):
-        values = _C.op_hash_outputs(_local.dispatching, func, tuple(args), dict(kwargs or {}), result,
-                                    hash_inputs)
-        if values is None:
-            return None
-        tree = _tree(fn, values)  # no tensor in it (item(), equal()): no hash, so the value is compared
-        return None if _upstream.tree_all(lambda x: x is None, tree) else {"hash": tree}
+        return logged("hash", _C.op_hash_outputs(_local.dispatching, func, tuple(args), dict(kwargs or {}),
+                                                 result, hash_inputs))
 
     return (pre if hash_inputs else None, log, None)
 

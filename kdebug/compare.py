@@ -673,34 +673,46 @@ REORDER_WINDOW = 4096
 _REORDER_LIMIT = 200_000  # differing pairs beyond which no re-pairing is tried (a Python loop each)
 
 
+def _match_identical(items_a: list[int], keys_a: list[int], items_b: list[int], keys_b: list[int],
+                     stays, hands_value=None) -> dict[int, int]:
+    """Each item of a (in order) matched to the nearest free item of b with
+    the same key within REORDER_WINDOW (items are positions, in order;
+    Note [Reordered steps]); ``stays(i, j)``: pairing i with j moves nothing,
+    so a step that hands the program a value (``hands_value(i)``) may only
+    take such a partner."""
+    import bisect
+
+    where: dict[int, list[int]] = {}
+    for j, kb in zip(items_b, keys_b):
+        where.setdefault(kb, []).append(j)
+    used: set[int] = set()
+    match: dict[int, int] = {}
+    for i, ka in zip(items_a, keys_a):
+        cand = where.get(ka)
+        if not cand:
+            continue
+        at = bisect.bisect_left(cand, i - REORDER_WINDOW)
+        while at < len(cand) and cand[at] in used:
+            at += 1
+        if at >= len(cand) or cand[at] > i + REORDER_WINDOW:
+            continue
+        if hands_value is not None and not stays(i, cand[at]) and hands_value(i):
+            continue  # which value the program got where is the program's output: never moved
+        match[i] = cand[at]
+        used.add(cand[at])
+    return match
+
+
 def _reorders(ca: torch.Tensor, cb: torch.Tensor, pa: torch.Tensor, pb: torch.Tensor,
               rows: torch.Tensor, hands_value=None) -> tuple[torch.Tensor, list[int]] | None:
     """Note [Reordered steps]: (pb re-paired, the aligned positions whose
     step moved) among the differing pairs ``rows``, or None when none moved."""
-    import bisect
-
     if len(rows) < 2 or len(rows) > _REORDER_LIMIT:
         return None
     ks = rows.tolist()
-    key_a = ca[pa[rows]].tolist()
-    key_b = cb[pb[rows]].tolist()
-    where: dict[int, list[int]] = {}
-    for k, kb in zip(ks, key_b):
-        where.setdefault(kb, []).append(k)
-    used: set[int] = set()
-    match: dict[int, int] = {}
-    for k, kk in zip(ks, key_a):
-        cand = where.get(kk)
-        if not cand:
-            continue
-        i = bisect.bisect_left(cand, k - REORDER_WINDOW)
-        while i < len(cand) and (cand[i] in used):
-            i += 1
-        if i < len(cand) and cand[i] <= k + REORDER_WINDOW:
-            if cand[i] != k and hands_value is not None and hands_value(int(pa[k])):
-                continue  # which value the program got where is the program's output: never moved
-            match[k] = cand[i]
-            used.add(cand[i])
+    match = _match_identical(ks, ca[pa[rows]].tolist(), ks, cb[pb[rows]].tolist(), lambda k, j: k == j,
+                             None if hands_value is None else lambda k: hands_value(int(pa[k])))
+    used = set(match.values())
     if not any(k != j for k, j in match.items()):
         return None
     new_pb = pb.clone()
@@ -740,32 +752,15 @@ def _repair_unaligned(ca: torch.Tensor, cb: torch.Tensor, pa: torch.Tensor, pb: 
     """Note [Steps left unaligned by another order]: (pa, pb, moved a-steps)
     with every unaligned step of ``un_a`` / ``un_b`` paired to an identical
     step, or None when that does not explain them all."""
-    import bisect
-
     if not un_a or len(un_a) != len(un_b) or len(un_a) + len(rows) > _REORDER_LIMIT:
         return None
     rows_l = rows.tolist()
     old_b = {int(pa[k]): int(pb[k]) for k in rows_l}  # differing pairs: a-step -> its b-step
-    old_a = {b: a for a, b in old_b.items()}
     pool_a = sorted(list(old_b) + un_a)
-    key_b: dict[int, list[int]] = {}
-    for j in sorted(list(old_a) + un_b):
-        key_b.setdefault(int(cb[j]), []).append(j)
-    used: set[int] = set()
-    pairs: dict[int, int] = {}
-    for i in pool_a:
-        cand = key_b.get(int(ca[i]))
-        if not cand:
-            continue
-        at = bisect.bisect_left(cand, i - REORDER_WINDOW)
-        while at < len(cand) and cand[at] in used:
-            at += 1
-        if at >= len(cand) or cand[at] > i + REORDER_WINDOW:
-            continue
-        if hands_value is not None and old_b.get(i) != cand[at] and hands_value(i):
-            continue  # which value the program got where is its output (Note [Reordered steps])
-        pairs[i] = cand[at]
-        used.add(cand[at])
+    pool_b = sorted(list(old_b.values()) + un_b)
+    pairs = _match_identical(pool_a, ca[pool_a].tolist(), pool_b, cb[pool_b].tolist(),
+                             lambda i, j: old_b.get(i) == j, hands_value)
+    used = set(pairs.values())
     if len(pairs) < len(un_a) or any(i not in pairs for i in un_a) or any(j not in used for j in un_b):
         return None  # an unaligned step with no identical partner: other work, not another order
     for a, b in old_b.items():  # a differing pair is kept whole, or both its steps found partners
