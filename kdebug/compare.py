@@ -1738,7 +1738,62 @@ def _launch_differs(x: "Root") -> bool:
             and (sa.config, sa.grid) != (sb.config, sb.grid))
 
 
+def root_cause(x: "Root", a: "int | str", b: "int | str", settings: bool = False) -> str:
+    """What the report's "-> ..." line says made root x differ (without the
+    arrow): the text report's and the HTML page's cause (kdebug/report.py), one
+    wording for both."""
+    return _root_cause(x, a, b, settings)[1][3:]
+
+
 def _root_lines(x: "Root", a: "int | str", b: "int | str", settings: bool = False) -> list[str]:
+    out, why = _root_cause(x, a, b, settings)
+    tail = [f"{x.consequences} later launches/ops changed because of it"]
+    if x.reaches_end:
+        tail.append(f"{x.reaches_end} differing tensor(s) from it still held their value when the recording ended"
+                    + ("" if x.kept_known else " (possibly kept: the final state is not known)"))
+    if x.freed:
+        tail.append(f"{x.freed} differing tensor(s) from it were freed unread")
+    if x.absorbed:
+        tail.append(f"{x.absorbed} read it and wrote identical outputs")
+    if x.sent:
+        tail.append(f"{x.sent} collective(s) sent it to the other ranks")
+    out.append(f"{why}; " + "; ".join(tail))
+    if x.values:  # Note [Returned values], Note [Program reads]
+        shown = "; ".join(f"{lab} returned {va} in {side_name(a)}, {vb} in {side_name(b)}"
+                          if isinstance(va, str) and isinstance(vb, str) and program_reads.PRINT not in lab else
+                          f"{lab} printed other text" if program_reads.PRINT in lab else
+                          f"{lab} read other values ({_fmt_pair(va, vb, a, b)})"
+                          for lab, va, vb in x.values[:3])
+        more = f" (and {len(x.values) - 3} more)" if len(x.values) > 3 else ""
+        out.append(f"-> the program got other values because of it: {shown}{more}")
+    if x.writer is not None and x.other_writer is not None:  # Note [Other tensors passed]
+        wb, counterpart = x.other_writer
+        twin = (f" (the counterpart of {counterpart.label()} in {side_name(a)})" if counterpart is not None else
+                f" (a step only {side_name(b)} ran there)")
+        why_path = (f"after it read other values from {x.after_read} (see its root), or a loop over a set or a dict, "
+                    "whose order follows PYTHONHASHSEED in each process" if x.after_read else
+                    "a loop over a set or a dict, whose order follows PYTHONHASHSEED in each process, or control "
+                    "flow on data")
+        out.append(f"-> the runs passed other tensors here: {side_name(a)} read what {x.writer.label()} wrote, "
+                   f"{side_name(b)} what its {wb.label()} wrote{twin}: the program took another path or order "
+                   f"here ({why_path})")
+    elif x.only_b_writer is not None:
+        pass  # (its own lines above name the writer that mattered)
+    elif x.writer is not None and not x.writer_paired:
+        out.append(f"-> last recorded write of that memory: {x.writer.label()} ({', '.join(x.writer_args)}), a step "
+                   f"only {side_name(a)} ran (STRUCTURE / ALLOCATION ONLY above)")
+    elif x.writer is not None:
+        between = "the runs" if isinstance(b, int) else f"{side_name(a)} and {side_name(b)}"
+        out.append(f"-> last recorded write of that memory: {x.writer.label()} ({', '.join(x.writer_args)}), whose "
+                   f"output matched between {between}: it changed after that write")
+    if x.after_read and not (x.writer is not None and x.other_writer is not None):
+        out.append(f"-> the program had read other values from {x.after_read} before this step (see its root): "
+                   "it may follow from them through Python (indices, a branch, a loop), which kdebug does not trace")
+    return out
+
+
+def _root_cause(x: "Root", a: "int | str", b: "int | str", settings: bool = False) -> tuple[list[str], str]:
+    """The lines of root x before its cause, and the cause ("-> ...")."""
     what = "kernel" if x.step_a.kind == "kernel" else "op"
     out = []
     if x.kind == "root":
@@ -1806,49 +1861,7 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str", settings: bool = Fals
         why = ("-> the difference came from outside the recorded launches (a graph input, RNG, memory "
                "torch.empty gave that was read before all of it was written, an op run with no DebugMode, a "
                "write kdebug did not see)")
-    tail = [f"{x.consequences} later launches/ops changed because of it"]
-    if x.reaches_end:
-        tail.append(f"{x.reaches_end} differing tensor(s) from it still held their value when the recording ended"
-                    + ("" if x.kept_known else " (possibly kept: the final state is not known)"))
-    if x.freed:
-        tail.append(f"{x.freed} differing tensor(s) from it were freed unread")
-    if x.absorbed:
-        tail.append(f"{x.absorbed} read it and wrote identical outputs")
-    if x.sent:
-        tail.append(f"{x.sent} collective(s) sent it to the other ranks")
-    out.append(f"{why}; " + "; ".join(tail))
-    if x.values:  # Note [Returned values], Note [Program reads]
-        shown = "; ".join(f"{lab} returned {va} in {side_name(a)}, {vb} in {side_name(b)}"
-                          if isinstance(va, str) and isinstance(vb, str) and program_reads.PRINT not in lab else
-                          f"{lab} printed other text" if program_reads.PRINT in lab else
-                          f"{lab} read other values ({_fmt_pair(va, vb, a, b)})"
-                          for lab, va, vb in x.values[:3])
-        more = f" (and {len(x.values) - 3} more)" if len(x.values) > 3 else ""
-        out.append(f"-> the program got other values because of it: {shown}{more}")
-    if x.writer is not None and x.other_writer is not None:  # Note [Other tensors passed]
-        wb, counterpart = x.other_writer
-        twin = (f" (the counterpart of {counterpart.label()} in {side_name(a)})" if counterpart is not None else
-                f" (a step only {side_name(b)} ran there)")
-        why_path = (f"after it read other values from {x.after_read} (see its root), or a loop over a set or a dict, "
-                    "whose order follows PYTHONHASHSEED in each process" if x.after_read else
-                    "a loop over a set or a dict, whose order follows PYTHONHASHSEED in each process, or control "
-                    "flow on data")
-        out.append(f"-> the runs passed other tensors here: {side_name(a)} read what {x.writer.label()} wrote, "
-                   f"{side_name(b)} what its {wb.label()} wrote{twin}: the program took another path or order "
-                   f"here ({why_path})")
-    elif x.only_b_writer is not None:
-        pass  # (its own lines above name the writer that mattered)
-    elif x.writer is not None and not x.writer_paired:
-        out.append(f"-> last recorded write of that memory: {x.writer.label()} ({', '.join(x.writer_args)}), a step "
-                   f"only {side_name(a)} ran (STRUCTURE / ALLOCATION ONLY above)")
-    elif x.writer is not None:
-        between = "the runs" if isinstance(b, int) else f"{side_name(a)} and {side_name(b)}"
-        out.append(f"-> last recorded write of that memory: {x.writer.label()} ({', '.join(x.writer_args)}), whose "
-                   f"output matched between {between}: it changed after that write")
-    if x.after_read and not (x.writer is not None and x.other_writer is not None):
-        out.append(f"-> the program had read other values from {x.after_read} before this step (see its root): "
-                   "it may follow from them through Python (indices, a branch, a loop), which kdebug does not trace")
-    return out
+    return out, why
 
 
 def _benign_lines(r: "Report") -> list[str]:

@@ -45,7 +45,7 @@ import torch
 
 from . import __version__, _files, _upstream
 from .calls import _dtype_of
-from .compare import Report, _fmt_hash, _Side, compare, format_report, is_collective, stats_diff
+from .compare import Report, _fmt_hash, _Side, compare, format_report, is_collective, root_cause, stats_diff
 from .hashing import Stats
 # the inputs (trace paths, a kept hunt's hunt.json) are read without torch: kdebug/report_inputs.py
 from .report_inputs import _plain_name, kept_hunt, read_hunt_json, resolve_inputs  # noqa: F401
@@ -232,8 +232,10 @@ def _step_json(s) -> dict | None:
             "config": None if s.config is None else str(s.config)}
 
 
-def _root_json(x) -> dict:
+def _root_json(x, rep: Report) -> dict:
+    a, b = rep.runs
     return {"a": _step_json(x.step_a), "b": _step_json(x.step_b), "kind": x.kind,
+            "cause": root_cause(x, a, b, bool(rep.settings)),  # the text report's own words
             "outputs": [lab for lab, _, _ in x.outputs], "inputs": [lab for lab, _, _ in x.outside_inputs],
             "consequences": x.consequences, "reaches_end": x.reaches_end, "absorbed": x.absorbed,
             "freed": x.freed, "values": [[lab, str(va), str(vb)] for lab, va, vb in x.values[:10]],
@@ -272,8 +274,8 @@ def _comparison_json(rep: Report, limit: int = 2000) -> dict:
         "shape_total": len(al["shape"]),
         "inherited": 0 if d is None else len(d.inherited),
         "diff_total": len(al["roots"]) + len(al["heirs"]),
-        "roots": [_root_json(x) for x in rep.roots[:limit]],
-        "benign": [_root_json(x) for x in rep.benign[:limit]],
+        "roots": [_root_json(x, rep) for x in rep.roots[:limit]],
+        "benign": [_root_json(x, rep) for x in rep.benign[:limit]],
     }
 
 

@@ -366,3 +366,26 @@ def test_report_of_a_run_without_launches_in_chromium(launchless, browser, tmp_p
     assert "match" in page.inner_text("#summary")
     assert problems == []
     page.close()
+
+
+def test_page_gives_the_text_reports_cause_of_a_differing_python_number(browser, tmp_path):
+    """The page's cause of the first divergence is the text report's: an
+    eager add given another Python float (computed from time in a real
+    program) read 'no recorded launch wrote it: it came from outside the
+    recorded launches (a graph input, RNG, ...)' on the page while the text
+    said the program passed another Python number (a trust pass)."""
+    x = torch.randn(6, 24, generator=torch.Generator().manual_seed(0))
+    paths = []
+    for i, v in enumerate((1.9e-08, 2.6e-07)):
+        path = tmp_path / f"r{i}.kdt"
+        with DebugMode(trace=str(path)), DebugMode.log_tensor_hashes("bitwise", hash_inputs=True):
+            (x * 1.0 + v).sum().item()
+        paths.append(str(path))
+    out = tmp_path / "page.html"
+    report.write_html(str(out), paths)
+    page, problems, _ = _open(browser, out)
+    summary = page.inner_text("#summary")
+    assert "another Python number or shape" in summary, summary
+    assert "from outside the recorded launches" not in summary, summary
+    assert problems == []
+    page.close()
