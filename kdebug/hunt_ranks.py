@@ -139,11 +139,21 @@ _HOW = {
     "computed": "a step computed differently here from identical inputs (origin)",
     "outside": "an input changed outside the recording here: data, RNG or a step not recorded (origin)",
     "structure": "the runs launched different work here (origin)",
-    "config": "autotuning chose another launch config for a kernel here, with identical outputs (origin; "
-              "torch._inductor.config.deterministic = True pins the choice)",
+    "config": "autotuning chose another launch config for a kernel here, with identical outputs (origin",  # + _pin()
     "shapes": "a step ran with other shapes or scalar arguments here (origin)",
     "received": "only collectives differ here",
 }
+
+
+def _pin() -> str:
+    """How this torch pins autotuning's choice, closing _HOW["config"]'s parenthesis."""
+    import torch._inductor.config as ic
+
+    if hasattr(ic, "deterministic"):
+        return "; torch._inductor.config.deterministic = True pins the choice)"
+    return ("; this torch has no torch._inductor.config.deterministic: "
+            "torch._inductor.config.test_configs.force_filter_reduction_configs = True and "
+            "torch._inductor.config.triton.autotune_pointwise = False keep one config a kernel)")
 
 
 def rank_result(rank: int, reports: list) -> dict:
@@ -219,6 +229,8 @@ class JobVerdict:
                 else:
                     first = f"first root {x['roots'][0]['root']}"
                 text = _HOW[how]
+                if how == "config":
+                    text += _pin()
                 if how == "received":
                     text += (": it received another rank's difference" if self.origins else
                              ", and no rank computed differently or took other inputs: the collective returned "

@@ -375,6 +375,12 @@ def test_summary_names_how_each_rank_differs():
     text = "\n".join(v.summary(2, 2))
     assert v.origins == [1] and "rank 1: first difference at kernel #1 triton_per_fused__softmax_6" in text
     assert "autotuning chose another launch config" in text and "?" not in text and "different work" not in text
+    # the way to pin it is one this torch has (torch 2.11 has no inductor config.deterministic)
+    import torch._inductor.config as ic
+
+    line = next(x for x in text.splitlines() if "autotuning chose" in x)
+    assert line.endswith(")") and line.count("(") == line.count(")"), line
+    assert ("config.deterministic = True pins the choice" in line) == hasattr(ic, "deterministic"), line
     # one rank, or no process group: nothing is claimed to agree
     v = _verdict({0: _rank(match=True)}, grouped=False)
     text = "\n".join(v.summary(1, 2))
