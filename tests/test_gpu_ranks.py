@@ -111,7 +111,9 @@ def test_two_gpu_hunt_of_a_deterministic_compiled_ddp_step_finds_runs_and_replic
     collectives, the replicas diverged at DDP's mul.out into a bucket view,
     whose queued hash raced NCCL's in-place all-reduce of the bucket."""
     keep = tmp_path / "hunt"
-    p = _kd("hunt", "--nproc", "2", "--keep", str(keep), DDP_GPU, KD_ATTN="math")
+    # KD_PIN_CONFIGS: every run compiles and autotunes from scratch, and timing may pick another
+    # block size for a reduction (seen on 2 H200s, torch 2.11), a real difference this test is not about
+    p = _kd("hunt", "--nproc", "2", "--keep", str(keep), DDP_GPU, KD_ATTN="math", KD_PIN_CONFIGS="1")
     assert p.returncode in (0, 1), p.stdout[-4000:]
     hunt = json.loads((keep / "hunt.json").read_text())
     assert hunt["nproc"] == 2 and set(hunt["ranks"]) == {"0", "1"}
@@ -134,20 +136,43 @@ def test_two_gpu_hunt_of_a_deterministic_compiled_ddp_step_finds_runs_and_replic
 @two_gpus
 def test_two_gpu_hunt_names_the_embedding_backward_as_an_intrinsic_root(tmp_path):
     """Issue 22 part 1, a real root: with token ids through nn.Embedding,
-    Inductor's fused embedding backward accumulates with atomic adds; the
-    hunt names it on both ranks, re-launches it on its recorded inputs and
-    finds it intrinsically non-deterministic, while the replicas of each run
-    still agree (DDP all-reduces the same gradients into both ranks)."""
+    Inductor's fused embedding backward accumulates with atomic adds, whose
+    order varies.  Where that shows, the hunt names the kernel: between a
+    rank's runs (an origin; the hunt re-launches it on its recorded inputs
+    and finds it intrinsically non-deterministic), and between the ranks of
+    one run (a rank-local root: identical inputs, another sum).  Where the
+    order happened to give the same sums (seen on 2 H200s with ids spread
+    over the whole vocabulary: every rank's runs alike, the two GPUs not),
+    nothing is blamed there: a rank whose runs differ only because the other
+    rank's did has a collective as its first root.  Nothing else is ever
+    named, but kernels autotuned apart."""
     keep = tmp_path / "hunt"
-    p = _kd("hunt", "--nproc", "2", "--keep", str(keep), DDP_GPU, KD_ATTN="math", KD_INPUT="tokens")
+    p = _kd("hunt", "--nproc", "2", "--keep", str(keep), DDP_GPU, KD_ATTN="math", KD_INPUT="tokens",
+            KD_PIN_CONFIGS="1")
     assert p.returncode == 1, p.stdout[-4000:]
     hunt = json.loads((keep / "hunt.json").read_text())
+    named = 0
     for r in ("0", "1"):
-        root = hunt["ranks"][r]["roots"][0]["root"]
-        assert "embedding_dense_backward" in root and hunt["ranks"][r]["origin"], hunt["ranks"][r]
-    _replicas_agree_but_for_autotuning(hunt)
-    line = next(x for x in p.stdout.splitlines() if "re-launched" in x and "embedding_dense_backward" in x)
-    assert "INTRINSICALLY NONDETERMINISTIC" in line, line
+        rank = hunt["ranks"][r]
+        if rank["match"]:
+            continue
+        first = rank["roots"][0]
+        if rank["origin"]:
+            assert "embedding_dense_backward" in first["root"], rank
+            named += 1
+            line = next(x for x in p.stdout.splitlines() if "re-launched" in x and "embedding_dense_backward" in x)
+            assert "INTRINSICALLY NONDETERMINISTIC" in line, line
+        else:
+            assert first["collective"] and "allreduce" in first["root"], rank
+    for run in hunt["replicas"]:
+        for rank in run["ranks"].values():
+            for f in rank.get("findings", []):
+                if "embedding_dense_backward" in f.split(":")[0]:
+                    assert "rank-local root" in f, f
+                    named += 1
+                else:
+                    assert AUTOTUNED in f, f
+    assert named, p.stdout[-4000:]
 
 
 @pytest.mark.gpu

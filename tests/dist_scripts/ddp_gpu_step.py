@@ -16,11 +16,20 @@ Knobs (environment), as in ddp_step.py, its gloo / CPU sibling:
                       atomic adds unless deterministic algorithms are on) or
                       written out (matmul, softmax: every kernel deterministic);
                       default sdpa
-  KD_INPUT=tokens|features   token ids through an nn.Embedding (whose backward
+  KD_INPUT=tokens|features   token ids (16 distinct ones) through an nn.Embedding (whose backward
                       Inductor fuses into a kernel that accumulates with atomic
                       adds: intrinsically non-deterministic) or float features
                       through a Linear (default features)
   KD_STEPS            training steps (default 3)
+  KD_PIN_CONFIGS=1    no autotuning by timing: torch._inductor.config.deterministic
+                      where this torch has it (2.12+), else (torch 2.11) one config
+                      per reduction (test_configs.force_filter_reduction_configs)
+                      and per pointwise kernel (triton.autotune_pointwise = False).
+                      Without it each rank, and each run (kdebug hunt compiles
+                      every run from scratch), times its own candidates and may
+                      pick another block size: a real difference of numerics
+                      for a reduction (seen on 2 H200s, torch 2.11: a softmax
+                      backward at XBLOCK=1 on one rank, 8 on the other)
   KD_DEVICE=cpu       the same job on CPU over gloo (default cuda: NCCL)
 
 The model is a module class of this script (torch.compile(DDP(model)) does not
@@ -46,6 +55,14 @@ else:  # KD_DEVICE=cpu: the same job on gloo (a dry run of the GPU tests' logic 
     dev = torch.device("cpu")
     dist.init_process_group("gloo")
 rank = dist.get_rank()
+if os.environ.get("KD_PIN_CONFIGS") == "1":
+    import torch._inductor.config as ic
+
+    if hasattr(ic, "deterministic"):
+        ic.deterministic = True
+    else:
+        ic.test_configs.force_filter_reduction_configs = True
+        ic.triton.autotune_pointwise = False
 torch.manual_seed(0)
 ATTN = os.environ.get("KD_ATTN", "sdpa")
 TOKENS = os.environ.get("KD_INPUT", "features") == "tokens"
@@ -93,7 +110,10 @@ model = Net().to(dev, torch.bfloat16)
 fwd = torch.compile(DDP(model, device_ids=[local] if dev.type == "cuda" else None))
 opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)  # CUDA's default path, on CPU too
 g = torch.Generator(dev).manual_seed(1)
-idx = torch.randint(0, 512, (4, 128), device=dev, generator=g) if TOKENS else \
+# 512 token ids of 16 distinct values: each embedding row's gradient sums 32 rows, whose atomic adds
+# land in an order that varies (with ids spread over the 512-word vocabulary, most rows got one
+# contribution and the runs on one H200 summed alike; 2 H200s still differed from each other)
+idx = torch.randint(0, 16, (4, 128), device=dev, generator=g) if TOKENS else \
     torch.randn(4, 128, 256, device=dev, generator=g, dtype=torch.bfloat16)
 target = torch.randint(0, 512, (4, 128), device=dev, generator=g)
 fault = os.environ.get("KD_FAULT", "")
