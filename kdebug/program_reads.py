@@ -38,6 +38,22 @@ own and appear in ``operators`` and traces; upstream's DebugMode has none.
 The wrappers are installed while at least one such mode is entered and
 removed with the last (the methods are restored exactly: an inherited one
 is deleted again).
+
+Note [Program reads under torch.compile]
+A print or tolist inside a torch.compile'd function is a graph break: Dynamo
+compiles the code before it, runs the read itself eagerly, and compiles what
+follows as a function of its own.  The read runs while Dynamo's frame hook is
+on, and Dynamo compiles any Python frame it meets that is not torch's own:
+kdebug's wrappers were compiled as frames of their own (graph breaks on
+sys._getframe, the dispatch guards), and what followed the read in the
+program ran uncompiled (a trust pass: an eager softmax gave the program
+another result under kdebug record, and the compiled index_add race after a
+debugging print was never launched, so the hunt said "match").  So each
+wrapper is torch._dynamo.disable'd: its frames, and those it calls, are never
+compiled, and when Dynamo traces a call to one it breaks the graph there, as
+it does at the torch function the wrapper stands for (Tensor.__repr__,
+torch.save; Dynamo traces a tensor's methods, tolist and numpy, by name, not
+through the class attribute).
 """
 from __future__ import annotations
 
@@ -216,30 +232,31 @@ def _storages(obj, depth: int = 0, out: list | None = None) -> list:
 
 
 def _wrapper(orig, name: str, whole: bool = False, saving: bool = False):
-    def read(self, *args, **kwargs):
-        if getattr(_local, "busy", False):
-            return orig(self, *args, **kwargs)
+    def read(*args, **kwargs):
+        if getattr(_local, "busy", False) or not (args or saving):
+            return orig(*args, **kwargs)  # (a call without its object: orig says what is wrong)
         _local.busy = True
         try:
             frame = sys._getframe(1)
             if name == PRINT:  # the text is what the program got
-                out = orig(self, *args, **kwargs)
-                _try_record(self, name, frame, out if isinstance(out, str) else None)
+                out = orig(*args, **kwargs)
+                _try_record(args[0], name, frame, out if isinstance(out, str) else None)
                 return out
-            if saving:  # torch.save(obj, f): storages in obj (its tensors record at their __reduce_ex__)
-                for st in _storages(self):
+            if saving:  # torch.save(obj, f), obj= given by name too: storages in obj (its tensors record at
+                # their __reduce_ex__)
+                for st in _storages(args[0] if args else kwargs.get("obj")):
                     _try_record(st, name, frame, whole=True)
                 _local.busy = False  # the tensors' own pickling inside is the program's read
-                return orig(self, *args, **kwargs)
-            _try_record(self, name, frame, whole=whole)
-            return orig(self, *args, **kwargs)
+                return orig(*args, **kwargs)
+            _try_record(args[0], name, frame, whole=whole)
+            return orig(*args, **kwargs)
         finally:
             _local.busy = False
 
     read.__wrapped__ = orig
     read.__name__ = getattr(orig, "__name__", "read")
     read.__doc__ = getattr(orig, "__doc__", None)
-    return read
+    return torch._dynamo.disable(read, recursive=True)  # Note [Program reads under torch.compile]
 
 
 def install(mode) -> None:

@@ -177,3 +177,49 @@ def test_a_pickled_state_dict_under_kdebug_record_adds_no_warning_to_the_program
     assert "TypedStorage" not in plain.stderr  # the check below means something only if so
     assert "TypedStorage" not in rec.stderr, rec.stderr
     assert rec.stdout.splitlines()[0] == "saved"
+
+
+@pytest.mark.parametrize("how", ["print", "tolist"])
+def test_a_read_inside_a_compiled_function_leaves_the_rest_of_it_compiled(how, capsys):
+    """A print or tolist inside a torch.compile'd function is a graph break;
+    Dynamo compiles what follows it as a function of its own.  With the
+    readers wrapped in kdebug's Python, Dynamo compiled the wrappers' frames
+    when the read ran after the break, and what followed the read ran
+    uncompiled: an eager softmax (the program got another result under
+    kdebug record, a trust pass) and no kernel to record, so a race after
+    a debugging print was called a match (Note [Program reads under
+    torch.compile])."""
+    def g(x):
+        y = x.cos()
+        if how == "print":
+            print("y[:3] =", y[:3])
+        else:
+            y[:2].tolist()
+        return (torch.softmax(y, 0) * y).sum()
+
+    x = torch.randn(100_003, generator=torch.Generator().manual_seed(0))
+    torch._dynamo.reset()
+    plain = torch.compile(g)(x).item()  # no recording: the program's own result
+    torch._dynamo.reset()
+    cg = torch.compile(g)
+    with DebugMode(record_final_state=True) as dm, DebugMode.log_tensor_hashes():
+        got = cg(x).item()
+    torch._dynamo.reset()
+    names = [k.kernel_name for k in dm.kernels]
+    assert len(names) == 2 and "softmax" in names[1], names
+    assert got == plain  # bitwise: the same compiled kernels
+    reads = [op.op for op in dm.operators if isinstance(op, program_reads.ProgramRead)]
+    assert reads == [program_reads.PRINT if how == "print" else program_reads.TOLIST]
+
+
+def test_torch_save_given_keywords_saves_and_is_recorded(tmp_path):
+    """torch.save(obj=..., f=...) is legal; kdebug's wrapper took the object
+    as its first positional argument and raised TypeError into the program."""
+    t = torch.arange(6.0)
+    with DebugMode(record_final_state=True) as dm, DebugMode.log_tensor_hashes():
+        torch.save(obj={"w": t}, f=str(tmp_path / "ck.pt"))
+        torch.save({"w": t}, f=str(tmp_path / "ck2.pt"))
+    assert torch.equal(torch.load(str(tmp_path / "ck.pt"))["w"], t)
+    assert torch.equal(torch.load(str(tmp_path / "ck2.pt"))["w"], t)
+    saved = [op.op for op in dm.operators if isinstance(op, program_reads.ProgramRead)]
+    assert saved == [program_reads.PICKLE] * 2, saved
