@@ -6,6 +6,8 @@ import os
 import sys
 import time
 
+from . import _stdin
+
 
 def _demo(args: argparse.Namespace) -> int:
     import torch
@@ -373,8 +375,7 @@ def _record_runs(n: int, target: list[str], module: bool, builtin: bool, tmp: st
 
                 replay.activate(None)
         else:
-            proc = subprocess.run(_runner_cmd(out, target, module, fix, builtin), stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
+            proc = _stdin.run(_runner_cmd(out, target, module, fix, builtin), {**os.environ, **env})
             status = proc.returncode
             if status != 0:
                 bar.close()
@@ -398,11 +399,15 @@ def _record_in_process(out: str, target, module: bool, builtin: bool, fix: str |
 
     _upstream.dynamo_reset()
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, f"inductor-cache-{fix or 'base'}-{i}")
-    saved = list(sys.argv)
+    saved, saved_stdin = list(sys.argv), sys.stdin
+    shared = _stdin.current_stream()  # Note [One standard input for every run]
+    if shared is not None:
+        sys.stdin = shared
     try:
         return _runner.record(out, list(target), module=module, builtin=builtin, fix=fix)
     finally:
         sys.argv = saved
+        sys.stdin = saved_stdin
         if fix == "deterministic_algorithms":
             torch.use_deterministic_algorithms(False)
 
@@ -439,6 +444,7 @@ def _hunt(args: argparse.Namespace) -> int:
     if args.fixes is not None and not args.try_fixes:
         print("kdebug hunt: --fixes chooses the fixes that --try-fixes tries; add --try-fixes", file=sys.stderr)
         return 2
+    _stdin.begin()  # every run reads the same standard input (Note [One standard input for every run])
     args.fixes = fixes
     _all_threads(args)
     builtin = not args.command

@@ -48,10 +48,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
+
+from . import _stdin
 
 UNSUPPORTED = (("in_process", "--in-process"),)
 
@@ -89,8 +90,7 @@ def _record_job(i, nproc: int, out: str, target: list[str], module: bool, env: d
 
     name = side_name(i) + (f", fix {fix}" if fix else "")
     print(f"kdebug hunt: {name}: {nproc} rank(s) through torch.distributed.run", file=sys.stderr)
-    proc = subprocess.run(launcher_cmd(nproc, out, target, module, fix), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
+    proc = _stdin.run(launcher_cmd(nproc, out, target, module, fix), {**os.environ, **(env or {})})
     if proc.returncode != 0:
         print(proc.stdout[-4000:], file=sys.stderr)
         if exit_race(proc.stdout, nproc):
