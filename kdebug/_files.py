@@ -19,7 +19,16 @@ process with SIGBUS).  So:
 - reports and exports are written whole to a new file in the target
   directory, created the same exclusive way under an unguessable name, then
   renamed over the output (atomic: a reader sees the old file or the new
-  one, never half of one).
+  one, never half of one); an existing output that is not a regular file (a
+  device such as /dev/null, a FIFO) is refused, never replaced.
+
+Note [An output is never an input]
+``kdebug report a.kdt -o a.kdt``, ``export a.kdt -o a.kdt``, ``diff a b --html b``
+and ``record -o s.py -- python s.py`` each replaced what the command was about
+to read (the last deleted the user's script before running it; an
+adversarial review).  Every command checks its outputs against the files it
+reads, by device and inode (a hard link or another spelling of the same
+path is the same file), before it starts (output_problem's ``inputs``).
 """
 from __future__ import annotations
 
@@ -55,11 +64,13 @@ def refuse_link(path: str) -> None:
         raise LinkRefused(path)
 
 
-def output_problem(path: str) -> str | None:
+def output_problem(path: str, inputs=()) -> str | None:
     """Why ``path`` cannot be written as a new output file, or None: checked
     before any work starts (a recording, a hunt) so a bad ``-o`` fails at
-    once with one line.  (Whether the directory is writable is left to the
-    write itself: permissions checked here could change.)"""
+    once with one line.  ``inputs``: the files the command reads (traces,
+    the script): an output that is one of them would destroy it (Note [An
+    output is never an input]).  (Whether the directory is writable is left
+    to the write itself: permissions checked here could change.)"""
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(d):
@@ -68,6 +79,17 @@ def output_problem(path: str) -> str | None:
         return str(LinkRefused(path))
     if os.path.isdir(path):
         return f"{path} is a directory; give a file name"
+    if os.path.exists(path) and not os.path.isfile(path):
+        return f"{path} exists and is not a regular file (a device, a pipe or a socket); give another path"
+    for x in inputs:
+        try:
+            same = os.path.exists(path) and os.path.samefile(path, os.fspath(x))
+        except (OSError, TypeError, ValueError):
+            same = False
+        if same:
+            which = "" if os.path.abspath(path) == os.path.abspath(os.fspath(x)) else f" ({x})"
+            return (f"{path}: this command reads that file{which}; writing its output there would destroy it: "
+                    "give another output path")
     return None
 
 
@@ -119,6 +141,9 @@ def replaced_atomically(path: str, mode: str = "w", encoding: str | None = "utf-
     refuse_link(path)
     if os.path.isdir(path) or path.endswith(("/", os.sep)):  # before any work: os.replace's error would name
         raise IsADirectoryError(errno.EISDIR, "is a directory; give a file path to write", path)  # the temp file
+    if os.path.exists(path) and not os.path.isfile(path):  # rename would replace the device or FIFO itself
+        raise FileExistsError(errno.EEXIST, f"{path} exists and is not a regular file (a device, a pipe or a "
+                                            "socket); give another path")
     d, base = os.path.split(os.path.abspath(path))
     for _ in range(64):
         tmp = os.path.join(d, f".{base}.{secrets.token_hex(8)}.tmp")

@@ -123,7 +123,7 @@ def _record(args: argparse.Namespace) -> int:
         return 2
     from ._files import output_problem  # (not `from . import _files`: that imports torch)
 
-    problem = output_problem(args.output)  # before the program runs, not after
+    problem = output_problem(args.output, [] if module else [target[0]])  # before the program runs, not after
     if problem:
         print(f"kdebug record: {problem}", file=sys.stderr)
         return 2
@@ -231,6 +231,13 @@ def _diff(args: argparse.Namespace) -> int:
     if args.b is None:
         print("kdebug diff: give two traces (or one job's stem with --ranks)", file=sys.stderr)
         return 2
+    if args.html:
+        from ._files import output_problem
+
+        problem = output_problem(args.html, [args.a, args.b])  # Note [An output is never an input]
+        if problem:
+            print(f"kdebug diff: {problem}", file=sys.stderr)
+            return 2
     a, b = _load_or_fail(args.a), _load_or_fail(args.b)
     if a is None or b is None:
         return 2
@@ -298,18 +305,30 @@ def _write_report(out: str, runs: list, hunt: dict | None, title: str | None = N
 def _report(args: argparse.Namespace) -> int:
     from .report_inputs import resolve_inputs  # (not `from . import`: that imports torch)
 
+    from ._files import output_problem
+
     try:  # a hunt.json kdebug did not write, a path that is not there: refused before torch is imported
-        resolve_inputs(args.runs)
+        runs, _ = resolve_inputs(args.runs)
     except (ValueError, OSError) as e:
         print(f"kdebug report: {e}", file=sys.stderr)
+        return 2
+    reads = [r for r in list(args.runs) + list(runs) if isinstance(r, (str, os.PathLike))]
+    problem = output_problem(args.output, reads)  # Note [An output is never an input]
+    if problem:
+        print(f"kdebug report: {problem}", file=sys.stderr)
         return 2
     return _write_report(args.output, args.runs, None, args.title)
 
 
 def _export(args: argparse.Namespace) -> int:
     import kdebug
+    from ._files import output_problem
     from .export import export_perfetto
 
+    problem = output_problem(args.output, [args.trace])  # Note [An output is never an input]
+    if problem:
+        print(f"kdebug export: {problem}", file=sys.stderr)
+        return 2
     try:
         st = export_perfetto(args.trace, args.output)
     except (kdebug.TraceFileError, OSError) as e:
@@ -476,7 +495,7 @@ def _hunt(args: argparse.Namespace) -> int:
     if args.html and args.nproc is None:  # --nproc writes a page per rank (hunt_ranks checks each)
         from ._files import output_problem  # (not `from . import _files`: that imports torch)
 
-        problem = output_problem(args.html)
+        problem = output_problem(args.html, [] if builtin or module else [target[0]])
         if problem:
             print(f"kdebug hunt: {problem}", file=sys.stderr)
             return 2

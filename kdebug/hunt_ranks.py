@@ -409,7 +409,7 @@ def hunt_ranks(args, tmp: str, target: list[str], module: bool, what: str) -> in
     nproc = args.nproc
     if args.html:
         for r in range(nproc):
-            problem = _files.output_problem(page_path(args.html, r))
+            problem = _files.output_problem(page_path(args.html, r), [] if module else [target[0]])
             if problem:
                 print(f"kdebug hunt: {problem}", file=sys.stderr)
                 return 2
