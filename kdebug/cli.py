@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 
-from . import _stdin
+# (not `from . import _stdin`: that asks the package's lazy names, which import torch)
+from ._stdin import begin as _stdin_begin, current_stream as _stdin_stream, run as _run_program
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -62,16 +64,51 @@ def _info(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- record / show / diff / hunt
 
 
+# an interpreter's name: python, python3, python3.11, python3.13t, python3.11d (not python_step.py)
+_INTERPRETER = re.compile(r"python(\d+(\.\d+)*)?[tdm]*(\.exe)?")
+
+
+def _is_interpreter(word: str) -> bool:
+    return bool(_INTERPRETER.fullmatch(os.path.basename(word))) or word == sys.executable
+
+
 def _split_command(cmd: list[str]) -> tuple[list[str], bool]:
     """The program part of `python script.py args` / `python -m mod args` /
-    `script.py args`, and whether it is a module."""
+    `script.py args` / `/usr/bin/env python script.py args`, and whether it is
+    a module.  A script whose name begins with "python" (python_step.py) is
+    the script, not the interpreter; interpreter options before it stay in
+    front of it, for script_problem to refuse."""
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
-    if cmd and (os.path.basename(cmd[0]).startswith("python") or cmd[0] == sys.executable):
+    if len(cmd) > 1 and os.path.basename(cmd[0]) == "env" and _is_interpreter(cmd[1]):
+        cmd = cmd[1:]
+    if cmd and _is_interpreter(cmd[0]):
         cmd = cmd[1:]
     if cmd and cmd[0] == "-m":
         return cmd[1:], True
     return cmd, False
+
+
+def script_problem(target: list[str], module: bool) -> str | None:
+    """Why a command's program cannot be run as kdebug runs it (a Python
+    script or a module, in its runner), or None."""
+    if module or not target:
+        return None
+    first = target[0]
+    if first.startswith("-") and first != "-":
+        return (f"python option {first} before the script is not passed on: kdebug runs a script or -m MODULE "
+                "in its own interpreter; set it through the environment instead (PYTHONUNBUFFERED=1 for -u, "
+                "PYTHONWARNINGS for -W, PYTHONOPTIMIZE for -O, ...), or drop it; -c is not supported")
+    if not os.path.exists(first):
+        return f"no such script: {first}"
+    try:
+        with open(first, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        return f"cannot read {first}: {e.strerror or e}"
+    if head == b"\x7fELF" or head[:2] == b"MZ":
+        return f"{first} is a compiled program, not a Python script: kdebug runs Python scripts or -m MODULE"
+    return None
 
 
 def program_target(name: str, command: list[str], module_name: str | None = None):
@@ -84,8 +121,9 @@ def program_target(name: str, command: list[str], module_name: str | None = None
     if not target:
         print(f"kdebug {name}: give the script to run, e.g. kdebug {name} train.py", file=sys.stderr)
         return None
-    if not module and not os.path.exists(target[0]):
-        print(f"kdebug {name}: no such script: {target[0]}", file=sys.stderr)
+    problem = script_problem(target, module)
+    if problem:
+        print(f"kdebug {name}: {problem}", file=sys.stderr)
         return None
     return target, module
 
@@ -118,8 +156,9 @@ def _record(args: argparse.Namespace) -> int:
         print("kdebug record: give the program after --, e.g. kdebug record -o run.kdt -- python train.py",
               file=sys.stderr)
         return 2
-    if not module and not os.path.exists(target[0]):
-        print(f"kdebug record: no such script: {target[0]}", file=sys.stderr)
+    problem = script_problem(target, module)
+    if problem:
+        print(f"kdebug record: {problem}", file=sys.stderr)
         return 2
     from ._files import output_problem  # (not `from . import _files`: that imports torch)
 
@@ -394,7 +433,7 @@ def _record_runs(n: int, target: list[str], module: bool, builtin: bool, tmp: st
 
                 replay.activate(None)
         else:
-            proc = _stdin.run(_runner_cmd(out, target, module, fix, builtin), {**os.environ, **env})
+            proc = _run_program(_runner_cmd(out, target, module, fix, builtin), {**os.environ, **env})
             status = proc.returncode
             if status != 0:
                 bar.close()
@@ -419,7 +458,7 @@ def _record_in_process(out: str, target, module: bool, builtin: bool, fix: str |
     _upstream.dynamo_reset()
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, f"inductor-cache-{fix or 'base'}-{i}")
     saved, saved_stdin = list(sys.argv), sys.stdin
-    shared = _stdin.current_stream()  # Note [One standard input for every run]
+    shared = _stdin_stream()  # Note [One standard input for every run]
     if shared is not None:
         sys.stdin = shared
     try:
@@ -463,7 +502,7 @@ def _hunt(args: argparse.Namespace) -> int:
     if args.fixes is not None and not args.try_fixes:
         print("kdebug hunt: --fixes chooses the fixes that --try-fixes tries; add --try-fixes", file=sys.stderr)
         return 2
-    _stdin.begin()  # every run reads the same standard input (Note [One standard input for every run])
+    _stdin_begin()  # every run reads the same standard input (Note [One standard input for every run])
     args.fixes = fixes
     _all_threads(args)
     builtin = not args.command
@@ -487,8 +526,9 @@ def _hunt(args: argparse.Namespace) -> int:
         target = ["--device", args.device] if args.device != "cpu" else []
         what = "the built-in workload (BucketedBlock: index_add + a transformer block, forward + backward)"
     else:
-        if not module and not os.path.exists(target[0]):
-            print(f"kdebug hunt: no such script: {target[0]}", file=sys.stderr)
+        problem = script_problem(target, module)
+        if problem:
+            print(f"kdebug hunt: {problem}", file=sys.stderr)
             return 2
         _warn_hunt_options_after_script(args.command, target, args.hunt_options)
         what = " ".join(target)

@@ -52,7 +52,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from . import _stdin
+from ._stdin import run as _run_program  # (not `from . import`: the package's lazy names import torch)
 
 UNSUPPORTED = (("in_process", "--in-process"),)
 
@@ -90,7 +90,7 @@ def _record_job(i, nproc: int, out: str, target: list[str], module: bool, env: d
 
     name = side_name(i) + (f", fix {fix}" if fix else "")
     print(f"kdebug hunt: {name}: {nproc} rank(s) through torch.distributed.run", file=sys.stderr)
-    proc = _stdin.run(launcher_cmd(nproc, out, target, module, fix), {**os.environ, **(env or {})})
+    proc = _run_program(launcher_cmd(nproc, out, target, module, fix), {**os.environ, **(env or {})})
     if proc.returncode != 0:
         print(proc.stdout[-4000:], file=sys.stderr)
         if exit_race(proc.stdout, nproc):

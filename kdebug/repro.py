@@ -84,7 +84,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-from . import _stdin
+from ._stdin import run as _run_program  # (not `from . import`: the package's lazy names import torch)
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_repro_script.py")
 
@@ -332,7 +332,7 @@ def capture_many(trace: str, targets: list, out_dir: str, program: Program | Non
     if not quiet:
         print(f"kdebug: re-running {program.text()} to capture "
               f"{', '.join(t.label() for i, t in enumerate(targets) if i not in alone)}", file=sys.stderr)
-    proc = _stdin.run(program.runner_cmd(rerun_trace), {**os.environ, replay.ENV: replay.to_env(specs)})
+    proc = _run_program(program.runner_cmd(rerun_trace), {**os.environ, replay.ENV: replay.to_env(specs)})
     if proc.returncode != 0:
         raise ReproError(f"the re-run exited with status {proc.returncode}:\n{proc.stdout[-3000:]}")
     again = kdebug.load(program.trace_of(rerun_trace), quiet=True)

@@ -159,3 +159,33 @@ def test_a_recorded_script_sees_the_file_and_path_python_gives_it(tmp_path):
         # the same file as python's __file__ (python keeps `..` in its text, kdebug gives the resolved path)
         assert os.path.samefile(got, want) and rest == rest_plain == ["True", "True", "7"], (line, plain.stdout)
         assert got == want or typed.startswith("w/")
+
+
+def test_a_script_named_python_something_is_the_script_not_the_interpreter(tmp_path):
+    """_split_command took any first word starting with "python" for the
+    interpreter: `kdebug record -- python_step.py other.py` recorded
+    other.py, and `kdebug record python_step.py --epochs 1` said 'no such
+    script: --epochs' (an adversarial review)."""
+    from kdebug.cli import _split_command
+
+    assert _split_command(["--", "python_step.py", "other.py"]) == (["python_step.py", "other.py"], False)
+    assert _split_command(["python3.11", "x.py", "-v"]) == (["x.py", "-v"], False)
+    assert _split_command(["/usr/bin/env", "python3", "-m", "pkg.mod"]) == (["pkg.mod"], True)
+    ran = tmp_path / "ran"
+    step = _script(tmp_path, f"import sys; open({str(ran)!r}, 'w').write(sys.argv[0].rsplit('/', 1)[-1])\n",
+                   name="python_step.py")
+    _script(tmp_path, "raise SystemExit('other.py must not run')\n", name="other.py")
+    p = _cli("record", "-o", str(tmp_path / "r.kdt"), "--", step, "other.py", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert ran.read_text() == "python_step.py"
+
+
+def test_python_options_and_compiled_programs_are_refused_with_what_to_do(tmp_path):
+    prog = _script(tmp_path, "print('hi')\n")
+    p = _cli("record", "-o", str(tmp_path / "r.kdt"), "--", "python", "-u", prog)
+    assert p.returncode == 2 and "python option -u" in p.stderr and "PYTHONUNBUFFERED=1" in p.stderr, p.stderr
+    p = _cli("record", "-o", str(tmp_path / "r.kdt"), "--", sys.executable)  # nothing after it
+    assert p.returncode == 2, p.stderr
+    p = _cli("record", "-o", str(tmp_path / "r.kdt"), "--", "/bin/ls")
+    assert p.returncode == 2 and "is a compiled program, not a Python script" in p.stderr, p.stderr
+    assert not (tmp_path / "r.kdt").exists()
