@@ -293,3 +293,102 @@ def test_pytest_plugin_runs_both_checks_of_a_test_with_both_markers(pytester):
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA")
     r.assert_outcomes(failed=1)
     assert "the test body is not deterministic" in r.stdout.str()
+
+
+BAD_MARKERS = """
+import pytest
+
+RAN = []
+
+@pytest.mark.kdebug_deterministic(run=5)
+def test_misspelt():
+    RAN.append("misspelt")
+
+@pytest.mark.kdebug_deterministic(runs="three")
+def test_runs_str():
+    RAN.append("runs_str")
+
+@pytest.mark.kdebug_deterministic(runs=1)
+def test_runs_one():
+    RAN.append("runs_one")
+
+@pytest.mark.kdebug_deterministic(runs=2, all_threads="False")
+def test_bool_str():
+    RAN.append("bool_str")
+
+@pytest.mark.kdebug_deterministic(3, runs=2)
+def test_positional():
+    RAN.append("positional")
+
+@pytest.mark.kdebug_deterministic(runs=2, hash_fn="nonsense")
+def test_hash_fn():
+    RAN.append("hash_fn")
+
+@pytest.mark.kdebug_deterministic
+async def test_async():
+    RAN.append("async")
+
+@pytest.mark.kdebug_matches_eager(rtl=1e-4)
+def test_eager_misspelt():
+    RAN.append("eager_misspelt")
+
+@pytest.mark.kdebug_matches_eager(rtol=-1)
+def test_eager_negative_rtol():
+    RAN.append("eager_negative_rtol")
+
+@pytest.mark.kdebug_matches_eager(atol=float("nan"))
+def test_eager_nan_atol():
+    RAN.append("eager_nan_atol")
+
+@pytest.mark.kdebug_matches_eager(calls_per_graph=True)
+def test_eager_bool_count():
+    RAN.append("eager_bool_count")
+
+@pytest.mark.kdebug_matches_eager(1e-4)
+def test_eager_positional():
+    RAN.append("eager_positional")
+
+def test_fixture_arguments(kdebug_determinism, kdebug_accuracy):
+    with pytest.raises(TypeError, match="kdebug_determinism.check: all_threads must be True or False"):
+        kdebug_determinism.check(lambda: None, runs=2, all_threads="False")
+    with pytest.raises(TypeError, match="kdebug_determinism.check: runs must be an int >= 2"):
+        kdebug_determinism.check(lambda: None, runs=2.0)
+    with pytest.raises(ValueError, match="kdebug_accuracy.check: rtol must be None or a finite number >= 0"):
+        kdebug_accuracy.check(lambda: None, rtol=float("inf"))
+
+def test_no_body_ran():  # runs last: no marked body above ran
+    assert RAN == []
+"""
+
+
+def test_pytest_plugin_markers_refuse_bad_arguments_before_the_body_runs(pytester):
+    """Note [Marker arguments]: kdebug_deterministic took runs="three" to a raw
+    int() ValueError, ignored a misspelt run=5 (the body ran twice), made
+    all_threads="False" True through bool(), dropped a positional argument
+    next to runs=, and called an async def test's body, whose coroutine
+    nothing awaited ("nothing was hashed").  Every marker's arguments are now
+    checked alike, each bad one an error of its test, in one line that names
+    the marker, the argument and what is allowed, with no traceback."""
+    pytester.makepyfile(test_bad=BAD_MARKERS)
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA")
+    r.assert_outcomes(passed=2, errors=12)
+    out = r.stdout.str()
+    det, eager = "@pytest.mark.kdebug_deterministic", "@pytest.mark.kdebug_matches_eager"
+    for line in (
+            f"{det} has no argument 'run' (did you mean 'runs'?); its arguments: "
+            "kdebug_deterministic(runs=2, hash_fn='bitwise', all_threads=False)",
+            f"{det}: runs must be an int >= 2 (how many times the body runs, recorded), not the str 'three'",
+            f"{det}: runs must be an int >= 2 (how many times the body runs, recorded), not 1",
+            f"{det}: all_threads must be True or False, not the str 'False'",
+            f"{det} takes keyword arguments only, not the positional 3 (write kdebug_deterministic(runs=3))",
+            f"{det}: hash_fn='nonsense' is not a hash kdebug knows",
+            f"{det} does not support async def tests",
+            f"{eager} has no argument 'rtl' (did you mean 'rtol'?)",
+            f"{eager}: rtol must be None or a finite number >= 0, not -1",
+            f"{eager}: atol must be None or a finite number >= 0, not nan",
+            f"{eager}: calls_per_graph must be an int >= 1 (the calls of each compiled graph that are checked), "
+            "not the bool True",
+            f"{eager} takes keyword arguments only, not the positional 0.0001 (write kdebug_matches_eager(rtol=0.0001))"):
+        assert line in out, line
+    assert out.count("ERROR at setup of") == 12
+    assert "Traceback" not in out and "pytest_plugin.py" not in out and "During handling" not in out, out
