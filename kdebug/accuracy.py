@@ -30,6 +30,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import numbers
+
 import torch
 
 from . import _upstream, kernel_code, numerics, provenance, reference, spill
@@ -559,6 +561,11 @@ def check(program, rtol=None, atol=None, factor: float = 4.0, calls_per_graph: i
                          "must exceed eager's by this factor to count as worse")
     if calls_per_graph < 1:
         raise ValueError(f"calls_per_graph must be >= 1 (got {calls_per_graph!r})")
+    for name, tol in (("rtol", rtol), ("atol", atol)):
+        if tol is not None and (isinstance(tol, bool) or not isinstance(tol, numbers.Real)
+                                or not math.isfinite(tol) or tol < 0):
+            raise ValueError(f"{name} must be None or a finite number >= 0 (got {tol!r}): a negative or NaN "
+                             "tolerance puts every element outside it")
     budgets = _budgets(max_bytes, max_device_bytes, max_host_bytes, max_disk_bytes, spill_dir)
     inductor.install()
     # Code compiled before the check has no provenance (its post-grad graph is

@@ -7,33 +7,36 @@ import json
 import math
 import sys
 
+from ._argtypes import BYTES, FACTOR, TOLERANCE, count
+
 
 def add_parser(sub) -> None:
     a = sub.add_parser("accuracy", help="run a script once and name the first compiled kernel that computes worse "
                                         "than eager against float64 (exit 0 none, 1 culprit found, 2 error)")
-    a.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: per dtype, as "
-                                                            "torch.testing.assert_close)")
-    a.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: per dtype)")
-    a.add_argument("--factor", type=float, default=4.0,
+    # Note [Option values] (kdebug/_argtypes.py): argparse refuses a negative, NaN or infinite number
+    a.add_argument("--rtol", type=TOLERANCE, default=None, help="relative tolerance (default: per dtype, as "
+                                                                "torch.testing.assert_close)")
+    a.add_argument("--atol", type=TOLERANCE, default=None, help="absolute tolerance (default: per dtype)")
+    a.add_argument("--factor", type=FACTOR, default=4.0,
                    help="how many times eager's error (against float64) a kernel's must exceed to be worse "
                         "(default 4)")
-    a.add_argument("--calls-per-graph", type=int, default=1, metavar="N",
+    a.add_argument("--calls-per-graph", type=count(1, "graph calls checked"), default=1, metavar="N",
                    help="check the first N calls of each compiled graph (default 1); later calls run unchecked")
-    a.add_argument("--max-device-bytes", type=int, default=None, metavar="B",
+    a.add_argument("--max-device-bytes", type=BYTES, default=None, metavar="B",
                    help="kernel outputs of one graph call kept on the GPU where they were made, at most B bytes "
                         "(default: 1/8 of the free device memory); beyond it they spill to host memory")
-    a.add_argument("--max-host-bytes", type=int, default=None, metavar="B",
+    a.add_argument("--max-host-bytes", type=BYTES, default=None, metavar="B",
                    help="kernel outputs kept in host memory (pinned copies of GPU outputs; a CPU run's outputs "
                         "themselves), at most B bytes per graph call (default: 1/4 of the available RAM); beyond "
                         "it they spill to a temporary file")
-    a.add_argument("--max-disk-bytes", type=int, default=None, metavar="B",
+    a.add_argument("--max-disk-bytes", type=BYTES, default=None, metavar="B",
                    help="kernel outputs spilled to a temporary file, at most B bytes per graph call (default: half "
                         "the free space of --spill-dir; 0: no disk spill); only outputs beyond all three budgets "
                         "are not compared, and the report says so")
     a.add_argument("--spill-dir", metavar="DIR", default=None,
                    help="directory for the temporary spill files, removed when each graph call is checked "
                         "(default: the temp directory; a symbolic link is refused)")
-    a.add_argument("--max-bytes", type=int, default=None, metavar="B",
+    a.add_argument("--max-bytes", type=BYTES, default=None, metavar="B",
                    help="deprecated: sets --max-device-bytes on a GPU machine, --max-host-bytes otherwise")
     a.add_argument("--json", metavar="PATH", help="also write the verdict as JSON")
     a.add_argument("--html", metavar="PATH", help="also write the verdict as an HTML page (culprit source, "

@@ -852,6 +852,8 @@ def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, 
 def main(argv: list[str] | None = None) -> int:
     import warnings
 
+    from ._argtypes import count
+
     # torch's CPU wheel does not bring numpy, and importing torch without it
     # warns; kdebug never uses numpy, so its commands do not repeat that warning
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
@@ -859,7 +861,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="compile a built-in model, record its kernels, print the debug string")
     d.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    d.add_argument("--d", type=int, default=64, help="model width")
+    d.add_argument("--d", type=count(1, "model width"), default=64, help="model width")
     d.add_argument("--verbose", action="store_true", help="show roles, strides, pointers, configs")
     d.set_defaults(fn=_demo)
     i = sub.add_parser("info", help="versions and settings that affect recording")

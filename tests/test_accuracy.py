@@ -161,6 +161,12 @@ def test_bad_arguments_are_refused():
         accuracy.check(lambda: None, factor=0.5)
     with pytest.raises(ValueError, match="calls_per_graph"):
         accuracy.check(lambda: None, calls_per_graph=0)
+    # a negative or NaN tolerance put every element outside it ("100% outside rtol=-1") and was taken
+    for bad in (-1, float("nan"), float("inf"), "1e-3", True):
+        with pytest.raises(ValueError, match="rtol must be None or a finite number >= 0"):
+            accuracy.check(lambda: None, rtol=bad)
+        with pytest.raises(ValueError, match="atol must be None or a finite number >= 0"):
+            kdebug.compare_eager(torch.sin, torch.randn(3), atol=bad)
     with pytest.raises(ValueError, match="reference"):
         kdebug.compare_eager(torch.sin, torch.randn(3), reference="float32")
 

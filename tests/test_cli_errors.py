@@ -189,3 +189,49 @@ def test_python_options_and_compiled_programs_are_refused_with_what_to_do(tmp_pa
     p = _cli("record", "-o", str(tmp_path / "r.kdt"), "--", "/bin/ls")
     assert p.returncode == 2 and "is a compiled program, not a Python script" in p.stderr, p.stderr
     assert not (tmp_path / "r.kdt").exists()
+
+
+def test_numeric_options_out_of_their_range_are_usage_errors(tmp_path, capsys):
+    """Note [Option values]: kdebug accuracy took --rtol -1 and --rtol nan
+    (float() accepts them), printed "100% outside rtol=-1" and exited 0.
+    Every numeric option of accuracy refuses a value outside what it means, in
+    argparse's usage line naming the option, before the script runs."""
+    import pytest
+
+    from kdebug.cli import main
+
+    ran = tmp_path / "ran"
+    prog = _script(tmp_path, f"open({str(ran)!r}, 'w').write('yes')\n")
+    cases = [("--rtol", "-1", "must be a finite number >= 0, not -1"),
+             ("--rtol", "nan", "must be a finite number >= 0, not nan"),
+             ("--rtol", "inf", "must be a finite number >= 0, not inf"),
+             ("--atol", "-1e-5", "must be a finite number >= 0, not -1e-5"),
+             ("--atol", "NaN", "must be a finite number >= 0, not NaN"),
+             ("--atol", "tiny", "must be a finite number >= 0, not 'tiny'"),
+             ("--factor", "1", "must be a finite number > 1"),
+             ("--factor", "inf", "must be a finite number > 1"),
+             ("--factor", "nan", "must be a finite number > 1"),
+             ("--calls-per-graph", "0", "must be an int >= 1 (graph calls checked), not 0"),
+             ("--calls-per-graph", "1.5", "must be an int >= 1 (graph calls checked), not '1.5'"),
+             ("--max-device-bytes", "-1", "must be an int >= 0 (bytes), not -1"),
+             ("--max-host-bytes", "-8", "must be an int >= 0 (bytes), not -8"),
+             ("--max-disk-bytes", "-1", "must be an int >= 0 (bytes), not -1"),
+             ("--max-bytes", "-1", "must be an int >= 0 (bytes), not -1")]
+    for opt, value, said in cases:
+        with pytest.raises(SystemExit) as e:
+            main(["accuracy", f"{opt}={value}", prog])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and f"kdebug accuracy: error: argument {opt}: {said}" in err, (opt, value, err)
+    assert not ran.exists()
+    with pytest.raises(SystemExit) as e:  # a width of 0 was a ZeroDivisionError traceback
+        main(["demo", "--d", "0"])
+    assert e.value.code == 2 and "argument --d: must be an int >= 1 (model width), not 0" in capsys.readouterr().err
+    # values that mean something are still taken: a tolerance of 0 (exact), 0 bytes (no disk spill)
+    import argparse
+
+    from kdebug import accuracy_cli
+
+    p = argparse.ArgumentParser()
+    accuracy_cli.add_parser(p.add_subparsers())
+    args = p.parse_args(["accuracy", "--rtol", "0", "--atol", "0", "--factor", "1.5", "--max-disk-bytes", "0", prog])
+    assert (args.rtol, args.atol, args.factor, args.max_disk_bytes) == (0.0, 0.0, 1.5, 0)
