@@ -9,6 +9,11 @@ tolerance of -1 or nan puts every element outside it (a report saying "100%
 outside rtol=-1", whose exit status still said success).  So a bad value is
 refused before anything runs, by argparse's usage line naming the option,
 what it got and what is allowed (exit 2), like any other malformed option.
+An output path ('-o', '--json', '--html', hunt's --keep) must not be empty:
+'' names no file.  It reached the writer, whose error named a temporary file
+it had made beside the working directory (".../.name.<hex>.tmp -> ''"), or,
+for an optional output that the code tests for truth, nothing was written
+and nothing said.
 """
 from __future__ import annotations
 
@@ -51,3 +56,16 @@ TOLERANCE = number("a finite number >= 0", lambda v: v >= 0)
 FACTOR = number("a finite number > 1 (how many times eager's error a kernel's must exceed)", lambda v: v > 1)
 BYTES = count(0, "bytes")
 
+
+def _nonempty(what: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if not text:
+            raise argparse.ArgumentTypeError(f"the path is empty; give the {what}")
+        return text
+    parse.__name__ = "path"
+    return parse
+
+
+# Note [Option values]: a path to write, anything but the empty string
+output_path = _nonempty("file to write")
+output_dir = _nonempty("directory to write into")

@@ -138,6 +138,8 @@ def replaced_atomically(path: str, mode: str = "w", encoding: str | None = "utf-
     is renamed over ``out`` when the block ends without an exception, and
     removed when it raises (Note [Safe writes])."""
     path = os.fspath(path)
+    if not path:  # abspath('') is the working directory: the temp file would go beside it
+        raise FileNotFoundError(errno.ENOENT, "the output path is empty; give a file path to write", path)
     refuse_link(path)
     if os.path.isdir(path) or path.endswith(("/", os.sep)):  # before any work: os.replace's error would name
         raise IsADirectoryError(errno.EISDIR, "is a directory; give a file path to write", path)  # the temp file

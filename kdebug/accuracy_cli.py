@@ -7,7 +7,7 @@ import json
 import math
 import sys
 
-from ._argtypes import BYTES, FACTOR, TOLERANCE, count
+from ._argtypes import BYTES, FACTOR, TOLERANCE, count, output_path
 
 
 def add_parser(sub) -> None:
@@ -38,9 +38,9 @@ def add_parser(sub) -> None:
                         "(default: the temp directory; a symbolic link is refused)")
     a.add_argument("--max-bytes", type=BYTES, default=None, metavar="B",
                    help="deprecated: sets --max-device-bytes on a GPU machine, --max-host-bytes otherwise")
-    a.add_argument("--json", metavar="PATH", help="also write the verdict as JSON")
-    a.add_argument("--html", metavar="PATH", help="also write the verdict as an HTML page (culprit source, "
-                                                  "FX nodes, user lines, error heatmap)")
+    a.add_argument("--json", metavar="PATH", type=output_path, help="also write the verdict as JSON")
+    a.add_argument("--html", metavar="PATH", type=output_path,
+                   help="also write the verdict as an HTML page (culprit source, FX nodes, user lines, error heatmap)")
     a.add_argument("-m", dest="module_name", metavar="MODULE", default=None,
                    help="check a module, as python -m MODULE [args...] would run it")
     a.add_argument("command", nargs=argparse.REMAINDER, help="script.py [args...]")

@@ -9,6 +9,8 @@ import collections
 import json
 import sys
 
+from ._argtypes import output_path
+
 TYPES = ("guards", "constraints", "summary")
 
 
@@ -17,9 +19,11 @@ def add_parser(sub) -> None:
                                        "(--type guards), constraint violations (--type constraints), or both "
                                        "in brief (summary); exit 1 when violations were found, 2 on error")
     a.add_argument("--type", dest="kind", choices=TYPES, default="summary")
-    a.add_argument("--json", metavar="PATH", help="also write the analysis as JSON ('-': to stdout, instead of text)")
-    a.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report (violations by model, "
-                                                  "breaks, recompilations, graphs, benchmark results)")
+    a.add_argument("--json", metavar="PATH", type=output_path,
+                   help="also write the analysis as JSON ('-': to stdout, instead of text)")
+    a.add_argument("--html", metavar="PATH", type=output_path,
+                   help="also write a self-contained HTML report (violations by model, breaks, recompilations, "
+                        "graphs, benchmark results)")
     a.add_argument("--bench", metavar="JSON", action="append", default=None,
                    help="benchmark results to put in the report and JSON (repeatable; default: "
                         "benchmarks/results/bringup_*.json when present)")

@@ -852,7 +852,7 @@ def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, 
 def main(argv: list[str] | None = None) -> int:
     import warnings
 
-    from ._argtypes import count
+    from ._argtypes import count, output_dir, output_path
 
     # torch's CPU wheel does not bring numpy, and importing torch without it
     # warns; kdebug never uses numpy, so its commands do not repeat that warning
@@ -868,7 +868,8 @@ def main(argv: list[str] | None = None) -> int:
     i.set_defaults(fn=_info)
     r = sub.add_parser("record", help="record a program with no code change: kdebug record -o run.kdt -- python script.py",
                        allow_abbrev=False)
-    r.add_argument("-o", "--output", required=True, help="trace file to write (streamed while the program runs)")
+    r.add_argument("-o", "--output", required=True, type=output_path,
+                   help="trace file to write (streamed while the program runs)")
     r.add_argument("--all-threads", dest="all_threads", action="store_true",
                    help="record compiled kernels launched on every thread, not only the main thread's")
     r.add_argument("--nproc", type=int, default=None, metavar="N",
@@ -885,7 +886,7 @@ def main(argv: list[str] | None = None) -> int:
     df = sub.add_parser("diff", help="compare two traces: the first divergence (exit 0 same, 1 differ, 2 error or no verdict: a recording is incomplete)")
     df.add_argument("a")
     df.add_argument("b", nargs="?", default=None)
-    df.add_argument("--html", metavar="PATH", help="also write the HTML report")
+    df.add_argument("--html", metavar="PATH", type=output_path, help="also write the HTML report")
     df.add_argument("--ranks", action="store_true",
                     help="compare a job's ranks (A: the stem of run.rank{R}.kdt): do replicas agree, which rank "
                          "and step diverged first")
@@ -894,13 +895,13 @@ def main(argv: list[str] | None = None) -> int:
     rp = sub.add_parser("report", help="write a self-contained HTML report of runs: trace files or a hunt "
                                        "directory (kdebug hunt --keep DIR)")
     rp.add_argument("runs", nargs="+", metavar="RUN_OR_HUNT")
-    rp.add_argument("-o", "--output", required=True, help="HTML file to write")
+    rp.add_argument("-o", "--output", required=True, type=output_path, help="HTML file to write")
     rp.add_argument("--title", default=None)
     rp.set_defaults(fn=_report)
     ex = sub.add_parser("export", help="export a trace for other viewers: --perfetto (Chrome trace JSON)")
     ex.add_argument("--perfetto", dest="trace", required=True, metavar="TRACE",
                     help="the trace (.kdt) to write as Chrome trace event JSON")
-    ex.add_argument("-o", "--output", required=True)
+    ex.add_argument("-o", "--output", required=True, type=output_path)
     ex.set_defaults(fn=_export)
     # allow_abbrev=False: the script's own options come after it, and a prefix of a hunt option there
     # (--n, --conf) was taken as that option, or refused as ambiguous
@@ -932,9 +933,9 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--rerun-times", dest="rerun_times", type=int, default=20, metavar="K",
                    help="re-launch each root K times on its recorded inputs (default 20; at least 2)")
     h.add_argument("--device", default="cpu", help="device of the built-in workload (no script given)")
-    h.add_argument("--keep", metavar="DIR", default=None,
+    h.add_argument("--keep", metavar="DIR", default=None, type=output_dir,
                    help="write the traces to DIR and keep them (default: a temp dir, removed at the end)")
-    h.add_argument("--html", metavar="PATH", help="also write the HTML report of the runs")
+    h.add_argument("--html", metavar="PATH", type=output_path, help="also write the HTML report of the runs")
     h.add_argument("-m", dest="module_name", metavar="MODULE", default=None,
                    help="hunt a module, as python -m MODULE [args...] would run it")
     h.add_argument("command", nargs=argparse.REMAINDER,

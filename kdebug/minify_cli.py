@@ -7,13 +7,16 @@ import argparse
 import json
 import sys
 
+from ._argtypes import output_path
+
 
 def add_parser(sub) -> None:
     m = sub.add_parser("minify", help="run a script whose constrained backend is strict: shrink each violating "
                                       "graph to a minimal standalone repro (exit 1 when one was written, 0 when "
                                       "no violation stopped the script, 2 on error); numerical mismatches: "
                                       "kdebug.minify(fn, *args) in Python")
-    m.add_argument("--json", metavar="PATH", help="also write the results as JSON ('-': to stdout, instead of text)")
+    m.add_argument("--json", metavar="PATH", type=output_path,
+                   help="also write the results as JSON ('-': to stdout, instead of text)")
     m.add_argument("-m", dest="module_name", metavar="MODULE", default=None,
                    help="run a module, as python -m MODULE [args...] would")
     m.add_argument("command", nargs=argparse.REMAINDER, help="script.py [args...]")

@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 
+from ._argtypes import output_path
+
 
 def add_parser(sub) -> None:
     a = sub.add_parser("nan", help="run a script once and name the first kernel or aten op that writes NaN or inf "
@@ -14,7 +16,7 @@ def add_parser(sub) -> None:
     a.add_argument("--inputs", action="store_true",
                    help="also check what every step reads, before it runs (about twice the hashing; tells a NaN "
                         "already in a parameter or program input from one a step made)")
-    a.add_argument("--json", metavar="PATH", help="also write the verdict as JSON")
+    a.add_argument("--json", metavar="PATH", type=output_path, help="also write the verdict as JSON")
     a.add_argument("-m", dest="module_name", metavar="MODULE", default=None,
                    help="check a module, as python -m MODULE [args...] would run it")
     a.add_argument("command", nargs=argparse.REMAINDER, help="script.py [args...]")

@@ -6,12 +6,15 @@ import argparse
 import os
 import sys
 
+from ._argtypes import output_dir
+
 
 def add_parser(sub) -> None:
     r = sub.add_parser("repro", help="write a standalone script that launches one recorded kernel (or calls one aten "
                                      "op) on its recorded inputs and checks its outputs (exit 0 written, 2 error)")
     _common(r)
-    r.add_argument("-o", "--output", required=True, metavar="DIR", help="directory to write the repro into")
+    r.add_argument("-o", "--output", required=True, metavar="DIR", type=output_dir,
+                   help="directory to write the repro into")
     r.add_argument("--check", action="store_true", help="also run the written repro once and say what it found")
     r.set_defaults(fn=_repro)
     q = sub.add_parser("rerun", help="re-launch one recorded kernel (or aten op) K times on its recorded inputs: do "

@@ -235,3 +235,44 @@ def test_numeric_options_out_of_their_range_are_usage_errors(tmp_path, capsys):
     accuracy_cli.add_parser(p.add_subparsers())
     args = p.parse_args(["accuracy", "--rtol", "0", "--atol", "0", "--factor", "1.5", "--max-disk-bytes", "0", prog])
     assert (args.rtol, args.atol, args.factor, args.max_disk_bytes) == (0.0, 0.0, 1.5, 0)
+
+
+def test_an_empty_output_path_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    """Note [Option values]: kdebug report -o '' and export -o '' failed with
+    an error naming a temporary file beside the working directory
+    (.../.name.<hex>.tmp -> ''), and an empty --json / --html was taken as
+    no output at all.  Every output option refuses '' in argparse's usage line."""
+    import pytest
+
+    from kdebug import _files
+    from kdebug.cli import main
+
+    prog = _script(tmp_path, "print('ran')\n")
+    trace = str(tmp_path / "run.kdt")
+    cases = [(["report", trace, "-o", ""], "-o/--output"),
+             (["export", "--perfetto", trace, "-o", ""], "-o/--output"),
+             (["record", "-o", "", "--", "python", prog], "-o/--output"),
+             (["diff", trace, trace, "--html", ""], "--html"),
+             (["hunt", "--html", "", prog], "--html"),
+             (["hunt", "--keep", "", prog], "--keep"),
+             (["accuracy", "--json", "", prog], "--json"),
+             (["accuracy", "--html", "", prog], "--html"),
+             (["nan", "--json", "", prog], "--json"),
+             (["analyze", "--json", "", prog], "--json"),
+             (["analyze", "--html", "", prog], "--html"),
+             (["minify", "--json", "", prog], "--json"),
+             (["repro", trace, "--launch", "0", "-o", ""], "-o/--output")]
+    for argv, opt in cases:
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err
+        what = "directory to write into" if argv[0] == "repro" or opt == "--keep" else "file to write"
+        assert e.value.code == 2 and f"error: argument {opt}: the path is empty; give the {what}" in err, (argv, err)
+    # the writer itself (kdebug.Run.write_html, an HTML report): no temp file beside the working directory
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+    with pytest.raises(FileNotFoundError, match="the output path is empty"):
+        with _files.replaced_atomically("") as f:
+            f.write("x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prog.py", "sub"]
