@@ -542,6 +542,19 @@ def _hunt(args: argparse.Namespace) -> int:
     if args.keep is not None and os.path.exists(args.keep) and not os.path.isdir(args.keep):
         print(f"kdebug hunt: --keep {args.keep}: not a directory", file=sys.stderr)
         return 2
+    if args.keep is not None and os.path.isdir(args.keep):
+        import glob
+
+        # an earlier hunt's hunt.json or traces would be drawn with this one's (kdebug report DIR reads
+        # hunt.json, else run*.kdt: a failed second hunt's traces were shown under the first one's
+        # hunt.json, an adversarial review); and kdebug deletes nothing it did not make in this hunt
+        old = [os.path.basename(x) for x in sorted(glob.glob(os.path.join(args.keep, "hunt.json"))
+                                                   + glob.glob(os.path.join(args.keep, "*run*.kdt")))]
+        if old:
+            print(f"kdebug hunt: --keep {args.keep} holds an earlier hunt ({', '.join(old[:4])}"
+                  f"{', ...' if len(old) > 4 else ''}): its traces would be mixed with this hunt's; give a new "
+                  "directory, or remove that one first", file=sys.stderr)
+            return 2
     tmp = args.keep or tempfile.mkdtemp(prefix="kdebug-hunt-")
     try:
         os.makedirs(tmp, exist_ok=True)

@@ -276,3 +276,16 @@ def test_an_empty_output_path_is_a_usage_error(tmp_path, capsys, monkeypatch):
         with _files.replaced_atomically("") as f:
             f.write("x")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prog.py", "sub"]
+
+
+def test_a_keep_directory_holding_an_earlier_hunt_is_refused(tmp_path):
+    """kdebug report DIR drew an earlier hunt's hunt.json over a later,
+    failed hunt's traces (an adversarial review); the later hunt is refused
+    before it runs, and the earlier files are left as they are."""
+    prog = _script(tmp_path, "print('hi')\n")
+    keep = tmp_path / "kept"
+    keep.mkdir()
+    (keep / "run0.kdt").write_bytes(b"earlier")
+    p = _cli("hunt", "--keep", str(keep), prog)
+    assert p.returncode == 2 and "holds an earlier hunt (run0.kdt)" in p.stderr, p.stderr
+    assert (keep / "run0.kdt").read_bytes() == b"earlier" and sorted(os.listdir(keep)) == ["run0.kdt"]
