@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import stat
 import sys
 import time
 import warnings
@@ -840,14 +841,28 @@ class Run:
         return f"<kdebug.Run {self.path}: {len(self)} records, {self.info['tensor_args']} tensor args>"
 
 
+# A trace read from a pipe (`kdebug show <(zcat run.kdt.gz)`) is read whole into memory: at most this many bytes
+_PIPE_READ_MAX = 8 << 30
+
+
 def _map(path: str):
     """The file's bytes: mapped read-only (no copy: the reader validates and
-    decodes it in place), or read when it cannot be mapped (empty, a pipe)."""
+    decodes it in place), or read when it cannot be mapped (empty, a pipe,
+    up to _PIPE_READ_MAX bytes).  A device or a socket is no trace: /dev/zero
+    was read until memory ran out, /dev/urandom for ever (an adversarial
+    review)."""
     with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            raise TraceFileError(str(path), 0, "not a regular file (a device or a socket): no trace to read")
         try:
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (ValueError, OSError):
-            return f.read()
+            data = f.read(_PIPE_READ_MAX + 1)
+            if len(data) > _PIPE_READ_MAX:
+                raise TraceFileError(str(path), _PIPE_READ_MAX, f"more than {_PIPE_READ_MAX >> 30} GiB read from a "
+                                     "pipe without reaching its end: no trace is that large; give the file itself")
+            return data
 
 
 def load(path: str, *, quiet: bool = False):

@@ -337,3 +337,29 @@ def test_record_state_refuses_objects_that_only_claim_to_be_tensors():
         with DebugMode(kernels_only=True):
             with pytest.raises(TypeError, match="takes tensors"):
                 kdebug._C.record_state("kdebug::probe", names, [o])
+
+
+def test_a_device_is_refused_and_a_pipe_still_reads(tmp_path):
+    """/dev/zero was read until memory ran out and /dev/urandom for ever (an
+    adversarial review); a device is refused at once.  A trace through a
+    pipe (`kdebug show <(zcat run.kdt.gz)`) still loads."""
+    import threading
+
+    import kdebug
+
+    with pytest.raises(kdebug.TraceFileError, match="not a regular file"):
+        kdebug.load("/dev/zero")
+    with pytest.raises(kdebug.TraceFileError, match="not a regular file"):
+        kdebug.load("/dev/urandom")
+    path = tmp_path / "r.kdt"
+    with kdebug.DebugMode(trace=str(path)):
+        torch.ones(3).add(1)
+    r, w = os.pipe()
+    feeder = threading.Thread(target=lambda: (os.write(w, path.read_bytes()), os.close(w)))
+    feeder.start()
+    try:
+        got = kdebug.load(f"/dev/fd/{r}")
+    finally:
+        feeder.join()
+        os.close(r)
+    assert len(got) == len(kdebug.load(str(path))) > 0
