@@ -1762,6 +1762,7 @@ def _root_lines(x: "Root", a: "int | str", b: "int | str", settings: bool = Fals
         shown = "; ".join(f"{lab} returned {va} in {side_name(a)}, {vb} in {side_name(b)}"
                           if isinstance(va, str) and isinstance(vb, str) and program_reads.PRINT not in lab else
                           f"{lab} printed other text" if program_reads.PRINT in lab else
+                          f"{lab} saved another structure" if program_reads.SAVED in lab else
                           f"{lab} read other values ({_fmt_pair(va, vb, a, b)})"
                           for lab, va, vb in x.values[:3])
         more = f" (and {len(x.values) - 3} more)" if len(x.values) > 3 else ""
@@ -1824,6 +1825,10 @@ def _root_cause(x: "Root", a: "int | str", b: "int | str", settings: bool = Fals
         elif x.step_a.kind == "aten" and draws_random(x.step_a.name):
             why = ("-> this op drew other random numbers: the generator it uses was in another state "
                    "(an unseeded program, or one seeded from time)")
+        elif x.step_a.kind == "aten" and x.step_a.name == program_reads.SAVED:  # Note [What a save wrote]
+            why = ("-> the program saved another structure with torch.save: other keys, the same tensors under "
+                   "other keys or in another order, or other values besides tensors (a dict or module built "
+                   "from a set, whose order follows PYTHONHASHSEED in each process; a time; a counter)")
         elif x.unchecked:
             why = (f"-> this {what} is non-deterministic, or an input not compared differed between "
                    f"{side_name(a)} and {side_name(b)}")

@@ -67,7 +67,8 @@ from . import _C, _upstream
 
 # the pseudo-op names, one per way out
 PRINT, TOLIST, NUMPY, PICKLE = "kdebug::print", "kdebug::tolist", "kdebug::numpy", "kdebug::pickle"
-NAMES = frozenset({PRINT, TOLIST, NUMPY, PICKLE})
+SAVED = "kdebug::saved_structure"  # what a torch.save wrote besides tensor values (Note [What a save wrote])
+NAMES = frozenset({PRINT, TOLIST, NUMPY, PICKLE, SAVED})
 # kdebug.replicated's record (kdebug/crossrank.py, and the final DDP parameters
 # of kdebug/ddp_final.py): a value the program declared its result, read with
 # its hash; compared as what the program got, as these reads are
@@ -231,6 +232,71 @@ def _storages(obj, depth: int = 0, out: list | None = None) -> list:
     return out
 
 
+# Note [What a save wrote]
+# torch.save(obj) writes obj's structure as well as its tensors: the keys of
+# its dicts, in order, which tensor sits under which key, and its other values
+# (a step count, a loss).  Each tensor's pickling is a read of its values
+# (kdebug::pickle), in the order pickle meets them; a checkpoint whose keys
+# came out in another order (a model's heads built from a set, whose order
+# follows PYTHONHASHSEED in each process) pickled the same values in the same
+# order under other names, so the runs' saved files differed while every read
+# matched (a trust pass).  So a save also records kdebug::saved_structure: the
+# digest of obj's skeleton (containers and keys in order, each tensor's dtype
+# and shape, other leaves by repr, objects by type; 8 levels, 10000 entries),
+# compared as what the program got, like a print's text.
+
+
+def _skeleton(obj, h, depth: int = 0, left: list | None = None) -> None:
+    """Feeds obj's skeleton (Note [What a save wrote]) into hash h."""
+    left = [10000] if left is None else left
+    left[0] -= 1
+    if left[0] < 0 or depth > 8:
+        h.update(b"...")
+        return
+    if isinstance(obj, torch.Tensor):
+        h.update(f"T({obj.dtype},{tuple(obj.shape)})".encode())
+    elif isinstance(obj, (torch.UntypedStorage, torch.TypedStorage)):
+        st = _upstream.untyped_of(obj) if isinstance(obj, torch.TypedStorage) else obj  # (untyped() warns)
+        h.update(f"S({st.nbytes()})".encode())
+    elif isinstance(obj, dict):
+        h.update(b"{")
+        for k, v in obj.items():
+            _skeleton(k, h, depth + 1, left)
+            h.update(b":")
+            _skeleton(v, h, depth + 1, left)
+            h.update(b",")
+        h.update(b"}")
+    elif isinstance(obj, (list, tuple)):
+        h.update(b"[" if isinstance(obj, list) else b"(")
+        for v in obj:
+            _skeleton(v, h, depth + 1, left)
+            h.update(b",")
+        h.update(b"]")
+    elif obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
+        h.update(repr(obj).encode(errors="backslashreplace")[:4096])
+    else:  # an object pickled by its own rules (a module, a namespace): its type
+        h.update(f"<{type(obj).__module__}.{type(obj).__qualname__}>".encode(errors="backslashreplace"))
+
+
+def _record_structure(obj, frame) -> None:
+    """kdebug::saved_structure of a torch.save's object (Note [What a save wrote])."""
+    dm = _mode_for_this_read()
+    if dm is None or not dm._entered or _asked_by_kdebug(frame):
+        return
+    from . import _aten_hooks
+
+    entry = _aten_hooks.this_thread().hash_entry
+    if entry is None and dm._hook_owner is not None:
+        entry = dm._hook_owner.hash_entry
+    if entry is None:
+        return
+    h = hashlib.blake2b(digest_size=8)
+    _skeleton(obj, h)
+    n = "dict" if isinstance(obj, dict) else type(obj).__name__
+    call = ProgramRead(SAVED, f"{SAVED}({n})  ->  {int.from_bytes(h.digest(), 'little')}", 0)
+    list.append(dm._ops, call)
+
+
 def _wrapper(orig, name: str, whole: bool = False, saving: bool = False):
     def read(*args, **kwargs):
         if getattr(_local, "busy", False) or not (args or saving):
@@ -244,7 +310,12 @@ def _wrapper(orig, name: str, whole: bool = False, saving: bool = False):
                 return out
             if saving:  # torch.save(obj, f), obj= given by name too: storages in obj (its tensors record at
                 # their __reduce_ex__)
-                for st in _storages(args[0] if args else kwargs.get("obj")):
+                obj = args[0] if args else kwargs.get("obj")
+                try:
+                    _record_structure(obj, frame)
+                except Exception:  # noqa: BLE001 (never the program's problem: the read is just not recorded)
+                    pass
+                for st in _storages(obj):
                     _try_record(st, name, frame, whole=True)
                 _local.busy = False  # the tensors' own pickling inside is the program's read
                 return orig(*args, **kwargs)
