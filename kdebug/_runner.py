@@ -127,6 +127,8 @@ def _finish(dm, out: str, status: int) -> int:
 
     replay.write_hits()
     st = dm.kernel_stats
+    stream = getattr(dm, "_stream", None)
+    out = getattr(getattr(stream, "w", None), "rescued", None) or out  # Note [A trace another writer replaced]
     print(f"kdebug: recorded {st['launches']} kernel launch(es) and "
           f"{len(dm.operators) - len(dm.kernels)} aten op(s) into {out}", file=sys.stderr)
     hint = nothing_compiled_hint(st["launches"])

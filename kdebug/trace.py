@@ -260,8 +260,53 @@ class Writer:
             self._w.end()
         self._flush_out()
         if self._f is not None:
+            self._rescue_if_replaced()
             self._f.close()
             self._f = None
+
+    # Note [A trace another writer replaced]
+    # Two processes recording to one path (two `kdebug record -o run.kdt`, ranks
+    # of a job that all pass the same trace=, a script started twice) each
+    # create the file anew (Note [Safe writes]): the later one unlinks the
+    # earlier's file, and the earlier went on writing into a file no name
+    # reached, its whole recording lost without a word (an adversarial review:
+    # three writers, the last one's records only).  At the end each writer checks
+    # that the path still names its own file; if not, it copies what it wrote
+    # (still readable through its open descriptor) to a path of its own,
+    # `run.pid<PID>.kdt` beside it, and warns with both paths.
+    rescued: str | None = None
+
+    def _rescue_if_replaced(self) -> None:
+        from .inductor import KdebugWarning
+
+        try:
+            mine = os.fstat(self._f.fileno())
+            try:
+                there = os.lstat(self.path)
+                replaced = (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino)
+            except FileNotFoundError:
+                replaced = True
+            if not replaced:
+                return
+            stem, ext = os.path.splitext(self.path)
+            for k in range(100):
+                alt = f"{stem}.pid{os.getpid()}{'' if k == 0 else f'.{k}'}{ext or '.kdt'}"
+                if not os.path.lexists(alt):
+                    break
+            with open(f"/proc/self/fd/{self._f.fileno()}", "rb") as src, _files.create_replacing(alt) as dst:
+                while True:
+                    b = src.read(1 << 20)
+                    if not b:
+                        break
+                    dst.write(b)
+            self.rescued = alt
+            warnings.warn(f"kdebug: another writer replaced {self.path} while this process (pid {os.getpid()}) "
+                          f"recorded into it; this recording is saved as {alt} instead. Give each process a "
+                          "trace path of its own.", KdebugWarning, stacklevel=4)
+        except OSError as e:  # no /proc, a full disk: at least say it
+            warnings.warn(f"kdebug: another writer replaced {self.path} while this process (pid {os.getpid()}) "
+                          f"recorded into it, and its recording could not be saved elsewhere ({e}): it is lost. "
+                          "Give each process a trace path of its own.", KdebugWarning, stacklevel=4)
 
     def reopen(self) -> None:
         """Appends to the file again (a DebugMode entered a second time): the

@@ -363,3 +363,25 @@ def test_a_device_is_refused_and_a_pipe_still_reads(tmp_path):
         feeder.join()
         os.close(r)
     assert len(got) == len(kdebug.load(str(path))) > 0
+
+
+def test_a_trace_another_writer_replaced_is_saved_beside_it(tmp_path):
+    """Two processes recording to one path: the later one's file replaced the
+    earlier's, which went on writing into a file no name reached, its whole
+    recording lost without a word (an adversarial review: three writers, the
+    last one's records only).  Note [A trace another writer replaced]."""
+    from kdebug import trace as tr
+    from kdebug.inductor import KdebugWarning
+
+    path = tmp_path / "same.kdt"
+    with pytest.warns(KdebugWarning, match="another writer replaced") as got:
+        with kdebug.DebugMode(trace=str(path)):
+            torch.ones(3).add(1)
+            other = tr.Writer(str(path))  # the other writer: creates the path anew, as its process would
+            other.close()
+            torch.ones(2).mul(2)
+    alt = tmp_path / f"same.pid{os.getpid()}.kdt"
+    assert str(alt) in str(got[0].message)
+    mine = kdebug.load(str(alt))
+    assert [str(op).split("(")[0] for op in mine.operators][-2:] == ["aten::ones", "aten::mul.Tensor"], mine.operators
+    assert len(kdebug.load(str(path))) == 0  # the other writer's (empty) trace keeps the path
