@@ -103,6 +103,7 @@ def record(out: str, target: list[str], *, builtin: bool = False, module: bool =
         apply_fix(fix)
     replay.activate_from_env()  # kdebug hunt --confirm (Note [Proof by replay])
     status = 0
+    pid = os.getpid()
     all_threads = os.environ.get("KDEBUG_RECORD_ALL_THREADS") == "1"  # kdebug hunt / record --all-threads
     stack = contextlib.ExitStack()
     dm = stack.enter_context(kdebug.DebugMode(trace=out, record_final_state=True, record_all_threads=all_threads))
@@ -119,6 +120,8 @@ def record(out: str, target: list[str], *, builtin: bool = False, module: bool =
             traceback.print_exc()
             status = 1
             left = e
+    if os.getpid() != pid:  # a child the program forked, ending through here: its records are in no trace
+        return status  # (Note [Forked children] in kdebug/trace.py); the parent says what it recorded
     return _finish(dm, out, status)
 
 

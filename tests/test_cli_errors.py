@@ -289,3 +289,26 @@ def test_a_keep_directory_holding_an_earlier_hunt_is_refused(tmp_path):
     p = _cli("hunt", "--keep", str(keep), prog)
     assert p.returncode == 2 and "holds an earlier hunt (run0.kdt)" in p.stderr, p.stderr
     assert (keep / "run0.kdt").read_bytes() == b"earlier" and sorted(os.listdir(keep)) == ["run0.kdt"]
+
+
+def test_a_forked_child_that_exits_says_nothing_of_the_recording(tmp_path):
+    """A child the program forked, ending by sys.exit, went back through the
+    runner and printed 'kdebug: recorded 4 kernel launch(es) ... into
+    run.kdt' although its records are in no trace (Note [Forked children];
+    an adversarial review): only the parent says what it recorded."""
+    prog = _script(tmp_path, """
+        import os, sys, torch
+        f = torch.compile(lambda x: x.cos() + 1)
+        x = torch.ones(8)
+        f(x)
+        pid = os.fork()
+        if pid == 0:
+            f(x); f(x); f(x)
+            sys.exit(0)
+        os.waitpid(pid, 0)
+        f(x)
+        """)
+    p = _cli("record", "-o", str(tmp_path / "r.kdt"), "--", prog)
+    said = [line for line in p.stderr.splitlines() if line.startswith("kdebug: recorded")]
+    assert p.returncode == 0 and said == [f"kdebug: recorded 2 kernel launch(es) and 1 aten op(s) into "
+                                          f"{tmp_path / 'r.kdt'}"], p.stderr[-2000:]
