@@ -25,6 +25,8 @@ import stat
 import sys
 import time
 
+from ._argtypes import count, number
+
 FORMAT = "kdebug-artifacts"  # kdebug/artifacts.py FORMAT (not imported: that module imports torch lazily only)
 DEFAULT_DIR = "kdebug_artifacts"
 
@@ -130,8 +132,9 @@ def add_parsers(sub) -> None:
     cl = sub.add_parser("clean", help="delete artifact runs in DIR (default kdebug_artifacts); only directories "
                                       "whose manifest says kdebug wrote them")
     cl.add_argument("dir", nargs="?", default=DEFAULT_DIR)
-    cl.add_argument("--older-than", type=float, metavar="DAYS", help="only runs created more than DAYS ago")
-    cl.add_argument("--keep", type=int, metavar="N", help="keep the N newest runs")
+    cl.add_argument("--older-than", type=number("a finite number of days >= 0", lambda v: v >= 0), metavar="DAYS",
+                    help="only runs created more than DAYS ago")  # Note [Option values]: nan deleted nothing, silently
+    cl.add_argument("--keep", type=count(0, "runs kept"), metavar="N", help="keep the N newest runs")
     cl.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
     cl.set_defaults(fn=run_clean)
 

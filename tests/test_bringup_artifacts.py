@@ -291,3 +291,15 @@ def test_files_nested_past_the_parser_or_with_odd_rows_are_reported_not_raised(t
     b = load_bench(str(tmp_path / "rows.json"))
     assert [r["model"] for r in b["rows"]] == ["mlp", "mlp"] and "1 row(s)" in b["problem"]
     assert speedups(b["rows"]) == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("argv", [["--older-than", "nan"], ["--older-than", "inf"], ["--older-than", "-1"],
+                                  ["--keep", "-1"], ["--keep", "two"]])
+def test_clean_refuses_a_number_that_means_nothing(tmp_path, capsys, argv):
+    """--older-than nan was taken and deleted nothing, silently (noticed by an
+    adversarial review); Note [Option values]."""
+    _run(tmp_path, "r1", 1000.0)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["clean", str(tmp_path), *argv])
+    assert e.value.code == 2 and argv[0] in capsys.readouterr().err
+    assert os.path.isdir(os.path.join(tmp_path, "r1"))
