@@ -818,7 +818,8 @@ class DebugMode(_upstream.DebugMode):
                 "nested",
                 f"{n} kernel launch(es) ran inside a nested kdebug DebugMode and were recorded only "
                 "by that inner mode (one recorder takes a launch): this outer recording is "
-                "incomplete. Read them from the inner mode, or do not nest DebugModes.")
+                "incomplete (said once: kernel_stats['nested_unrecorded'] counts every such launch, of "
+                "every inner mode). Read them from the inner mode, or do not nest DebugModes.")
 
     @staticmethod
     def check_hash_mismatches(logs1: list, logs2: list, compare_inputs: bool = False) -> list[dict]:
