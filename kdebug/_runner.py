@@ -46,7 +46,16 @@ def apply_fix(name: str) -> None:
 
 def run_program(target: list[str], builtin: bool, module: bool):
     """Runs the program; returns what it leaves behind (its module globals):
-    the caller holds them until the recording ends (Note [Final state])."""
+    the caller holds them until the recording ends (Note [Final state]).
+    It writes to the real stdout and stderr (Note [Terminal-safe text]:
+    its output is its own)."""
+    from ._termtext import program_output
+
+    with program_output():
+        return _run_program(target, builtin, module)
+
+
+def _run_program(target: list[str], builtin: bool, module: bool):
     if builtin:
         from .workloads import hunt_main
 

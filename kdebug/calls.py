@@ -398,15 +398,21 @@ class _KernelCall(_upstream._DebugCall):
         return line
 
     def render(self, attributes) -> str:
+        return ("\n  " + "  " * self.call_depth).join(self.render_lines(attributes)) + "\n"
+
+    def render_lines(self, attributes) -> list[str]:
+        """render()'s lines, without their indentation: the launch, then its
+        pre- and post-kernel hashes (Note [Terminal-safe text] escapes each
+        by itself)."""
         line = self._launch.render(verbose=_VERBOSE.get())
         if attributes:
             line = self._with_attributes(line, attributes)
-        pad = "\n  " + "  " * self.call_depth
+        lines = [line]
         if self.pre_hashes:
-            line += pad + "# pre-kernel hashes: {" + ", ".join(f"{k}: {v}" for k, v in self.pre_hashes.items()) + "}"
+            lines.append("# pre-kernel hashes: {" + ", ".join(f"{k}: {v}" for k, v in self.pre_hashes.items()) + "}")
         if self.post_hashes:
-            line += pad + "# post-kernel hashes: {" + ", ".join(f"{k}: {v}" for k, v in self.post_hashes.items()) + "}"
-        return line + "\n"
+            lines.append("# post-kernel hashes: {" + ", ".join(f"{k}: {v}" for k, v in self.post_hashes.items()) + "}")
+        return lines
 
     def __iter__(self):
         yield from [self.kernel_name, (), self.kwargs_str, self.call_depth]

@@ -9,6 +9,8 @@ import time
 
 # (not `from . import _stdin`: that asks the package's lazy names, which import torch)
 from ._stdin import begin as _stdin_begin, current_stream as _stdin_stream, run as _run_program
+# Note [Terminal-safe text]: trace strings in a line printed escaped (kdebug/_termtext.py imports nothing heavy)
+from ._termtext import escape as _escape, output as _output, raw as _raw
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -221,9 +223,9 @@ def _show(args: argparse.Namespace) -> int:
             entries = run.provenance(name)
             for k, e in enumerate(entries):
                 more = f" ({k + 1} of {len(entries)} kernels of this name)" if len(entries) > 1 else ""
-                print(f"# {name}{more}")
+                print(f"# {_escape(name)}{more}")  # Note [Terminal-safe text]: each line by itself
                 for line in e.describe():
-                    print(f"#   {line}")
+                    print(f"#   {_escape(line)}")
     return 0
 
 
@@ -238,7 +240,7 @@ def _show_source(run, n: int) -> int:
               "report is launch N", file=sys.stderr)
         return 2
     entries = run.provenance(k.kernel_name)
-    print(f"# launch {n}: {k.kernel_name}")
+    print(f"# launch {n}: {_escape(k.kernel_name)}")  # each line by itself
     if not entries:
         print("# the trace holds no provenance or source for this kernel (recorded before kdebug kept them, "
               "or the kernel was not compiled by Inductor in the recording process)")
@@ -250,7 +252,7 @@ def _show_source(run, n: int) -> int:
         if len(entries) > 1:
             print(f"\n# kernel {j + 1} of {len(entries)} of this name")
         for line in e.describe():
-            print(f"# {line}")
+            print(f"# {_escape(line)}")
         text = run.kernel_code(e.code_sha256) if e.code_sha256 else None
         if text is not None:
             print(f"# generated source ({len(text)} characters):")
@@ -391,11 +393,13 @@ class _Progress:
         fill = int(width * self.done / max(self.total, 1))
         line = (f"{self.label} [{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} "
                 f"{time.perf_counter() - self.t0:5.1f}s  {what}")
+        line = _escape(line)  # Note [Terminal-safe text]: the bar's own "\r" goes to the real stderr
+        err = _raw(sys.stderr)
         if self.tty:
-            sys.stderr.write("\r" + line.ljust(100)[:100])
+            err.write("\r" + line.ljust(100)[:100])
         else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+            err.write(line + "\n")
+        err.flush()
 
     def step(self, what: str) -> None:
         self.done += 1
@@ -403,7 +407,7 @@ class _Progress:
 
     def close(self) -> None:
         if self.tty:
-            sys.stderr.write("\n")
+            _raw(sys.stderr).write("\n")
 
 
 def _record_runs(n: int, target: list[str], module: bool, builtin: bool, tmp: str, fix: str | None,
@@ -635,7 +639,7 @@ def _hunt_in(args: argparse.Namespace, tmp: str, target: list[str], module: bool
             if not ok:
                 first = next(r for r in freps if not r.ok)
                 where = first.divergence.step_a.label() if first.divergence else "structure"
-                print(f"      (first divergence still at {where})")
+                print(_escape(f"      (first divergence still at {where})"))
     if diverged and not getattr(args, "no_magnitude", False):
         hunt["magnitude"] = _magnitude(next(r for r in reports if not r.ok), paths[0], target, module, builtin,
                                        tmp, args.in_process, args.rerun_times)
@@ -728,7 +732,7 @@ def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in
         if spec is None:
             why = ("a difference from outside the recording" if root.kind != "root"
                    else "its differing outputs could not be located in the re-run")
-            print(f"  root {n} {root.step_a.label()}: not replayable ({why})")
+            print(_escape(f"  root {n} {root.step_a.label()}: not replayable ({why})"))
             out.append({"root": root.step_a.label(), "confirmed": None, "why": f"not replayable: {why}"})
             continue
         for attempt in range(1, max(1, tries) + 1):
@@ -747,15 +751,15 @@ def _confirm(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, in
             verdict = replay.judge(rep, root, kdebug.compare(*cpaths), replay.read_hits(file), recurred)
             if recurred is not False or attempt == tries:
                 break
-            print(f"  root {n} {root.step_a.label()}: its difference did not recur in re-run pair {attempt}; "
-                  "recording the pair again")
+            print(_escape(f"  root {n} {root.step_a.label()}: its difference did not recur in re-run pair {attempt}; "
+                        "recording the pair again"))
         verdict["tries"] = attempt
         if attempt > 1 and verdict.get("text"):
             verdict["text"] += f" (re-run pair {attempt} of at most {tries})"
-        print(f"  root {n} {root.step_a.label()}: {verdict.get('text', verdict.get('why'))}")
+        print(_escape(f"  root {n} {root.step_a.label()}: {verdict.get('text', verdict.get('why'))}"))
         if natural:
             verdict["natural"] = natural
-            print(f"    the two re-runs' own outputs: {natural}")
+            print(_escape(f"    the two re-runs' own outputs: {natural}"))
         out.append({"root": root.step_a.label(), **verdict})
     return out
 
@@ -814,7 +818,7 @@ def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, 
         made = repro.write_many(path_a, targets, dirs, program, quiet=True, raise_first=False)
     except repro.ReproError as e:
         bar.close()
-        print(f"  could not capture the roots' inputs: {e}")
+        print(_escape(f"  could not capture the roots' inputs: {e}"))
         return [{"root": r.step_a.label(), "outputs": [], "text": f"not re-launched: {e}"} for r in roots]
     bar.step("captured")
     out = []
@@ -858,7 +862,7 @@ def _magnitude(rep, path_a: str, target, module: bool, builtin: bool, tmp: str, 
         out.append(entry)
     bar.close()
     for entry in out:
-        print(f"  root {entry['root']}: {entry['text']}")
+        print(_escape(f"  root {entry['root']}: {entry['text']}"))
     return out
 
 
@@ -977,7 +981,8 @@ def main(argv: list[str] | None = None) -> int:
         args.command = tail
     if getattr(args, "module_name", None):  # kdebug hunt -m MODULE args...
         args.command = ["-m", args.module_name] + list(args.command)
-    return args.fn(args)
+    with _output():  # Note [Terminal-safe text]: what the commands print shows trace strings as text
+        return args.fn(args)
 
 
 if __name__ == "__main__":

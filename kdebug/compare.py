@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 import torch
 
-from . import _C, _upstream, dataflow, program_reads
+from . import _C, _termtext, _upstream, dataflow, program_reads
 from .calls import TensorInfo, _KernelCall
 from .final_state import FinalState
 from .hashing import Stats
@@ -1331,10 +1331,22 @@ def _command(argv) -> list | None:
     return list(argv)
 
 
-def format_report(r: Report, gaps_listed_after: bool = False) -> str:
+def format_report(r: Report, gaps_listed_after: bool = False, *, terminal: bool | None = None) -> str:
     """The report's text; ``gaps_listed_after``: the caller lists the
     recordings' gaps itself after the reports (kdebug hunt does, once for
-    all its comparisons), so they are counted here, not listed."""
+    all its comparisons), so they are counted here, not listed.
+    ``terminal``: each line escaped for a terminal (Note [Terminal-safe
+    text]); None: when the command line's output is on (the HTML report
+    passes False: it escapes for HTML itself)."""
+    if terminal is None:
+        terminal = _termtext.terminal.get()
+    lines = _report_lines(r, gaps_listed_after)
+    return "\n".join(map(_termtext.escape, lines) if terminal else lines)
+
+
+def _report_lines(r: Report, gaps_listed_after: bool) -> list[str]:
+    """format_report's lines, each one line: the strings of the runs in
+    them (kernel and op names, argument names) may hold anything."""
     a, b = r.runs
     lines = [f"{side_name(b).capitalize()}: comparing with {side_name(a)} ... {r.kernels_b} kernels, {r.n_b - r.kernels_b} aten ops "
              f"({r.compared} aligned, {r.hashed} hashed)"]
@@ -1405,7 +1417,7 @@ def format_report(r: Report, gaps_listed_after: bool = False) -> str:
             lines.append("  still possible: work outside the recorded launches (Python, ops run with no "
                          "DebugMode), RNG state, autotuning choosing other kernels")
         lines += _benign_lines(r)
-        return "\n".join(lines)
+        return lines
     top = r.roots[0]
     s = d.step_a
     where = f"{s.label()}" + (f"  grid {s.grid}" if s.grid is not None else "")
@@ -1438,7 +1450,7 @@ def format_report(r: Report, gaps_listed_after: bool = False) -> str:
                      f"from what the run before it left, so {side_name(b)}'s difference says nothing about "
                      "determinism; reset that state in the function (or put the module in eval mode), or "
                      "compare runs in fresh processes (kdebug hunt)")
-    return "\n".join(lines)
+    return lines
 
 
 # Note [State a run left]

@@ -39,6 +39,8 @@ import hashlib
 import re
 import threading
 
+from . import _termtext
+
 _lock = threading.Lock()
 _texts: dict[str, str] = {}  # sha256 -> source text
 _TEXTS_MAX = 100_000
@@ -189,4 +191,4 @@ def section(names, entries_of) -> str:
         entries = entries_of(name)
         out.append(f"# {name}" + ("" if entries else ": (no provenance recorded)"))
         out += ["#   " + line for line in describe(entries)]
-    return "\n".join(out)
+    return "\n".join(map(_termtext.line, out))  # Note [Terminal-safe text]: names and source lines

@@ -263,7 +263,7 @@ def _comparison_json(rep: Report, limit: int = 2000) -> dict:
         verdict = "structure differs"
     pa, pb = al["pa"], al["pb"]
     return {
-        "a": rep.runs[0], "b": rep.runs[1], "verdict": verdict, "ok": rep.ok, "text": format_report(rep),
+        "a": rep.runs[0], "b": rep.runs[1], "verdict": verdict, "ok": rep.ok, "text": format_report(rep, terminal=False),
         "gaps": list(rep.gaps),
         "compared": rep.compared, "hashed": rep.hashed, "n_a": rep.n_a, "n_b": rep.n_b,
         "divergence": div, "structural": list(rep.structural), "aligned": al["aligned"],

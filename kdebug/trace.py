@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _files, _upstream, hashing, kernel_code, provenance
+from . import _C, _files, _termtext, _upstream, hashing, kernel_code, provenance
 from .calls import _KernelCall, make_call
 
 TraceError = _C.TraceError
@@ -703,6 +703,19 @@ def check_meta(text: str) -> dict:
     return {k: check(d[k], k) for k, check in META_SCHEMA.items() if k in d}
 
 
+def _entry(op) -> str:
+    """One operators entry of the debug string, indented by its call depth;
+    on the command line each of its lines escaped by itself (Note
+    [Terminal-safe text]: a name or a custom op's string argument cannot
+    start a line of its own)."""
+    indent = "  " + "  " * op.call_depth
+    if not _termtext.terminal.get():
+        return indent + op.render(None)
+    if isinstance(op, _KernelCall):
+        return indent + ("\n" + indent).join(map(_termtext.escape, op.render_lines(None))) + "\n"
+    return indent + _termtext.escape(op.render(None))
+
+
 class Run:
     """A recorded run read from a trace file: the parts of a DebugMode that
     reading needs (``operators``, ``logs``, ``kernels``, ``debug_string()``)."""
@@ -849,10 +862,10 @@ class Run:
 
         token = _VERBOSE.set(verbose)
         try:
-            lines = ["  " + "  " * op.call_depth + op.render(None) for op in self.operators]
+            lines = [_entry(op) for op in self.operators]
         finally:
             _VERBOSE.reset(token)
-        head = "".join(f"# kdebug: INCOMPLETE: {p}\n" for p in self.problems())
+        head = "".join(f"# kdebug: INCOMPLETE: {_termtext.line(p)}\n" for p in self.problems())
         if verbose:  # Note [Kernel code]: what each kernel is, once per kernel
             more = kernel_code.section((k.kernel_name for k in self.kernels), self.provenance)
             if more:

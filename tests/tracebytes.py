@@ -86,3 +86,47 @@ def hostile_meta(rng: random.Random, base: dict) -> str:
         else:
             d[key] = _value(rng)
     return json.dumps(d)
+
+
+STRINGS = 1
+
+
+def _varint(b: bytes, i: int) -> tuple[int, int]:
+    v = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << shift
+        shift += 7
+        if not c & 0x80:
+            return v, i
+
+
+def _enc_varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        c, v = v & 0x7F, v >> 7
+        out.append(c | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def with_strings(data: bytes, fn) -> bytes:
+    """The trace with each string of its STRINGS chunks (kernel and op names,
+    op texts, argument names, ...) replaced by fn(string id, text), every
+    chunk's checksum made right (docs/trace-format.md)."""
+    out, sid = bytearray(data[:HEADER]), 1
+    for off, typ, n in chunks(data):
+        body = data[off + 16:off + 16 + n]
+        if typ == STRINGS:
+            count, i = _varint(body, 0)
+            new = bytearray(_enc_varint(count))
+            for _ in range(count):
+                size, i = _varint(body, i)
+                text = fn(sid, body[i:i + size].decode("utf-8")).encode("utf-8")
+                new += _enc_varint(len(text)) + text
+                i += size
+                sid += 1
+            body = bytes(new)
+        out += chunk(typ, body)
+    return bytes(out)
