@@ -62,6 +62,7 @@ C_SOURCES = [
     "csrc/core/kd_trace_write.c",
     "csrc/core/kd_trace_read.c",
     "csrc/core/kd_trace_tree.c",
+    "csrc/core/kd_trace_extents.c",
     "csrc/core/kd_trace_digest.c",
     "csrc/core/kd_trace_search.c",
     "csrc/core/kd_trace_table.c",

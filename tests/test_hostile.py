@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -20,7 +21,7 @@ from kdebug.cli import main as cli
 from kdebug.export import export_perfetto, perfetto_events
 
 from test_report import _open, browser  # noqa: F401  (the Chromium fixture)
-from tracebytes import chunks, hostile_meta, with_meta
+from tracebytes import chunks, extents_tree_bytes, hostile_meta, with_body_bytes, with_meta
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +173,109 @@ def test_one_flipped_chunk_length_is_corruption_not_a_dead_process(trace_bytes, 
         kdebug.load(path)
     p = _cli("show", str(path))
     assert p.returncode == 2 and "corrupt" in p.stderr and "died" not in p.stderr + p.stdout
+
+
+# ---------------------------------------------------------------- malformed extents trees (Note [Extents trees on reading])
+
+
+def _op_with_extents(data: bytes) -> tuple[int, tuple]:
+    """(byte offset, tree) of the extents tree of the first op record that has
+    one: the tree as kdebug wrote it, found in the file by its encoding."""
+    run = kdebug.trace.Run(data)
+    for i, t in enumerate(run.types):
+        if t == kdebug.trace.REC_OP:
+            ext = run._reader.op(i, kdebug.hashing.norm_value).extents
+            if ext is not None:
+                tree = _plain(tuple(ext))
+                enc = extents_tree_bytes(tree)
+                assert data.count(enc) >= 1
+                return data.index(enc), tree
+    raise AssertionError("no op record with extents")
+
+
+def _plain(x):
+    """An extents tree with its Extent leaves as the tuples a trace holds."""
+    if isinstance(x, kdebug._C.Extent):
+        return tuple(x)
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_plain(v) for v in x)
+    return x
+
+
+def _first_extent(tree):
+    if isinstance(tree, kdebug._C.Extent) or (isinstance(tree, tuple) and len(tree) in (4, 5)
+                                              and all(type(v) is int for v in tree)):
+        return tree
+    for v in (tree.values() if isinstance(tree, dict) else tree if isinstance(tree, (list, tuple)) else ()):
+        e = _first_extent(v)
+        if e is not None:
+            return e
+    return None
+
+
+def _swap_range(tree):
+    """The tree with its first extent's first and last byte swapped."""
+    e = _first_extent(tree)
+
+    def walk(x):
+        if x is e:
+            return (x[0], x[1], x[3], x[2]) + tuple(x[4:])
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(walk(v) for v in x)
+        return x
+    return walk(tree)
+
+
+MALFORMED_EXTENTS = {  # what is done to the tree, and what the error says
+    "root a list": (lambda t: list(t), "its root is not the pair (inputs, outputs)"),
+    "an extent ending before it starts": (_swap_range, "an extent ends before it starts"),
+}
+
+
+def _malformed_extents(data: bytes, what: str) -> tuple[bytes, int]:
+    """A CRC-valid trace whose first op with extents has a tree kdebug does
+    not write (same length: the record's lengths stay right); and the byte
+    offset of the node the reader must name."""
+    at, tree = _op_with_extents(data)
+    change, _ = MALFORMED_EXTENTS[what]
+    old, new = extents_tree_bytes(tree), extents_tree_bytes(change(tree))
+    assert len(old) == len(new) and old != new
+    node = 0 if what == "root a list" else old.index(extents_tree_bytes(_first_extent(tree)))
+    return with_body_bytes(data, at, new), at + node
+
+
+@pytest.mark.parametrize("what", list(MALFORMED_EXTENTS))
+def test_a_malformed_extents_tree_is_refused_when_the_trace_is_loaded(trace_bytes, tmp_path, what):
+    """A CRC-valid file whose op record's extents tree is not what kdebug
+    writes loaded as complete, `kdebug show` died with a traceback ("malformed
+    extents tree") and `kdebug diff` called the runs a match.  Now the file is
+    refused when it is opened, naming the file, the byte and what is wrong."""
+    data, node = _malformed_extents(trace_bytes, what)
+    path = tmp_path / "bad.kdt"
+    path.write_bytes(data)
+    want = f"bad.kdt: byte {node}: malformed extents tree: {MALFORMED_EXTENTS[what][1]}"
+    with pytest.raises(TraceFileError, match=re.escape(want)) as e:
+        kdebug.load(path)
+    assert e.value.path == str(path) and e.value.offset == node
+
+
+def test_a_malformed_extents_tree_exits_2_in_every_command(trace_bytes, tmp_path):
+    good, bad = tmp_path / "good.kdt", tmp_path / "bad.kdt"
+    good.write_bytes(trace_bytes)
+    bad.write_bytes(_malformed_extents(trace_bytes, "root a list")[0])
+    out = tmp_path / "o"
+    for args in (["show", str(bad)], ["show", "--verbose", str(bad)], ["diff", str(good), str(bad)],
+                 ["diff", str(bad), str(good)], ["export", "--perfetto", str(bad), "-o", str(out)],
+                 ["report", str(good), str(bad), "-o", str(out)]):
+        p = _cli(*args)
+        assert p.returncode == 2, (args, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+        assert f"{bad}: byte " in p.stderr and "malformed extents tree" in p.stderr, (args, p.stderr)
+        assert "Traceback" not in p.stderr, (args, p.stderr)
+    assert not out.exists()
 
 
 # ---------------------------------------------------------------- fuzzing META and the report

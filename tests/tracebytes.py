@@ -130,3 +130,30 @@ def with_strings(data: bytes, fn) -> bytes:
             body = bytes(new)
         out += chunk(typ, body)
     return bytes(out)
+
+
+def extents_tree_bytes(tree) -> bytes:
+    """An extents tree (None, lists, tuples, dicts, ints) in the hash-tree
+    encoding kdebug writes it in (docs/trace-format.md)."""
+    if tree is None:
+        return b"\x00"
+    if isinstance(tree, bool):
+        raise TypeError("no bools in an extents tree")
+    if isinstance(tree, int):
+        return b"\x04" + struct.pack("<q", tree) if tree < 2 ** 63 else b"\x05" + struct.pack("<Q", tree)
+    if isinstance(tree, dict):
+        return b"\x03" + _enc_varint(len(tree)) + b"".join(
+            _enc_varint(len(k.encode())) + k.encode() + extents_tree_bytes(v) for k, v in tree.items())
+    tag = b"\x01" if isinstance(tree, list) else b"\x02"
+    return tag + _enc_varint(len(tree)) + b"".join(extents_tree_bytes(v) for v in tree)
+
+
+def with_body_bytes(data: bytes, at: int, new: bytes) -> bytes:
+    """The trace with the bytes at offset ``at`` replaced by ``new`` (as many),
+    inside one chunk's body, and that chunk's checksum made right."""
+    off, typ, n = next(c for c in chunks(data) if c[0] + 16 <= at and at + len(new) <= c[0] + 16 + c[2])
+    out = bytearray(data)
+    out[at:at + len(new)] = new
+    body = bytes(out[off + 16:off + 16 + n])
+    out[off:off + 16 + n] = chunk(typ, body)
+    return bytes(out)

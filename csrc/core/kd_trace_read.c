@@ -11,6 +11,7 @@
 #include "kd_launch_table.h"
 #include "kd_trace.h"
 #include "kd_trace_digest.h"
+#include "kd_trace_extents.h"
 #include "kd_trace_tree.h"
 
 
@@ -313,6 +314,10 @@ static int decode_op(kd_cur *c, const kd_tr *r, kd_tr_op *op)
         kd_tree_skip(&sub);
         if (!sub.bad && sub.pos != sub.end)
             kd_cur_fail(&sub, "bytes left over after a hash tree");
+        if (!sub.bad && side == 2) { /* Note [Extents trees on reading] */
+            sub.pos = c->pos;
+            kd_extents_check(&sub);
+        }
         if (sub.bad) {
             kd_cur_fail(c, sub.why);
             c->bad_off = sub.bad_off;

@@ -96,6 +96,13 @@ static uint32_t make_launch(kd_strtab *g, kd_payload *p, uint64_t index, uint64_
 }
 
 static const uint8_t TREE[] = {KD_T_LIST, 2, KD_T_I64, 1, 2, 3, 4, 5, 6, 7, 8, KD_T_NONE};
+/* an extents tree as kdebug writes one: (((extent,), {}), extent) with extent (CPU, -1, 0x1000, 0x1040, 64)
+ * (Note [Extents trees on reading]) */
+#define KD_I64(v) KD_T_I64, (uint8_t)(v), (uint8_t)((uint64_t)(v) >> 8), (uint8_t)((uint64_t)(v) >> 16), \
+                  (uint8_t)((uint64_t)(v) >> 24), (uint8_t)((uint64_t)(v) >> 32), (uint8_t)((uint64_t)(v) >> 40), \
+                  (uint8_t)((uint64_t)(v) >> 48), (uint8_t)((uint64_t)(v) >> 56)
+#define KD_EXTENT KD_T_TUPLE, 5, KD_I64(0), KD_I64(-1), KD_I64(0x1000), KD_I64(0x1040), KD_I64(64)
+static const uint8_t EXT[] = {KD_T_TUPLE, 2, KD_T_TUPLE, 2, KD_T_TUPLE, 1, KD_EXTENT, KD_T_DICT, 0, KD_EXTENT};
 
 /* A trace of n launches and n ops, sealed every `every` records. */
 static kd_buf make_trace(kd_strtab *g, int n, int every, int end)
@@ -111,7 +118,7 @@ static kd_buf make_trace(kd_strtab *g, int n, int every, int end)
         CHECK(kd_tw_launch(&w, p, np, g) == 0);
         /* every other op also carries an extents tree (format 1.1) */
         CHECK(kd_tw_op(&w, 1, KD_OPF_OUT_HASH | KD_OPF_OPCALL | (i % 2 ? KD_OPF_EXTENTS : 0u), "aten::add.Tensor",
-                       16, "aten::add.Tensor(t: f32[4], 1)", 30, NULL, 0, TREE, sizeof TREE, TREE, sizeof TREE) == 0);
+                       16, "aten::add.Tensor(t: f32[4], 1)", 30, NULL, 0, TREE, sizeof TREE, EXT, sizeof EXT) == 0);
         if ((i + 1) % every == 0)
             kd_tw_seal(&w);
     }
@@ -166,7 +173,7 @@ static void test_roundtrip(void)
         CHECK(op.depth == 1 && op.out_len == sizeof TREE && memcmp(op.out_tree, TREE, sizeof TREE) == 0);
         CHECK(op.in_tree == NULL);
         if ((i / 2) % 2) /* the writer's op number i / 2 carries extents when odd */
-            CHECK(op.ext_len == sizeof TREE && memcmp(op.ext_tree, TREE, sizeof TREE) == 0);
+            CHECK(op.ext_len == sizeof EXT && memcmp(op.ext_tree, EXT, sizeof EXT) == 0);
         else
             CHECK(op.ext_tree == NULL && op.ext_len == 0);
         CHECK(kd_tr_launch(&r, i + 1, got, 16) == 0); /* not a launch */
@@ -635,8 +642,67 @@ static void test_full_table(void)
     kd_tw_free(&w);
 }
 
+/* Note [Extents trees on reading]: an op record whose extents tree is a well-formed hash tree but not what
+ * kdebug writes makes the file unreadable, with the reason and the byte of the node that does not fit. */
+static void test_malformed_extents(void)
+{
+    static const uint8_t list_root[] = {KD_T_LIST, 2, KD_T_NONE, KD_T_NONE};
+    static const uint8_t three[] = {KD_T_TUPLE, 3, KD_T_NONE, KD_T_NONE, KD_T_NONE};
+    static const uint8_t int_leaf[] = {KD_T_TUPLE, 2, KD_T_LIST, 1, KD_I64(7), KD_T_NONE};
+    static const uint8_t float_in[] = {KD_T_TUPLE, 2, KD_T_NONE, KD_T_TUPLE, 4, KD_I64(0), KD_I64(0),
+                                       KD_T_F64, 0, 0, 0, 0, 0, 0, 0, 0, KD_I64(8)};
+    static const uint8_t backwards[] = {KD_T_TUPLE, 2, KD_T_NONE, KD_T_TUPLE, 4, KD_I64(0), KD_I64(0),
+                                        KD_I64(64), KD_I64(8)};
+    static const uint8_t too_many[] = {KD_T_TUPLE, 2, KD_T_NONE, KD_T_TUPLE, 5, KD_I64(0), KD_I64(0), KD_I64(8),
+                                       KD_I64(16), KD_I64(9)};
+    static const uint8_t device[] = {KD_T_TUPLE, 2, KD_T_NONE, KD_T_TUPLE, 4, KD_I64(300), KD_I64(0), KD_I64(8),
+                                     KD_I64(16)};
+    static const uint8_t ok4[] = {KD_T_TUPLE, 2, KD_T_DICT, 1, 1, 'x', KD_T_TUPLE, 4, KD_I64(1), KD_I64(0),
+                                  KD_I64(8), KD_I64(16), KD_T_NONE};
+    static const struct {
+        const uint8_t *tree;
+        size_t len;
+        const char *why; /* NULL: read */
+        size_t node;     /* offset of the node named, in the tree */
+    } cases[] = {
+        {EXT, sizeof EXT, NULL, 0},
+        {ok4, sizeof ok4, NULL, 0},
+        {list_root, sizeof list_root, "its root is not the pair", 0},
+        {three, sizeof three, "its root is not the pair", 0},
+        {int_leaf, sizeof int_leaf, "neither None nor an extent", 4},
+        {float_in, sizeof float_in, "other than 4 or 5 integers", 3},
+        {backwards, sizeof backwards, "ends before it starts", 3},
+        {too_many, sizeof too_many, "more bytes than its range", 3},
+        {device, sizeof device, "device type or index", 3},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        kd_tw w;
+        CHECK(kd_tw_init(&w) == 0);
+        CHECK(kd_tw_op(&w, 0, KD_OPF_EXTENTS, "aten::f", 7, "aten::f()", 9, NULL, 0, NULL, 0, cases[k].tree,
+                       cases[k].len) == 0);
+        CHECK(kd_tw_end(&w) == 0);
+        kd_tr r;
+        int rc = kd_tr_open(&r, w.out.p, w.out.len);
+        if (cases[k].why == NULL) {
+            CHECK(rc == 0 && r.nrec == 1);
+        } else {
+            CHECK(rc == -1 && strstr(r.err, "malformed extents tree") != NULL && strstr(r.err, cases[k].why) != NULL);
+            size_t tree_at = 0; /* where the tree lies in the file */
+            for (size_t i = 0; i + cases[k].len <= w.out.len; i++)
+                if (memcmp(w.out.p + i, cases[k].tree, cases[k].len) == 0) {
+                    tree_at = i;
+                    break;
+                }
+            CHECK(tree_at > 0 && r.err_off == tree_at + cases[k].node);
+        }
+        kd_tr_free(&r);
+        kd_tw_free(&w);
+    }
+}
+
 int main(void)
 {
+    test_malformed_extents();
     test_refused_text();
     test_full_table();
     test_crc();
