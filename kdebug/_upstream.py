@@ -509,6 +509,18 @@ def inductor_config():
     return _inductor_config
 
 
+def skip_frame(code) -> None:
+    """Dynamo's frame hook runs this code object's frames as they are, never
+    compiling them (the frames they call are its to compile, as any other):
+    torch._dynamo.eval_frame.skip_code (2.11, 2.13); nothing where it is
+    missing (a wrapper's frame may then be compiled)."""
+    try:
+        from torch._dynamo.eval_frame import skip_code
+    except ImportError:
+        return
+    skip_code(code)
+
+
 def dynamo_reset() -> None:
     """torch._dynamo.reset() (2.11, 2.13): forget compiled frames."""
     import torch._dynamo

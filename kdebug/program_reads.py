@@ -54,6 +54,14 @@ compiled, and when Dynamo traces a call to one it breaks the graph there, as
 it does at the torch function the wrapper stands for (Tensor.__repr__,
 torch.save; Dynamo traces a tensor's methods, tolist and numpy, by name, not
 through the class attribute).
+
+That made a call through the class, torch.Tensor.tolist(y), inside a
+fullgraph function fail where it compiled without kdebug (a review of the
+change).  So the wrapper itself is only skipped as a frame (never compiled on
+its own, _upstream.skip_frame) and, when Dynamo traces a call of it
+(torch.compiler.is_compiling()), it does what it stands for, calling the
+object's method by name (y.tolist(), which Dynamo knows) or torch.save; the
+recording part is the disabled function, run only eagerly.
 """
 from __future__ import annotations
 
@@ -297,7 +305,24 @@ def _record_structure(obj, frame) -> None:
     list.append(dm._ops, call)
 
 
-def _wrapper(orig, name: str, whole: bool = False, saving: bool = False):
+def _wrapper(orig, name: str, whole: bool = False, saving: bool = False, method: str | None = None):
+    eager = torch._dynamo.disable(_reader(orig, name, whole, saving), recursive=True)
+
+    def read(*args, **kwargs):  # Note [Program reads under torch.compile]
+        if torch.compiler.is_compiling():  # Dynamo traces a call of it: as it traces what it stands for
+            if method is not None and args:  # the object's own method, which Dynamo knows by name
+                return getattr(args[0], method)(*args[1:], **kwargs)
+            return orig(*args, **kwargs)
+        return eager(*args, **kwargs)
+
+    _upstream.skip_frame(read.__code__)  # never compiled as a frame of its own
+    read.__wrapped__ = orig
+    read.__name__ = getattr(orig, "__name__", "read")
+    read.__doc__ = getattr(orig, "__doc__", None)
+    return read
+
+
+def _reader(orig, name: str, whole: bool, saving: bool):
     def read(*args, **kwargs):
         if getattr(_local, "busy", False) or not (args or saving):
             return orig(*args, **kwargs)  # (a call without its object: orig says what is wrong)
@@ -324,10 +349,7 @@ def _wrapper(orig, name: str, whole: bool = False, saving: bool = False):
         finally:
             _local.busy = False
 
-    read.__wrapped__ = orig
-    read.__name__ = getattr(orig, "__name__", "read")
-    read.__doc__ = getattr(orig, "__doc__", None)
-    return torch._dynamo.disable(read, recursive=True)  # Note [Program reads under torch.compile]
+    return read
 
 
 def install(mode) -> None:
@@ -343,7 +365,7 @@ def install(mode) -> None:
             own = attr in owner.__dict__
             orig = getattr(owner, attr)
             _saved[(owner, attr)] = (own, owner.__dict__[attr] if own else None)
-            setattr(owner, attr, _wrapper(orig, name, whole=whole))
+            setattr(owner, attr, _wrapper(orig, name, whole=whole, method=attr))
         for owner, attr in _SAVE:
             orig = getattr(owner, attr)
             _saved[(owner, attr)] = (True, orig)

@@ -247,3 +247,24 @@ def test_a_save_of_the_same_values_under_other_keys_differs():
     assert "saved another structure with torch.save" in text and "non-deterministic" not in text, text
     counted = compare(_saved({"x": a, "step": 3}), _saved({"x": a, "step": 4}))  # a value besides tensors
     assert not counted.ok and counted.roots[0].step_a.name == program_reads.SAVED, str(counted)
+
+
+def test_a_read_through_the_class_compiles_in_a_fullgraph_function():
+    """torch.Tensor.tolist(y) inside fullgraph=True compiled without kdebug
+    and failed under it once the wrappers were disabled for Dynamo
+    ('Skip calling torch.compiler.disable()'d function'; a review): traced,
+    a wrapper does what it stands for (Note [Program reads under
+    torch.compile])."""
+    def b(x):
+        y = x * 2
+        return y + sum(torch.Tensor.tolist(y)[0])
+
+    x = torch.arange(6).reshape(2, 3)
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        torch._dynamo.reset()
+        plain = torch.compile(b, fullgraph=True)(x)
+        torch._dynamo.reset()
+        with DebugMode(record_final_state=True) as dm, DebugMode.log_tensor_hashes():
+            got = torch.compile(b, fullgraph=True)(x)
+        torch._dynamo.reset()
+    assert torch.equal(got, plain) and len(dm.kernels) >= 1
