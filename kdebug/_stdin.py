@@ -7,23 +7,34 @@ standard input, so the first run read it all and every later run read an
 empty stream: a script that read its configuration or data from stdin
 diverged between runs by kdebug's doing (seen in an adversarial review:
 ``echo hello | kdebug hunt script.py`` named an ``aten::mul`` of ``len(stdin)``,
-12.0 in run 0 and 0.0 in run 1).
+12.0 in run 0 and 0.0 in run 1).  What each run gets now, by what kdebug's
+standard input is:
 
-Now the first run to start reads kdebug's standard input through a pipe that
-kdebug feeds, keeping every byte it forwards; every later run is given those
-bytes and then the end of the stream.  A program that reads to the end gets
-the whole input in every run; one that reads a line gets at least that line
-(the feeder may have forwarded more, up to the pipe's buffer; never less).
-Nothing is read before the first run asks: a hunt started with an open pipe
-that never ends, whose program never reads it, does not wait for it.  A
-terminal is left to each run as it is (interactive input is asked of each
-run, and a different answer is the user's); so is a closed standard input.
-In-process runs (--in-process) read a Python stream over the same bytes.
+- a regular file (``< input.txt``): every run inherits it, positioned where it
+  was when the hunt began (seekable, as the program would see it; nothing is
+  read by kdebug);
+- a pipe, FIFO or socket (``producer | kdebug hunt``): the first run reads it
+  through a pipe kdebug feeds, keeping every byte it forwards; every later run
+  is given those bytes and then the end of the stream.  A program that reads
+  to the end gets the whole input in every run; one that reads a line gets at
+  least that line.  The feeder takes what arrives even if the program never
+  reads it: a shell loop that reads the same pipe (``... | while read f; do
+  kdebug hunt $f; done``) loses those lines (redirect such a loop from a
+  file instead: ``done < list.txt``);
+- a terminal, or none: each run inherits it, as before (interactive input is
+  asked of each run).
+
+Only the kdebug command itself does this (``kdebug hunt`` / ``python -m
+kdebug hunt``); kdebug.cli.main called with an argument list by another
+program (a test suite: pytest-xdist's workers talk to their controller over
+their standard input) leaves it alone.  In-process runs (--in-process) read
+a Python stream over the same input.
 """
 from __future__ import annotations
 
 import io
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -36,19 +47,25 @@ class ProgramInput:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._kept = bytearray()  # every byte forwarded to the first run
-        self._state = "unread"  # "unread" -> "feeding" (the first run has it) -> "kept"
+        self._kept = bytearray()  # every byte forwarded to the first run (a pipe)
+        self._state = "unread"  # a pipe: "unread" -> "feeding" (the first run has it) -> "kept"
+        self._fd, self._kind, self._pos = -1, "inherit", 0
         try:
             fd = sys.stdin.fileno() if sys.stdin is not None else -1
-            self._fd = fd if fd >= 0 and not os.isatty(fd) else -1
+            if fd < 0 or os.isatty(fd):
+                return
+            mode = os.fstat(fd).st_mode
         except (OSError, ValueError, AttributeError):
-            self._fd = -1  # closed, or replaced by something without a descriptor
-
-    @property
-    def shared(self) -> bool:
-        """Whether runs get kdebug's standard input through this object (not a
-        terminal, not closed)."""
-        return self._fd >= 0
+            return  # closed, or replaced by something without a descriptor
+        self._fd = fd
+        if stat.S_ISREG(mode):
+            try:
+                self._pos = os.lseek(fd, 0, os.SEEK_CUR)
+                self._kind = "file"
+            except OSError:
+                pass
+        elif stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            self._kind = "pipe"
 
     def _feed(self, dst) -> None:
         """Forwards kdebug's standard input into the first run's pipe until its
@@ -77,41 +94,59 @@ class ProgramInput:
     def run(self, cmd: list[str], env: dict) -> subprocess.CompletedProcess:
         """subprocess.run(cmd) with stdout and stderr captured together as text,
         and the standard input every run shares."""
-        if not self.shared:
-            return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        if self._kind == "file":
+            os.lseek(self._fd, self._pos, os.SEEK_SET)
+            return _run(cmd, env, None)
+        if self._kind != "pipe":
+            return _run(cmd, env, None)
         with self._lock:
             first = self._state == "unread"
             if first:
                 self._state = "feeding"
             data = bytes(self._kept)
         if not first:
-            p = subprocess.run(cmd, input=data, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-            return subprocess.CompletedProcess(p.args, p.returncode, p.stdout.decode(errors="replace"))
+            return _run(cmd, env, data)
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 env=env)
-        # a daemon: when kdebug's input never ends and the run stopped reading, it stays blocked in read
-        threading.Thread(target=self._feed, args=(proc.stdin,), daemon=True, name="kdebug-stdin").start()
-        out = proc.stdout.read()
-        proc.wait()
+        try:
+            # a daemon: when kdebug's input never ends and the run stopped reading, it stays blocked in read
+            threading.Thread(target=self._feed, args=(proc.stdin,), daemon=True, name="kdebug-stdin").start()
+            out = proc.stdout.read()
+            proc.wait()
+        except BaseException:  # interrupted: the run goes with kdebug, never left orphaned
+            proc.kill()
+            proc.wait()
+            raise
         with self._lock:
             self._state = "kept"
         return subprocess.CompletedProcess(cmd, proc.returncode, out.decode(errors="replace"))
 
     def stream(self):
         """A text stream for an in-process run's sys.stdin, or None (leave it)."""
-        if not self.shared:
+        enc, errors = (getattr(sys.stdin, "encoding", None) or "utf-8"), (getattr(sys.stdin, "errors", None)
+                                                                          or "strict")
+        if self._kind == "file":
+            os.lseek(self._fd, self._pos, os.SEEK_SET)
+            return io.TextIOWrapper(io.FileIO(self._fd, "rb", closefd=False), encoding=enc, errors=errors)
+        if self._kind != "pipe":
             return None
         with self._lock:
             first = self._state == "unread"
             if first:
                 self._state = "kept"  # in-process: this run reads it through _Tee, which keeps it
         if first:
-            return io.TextIOWrapper(io.BufferedReader(_Tee(self)), encoding=sys.stdin.encoding or "utf-8",
-                                    errors=sys.stdin.errors or "strict")
+            return io.TextIOWrapper(io.BufferedReader(_Tee(self)), encoding=enc, errors=errors)
         with self._lock:
             data = bytes(self._kept)
-        return io.TextIOWrapper(io.BytesIO(data), encoding=sys.stdin.encoding or "utf-8",
-                                errors=sys.stdin.errors or "strict")
+        return io.TextIOWrapper(io.BytesIO(data), encoding=enc, errors=errors)
+
+
+def _run(cmd: list[str], env: dict, data: bytes | None) -> subprocess.CompletedProcess:
+    """A run: its output captured as text (a program's bytes that are not UTF-8
+    replaced, never an error of kdebug's); ``data``: its whole standard input,
+    or None to inherit kdebug's."""
+    p = subprocess.run(cmd, input=data, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    return subprocess.CompletedProcess(p.args, p.returncode, p.stdout.decode(errors="replace"))
 
 
 class _Tee(io.RawIOBase):
@@ -154,4 +189,4 @@ def run(cmd: list[str], env: dict) -> subprocess.CompletedProcess:
     hunt began one, else inheriting kdebug's (stdout and stderr captured)."""
     if _current is not None:
         return _current.run(cmd, env)
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    return _run(cmd, env, None)

@@ -506,7 +506,8 @@ def _hunt(args: argparse.Namespace) -> int:
     if args.fixes is not None and not args.try_fixes:
         print("kdebug hunt: --fixes chooses the fixes that --try-fixes tries; add --try-fixes", file=sys.stderr)
         return 2
-    _stdin_begin()  # every run reads the same standard input (Note [One standard input for every run])
+    if getattr(args, "as_program", False):  # the kdebug command itself, not main([...]) called by a program
+        _stdin_begin()  # every run reads the same standard input (Note [One standard input for every run])
     args.fixes = fixes
     _all_threads(args)
     builtin = not args.command
@@ -972,11 +973,13 @@ def main(argv: list[str] | None = None) -> int:
     add_artifacts(sub)
     from .minify_cli import add_parser as add_minify  # (likewise)
     add_minify(sub)
+    as_program = argv is None  # the kdebug command itself (Note [One standard input for every run])
     argv = list(sys.argv[1:] if argv is None else argv)
     tail = None
     if argv and argv[0] in ("repro", "rerun") and "--" in argv:  # the program after --: not parsed here
         argv, tail = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     args = p.parse_args(argv)
+    args.as_program = as_program
     if tail is not None:
         args.command = tail
     if getattr(args, "module_name", None):  # kdebug hunt -m MODULE args...

@@ -8,6 +8,7 @@ import sys
 import threading
 
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,3 +56,36 @@ def test_a_program_that_never_reads_an_endless_input_is_not_kept_waiting(tmp_pat
         hung.cancel()
         p.stdin.close()
     assert p.returncode == 0 and "all runs match" in out, out[-3000:]
+
+
+def test_a_file_given_as_input_stays_seekable_and_a_loop_keeps_its_lines(tmp_path):
+    """Input redirected from a file is inherited by every run at the position
+    it had (a program that torch.load()s sys.stdin.buffer, which seeks,
+    failed with 'Illegal seek' through a pipe), and nothing of it is read by
+    kdebug: `while read f; do kdebug hunt $f; done < list` runs every line
+    (a review of the shared input)."""
+    seen = tmp_path / "seen.txt"
+    script = tmp_path / "seeks.py"
+    script.write_text(f"""
+import sys, torch
+w = torch.load(sys.stdin.buffer)["w"]
+with open({str(seen)!r}, "a") as f:
+    f.write(f"{{float(w.sum())}}\\n")
+print(torch.compile(lambda x: x * 2)(w).sum())
+""")
+    data = tmp_path / "w.pt"
+    torch.save({"w": torch.arange(4.0)}, str(data))
+    with open(data, "rb") as f:
+        p = subprocess.run([sys.executable, "-m", "kdebug", "hunt", "--no-magnitude", str(script)], stdin=f,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "PYTHONPATH": ROOT}, timeout=300)
+    assert p.returncode == 0 and "all runs match" in p.stdout, p.stdout[-3000:]
+    assert seen.read_text().split() == ["6.0", "6.0"]
+    quiet = tmp_path / "quiet.py"
+    quiet.write_text("import torch\nprint(torch.compile(lambda x: x + 1)(torch.ones(4)).sum())\n")
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"{quiet}\n{quiet}\n")
+    loop = f'while read f; do {sys.executable} -m kdebug hunt --no-magnitude "$f" | tail -1; done < {lst}'
+    p = subprocess.run(["sh", "-c", loop], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
+    assert p.stdout.count("all runs match") == 2, p.stdout[-3000:]
