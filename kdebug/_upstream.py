@@ -509,6 +509,25 @@ def inductor_config():
     return _inductor_config
 
 
+def pin_autotuning() -> str:
+    """No autotuning by timing from here on in this process: Inductor's
+    deterministic mode where this torch has it (2.12, 2.13), else (2.11) one
+    config a reduction (test_configs.force_filter_reduction_configs) and a
+    pointwise kernel (triton.autotune_pointwise = False).  Returns what it
+    set.  (Seen on H200s, torch 2.11: two ranks, or two runs, timed their own
+    candidates and chose XBLOCK 1 and 8 for one reduction, whose sums then
+    differ.)"""
+    import torch._inductor.config as ic
+
+    if hasattr(ic, "deterministic"):
+        ic.deterministic = True
+        return "torch._inductor.config.deterministic = True"
+    ic.test_configs.force_filter_reduction_configs = True
+    ic.triton.autotune_pointwise = False
+    return ("torch._inductor.config.test_configs.force_filter_reduction_configs = True, "
+            "torch._inductor.config.triton.autotune_pointwise = False")
+
+
 def skip_frame(code) -> None:
     """Dynamo's frame hook runs this code object's frames as they are, never
     compiling them (the frames they call are its to compile, as any other):

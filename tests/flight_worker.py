@@ -98,10 +98,11 @@ def ranks_mode(out: str, fault_step: int, steps: int, every: int, device: str = 
     if device == "cuda":
         # two ranks autotuning Triton reductions at once on one GPU may choose different configs,
         # whose sums differ in the last bits: a real divergence the recorder reports, not what this
-        # test plants; Inductor's deterministic mode skips the benchmarking that chooses them
-        from torch._inductor import config as inductor_config
+        # test plants (seen on an H200, torch 2.11, which has no inductor config.deterministic: it
+        # was set here to no effect)
+        from kdebug import _upstream
 
-        inductor_config.deterministic = True
+        _upstream.pin_autotuning()
     result = {}
     for phase in ("match", "fault"):
         # on "cuda" (both ranks on the one device) rank 1's input is perturbed instead

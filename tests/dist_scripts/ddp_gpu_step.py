@@ -56,13 +56,9 @@ else:  # KD_DEVICE=cpu: the same job on gloo (a dry run of the GPU tests' logic 
     dist.init_process_group("gloo")
 rank = dist.get_rank()
 if os.environ.get("KD_PIN_CONFIGS") == "1":
-    import torch._inductor.config as ic
+    from kdebug import _upstream
 
-    if hasattr(ic, "deterministic"):
-        ic.deterministic = True
-    else:
-        ic.test_configs.force_filter_reduction_configs = True
-        ic.triton.autotune_pointwise = False
+    _upstream.pin_autotuning()
 torch.manual_seed(0)
 ATTN = os.environ.get("KD_ATTN", "sdpa")
 TOKENS = os.environ.get("KD_INPUT", "features") == "tokens"
