@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     target, module = found
     for out in (args.json, args.html):
-        problem = out and output_problem(out, [] if module else [target[0]])  # Note [An output is never an input]
+        problem = out and output_problem(out, cli.program_files(target, module))  # Note [An output is never an input]
         if problem:
             print(f"kdebug accuracy: {problem}", file=sys.stderr)
             return 2

@@ -60,8 +60,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     target, module = found
     to_stdout = args.json == "-"
-    problem = (args.json and not to_stdout and output_problem(args.json)
-               or args.html and output_problem(args.html))
+    reads = cli.program_files(target, module)  # Note [An output is never an input]
+    problem = (args.json and not to_stdout and output_problem(args.json, reads)
+               or args.html and output_problem(args.html, reads))
     if problem:
         print(f"kdebug analyze: {problem}", file=sys.stderr)
         return 2

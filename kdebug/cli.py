@@ -91,6 +91,27 @@ def _split_command(cmd: list[str]) -> tuple[list[str], bool]:
     return cmd, False
 
 
+def program_files(target: list[str], module: bool) -> list[str]:
+    """The files a program given as `script.py` or `-m a.b` runs, as far as
+    they can be found without importing anything (the script; a module's
+    file, or its package's __init__.py and __main__.py, on sys.path with the
+    working directory first): what an output must never be (Note [An output
+    is never an input])."""
+    if not target:
+        return []
+    if not module:
+        return [target[0]]
+    parts = target[0].split(".")
+    found = []
+    for root in [os.getcwd()] + [p for p in sys.path if p]:
+        base = os.path.join(root, *parts)
+        found += [f for f in (base + ".py", os.path.join(base, "__init__.py"), os.path.join(base, "__main__.py"))
+                  if os.path.isfile(f)]
+        if found:
+            break
+    return found
+
+
 def script_problem(target: list[str], module: bool) -> str | None:
     """Why a command's program cannot be run as kdebug runs it (a Python
     script or a module, in its runner), or None."""
@@ -164,7 +185,7 @@ def _record(args: argparse.Namespace) -> int:
         return 2
     from ._files import output_problem  # (not `from . import _files`: that imports torch)
 
-    problem = output_problem(args.output, [] if module else [target[0]])  # before the program runs, not after
+    problem = output_problem(args.output, program_files(target, module))  # before the program runs, not after
     if problem:
         print(f"kdebug record: {problem}", file=sys.stderr)
         return 2
@@ -354,6 +375,7 @@ def _report(args: argparse.Namespace) -> int:
         print(f"kdebug report: {e}", file=sys.stderr)
         return 2
     reads = [r for r in list(args.runs) + list(runs) if isinstance(r, (str, os.PathLike))]
+    reads += [os.path.join(r, "hunt.json") for r in args.runs if isinstance(r, str) and os.path.isdir(r)]
     problem = output_problem(args.output, reads)  # Note [An output is never an input]
     if problem:
         print(f"kdebug report: {problem}", file=sys.stderr)
@@ -540,7 +562,7 @@ def _hunt(args: argparse.Namespace) -> int:
     if args.html and args.nproc is None:  # --nproc writes a page per rank (hunt_ranks checks each)
         from ._files import output_problem  # (not `from . import _files`: that imports torch)
 
-        problem = output_problem(args.html, [] if builtin or module else [target[0]])
+        problem = output_problem(args.html, [] if builtin else program_files(target, module))
         if problem:
             print(f"kdebug hunt: {problem}", file=sys.stderr)
             return 2

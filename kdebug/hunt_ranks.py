@@ -404,12 +404,13 @@ def _write_pages(html: str, stems: list[str], hunt: dict) -> int:
 def hunt_ranks(args, tmp: str, target: list[str], module: bool, what: str) -> int:
     """Note [Hunting ranks]; 0 match, 1 diverge, 2 error."""
     from . import _files
+    from .cli import program_files
     from .ranks import rank_path
 
     nproc = args.nproc
     if args.html:
         for r in range(nproc):
-            problem = _files.output_problem(page_path(args.html, r), [] if module else [target[0]])
+            problem = _files.output_problem(page_path(args.html, r), program_files(target, module))
             if problem:
                 print(f"kdebug hunt: {problem}", file=sys.stderr)
                 return 2

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     target, module = found
     to_stdout = args.json == "-"
-    problem = args.json and not to_stdout and output_problem(args.json)
+    problem = args.json and not to_stdout and output_problem(args.json, cli.program_files(target, module))
     if problem:
         print(f"kdebug minify: {problem}", file=sys.stderr)
         return 2

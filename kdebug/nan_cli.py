@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     if found is None:
         return 2
     target, module = found
-    problem = args.json and output_problem(args.json)
+    problem = args.json and output_problem(args.json, cli.program_files(target, module))
     if problem:
         print(f"kdebug nan: {problem}", file=sys.stderr)
         return 2

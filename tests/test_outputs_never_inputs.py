@@ -39,6 +39,11 @@ def traces(tmp_path_factory):
     ["record", "-o", "s.py", "--", "python", "s.py"],
     ["hunt", "--html", "s.py", "s.py"],
     ["accuracy", "--html", "s.py", "s.py"],
+    ["record", "-o", "s.py", "--", "python", "-m", "s"],  # the module's own file
+    ["hunt", "--html", "s.py", "-m", "s"],
+    ["nan", "--json", "s.py", "s.py"],
+    ["analyze", "--html", "s.py", "s.py"],
+    ["minify", "--json", "s.py", "s.py"],
 ])
 def test_an_output_that_is_an_input_is_refused_and_the_input_kept(traces, cmd):
     """Each of these replaced what it was about to read (record deleted the
@@ -85,3 +90,12 @@ def test_the_writer_itself_refuses_a_device(tmp_path):
     import stat
 
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_report_of_a_kept_hunt_never_writes_over_its_hunt_json(traces):
+    keep = traces / "kept"
+    keep.mkdir(exist_ok=True)
+    (keep / "run0.kdt").write_bytes((traces / "a.kdt").read_bytes())
+    (keep / "run1.kdt").write_bytes((traces / "b.kdt").read_bytes())
+    p = _cli("report", "kept", "-o", "kept/run1.kdt", cwd=traces)
+    assert p.returncode == 2 and "this command reads that file" in p.stdout, p.stdout[-2000:]
