@@ -1839,8 +1839,8 @@ def _root_cause(x: "Root", a: "int | str", b: "int | str", settings: bool = Fals
                    "(an unseeded program, or one seeded from time)")
         elif x.step_a.kind == "aten" and x.step_a.name == program_reads.SAVED:  # Note [What a save wrote]
             why = ("-> the program saved another structure with torch.save: other keys, the same tensors under "
-                   "other keys or in another order, or other values besides tensors (a dict or module built "
-                   "from a set, whose order follows PYTHONHASHSEED in each process; a time; a counter)")
+                   "other keys or in another order, or values of other types (a dict or module built from a "
+                   "set, whose order follows PYTHONHASHSEED in each process)")
         elif x.unchecked:
             why = (f"-> this {what} is non-deterministic, or an input not compared differed between "
                    f"{side_name(a)} and {side_name(b)}")

@@ -249,13 +249,18 @@ def _storages(obj, depth: int = 0, out: list | None = None) -> list:
 # follows PYTHONHASHSEED in each process) pickled the same values in the same
 # order under other names, so the runs' saved files differed while every read
 # matched (a trust pass).  So a save also records kdebug::saved_structure: the
-# digest of obj's skeleton (containers and keys in order, each tensor's dtype
-# and shape, other leaves by repr, objects by type; 8 levels, 10000 entries),
-# compared as what the program got, like a print's text.
+# digest of obj's skeleton (containers and their keys in order, each tensor's
+# dtype and shape; any other value by its type only; 8 levels, 10000 entries),
+# compared as what the program got, like a print's text.  Other values count
+# by type, not value: a checkpoint's time, run id or RNG state differs in every
+# run of a deterministic program, and a first version that compared them by
+# repr called such runs divergent (a review); a value computed from a
+# differing tensor is read from it (.item(), tolist) and compared there.
 
 
-def _skeleton(obj, h, depth: int = 0, left: list | None = None) -> None:
-    """Feeds obj's skeleton (Note [What a save wrote]) into hash h."""
+def _skeleton(obj, h, depth: int = 0, left: list | None = None, key: bool = False) -> None:
+    """Feeds obj's skeleton (Note [What a save wrote]) into hash h; ``key``:
+    obj is a dict's key."""
     left = [10000] if left is None else left
     left[0] -= 1
     if left[0] < 0 or depth > 8:
@@ -269,7 +274,7 @@ def _skeleton(obj, h, depth: int = 0, left: list | None = None) -> None:
     elif isinstance(obj, dict):
         h.update(b"{")
         for k, v in obj.items():
-            _skeleton(k, h, depth + 1, left)
+            _skeleton(k, h, depth + 1, left, key=True)
             h.update(b":")
             _skeleton(v, h, depth + 1, left)
             h.update(b",")
@@ -280,9 +285,9 @@ def _skeleton(obj, h, depth: int = 0, left: list | None = None) -> None:
             _skeleton(v, h, depth + 1, left)
             h.update(b",")
         h.update(b"]")
-    elif obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
+    elif key and (obj is None or isinstance(obj, (bool, int, str, bytes))):  # a key names what is under it
         h.update(repr(obj).encode(errors="backslashreplace")[:4096])
-    else:  # an object pickled by its own rules (a module, a namespace): its type
+    else:  # another value (a time, a run id, an object): its type only
         h.update(f"<{type(obj).__module__}.{type(obj).__qualname__}>".encode(errors="backslashreplace"))
 
 

@@ -245,8 +245,15 @@ def test_a_save_of_the_same_values_under_other_keys_differs():
     text = str(swapped)
     assert not swapped.ok and swapped.roots[0].step_a.name == program_reads.SAVED, text
     assert "saved another structure with torch.save" in text and "non-deterministic" not in text, text
-    counted = compare(_saved({"x": a, "step": 3}), _saved({"x": a, "step": 4}))  # a value besides tensors
-    assert not counted.ok and counted.roots[0].step_a.name == program_reads.SAVED, str(counted)
+    # a value besides tensors counts by its type: a checkpoint's time or run id differs in every run of a
+    # deterministic program (a review of the first version, which compared them by repr)
+    import time
+
+    stamped = compare(_saved({"x": a, "at": time.time(), "id": "r1"}), _saved({"x": a, "at": time.time() + 1,
+                                                                             "id": "r2"}))
+    assert stamped.ok, str(stamped)
+    retyped = compare(_saved({"x": a, "step": 3}), _saved({"x": a, "step": None}))
+    assert not retyped.ok and retyped.roots[0].step_a.name == program_reads.SAVED, str(retyped)
 
 
 def test_a_read_through_the_class_compiles_in_a_fullgraph_function():
