@@ -183,6 +183,8 @@ class Writer:
         self._f = _create(path) if path is not None else None
         self._chunks: list[bytes] = []
         self.path = path
+        # where it was created, whatever the working directory later (Note [A trace another writer replaced])
+        self._abspath = os.path.abspath(path) if path is not None else None
         self.custom_skipped = 0
         self._refused_warned = 0
         self._nspecs = len(hashing._specs)
@@ -271,9 +273,12 @@ class Writer:
     # earlier's file, and the earlier went on writing into a file no name
     # reached, its whole recording lost without a word (an adversarial review:
     # three writers, the last one's records only).  At the end each writer checks
-    # that the path still names its own file; if not, it copies what it wrote
-    # (still readable through its open descriptor) to a path of its own,
-    # `run.pid<PID>.kdt` beside it, and warns with both paths.
+    # whether its file still has a name (its link count: a file renamed, or in a
+    # directory renamed, still has one; comparing the path, relative to a working
+    # directory the program may have changed, called those replaced); if not
+    # (unlinked: replaced, or removed), it copies what it wrote (still readable
+    # through its open descriptor) to a path of its own beside where it was
+    # created, `run.pid<PID>.kdt`, and warns with both paths.
     rescued: str | None = None
 
     def _rescue_if_replaced(self) -> None:
@@ -281,14 +286,9 @@ class Writer:
 
         try:
             mine = os.fstat(self._f.fileno())
-            try:
-                there = os.lstat(self.path)
-                replaced = (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino)
-            except FileNotFoundError:
-                replaced = True
-            if not replaced:
+            if mine.st_nlink > 0:  # still named somewhere: moved or renamed (its directory too), never lost
                 return
-            stem, ext = os.path.splitext(self.path)
+            stem, ext = os.path.splitext(self._abspath)
             for k in range(100):
                 alt = f"{stem}.pid{os.getpid()}{'' if k == 0 else f'.{k}'}{ext or '.kdt'}"
                 if not os.path.lexists(alt):
@@ -300,13 +300,13 @@ class Writer:
                         break
                     dst.write(b)
             self.rescued = alt
-            warnings.warn(f"kdebug: another writer replaced {self.path} while this process (pid {os.getpid()}) "
-                          f"recorded into it; this recording is saved as {alt} instead. Give each process a "
-                          "trace path of its own.", KdebugWarning, stacklevel=4)
+            warnings.warn(f"kdebug: {self.path} was replaced (another writer) or removed while this process (pid "
+                          f"{os.getpid()}) recorded into it; this recording is saved as {alt} instead. Give each "
+                          "process a trace path of its own.", KdebugWarning, stacklevel=4)
         except OSError as e:  # no /proc, a full disk: at least say it
-            warnings.warn(f"kdebug: another writer replaced {self.path} while this process (pid {os.getpid()}) "
-                          f"recorded into it, and its recording could not be saved elsewhere ({e}): it is lost. "
-                          "Give each process a trace path of its own.", KdebugWarning, stacklevel=4)
+            warnings.warn(f"kdebug: {self.path} was replaced (another writer) or removed while this process (pid "
+                          f"{os.getpid()}) recorded into it, and its recording could not be saved elsewhere ({e}): "
+                          "it is lost. Give each process a trace path of its own.", KdebugWarning, stacklevel=4)
 
     def reopen(self) -> None:
         """Appends to the file again (a DebugMode entered a second time): the

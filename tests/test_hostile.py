@@ -478,7 +478,7 @@ def test_a_trace_another_writer_replaced_is_saved_beside_it(tmp_path):
     from kdebug.inductor import KdebugWarning
 
     path = tmp_path / "same.kdt"
-    with pytest.warns(KdebugWarning, match="another writer replaced") as got:
+    with pytest.warns(KdebugWarning, match="was replaced .another writer. or removed") as got:
         with kdebug.DebugMode(trace=str(path)):
             torch.ones(3).add(1)
             other = tr.Writer(str(path))  # the other writer: creates the path anew, as its process would
@@ -489,3 +489,31 @@ def test_a_trace_another_writer_replaced_is_saved_beside_it(tmp_path):
     mine = kdebug.load(str(alt))
     assert [str(op).split("(")[0] for op in mine.operators][-2:] == ["aten::ones", "aten::mul.Tensor"], mine.operators
     assert len(kdebug.load(str(path))) == 0  # the other writer's (empty) trace keeps the path
+
+
+def test_a_program_that_changes_directory_or_renames_its_trace_loses_nothing(tmp_path, monkeypatch):
+    """The first check compared the path, relative to a working directory the
+    program had changed (Hydra does): it warned 'another writer replaced',
+    wrote a stray copy elsewhere and named a path that did not exist (a
+    review).  A file that still has a name is never copied."""
+    import warnings
+
+    from kdebug.inductor import KdebugWarning
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KdebugWarning)
+        with kdebug.DebugMode(trace="run.kdt"):
+            torch.ones(3).add(1)
+            os.chdir("elsewhere")
+            torch.ones(2).mul(2)
+    assert os.listdir(tmp_path / "elsewhere") == [] and len(kdebug.load(str(tmp_path / "run.kdt"))) == 4
+    os.chdir(tmp_path)
+    (tmp_path / "d1").mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KdebugWarning)
+        with kdebug.DebugMode(trace="d1/run.kdt"):
+            torch.ones(3).add(1)
+            os.rename("d1", "d2")
+    assert len(kdebug.load(str(tmp_path / "d2" / "run.kdt"))) == 2 and not (tmp_path / "d1").exists()
