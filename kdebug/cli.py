@@ -124,6 +124,9 @@ def script_problem(target: list[str], module: bool) -> str | None:
                 "PYTHONWARNINGS for -W, PYTHONOPTIMIZE for -O, ...), or drop it; -c is not supported")
     if not os.path.exists(first):
         return f"no such script: {first}"
+    if os.path.isdir(first):  # python runs a directory's __main__.py
+        return None if os.path.isfile(os.path.join(first, "__main__.py")) else \
+            f"{first} is a directory without a __main__.py: give the script to run"
     try:
         with open(first, "rb") as f:
             head = f.read(4)
@@ -570,13 +573,11 @@ def _hunt(args: argparse.Namespace) -> int:
         print(f"kdebug hunt: --keep {args.keep}: not a directory", file=sys.stderr)
         return 2
     if args.keep is not None and os.path.isdir(args.keep):
-        import glob
-
         # an earlier hunt's hunt.json or traces would be drawn with this one's (kdebug report DIR reads
         # hunt.json, else run*.kdt: a failed second hunt's traces were shown under the first one's
         # hunt.json, an adversarial review); and kdebug deletes nothing it did not make in this hunt
-        old = [os.path.basename(x) for x in sorted(glob.glob(os.path.join(args.keep, "hunt.json"))
-                                                   + glob.glob(os.path.join(args.keep, "*run*.kdt")))]
+        ours = re.compile(r"hunt\.json|(confirm[\w-]*-)?(fix-[\w-]+-)?run\d+(\.rank\d+)?\.kdt")  # what hunt writes
+        old = sorted(f for f in os.listdir(args.keep) if ours.fullmatch(f))
         if old:
             print(f"kdebug hunt: --keep {args.keep} holds an earlier hunt ({', '.join(old[:4])}"
                   f"{', ...' if len(old) > 4 else ''}): its traces would be mixed with this hunt's; give a new "

@@ -289,6 +289,26 @@ def test_a_keep_directory_holding_an_earlier_hunt_is_refused(tmp_path):
     p = _cli("hunt", "--keep", str(keep), prog)
     assert p.returncode == 2 and "holds an earlier hunt (run0.kdt)" in p.stderr, p.stderr
     assert (keep / "run0.kdt").read_bytes() == b"earlier" and sorted(os.listdir(keep)) == ["run0.kdt"]
+    # a file of the user's that no hunt writes is no earlier hunt (the first version's *run*.kdt took
+    # myrun.kdt and truncated.kdt for one: a review)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "myrun.kdt").write_bytes(b"mine")
+    p = _cli("hunt", "--no-magnitude", "--keep", str(other), prog)
+    assert p.returncode == 0 and (other / "myrun.kdt").read_bytes() == b"mine", p.stderr[-2000:]
+
+
+def test_a_directory_with_a_main_is_a_script(tmp_path):
+    """python runs a directory's __main__.py; kdebug record refused it
+    ('cannot read pkgdir: Is a directory', a review of 476685c)."""
+    d = tmp_path / "pkgdir"
+    d.mkdir()
+    (d / "__main__.py").write_text("import torch\nprint(torch.ones(2).sum())\n")
+    p = _cli("record", "-o", str(tmp_path / "r.kdt"), "--", "python", str(d))
+    assert p.returncode == 0 and "kdebug: recorded" in p.stderr, p.stderr[-2000:]
+    (tmp_path / "empty").mkdir()
+    p = _cli("record", "-o", str(tmp_path / "r2.kdt"), "--", str(tmp_path / "empty"))
+    assert p.returncode == 2 and "without a __main__.py" in p.stderr, p.stderr
 
 
 def test_a_forked_child_that_exits_says_nothing_of_the_recording(tmp_path):
