@@ -1007,8 +1007,17 @@ def main(argv: list[str] | None = None) -> int:
         args.command = tail
     if getattr(args, "module_name", None):  # kdebug hunt -m MODULE args...
         args.command = ["-m", args.module_name] + list(args.command)
-    with _output():  # Note [Terminal-safe text]: what the commands print shows trace strings as text
-        return args.fn(args)
+    try:
+        with _output():  # Note [Terminal-safe text]: what the commands print shows trace strings as text
+            return args.fn(args)
+    except BrokenPipeError:
+        # the reader of the output went away (kdebug show run.kdt | head): no traceback; the status a
+        # process ended by SIGPIPE has, and nothing more written to the closed pipe at exit
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 128 + 13
 
 
 if __name__ == "__main__":

@@ -332,3 +332,22 @@ def test_a_forked_child_that_exits_says_nothing_of_the_recording(tmp_path):
     said = [line for line in p.stderr.splitlines() if line.startswith("kdebug: recorded")]
     assert p.returncode == 0 and said == [f"kdebug: recorded 2 kernel launch(es) and 1 aten op(s) into "
                                           f"{tmp_path / 'r.kdt'}"], p.stderr[-2000:]
+
+
+def test_output_cut_short_by_its_reader_ends_quietly(tmp_path):
+    """`kdebug show run.kdt | head` ended in a BrokenPipeError traceback (noticed
+    by a review): the command stops with the status of a process SIGPIPE
+    ended, and says nothing."""
+    import torch
+
+    path = tmp_path / "big.kdt"
+    f = torch.compile(lambda x: x.sin() * 2)
+    with kdebug.DebugMode(trace=str(path)):
+        for _ in range(3000):  # far more text than a pipe holds
+            f(torch.ones(8))
+    p = subprocess.Popen([sys.executable, "-m", "kdebug", "show", str(path)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": ROOT})
+    p.stdout.readline()
+    p.stdout.close()  # the reader goes away, as head does
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err[-2000:]
