@@ -59,7 +59,7 @@ That made a call through the class, torch.Tensor.tolist(y), inside a
 fullgraph function fail where it compiled without kdebug (a review of the
 change).  So the wrapper itself is only skipped as a frame (never compiled on
 its own, _upstream.skip_frame) and, when Dynamo traces a call of it
-(torch.compiler.is_compiling()), it does what it stands for, calling the
+(torch.compiler.is_dynamo_compiling()), it does what it stands for, calling the
 object's method by name (y.tolist(), which Dynamo knows) or torch.save; the
 recording part is the disabled function, run only eagerly.
 """
@@ -314,7 +314,7 @@ def _wrapper(orig, name: str, whole: bool = False, saving: bool = False, method:
     eager = torch._dynamo.disable(_reader(orig, name, whole, saving), recursive=True)
 
     def read(*args, **kwargs):  # Note [Program reads under torch.compile]
-        if torch.compiler.is_compiling():  # Dynamo traces a call of it: as it traces what it stands for
+        if _dynamo_tracing():  # Dynamo traces a call of it: as it traces what it stands for
             if method is not None and args:  # the object's own method, which Dynamo knows by name
                 return getattr(args[0], method)(*args[1:], **kwargs)
             return orig(*args, **kwargs)
@@ -325,6 +325,13 @@ def _wrapper(orig, name: str, whole: bool = False, saving: bool = False, method:
     read.__name__ = getattr(orig, "__name__", "read")
     read.__doc__ = getattr(orig, "__doc__", None)
     return read
+
+
+# True only while Dynamo traces the code that calls it (it folds the call to a constant); False
+# when run, including in the eager code of a compilation (AOTAutograd's logging formats tensors with
+# their __repr__: under torch.compiler.is_compiling(), True there, the wrapper called itself by name
+# without end).  torch 2.11 and 2.13 have it.
+_dynamo_tracing = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
 
 def _reader(orig, name: str, whole: bool, saving: bool):

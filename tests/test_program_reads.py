@@ -275,3 +275,23 @@ def test_a_read_through_the_class_compiles_in_a_fullgraph_function():
             got = torch.compile(b, fullgraph=True)(x)
         torch._dynamo.reset()
     assert torch.equal(got, plain) and len(dm.kernels) >= 1
+
+
+def test_a_tensor_formatted_by_compile_time_code_is_no_endless_call():
+    """Code that runs while a graph compiles (a backend, AOTAutograd's
+    logging of its metadata) sees torch.compiler.is_compiling() True without
+    Dynamo tracing it: the wrapper of __repr__ called the tensor's __repr__
+    by name, itself, without end, and the compile failed (a RecursionError in
+    CI, in a test that compiled a module under assert_deterministic)."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(repr(torch.ones(2)))
+        return gm.forward
+
+    f = torch.compile(lambda x: x.sin() + 1, backend=backend)
+    torch._dynamo.reset()
+    with DebugMode(record_final_state=True), DebugMode.log_tensor_hashes():
+        got = f(torch.ones(3))
+    torch._dynamo.reset()
+    assert seen == ["tensor([1., 1.])"] and torch.equal(got, torch.ones(3).sin() + 1)
