@@ -521,10 +521,19 @@ def pin_autotuning() -> str:
 
     if hasattr(ic, "deterministic"):
         ic.deterministic = True
+    else:
+        ic.test_configs.force_filter_reduction_configs = True
+        ic.triton.autotune_pointwise = False
+    return autotuning_pin()
+
+
+def autotuning_pin() -> str:
+    """The settings pin_autotuning() makes on this torch, as code to write."""
+    import torch._inductor.config as ic
+
+    if hasattr(ic, "deterministic"):
         return "torch._inductor.config.deterministic = True"
-    ic.test_configs.force_filter_reduction_configs = True
-    ic.triton.autotune_pointwise = False
-    return ("torch._inductor.config.test_configs.force_filter_reduction_configs = True, "
+    return ("torch._inductor.config.test_configs.force_filter_reduction_configs = True and "
             "torch._inductor.config.triton.autotune_pointwise = False")
 
 

@@ -147,13 +147,10 @@ _HOW = {
 
 def _pin() -> str:
     """How this torch pins autotuning's choice, closing _HOW["config"]'s parenthesis."""
-    import torch._inductor.config as ic
+    from . import _upstream
 
-    if hasattr(ic, "deterministic"):
-        return "; torch._inductor.config.deterministic = True pins the choice)"
-    return ("; this torch has no torch._inductor.config.deterministic: "
-            "torch._inductor.config.test_configs.force_filter_reduction_configs = True and "
-            "torch._inductor.config.triton.autotune_pointwise = False keep one config a kernel)")
+    pin = _upstream.autotuning_pin()
+    return f"; {pin} {'pins' if ' and ' not in pin else 'pin'} the choice)"
 
 
 def rank_result(rank: int, reports: list) -> dict:

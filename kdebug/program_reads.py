@@ -48,20 +48,20 @@ kdebug's wrappers were compiled as frames of their own (graph breaks on
 sys._getframe, the dispatch guards), and what followed the read in the
 program ran uncompiled (a trust pass: an eager softmax gave the program
 another result under kdebug record, and the compiled index_add race after a
-debugging print was never launched, so the hunt said "match").  So each
-wrapper is torch._dynamo.disable'd: its frames, and those it calls, are never
-compiled, and when Dynamo traces a call to one it breaks the graph there, as
-it does at the torch function the wrapper stands for (Tensor.__repr__,
-torch.save; Dynamo traces a tensor's methods, tolist and numpy, by name, not
-through the class attribute).
+debugging print was never launched, so the hunt said "match").  So:
 
-That made a call through the class, torch.Tensor.tolist(y), inside a
-fullgraph function fail where it compiled without kdebug (a review of the
-change).  So the wrapper itself is only skipped as a frame (never compiled on
-its own, _upstream.skip_frame) and, when Dynamo traces a call of it
-(torch.compiler.is_dynamo_compiling()), it does what it stands for, calling the
-object's method by name (y.tolist(), which Dynamo knows) or torch.save; the
-recording part is the disabled function, run only eagerly.
+- the wrapper's own frame is skipped, never compiled on its own
+  (_upstream.skip_frame);
+- its recording part is a torch._dynamo.disable'd function: its frames, and
+  those it calls, are never compiled;
+- when Dynamo traces a call of the wrapper (torch.compiler.is_dynamo_compiling(),
+  True only while Dynamo traces), it does what it stands for: the object's
+  method by name (y.tolist(), which Dynamo knows) or torch.save.  A first
+  version disabled the whole wrapper, and torch.Tensor.tolist(y) inside a
+  fullgraph function failed where it compiled without kdebug; a second took
+  the traced branch under is_compiling(), also True in eager code run while a
+  graph compiles (AOTAutograd formatting a tensor), and __repr__ called itself
+  without end.
 """
 from __future__ import annotations
 
@@ -186,20 +186,32 @@ def _data_of(x, whole: bool):
     return b, f"storage nbytes={st.nbytes()}"
 
 
-def _record(x, name: str, frame, printed: str | None = None, whole: bool = False) -> None:
-    """Appends the read of ``x`` (a tensor or a storage) to the mode that
-    records program reads, if any (``printed``: the text a print / repr made
-    of it)."""
-    from . import _aten_hooks, hashing
+def _recording(frame):
+    """(the mode this read goes to, its hash entry), or None when the read is
+    not recorded: no such mode entered, no hash spec active, or kdebug's own."""
+    from . import _aten_hooks
 
     dm = _mode_for_this_read()
     if dm is None or not dm._entered:
-        return
+        return None
     entry = _aten_hooks.this_thread().hash_entry
     if entry is None and dm._hook_owner is not None:  # a thread of its own: the recording thread's spec
         entry = dm._hook_owner.hash_entry
     if entry is None or _asked_by_kdebug(frame):
+        return None
+    return dm, entry
+
+
+def _record(x, name: str, frame, printed: str | None = None, whole: bool = False) -> None:
+    """Appends the read of ``x`` (a tensor or a storage) to the mode that
+    records program reads, if any (``printed``: the text a print / repr made
+    of it)."""
+    from . import hashing
+
+    got = _recording(frame)
+    if got is None:
         return
+    dm, entry = got
     with _upstream.disable_torch_dispatch():
         got = _data_of(x, whole)
         if got is None:
@@ -293,16 +305,10 @@ def _skeleton(obj, h, depth: int = 0, left: list | None = None, key: bool = Fals
 
 def _record_structure(obj, frame) -> None:
     """kdebug::saved_structure of a torch.save's object (Note [What a save wrote])."""
-    dm = _mode_for_this_read()
-    if dm is None or not dm._entered or _asked_by_kdebug(frame):
+    got = _recording(frame)
+    if got is None:
         return
-    from . import _aten_hooks
-
-    entry = _aten_hooks.this_thread().hash_entry
-    if entry is None and dm._hook_owner is not None:
-        entry = dm._hook_owner.hash_entry
-    if entry is None:
-        return
+    dm = got[0]
     h = hashlib.blake2b(digest_size=8)
     _skeleton(obj, h)
     n = "dict" if isinstance(obj, dict) else type(obj).__name__
